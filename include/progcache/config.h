@@ -1,0 +1,59 @@
+// progcache/config.h — the resolved configuration, and where each value came
+// from. All settings are optional:
+//
+//   PROGCACHE_DIR          cache root (else $XDG_CACHE_HOME/progcache, else
+//                          ~/.cache/progcache)
+//   PROGCACHE_MAX_SIZE     byte cap of the disk tier, e.g. 10G (default 10G)
+//   PROGCACHE_MAX_ENTRIES  entry cap of the disk tier (default: none)
+//   PROGCACHE_DISABLE      1/true/yes: bypass the cache entirely
+//   PROGCACHE_DURABILITY   none (default) | fsync
+//   PROGCACHE_HMAC_KEY_FILE  file holding the signing key (never printed)
+//
+// Command-line flags override the environment; the environment overrides
+// defaults. Thread safety: resolve_config reads the environment; call it
+// before starting threads that set variables.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "progcache/file_store.h"
+#include "progcache/status.h"
+
+namespace progcache {
+
+struct Setting {
+  std::string name;    // "PROGCACHE_MAX_SIZE"
+  std::string value;   // as shown (secrets are masked)
+  std::string source;  // "default", "environment", "command line", "XDG_CACHE_HOME", ...
+};
+
+struct Config {
+  std::string dir;
+  std::optional<std::uint64_t> max_size_bytes = k_default_max_size;
+  std::optional<std::uint64_t> max_entries;
+  bool disabled = false;
+  Durability durability = Durability::none;
+  std::string hmac_key;  // the key itself, loaded from the file
+  std::vector<Setting> settings;
+
+  // FileStoreOptions for this configuration.
+  [[nodiscard]] FileStoreOptions file_store_options() const;
+};
+
+// Values given on the command line, which win over the environment.
+struct ConfigOverrides {
+  std::optional<std::string> dir;
+  std::optional<std::string> max_size;
+  std::optional<std::string> max_entries;
+};
+
+// invalid_argument naming the variable and its bad value (PROGCACHE_MAX_SIZE=10Q).
+Result<Config> resolve_config(const ConfigOverrides& overrides = {});
+
+// True for "1", "true", "yes", "on" (any case).
+bool truthy(std::string_view value);
+
+}  // namespace progcache

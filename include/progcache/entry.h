@@ -1,0 +1,123 @@
+// progcache/entry.h — one cached result: JSON metadata plus named artifacts,
+// and its self-checking binary encoding.
+//
+// Encoding, format version 1 (all integers little-endian):
+//
+//   off  size  field
+//     0     8  magic "PCENTRY\x01"
+//     8     2  format version (1)
+//    10     2  flags (bit 0: an HMAC-SHA256 trailer follows the checksum)
+//    12     4  artifact count N (at most k_max_artifacts)
+//    16     8  creation time, Unix nanoseconds (signed)
+//    24    32  the key, echoed: an entry found under another key is a miss
+//    56     4  producer length P (bytes of "progcache x.y.z")
+//    60     4  metadata length M (bytes of UTF-8 JSON)
+//    64  16*N  artifact table: u32 name length, u32 zero, u64 data length
+//     …     P  producer, M metadata, then every name, then every payload
+//     …    16  XXH3-128 (canonical, big-endian) of all bytes before it
+//     …    32  HMAC-SHA256 of all bytes before it (only with flag bit 0)
+//
+// Decoding trusts no length: the declared sizes must add up exactly to the
+// buffer size (checked with overflow-safe arithmetic) before anything is
+// allocated or sliced, so a 20-byte file claiming a 1 TiB payload allocates
+// nothing. A decoded Entry's artifacts are slices of the input buffer.
+//
+// Thread safety: Entry is an immutable value; copies share payloads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "progcache/bytes.h"
+#include "progcache/key.h"
+#include "progcache/status.h"
+
+namespace progcache {
+
+inline constexpr std::uint16_t k_entry_format_version = 1;
+inline constexpr std::uint32_t k_max_artifacts = 1024;
+inline constexpr std::size_t k_entry_fixed_header = 64;
+inline constexpr std::size_t k_entry_checksum_size = 16;
+inline constexpr std::size_t k_entry_hmac_size = 32;
+// The name `Entry::from_bytes` gives its single artifact.
+inline constexpr std::string_view k_default_artifact = "code";
+
+struct Artifact {
+  std::string name;
+  Bytes data;
+};
+
+struct EntryCodecOptions {
+  // When non-empty, encode appends an HMAC-SHA256 under this key and decode
+  // rejects entries without a valid one (permission_denied, "signature").
+  std::string hmac_key;
+};
+
+class Entry {
+ public:
+  Entry();
+  // `metadata_json` must be a JSON object ("" is taken as "{}"). Artifact
+  // names must be unique, non-empty and at most 255 bytes: checked by
+  // validate() and by encode_entry().
+  Entry(std::string metadata_json, std::vector<Artifact> artifacts, std::int64_t created_unix_ns = 0);
+
+  // One artifact named "code" holding `payload`; metadata "{}".
+  static Entry from_bytes(Bytes payload);
+
+  [[nodiscard]] const std::string& metadata() const { return m_data->metadata; }
+  [[nodiscard]] const std::vector<Artifact>& artifacts() const { return m_data->artifacts; }
+  // The artifact called `name`, or nullptr.
+  [[nodiscard]] const Artifact* find(std::string_view name) const;
+  // The first artifact's bytes (empty when there is none): the raw program a
+  // bytes-in / bytes-out cache hands back.
+  [[nodiscard]] Bytes primary() const;
+  // Sum of artifact and name sizes plus metadata size: what caps are charged.
+  [[nodiscard]] std::uint64_t payload_size() const;
+  [[nodiscard]] std::int64_t created_unix_ns() const { return m_data->created_ns; }
+  [[nodiscard]] const std::string& producer() const { return m_data->producer; }
+
+  // invalid_argument naming the first problem (duplicate name, bad JSON, ...).
+  [[nodiscard]] Status validate() const;
+
+ private:
+  friend Result<Entry> decode_entry(const Bytes&, const Key&, const EntryCodecOptions&);
+  // An Entry is a handle on immutable data: copying one (as every memory
+  // hit does) costs one reference-count increment.
+  struct Data {
+    std::string metadata = "{}";
+    std::vector<Artifact> artifacts;
+    std::int64_t created_ns = 0;
+    std::string producer;
+  };
+  std::shared_ptr<const Data> m_data;
+};
+
+// Encodes `entry` under `key`. created_unix_ns of 0 is replaced by `now_ns`.
+// Fails with invalid_argument when entry.validate() fails.
+Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_t now_ns,
+                                 const EntryCodecOptions& options = {});
+
+// Decodes and verifies. data_loss (with the reason) for anything damaged or
+// inconsistent, including a key echo that differs from `expected_key`;
+// permission_denied for a missing or wrong signature when a key is set.
+Result<Entry> decode_entry(const Bytes& data, const Key& expected_key,
+                           const EntryCodecOptions& options = {});
+
+// Reads only the fixed header (no checksum): the echoed key and creation time,
+// for listing. data_loss when the buffer is not an entry header.
+struct EntryHeader {
+  Key key;
+  std::int64_t created_unix_ns = 0;
+  std::uint32_t artifact_count = 0;
+  bool signed_entry = false;
+};
+Result<EntryHeader> peek_entry_header(std::string_view data);
+
+// The version string written into entries ("progcache 0.1.0").
+std::string_view producer_string();
+
+}  // namespace progcache

@@ -1,0 +1,116 @@
+// progcache/env.h — the seam between progcache and the operating system.
+//
+// Every filesystem and clock call the stores make goes through an Env, so
+// tests can inject faults (ENOSPC, EIO, a short write, a crash between two
+// calls) without root or special mounts. `Env::posix()` is the real thing.
+//
+// Errors come back as Status made by errno_status(), naming the operation and
+// the path. Thread safety: Env implementations must be thread-safe; the posix
+// one is stateless.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "progcache/status.h"
+
+namespace progcache {
+
+struct FileInfo {
+  std::uint64_t size = 0;
+  std::uint32_t mode = 0;  // st_mode: type and permission bits
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  std::uint64_t ino = 0;
+  std::uint64_t dev = 0;
+  std::int64_t atime_ns = 0;
+  std::int64_t mtime_ns = 0;
+  [[nodiscard]] bool is_regular() const;
+  [[nodiscard]] bool is_dir() const;
+  [[nodiscard]] bool is_symlink() const;
+  // Same file object (device and inode) with the same modification time.
+  [[nodiscard]] bool same_file(const FileInfo& o) const {
+    return ino == o.ino && dev == o.dev && mtime_ns == o.mtime_ns && size == o.size;
+  }
+};
+
+struct DirEntry {
+  std::string name;
+  enum class Type { regular, directory, symlink, other, unknown } type = Type::unknown;
+};
+
+enum class OpenMode {
+  read,          // O_RDONLY | O_NOFOLLOW
+  create_new,    // O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
+  read_write,    // O_RDWR | O_CREAT | O_NOFOLLOW (small control files)
+};
+
+enum class LockKind { shared, exclusive };
+enum class LockWait { block, try_only };
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // The process-wide real environment.
+  static Env* posix();
+
+  // Returns a file descriptor. Never follows a symlink in the last component.
+  virtual Result<int> open_file(const std::string& path, OpenMode mode, std::uint32_t perms) = 0;
+  virtual Status close_file(int fd) = 0;
+  // Reads up to `n` bytes at `offset`; returns the count (0 at end of file).
+  virtual Result<std::size_t> pread(int fd, char* buf, std::size_t n, std::uint64_t offset) = 0;
+  // Writes all of `data` (retrying short writes) or fails.
+  virtual Status write_all(int fd, std::string_view data) = 0;
+  virtual Status fsync(int fd) = 0;
+  virtual Status ftruncate(int fd, std::uint64_t size) = 0;
+  virtual Result<FileInfo> fstat(int fd) = 0;
+  // Sets the access time of an open file, leaving its modification time.
+  virtual Status set_atime(int fd, std::int64_t atime_ns) = 0;
+  virtual Status fchmod(int fd, std::uint32_t perms) = 0;
+
+  // Does not follow a symlink in the last component. not_found when absent.
+  virtual Result<FileInfo> lstat(const std::string& path) = 0;
+  // Follows symlinks.
+  virtual Result<FileInfo> stat(const std::string& path) = 0;
+  virtual Status rename(const std::string& from, const std::string& to) = 0;
+  // Fails with failed_precondition when `to` exists.
+  virtual Status rename_noreplace(const std::string& from, const std::string& to) = 0;
+  virtual Status unlink(const std::string& path) = 0;
+  // Fails with failed_precondition when the path exists.
+  virtual Status mkdir(const std::string& path, std::uint32_t perms) = 0;
+  virtual Status chmod(const std::string& path, std::uint32_t perms) = 0;
+  virtual Result<std::vector<DirEntry>> list_dir(const std::string& path) = 0;
+  // Opens a directory for fsync (durability of a rename).
+  virtual Status fsync_dir(const std::string& path) = 0;
+
+  // flock(2) on an open file. Returns false when try_only found it held.
+  virtual Result<bool> lock(int fd, LockKind kind, LockWait wait) = 0;
+  virtual Status unlock(int fd) = 0;
+  // Maps `size` bytes of `fd` shared and writable.
+  virtual Result<void*> map_shared(int fd, std::size_t size) = 0;
+  virtual void unmap(void* addr, std::size_t size) = 0;
+
+  // Wall-clock time, Unix nanoseconds.
+  virtual std::int64_t now_ns() = 0;
+};
+
+enum class Durability {
+  none,   // rename only: survives a process crash, not necessarily power loss
+  fsync,  // fsync the file before the rename and its directory after it
+};
+
+// The one file-publishing helper: writes `data` to `temp_path` (created new,
+// never following symlinks, with `perms`), optionally fsyncs, and renames it
+// over `path`, so readers see the old file or the new one, never a part.
+// `temp_path` must be in the same directory as `path`. On any failure the
+// temp file is removed and `path` is untouched.
+Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
+                         std::uint32_t perms, Durability durability);
+
+// Returns `path` with a trailing '/' removed and `name` appended.
+std::string join_path(std::string_view dir, std::string_view name);
+
+}  // namespace progcache

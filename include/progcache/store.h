@@ -1,0 +1,72 @@
+// progcache/store.h — the Store interface every tier implements.
+//
+// A Store maps a 32-byte Key to an Entry. Users who think in raw keys (the
+// CLI, cuda.core-style mappings) turn bytes or UTF-8 strings into a Key with
+// key_from_user(), so "k" and b"k" name one entry, and use get_bytes /
+// put_bytes for the bytes-in / bytes-out contract.
+//
+// Contract for every implementation:
+//   * get: a miss is std::nullopt, never an error. A damaged entry is
+//     dropped, counted in corrupt_dropped, and reported as a miss.
+//   * put: either the whole new entry becomes visible or nothing changes.
+//   * erase: true when an entry was removed.
+//   * count/size: entries and bytes currently charged against the caps.
+//   * close: releases resources; later calls fail with failed_precondition.
+// There is deliberately no `contains`: "check then read" races with other
+// writers and eviction; get answers both questions in one step.
+//
+// Thread safety: every Store is safe to use from many threads at once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "progcache/entry.h"
+#include "progcache/key.h"
+#include "progcache/status.h"
+
+namespace progcache {
+
+struct StoreStats {
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t puts = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t corrupt_dropped = 0;  // damaged or foreign entries removed
+  std::uint64_t rejected = 0;         // entries refused for a missing/bad signature
+  std::uint64_t errors = 0;           // operations that failed with an error
+  std::uint64_t bytes_stored = 0;     // bytes currently held
+  std::uint64_t entries = 0;          // entries currently held
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Result<std::optional<Entry>> get(const Key& key) = 0;
+  virtual Status put(const Key& key, const Entry& entry) = 0;
+  virtual Result<bool> erase(const Key& key) = 0;
+  virtual Status clear() = 0;
+  virtual Result<std::uint64_t> count() = 0;
+  virtual Result<std::uint64_t> size_bytes() = 0;
+  virtual StoreStats stats() = 0;
+  virtual Status close() = 0;
+  // "memory", "file", "redis", "tiered": for messages and stats.
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  // Bytes-in / bytes-out convenience: the entry's primary artifact.
+  Result<std::optional<Bytes>> get_bytes(const Key& key);
+  Status put_bytes(const Key& key, Bytes payload);
+};
+
+// Parses "10G", "512M", "64k", "1.5GiB", "1000" (bytes). Units are powers of
+// 1024 (K, M, G, T, with optional "i" and "B"). invalid_argument naming the
+// text for anything else ("10Q", "", "-1").
+Result<std::uint64_t> parse_size(std::string_view text);
+// Parses "30s", "15m", "2h", "7d", "1w" into nanoseconds.
+Result<std::int64_t> parse_duration(std::string_view text);
+// "1.5 GiB"-style rendering.
+std::string format_size(std::uint64_t bytes);
+
+}  // namespace progcache

@@ -1,0 +1,125 @@
+#include "progcache/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace progcache {
+
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace
+
+bool truthy(std::string_view value) {
+  std::string v(value);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  return v == "1" || v == "true" || v == "yes" || v == "on";
+}
+
+FileStoreOptions Config::file_store_options() const {
+  FileStoreOptions o;
+  o.root = dir;
+  o.max_size_bytes = max_size_bytes;
+  o.max_entries = max_entries;
+  o.durability = durability;
+  o.codec.hmac_key = hmac_key;
+  return o;
+}
+
+Result<Config> resolve_config(const ConfigOverrides& overrides) {
+  Config c;
+  // Directory.
+  if (overrides.dir) {
+    c.dir = *overrides.dir;
+    c.settings.push_back({"PROGCACHE_DIR", c.dir, "command line (--dir)"});
+  } else {
+    std::string source;
+    c.dir = default_cache_root(&source);
+    c.settings.push_back({"PROGCACHE_DIR", c.dir, source == "PROGCACHE_DIR" ? "environment" : "default (from " + source + ")"});
+  }
+  // Size cap.
+  {
+    std::optional<std::string> text = overrides.max_size;
+    std::string source = "command line";
+    if (!text) {
+      text = env("PROGCACHE_MAX_SIZE");
+      source = "environment";
+    }
+    if (text) {
+      if (*text == "0" || *text == "none" || *text == "unlimited") {
+        c.max_size_bytes.reset();
+        c.settings.push_back({"PROGCACHE_MAX_SIZE", "unlimited", source});
+      } else {
+        auto n = parse_size(*text);
+        if (!n.ok()) return n.status().with_context("PROGCACHE_MAX_SIZE");
+        c.max_size_bytes = *n;
+        c.settings.push_back({"PROGCACHE_MAX_SIZE", format_size(*n), source});
+      }
+    } else {
+      c.settings.push_back({"PROGCACHE_MAX_SIZE", format_size(k_default_max_size), "default"});
+    }
+  }
+  // Entry cap.
+  {
+    std::optional<std::string> text = overrides.max_entries;
+    std::string source = "command line";
+    if (!text) {
+      text = env("PROGCACHE_MAX_ENTRIES");
+      source = "environment";
+    }
+    if (text && *text != "0" && *text != "none") {
+      std::uint64_t n = 0;
+      const bool digits = !text->empty() && std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
+      if (!digits || text->size() > 18) {
+        return invalid_argument("PROGCACHE_MAX_ENTRIES: invalid entry count '" + *text + "': use a positive integer");
+      }
+      n = std::stoull(*text);
+      c.max_entries = n;
+      c.settings.push_back({"PROGCACHE_MAX_ENTRIES", std::to_string(n), source});
+    } else {
+      c.settings.push_back({"PROGCACHE_MAX_ENTRIES", "unlimited", text ? source : "default"});
+    }
+  }
+  // Disable.
+  if (auto d = env("PROGCACHE_DISABLE")) {
+    c.disabled = truthy(*d);
+    c.settings.push_back({"PROGCACHE_DISABLE", c.disabled ? "yes" : "no", "environment"});
+  } else {
+    c.settings.push_back({"PROGCACHE_DISABLE", "no", "default"});
+  }
+  // Durability.
+  if (auto d = env("PROGCACHE_DURABILITY")) {
+    if (*d == "fsync") c.durability = Durability::fsync;
+    else if (*d == "none") c.durability = Durability::none;
+    else return invalid_argument("PROGCACHE_DURABILITY: invalid value '" + *d + "': use none or fsync");
+    c.settings.push_back({"PROGCACHE_DURABILITY", *d, "environment"});
+  } else {
+    c.settings.push_back({"PROGCACHE_DURABILITY", "none", "default"});
+  }
+  // Signing key: the file's path is shown, its content never.
+  if (auto f = env("PROGCACHE_HMAC_KEY_FILE")) {
+    std::ifstream in(*f, std::ios::binary);
+    if (!in) return not_found("PROGCACHE_HMAC_KEY_FILE: cannot read key file '" + *f + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    c.hmac_key = ss.str();
+    while (!c.hmac_key.empty() && (c.hmac_key.back() == '\n' || c.hmac_key.back() == '\r')) c.hmac_key.pop_back();
+    if (c.hmac_key.size() < 16) {
+      return invalid_argument("PROGCACHE_HMAC_KEY_FILE: key in '" + *f + "' is shorter than 16 bytes");
+    }
+    c.settings.push_back({"PROGCACHE_HMAC_KEY_FILE", *f + " (key loaded, not shown)", "environment"});
+  } else {
+    c.settings.push_back({"PROGCACHE_HMAC_KEY_FILE", "(unset: entries unsigned)", "default"});
+  }
+  return c;
+}
+
+}  // namespace progcache

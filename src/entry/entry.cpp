@@ -1,0 +1,232 @@
+#include "progcache/entry.h"
+
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "progcache/hash.h"
+#include "progcache/version.h"
+
+namespace progcache {
+
+namespace {
+
+constexpr char k_magic[8] = {'P', 'C', 'E', 'N', 'T', 'R', 'Y', '\x01'};
+constexpr std::uint16_t k_flag_hmac = 1;
+constexpr std::size_t k_table_row = 16;
+
+void put_u16(std::string& out, std::uint16_t v) {
+  for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_u32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+template <typename T>
+T get_le(const char* p) {
+  T v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) {
+    v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
+  }
+  return v;
+}
+
+// Adds b to a, reporting overflow instead of wrapping.
+bool add_checked(std::uint64_t& a, std::uint64_t b) {
+  if (a > std::numeric_limits<std::uint64_t>::max() - b) return false;
+  a += b;
+  return true;
+}
+
+}  // namespace
+
+std::string_view producer_string() { return "progcache " PROGCACHE_VERSION_STRING; }
+
+Entry::Entry() {
+  static const auto empty = std::make_shared<const Data>();
+  m_data = empty;
+}
+
+Entry::Entry(std::string metadata_json, std::vector<Artifact> artifacts, std::int64_t created_unix_ns) {
+  auto d = std::make_shared<Data>();
+  d->metadata = metadata_json.empty() ? std::string("{}") : std::move(metadata_json);
+  d->artifacts = std::move(artifacts);
+  d->created_ns = created_unix_ns;
+  d->producer = std::string(producer_string());
+  m_data = std::move(d);
+}
+
+Entry Entry::from_bytes(Bytes payload) {
+  std::vector<Artifact> a;
+  a.push_back({std::string(k_default_artifact), std::move(payload)});
+  return Entry("{}", std::move(a));
+}
+
+const Artifact* Entry::find(std::string_view name) const {
+  for (const auto& a : m_data->artifacts) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+Bytes Entry::primary() const {
+  return m_data->artifacts.empty() ? Bytes() : m_data->artifacts.front().data;
+}
+
+std::uint64_t Entry::payload_size() const {
+  std::uint64_t n = m_data->metadata.size();
+  for (const auto& a : m_data->artifacts) n += a.data.size() + a.name.size();
+  return n;
+}
+
+Status Entry::validate() const {
+  if (m_data->artifacts.size() > k_max_artifacts) {
+    return invalid_argument("an entry holds at most " + std::to_string(k_max_artifacts) +
+                            " artifacts, got " + std::to_string(m_data->artifacts.size()));
+  }
+  std::set<std::string_view> seen;
+  for (const auto& a : m_data->artifacts) {
+    if (a.name.empty() || a.name.size() > 255) {
+      return invalid_argument("artifact name must be 1 to 255 bytes, got " + std::to_string(a.name.size()));
+    }
+    if (!seen.insert(a.name).second) return invalid_argument("duplicate artifact name '" + a.name + "'");
+  }
+  const auto parsed = nlohmann::json::parse(m_data->metadata, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return invalid_argument("entry metadata must be a JSON object");
+  }
+  if (m_data->metadata.size() > std::numeric_limits<std::uint32_t>::max() ||
+      m_data->producer.size() > std::numeric_limits<std::uint32_t>::max()) {
+    return invalid_argument("entry metadata is larger than 4 GiB");
+  }
+  return {};
+}
+
+Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_t now_ns,
+                                 const EntryCodecOptions& options) {
+  PROGCACHE_TRY(entry.validate());
+  std::uint64_t body = k_entry_fixed_header + k_table_row * entry.artifacts().size() +
+                       entry.producer().size() + entry.metadata().size();
+  for (const auto& a : entry.artifacts()) body += a.name.size() + a.data.size();
+  const bool sign = !options.hmac_key.empty();
+  std::string out;
+  out.reserve(body + k_entry_checksum_size + (sign ? k_entry_hmac_size : 0));
+  out.append(k_magic, sizeof k_magic);
+  put_u16(out, k_entry_format_version);
+  put_u16(out, sign ? k_flag_hmac : 0);
+  put_u32(out, static_cast<std::uint32_t>(entry.artifacts().size()));
+  const std::int64_t created = entry.created_unix_ns() != 0 ? entry.created_unix_ns() : now_ns;
+  put_u64(out, static_cast<std::uint64_t>(created));
+  out.append(key.view());
+  put_u32(out, static_cast<std::uint32_t>(entry.producer().size()));
+  put_u32(out, static_cast<std::uint32_t>(entry.metadata().size()));
+  for (const auto& a : entry.artifacts()) {
+    put_u32(out, static_cast<std::uint32_t>(a.name.size()));
+    put_u32(out, 0);
+    put_u64(out, a.data.size());
+  }
+  out += entry.producer();
+  out += entry.metadata();
+  for (const auto& a : entry.artifacts()) out += a.name;
+  for (const auto& a : entry.artifacts()) out.append(a.data.view());
+  const Digest128 sum = xxh3_128(out);
+  out.append(reinterpret_cast<const char*>(sum.data()), sum.size());
+  if (sign) {
+    const Digest256 mac = hmac_sha256(options.hmac_key, out);
+    out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  }
+  return out;
+}
+
+Result<EntryHeader> peek_entry_header(std::string_view data) {
+  if (data.size() < k_entry_fixed_header + k_entry_checksum_size) {
+    return data_loss("truncated: " + std::to_string(data.size()) + " bytes is shorter than an entry header");
+  }
+  if (std::memcmp(data.data(), k_magic, sizeof k_magic) != 0) return data_loss("bad magic: not a progcache entry");
+  const auto version = get_le<std::uint16_t>(data.data() + 8);
+  if (version != k_entry_format_version) {
+    return data_loss("unsupported entry format version " + std::to_string(version));
+  }
+  const auto flags = get_le<std::uint16_t>(data.data() + 10);
+  if ((flags & ~k_flag_hmac) != 0) return data_loss("unknown entry flags " + std::to_string(flags));
+  EntryHeader h;
+  h.artifact_count = get_le<std::uint32_t>(data.data() + 12);
+  h.created_unix_ns = static_cast<std::int64_t>(get_le<std::uint64_t>(data.data() + 16));
+  std::memcpy(h.key.bytes.data(), data.data() + 24, 32);
+  h.signed_entry = (flags & k_flag_hmac) != 0;
+  return h;
+}
+
+Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const EntryCodecOptions& options) {
+  const std::string_view in = data.view();
+  PROGCACHE_ASSIGN_OR_RETURN(EntryHeader h, peek_entry_header(in));
+  if (h.artifact_count > k_max_artifacts) {
+    return data_loss("artifact count " + std::to_string(h.artifact_count) + " exceeds " +
+                     std::to_string(k_max_artifacts));
+  }
+  const std::size_t trailer = k_entry_checksum_size + (h.signed_entry ? k_entry_hmac_size : 0);
+  const std::uint64_t table_end = k_entry_fixed_header + std::uint64_t{k_table_row} * h.artifact_count;
+  if (table_end + trailer > in.size()) return data_loss("truncated: artifact table runs past the end");
+
+  // Every declared length is summed (overflow-checked) and must account for
+  // the buffer exactly; only then is anything sliced or allocated.
+  std::uint64_t total = table_end;
+  const auto producer_len = get_le<std::uint32_t>(in.data() + 56);
+  const auto metadata_len = get_le<std::uint32_t>(in.data() + 60);
+  add_checked(total, producer_len);
+  add_checked(total, metadata_len);
+  for (std::uint32_t i = 0; i < h.artifact_count; ++i) {
+    const char* row = in.data() + k_entry_fixed_header + k_table_row * i;
+    if (get_le<std::uint32_t>(row + 4) != 0) return data_loss("artifact table has a nonzero reserved field");
+    if (!add_checked(total, get_le<std::uint32_t>(row)) || !add_checked(total, get_le<std::uint64_t>(row + 8))) {
+      return data_loss("artifact lengths overflow");
+    }
+  }
+  if (!add_checked(total, trailer) || total != in.size()) {
+    return data_loss("length mismatch: header declares " + std::to_string(total) + " bytes, entry has " +
+                     std::to_string(in.size()));
+  }
+  const std::size_t body = in.size() - trailer;
+  const Digest128 sum = xxh3_128(in.substr(0, body));
+  if (std::memcmp(sum.data(), in.data() + body, sum.size()) != 0) return data_loss("checksum mismatch");
+  if (!options.hmac_key.empty()) {
+    if (!h.signed_entry) return permission_denied("entry is not signed and a signing key is configured");
+    const Digest256 mac = hmac_sha256(options.hmac_key, in.substr(0, body + k_entry_checksum_size));
+    if (!constant_time_equal(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()),
+                             in.substr(body + k_entry_checksum_size))) {
+      return permission_denied("entry signature does not verify");
+    }
+  }
+  if (h.key != expected_key) {
+    return data_loss("key echo mismatch: entry belongs to key " + h.key.hex());
+  }
+
+  auto e = std::make_shared<Entry::Data>();
+  e->created_ns = h.created_unix_ns;
+  std::size_t pos = table_end;
+  e->producer.assign(in.substr(pos, producer_len));
+  pos += producer_len;
+  e->metadata.assign(in.substr(pos, metadata_len));
+  pos += metadata_len;
+  if (!nlohmann::json::accept(e->metadata)) return data_loss("metadata is not valid JSON");
+  e->artifacts.resize(h.artifact_count);
+  for (std::uint32_t i = 0; i < h.artifact_count; ++i) {
+    const auto name_len = get_le<std::uint32_t>(in.data() + k_entry_fixed_header + k_table_row * i);
+    e->artifacts[i].name.assign(in.substr(pos, name_len));
+    pos += name_len;
+  }
+  for (std::uint32_t i = 0; i < h.artifact_count; ++i) {
+    const auto len = get_le<std::uint64_t>(in.data() + k_entry_fixed_header + k_table_row * i + 8);
+    e->artifacts[i].data = data.slice(pos, len);
+    pos += len;
+  }
+  Entry out;
+  out.m_data = std::move(e);
+  return out;
+}
+
+}  // namespace progcache

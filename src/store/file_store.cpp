@@ -1,0 +1,805 @@
+#include "progcache/file_store.h"
+
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+
+namespace progcache {
+
+namespace {
+
+constexpr int k_shards = 256;
+constexpr std::uint64_t k_acct_magic = 0x31544e43434350ULL;  // "PCCCNT1"
+constexpr std::uint64_t k_acct_version = 1;
+constexpr std::uint64_t k_max_entry_file = std::uint64_t{8} << 30;
+constexpr std::string_view k_temp_prefix = ".tmp.";
+constexpr std::string_view k_quarantine_prefix = ".q.";
+// Trimming goes below the cap by this fraction so one scan pays for many puts.
+constexpr double k_low_water = 0.9;
+
+// The shared counters. Lives at offset 0 of <root>/v1/accounting, mapped
+// MAP_SHARED by every process; all fields are updated with atomic adds through
+// std::atomic_ref, which is address-free for lock-free 8-byte types.
+struct Accounting {
+  std::int64_t magic;
+  std::int64_t version;
+  std::int64_t pad0[6];
+  struct ShardCounters {
+    std::int64_t bytes;
+    std::int64_t count;
+  } shards[k_shards];
+  std::int64_t total_bytes;
+  std::int64_t total_count;
+  std::int64_t hits, misses, puts, evictions, corrupt, rejected, errors;
+};
+constexpr std::size_t k_acct_size = 8192;
+static_assert(sizeof(Accounting) <= k_acct_size);
+
+std::int64_t atomic_add(std::int64_t& field, std::int64_t delta) {
+  return std::atomic_ref<std::int64_t>(field).fetch_add(delta, std::memory_order_relaxed) + delta;
+}
+std::int64_t atomic_load(std::int64_t& field) {
+  return std::atomic_ref<std::int64_t>(field).load(std::memory_order_relaxed);
+}
+std::int64_t atomic_exchange(std::int64_t& field, std::int64_t v) {
+  return std::atomic_ref<std::int64_t>(field).exchange(v, std::memory_order_relaxed);
+}
+std::uint64_t clamp0(std::int64_t v) { return v < 0 ? 0 : static_cast<std::uint64_t>(v); }
+
+bool is_hex_name(std::string_view s, std::size_t len) {
+  if (s.size() != len) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::string shard_hex(int idx) {
+  static constexpr char k_digits[] = "0123456789abcdef";
+  return {k_digits[(idx >> 4) & 0xf], k_digits[idx & 0xf]};
+}
+
+struct ScannedFile {
+  std::string name;
+  FileInfo info;
+};
+
+class FileStoreImpl final : public FileStore {
+ public:
+  FileStoreImpl(FileStoreOptions o, std::string root) : m_opt(std::move(o)), m_root(std::move(root)) {
+    m_env = m_opt.env != nullptr ? m_opt.env : Env::posix();
+    m_dir = join_path(m_root, "v" + std::to_string(k_entry_format_version));
+    const bool group = m_opt.sharing == Sharing::group;
+    m_dir_perms = group ? 02770 : 0700;
+    m_file_perms = group ? 0660 : 0600;
+    for (auto& ok : m_shard_ok) ok.store(false);
+  }
+
+  ~FileStoreImpl() override { close().ignore(); }
+
+  Status init() {
+    PROGCACHE_TRY(check_root());
+    PROGCACHE_TRY(ensure_dir(m_dir));
+    PROGCACHE_TRY(open_accounting());
+    // Each open visits one shard: sweeps its stale temps and reconciles its
+    // counters, so even a store that never reaches its cap is tidied over time.
+    std::random_device rd;
+    scan_shard(static_cast<int>(rd() % k_shards), /*reconcile=*/true).status().ignore();
+    return {};
+  }
+
+  // ---------------------------------------------------------- Store
+
+  Result<std::optional<Entry>> get(const Key& key) override {
+    PROGCACHE_TRY(check_open());
+    const int idx = key.bytes[0];
+    if (!shard_checked(idx, /*create=*/false)) {
+      count_miss();
+      return std::optional<Entry>();
+    }
+    const std::string path = entry_path(key);
+    auto fd = m_env->open_file(path, OpenMode::read, 0);
+    if (!fd.ok()) {
+      if (fd.status().code() == Code::not_found) {
+        count_miss();
+        return std::optional<Entry>();
+      }
+      if (fd.status().code() == Code::invalid_argument) {
+        // ELOOP: a symlink where an entry belongs. Never followed; removed.
+        auto info = m_env->lstat(path);
+        if (info.ok()) remove_if_same(idx, path, *info).status().ignore();
+        count_corrupt();
+        count_miss();
+        return std::optional<Entry>();
+      }
+      return count_error(fd.status());
+    }
+    auto result = read_entry(*fd, path, key, /*stamp=*/true);
+    m_env->close_file(*fd).ignore();
+    if (!result.ok()) return count_error(result.status());
+    if (!result->entry) {
+      if (result->damaged) {
+        remove_if_same(idx, path, result->info).status().ignore();
+        result->rejected ? count_rejected() : count_corrupt();
+      }
+      count_miss();
+      return std::optional<Entry>();
+    }
+    m_hits.fetch_add(1, std::memory_order_relaxed);
+    if (m_acct != nullptr) atomic_add(m_acct->hits, 1);
+    return std::move(result->entry);
+  }
+
+  Status put(const Key& key, const Entry& entry) override {
+    PROGCACHE_TRY(check_open());
+    auto encoded = encode_entry(key, entry, m_env->now_ns(), m_opt.codec);
+    if (!encoded.ok()) return encoded.status();
+    const int idx = key.bytes[0];
+    if (!shard_checked(idx, /*create=*/true)) {
+      return count_error(permission_denied("shard directory '" + shard_dir(idx) +
+                                           "' is not a private directory of this user; refusing to write"));
+    }
+    const std::string path = entry_path(key);
+    const std::string temp = temp_path(idx);
+    auto old = m_env->lstat(path);
+    Status st = write_file_atomic(m_env, path, temp, *encoded, m_file_perms, m_opt.durability);
+    if (!st.ok()) return count_error(st.with_context("storing entry " + key.hex()));
+    std::int64_t dbytes = static_cast<std::int64_t>(encoded->size());
+    std::int64_t dcount = 1;
+    if (old.ok() && old->is_regular()) {
+      dbytes -= static_cast<std::int64_t>(old->size);
+      dcount = 0;
+    }
+    charge(idx, dbytes, dcount);
+    m_puts.fetch_add(1, std::memory_order_relaxed);
+    atomic_add(m_acct->puts, 1);
+    maybe_trim();
+    return {};
+  }
+
+  Result<bool> erase(const Key& key) override {
+    PROGCACHE_TRY(check_open());
+    const int idx = key.bytes[0];
+    if (!shard_checked(idx, false)) return false;
+    const std::string path = entry_path(key);
+    auto info = m_env->lstat(path);
+    if (!info.ok()) {
+      if (info.status().code() == Code::not_found) return false;
+      return count_error(info.status());
+    }
+    Status st = m_env->unlink(path);
+    if (!st.ok()) {
+      if (st.code() == Code::not_found) return false;
+      return count_error(st);
+    }
+    charge(idx, -static_cast<std::int64_t>(info->size), -1);
+    return true;
+  }
+
+  Status clear() override {
+    PROGCACHE_TRY(check_open());
+    Status first_error;
+    for (int idx = 0; idx < k_shards; ++idx) {
+      auto files = m_env->list_dir(shard_dir(idx));
+      if (!files.ok()) {
+        if (files.status().code() != Code::not_found && first_error.ok()) first_error = files.status();
+        continue;
+      }
+      for (const auto& f : *files) {
+        if (f.type == DirEntry::Type::directory) continue;
+        Status st = m_env->unlink(join_path(shard_dir(idx), f.name));
+        if (!st.ok() && st.code() != Code::not_found && first_error.ok()) first_error = st;
+      }
+      reconcile_shard(idx, 0, 0);
+    }
+    return first_error;
+  }
+
+  Result<std::uint64_t> count() override {
+    PROGCACHE_TRY(check_open());
+    return clamp0(atomic_load(m_acct->total_count));
+  }
+
+  Result<std::uint64_t> size_bytes() override {
+    PROGCACHE_TRY(check_open());
+    return clamp0(atomic_load(m_acct->total_bytes));
+  }
+
+  StoreStats stats() override {
+    StoreStats s;
+    s.hits = m_hits.load();
+    s.misses = m_misses.load();
+    s.puts = m_puts.load();
+    s.evictions = m_evictions.load();
+    s.corrupt_dropped = m_corrupt.load();
+    s.rejected = m_rejected.load();
+    s.errors = m_errors.load();
+    std::lock_guard lock(m_close_mu);
+    if (m_acct != nullptr) {
+      s.bytes_stored = clamp0(atomic_load(m_acct->total_bytes));
+      s.entries = clamp0(atomic_load(m_acct->total_count));
+    }
+    return s;
+  }
+
+  StoreStats host_stats() override {
+    StoreStats s;
+    std::lock_guard lock(m_close_mu);
+    if (m_acct == nullptr) return s;
+    s.hits = clamp0(atomic_load(m_acct->hits));
+    s.misses = clamp0(atomic_load(m_acct->misses));
+    s.puts = clamp0(atomic_load(m_acct->puts));
+    s.evictions = clamp0(atomic_load(m_acct->evictions));
+    s.corrupt_dropped = clamp0(atomic_load(m_acct->corrupt));
+    s.rejected = clamp0(atomic_load(m_acct->rejected));
+    s.errors = clamp0(atomic_load(m_acct->errors));
+    s.bytes_stored = clamp0(atomic_load(m_acct->total_bytes));
+    s.entries = clamp0(atomic_load(m_acct->total_count));
+    return s;
+  }
+
+  Status close() override {
+    std::lock_guard lock(m_close_mu);
+    if (m_closed.exchange(true)) return {};
+    if (m_acct != nullptr) m_env->unmap(m_acct, k_acct_size);
+    m_acct = nullptr;
+    if (m_acct_fd >= 0) m_env->close_file(m_acct_fd).ignore();
+    if (m_evict_fd >= 0) m_env->close_file(m_evict_fd).ignore();
+    m_acct_fd = m_evict_fd = -1;
+    return {};
+  }
+
+  [[nodiscard]] std::string name() const override { return "file"; }
+  [[nodiscard]] const std::string& root() const override { return m_root; }
+
+  [[nodiscard]] std::string entry_path(const Key& key) const override {
+    const std::string hex = key.hex();
+    std::string p = m_dir;
+    p += '/';
+    p.append(hex, 0, 2);
+    p += '/';
+    p.append(hex, 2, std::string::npos);
+    return p;
+  }
+
+  // ---------------------------------------------------------- maintenance
+
+  Result<std::vector<FileEntryInfo>> list(const ProgressFn& progress) override {
+    PROGCACHE_TRY(check_open());
+    std::vector<FileEntryInfo> out;
+    for (int idx = 0; idx < k_shards; ++idx) {
+      if (progress) progress(idx, k_shards);
+      auto files = scan_shard(idx, /*reconcile=*/false);
+      if (!files.ok()) return files.status();
+      for (auto& f : *files) {
+        FileEntryInfo e;
+        e.path = join_path(shard_dir(idx), f.name);
+        auto key = Key::from_hex(shard_hex(idx) + f.name);
+        if (!key.ok()) continue;
+        e.key = *key;
+        e.size = f.info.size;
+        e.last_used_ns = std::max(f.info.atime_ns, f.info.mtime_ns);
+        e.created_unix_ns = peek_created(e.path);
+        out.push_back(std::move(e));
+      }
+    }
+    if (progress) progress(k_shards, k_shards);
+    return out;
+  }
+
+  Result<VerifyReport> verify(Repair repair, const ProgressFn& progress) override {
+    PROGCACHE_TRY(check_open());
+    VerifyReport report;
+    const std::int64_t now = m_env->now_ns();
+    for (int idx = 0; idx < k_shards; ++idx) {
+      if (progress) progress(idx, k_shards);
+      const std::string dir = shard_dir(idx);
+      auto files = m_env->list_dir(dir);
+      if (!files.ok()) {
+        if (files.status().code() == Code::not_found) continue;
+        return files.status();
+      }
+      std::int64_t bytes = 0, count = 0;
+      for (const auto& f : *files) {
+        const std::string path = join_path(dir, f.name);
+        auto info = m_env->lstat(path);
+        if (!info.ok()) continue;  // gone meanwhile
+        if (std::string_view(f.name).starts_with(k_temp_prefix) ||
+            std::string_view(f.name).starts_with(k_quarantine_prefix)) {
+          if (now - info->mtime_ns > m_opt.stale_temp_ns && m_env->unlink(path).ok()) ++report.temps_removed;
+          continue;
+        }
+        ++report.checked;
+        std::string reason;
+        auto key = Key::from_hex(shard_hex(idx) + f.name);
+        if (!is_hex_name(f.name, 62) || !key.ok()) {
+          reason = "not an entry name";
+        } else if (info->is_symlink()) {
+          reason = "symlink (never followed)";
+        } else if (!info->is_regular()) {
+          reason = "not a regular file";
+        } else {
+          auto fd = m_env->open_file(path, OpenMode::read, 0);
+          if (!fd.ok()) {
+            if (fd.status().code() == Code::not_found) {
+              --report.checked;
+              continue;
+            }
+            reason = fd.status().message();
+          } else {
+            auto r = read_entry(*fd, path, *key, /*stamp=*/false);
+            m_env->close_file(*fd).ignore();
+            if (!r.ok()) {
+              reason = r.status().message();
+            } else if (!r->entry) {
+              reason = r->reason;
+            }
+          }
+        }
+        if (reason.empty()) {
+          ++report.ok;
+          bytes += static_cast<std::int64_t>(info->size);
+          ++count;
+          continue;
+        }
+        VerifyProblem p{path, reason, false};
+        if (repair == Repair::yes) {
+          if (info->is_dir()) {
+            p.removed = false;
+          } else {
+            auto removed = remove_if_same(idx, path, *info);
+            p.removed = removed.ok() && *removed;
+          }
+        }
+        if (!p.removed && info->is_regular()) {
+          bytes += static_cast<std::int64_t>(info->size);
+          ++count;
+        }
+        report.problems.push_back(std::move(p));
+      }
+      reconcile_shard(idx, bytes, count);
+    }
+    if (progress) progress(k_shards, k_shards);
+    return report;
+  }
+
+  Result<PruneReport> prune(std::optional<std::uint64_t> max_size, std::optional<std::int64_t> older_than_ns,
+                            const ProgressFn& progress) override {
+    PROGCACHE_TRY(check_open());
+    struct Item {
+      int shard;
+      ScannedFile file;
+    };
+    std::vector<Item> items;
+    for (int idx = 0; idx < k_shards; ++idx) {
+      if (progress) progress(idx, 2 * k_shards);
+      auto files = scan_shard(idx, /*reconcile=*/true);
+      if (!files.ok()) return files.status();
+      for (auto& f : *files) items.push_back({idx, std::move(f)});
+    }
+    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+      return last_used(a.file.info) < last_used(b.file.info);
+    });
+    PruneReport report;
+    std::uint64_t total = 0;
+    for (const auto& it : items) total += it.file.info.size;
+    const std::int64_t now = m_env->now_ns();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (progress && i % 64 == 0) progress(k_shards + (k_shards * i) / items.size(), 2 * k_shards);
+      const auto& it = items[i];
+      const bool too_old = older_than_ns && now - last_used(it.file.info) > *older_than_ns;
+      const bool too_big = max_size && total > *max_size;
+      if (!too_old && !too_big) continue;
+      auto removed = remove_if_same(it.shard, join_path(shard_dir(it.shard), it.file.name), it.file.info);
+      if (removed.ok() && *removed) {
+        total -= it.file.info.size;
+        ++report.removed;
+        report.bytes_removed += it.file.info.size;
+        charge(it.shard, -static_cast<std::int64_t>(it.file.info.size), -1);
+        m_evictions.fetch_add(1);
+        atomic_add(m_acct->evictions, 1);
+      }
+    }
+    if (progress) progress(2 * k_shards, 2 * k_shards);
+    report.remaining = items.size() - report.removed;
+    report.bytes_remaining = total;
+    return report;
+  }
+
+ private:
+  struct ReadResult {
+    std::optional<Entry> entry;
+    bool damaged = false;
+    bool rejected = false;
+    std::string reason;
+    FileInfo info;
+  };
+
+  static std::int64_t last_used(const FileInfo& i) { return std::max(i.atime_ns, i.mtime_ns); }
+
+  Status check_open() const {
+    if (m_closed.load(std::memory_order_relaxed)) return failed_precondition("file store '" + m_root + "' is closed");
+    return {};
+  }
+
+  void count_miss() {
+    m_misses.fetch_add(1, std::memory_order_relaxed);
+    if (m_acct != nullptr) atomic_add(m_acct->misses, 1);
+  }
+  void count_corrupt() {
+    m_corrupt.fetch_add(1, std::memory_order_relaxed);
+    if (m_acct != nullptr) atomic_add(m_acct->corrupt, 1);
+  }
+  void count_rejected() {
+    m_rejected.fetch_add(1, std::memory_order_relaxed);
+    if (m_acct != nullptr) atomic_add(m_acct->rejected, 1);
+  }
+  Status count_error(Status st) {
+    m_errors.fetch_add(1, std::memory_order_relaxed);
+    if (m_acct != nullptr) atomic_add(m_acct->errors, 1);
+    return st;
+  }
+
+  [[nodiscard]] std::string shard_dir(int idx) const { return join_path(m_dir, shard_hex(idx)); }
+
+  std::string temp_path(int idx) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    const std::uint64_t n = m_temp_counter.fetch_add(1, std::memory_order_relaxed);
+    // pid + counter are unique within the host at any instant; the random part
+    // guards against pid reuse by a process that crashed mid-put.
+    return join_path(shard_dir(idx), std::string(k_temp_prefix) + std::to_string(::getpid()) + "." +
+                                         std::to_string(n) + "." + std::to_string(rng() & 0xffffffffu));
+  }
+
+  // Reads and verifies the entry open at `fd`. Errors are I/O failures;
+  // damage is reported in the ReadResult, not as an error.
+  Result<ReadResult> read_entry(int fd, const std::string& path, const Key& key, bool stamp) {
+    ReadResult r;
+    PROGCACHE_ASSIGN_OR_RETURN(r.info, m_env->fstat(fd));
+    if (!r.info.is_regular()) {
+      r.reason = "not a regular file";
+      return r;
+    }
+    if (r.info.size > k_max_entry_file) {
+      r.damaged = true;
+      r.reason = "file of " + std::to_string(r.info.size) + " bytes is larger than any entry";
+      return r;
+    }
+    char* buf = nullptr;
+    Bytes data = Bytes::allocate(r.info.size, &buf);
+    std::uint64_t done = 0;
+    while (done < r.info.size) {
+      PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, m_env->pread(fd, buf + done, r.info.size - done, done));
+      if (n == 0) break;
+      done += n;
+    }
+    if (done != r.info.size) {
+      r.damaged = true;
+      r.reason = "file shrank while being read";
+      return r;
+    }
+    auto decoded = decode_entry(data, key, m_opt.codec);
+    if (!decoded.ok()) {
+      r.damaged = true;
+      r.rejected = decoded.status().code() == Code::permission_denied;
+      r.reason = decoded.status().message();
+      (void)path;
+      return r;
+    }
+    if (stamp) {
+      const std::int64_t now = m_env->now_ns();
+      if (now - r.info.atime_ns > m_opt.recency_granularity_ns) m_env->set_atime(fd, now).ignore();
+    }
+    r.entry = std::move(*decoded);
+    return r;
+  }
+
+  std::int64_t peek_created(const std::string& path) {
+    auto fd = m_env->open_file(path, OpenMode::read, 0);
+    if (!fd.ok()) return 0;
+    char buf[k_entry_fixed_header + k_entry_checksum_size];
+    auto n = m_env->pread(*fd, buf, sizeof buf, 0);
+    m_env->close_file(*fd).ignore();
+    if (!n.ok()) return 0;
+    auto h = peek_entry_header(std::string_view(buf, *n));
+    return h.ok() ? h->created_unix_ns : 0;
+  }
+
+  // Removes `path` only if it is still the file described by `expected`. The
+  // file is first moved aside atomically; if what was moved turns out to be a
+  // newer file (another process replaced the entry meanwhile) it is moved
+  // back, unless an even newer one has appeared, which then wins.
+  Result<bool> remove_if_same(int idx, const std::string& path, const FileInfo& expected) {
+    const std::string q = join_path(shard_dir(idx), std::string(k_quarantine_prefix) + std::to_string(::getpid()) +
+                                                        "." + std::to_string(m_temp_counter.fetch_add(1)));
+    Status st = m_env->rename(path, q);
+    if (!st.ok()) {
+      if (st.code() == Code::not_found) return false;
+      return st;
+    }
+    auto moved = m_env->lstat(q);
+    if (moved.ok() && moved->same_file(expected)) {
+      PROGCACHE_TRY(m_env->unlink(q));
+      return true;
+    }
+    if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
+    return false;
+  }
+
+  void charge(int idx, std::int64_t dbytes, std::int64_t dcount) {
+    atomic_add(m_acct->shards[idx].bytes, dbytes);
+    atomic_add(m_acct->shards[idx].count, dcount);
+    atomic_add(m_acct->total_bytes, dbytes);
+    atomic_add(m_acct->total_count, dcount);
+  }
+
+  // Sets shard idx's counters to the truth found by a scan, moving the
+  // totals by the same difference so total == sum of shards stays true.
+  void reconcile_shard(int idx, std::int64_t bytes, std::int64_t count) {
+    const std::int64_t old_b = atomic_exchange(m_acct->shards[idx].bytes, bytes);
+    const std::int64_t old_c = atomic_exchange(m_acct->shards[idx].count, count);
+    atomic_add(m_acct->total_bytes, bytes - old_b);
+    atomic_add(m_acct->total_count, count - old_c);
+  }
+
+  // Lists shard idx's entry files (lstat'ed), sweeping stale temps on the
+  // way; with reconcile, resets the shard's counters to what it found.
+  Result<std::vector<ScannedFile>> scan_shard(int idx, bool reconcile) {
+    std::vector<ScannedFile> out;
+    const std::string dir = shard_dir(idx);
+    auto files = m_env->list_dir(dir);
+    if (!files.ok()) {
+      if (files.status().code() == Code::not_found) {
+        if (reconcile && m_acct != nullptr) reconcile_shard(idx, 0, 0);
+        return out;
+      }
+      return files.status();
+    }
+    const std::int64_t now = m_env->now_ns();
+    std::int64_t bytes = 0;
+    for (auto& f : *files) {
+      const std::string path = join_path(dir, f.name);
+      const bool temp = std::string_view(f.name).starts_with(k_temp_prefix) ||
+                        std::string_view(f.name).starts_with(k_quarantine_prefix);
+      if (!temp && !is_hex_name(f.name, 62)) continue;
+      auto info = m_env->lstat(path);
+      if (!info.ok() || !info->is_regular()) continue;
+      if (temp) {
+        if (now - info->mtime_ns > m_opt.stale_temp_ns) m_env->unlink(path).ignore();
+        continue;
+      }
+      bytes += static_cast<std::int64_t>(info->size);
+      out.push_back({std::move(f.name), *info});
+    }
+    if (reconcile && m_acct != nullptr) reconcile_shard(idx, bytes, static_cast<std::int64_t>(out.size()));
+    return out;
+  }
+
+  [[nodiscard]] bool over(double fraction) const {
+    if (m_opt.max_size_bytes &&
+        static_cast<double>(atomic_load(m_acct->total_bytes)) > fraction * static_cast<double>(*m_opt.max_size_bytes)) {
+      return true;
+    }
+    return m_opt.max_entries &&
+           static_cast<double>(atomic_load(m_acct->total_count)) > fraction * static_cast<double>(*m_opt.max_entries);
+  }
+
+  void maybe_trim() {
+    if (!over(1.0)) return;
+    auto got = m_env->lock(m_evict_fd, LockKind::exclusive, LockWait::try_only);
+    if (!got.ok() || !*got) return;  // another process is trimming
+    trim_to_low_water();
+    m_env->unlock(m_evict_fd).ignore();
+  }
+
+  // Requires the eviction lock. Visits shards fullest first; in each, removes
+  // the least recently used entries (at most half the shard per visit) until
+  // the totals are under the low-water mark. Work per put stays constant as
+  // the store grows: a scan of S files removes up to S/2 of them.
+  void trim_to_low_water() {
+    const bool by_count = m_opt.max_entries.has_value() &&
+                          (!m_opt.max_size_bytes || over_entries_more());
+    std::array<bool, k_shards> visited{};
+    for (int round = 0; round < k_shards && over(k_low_water); ++round) {
+      int best = -1;
+      std::int64_t best_v = 0;
+      for (int i = 0; i < k_shards; ++i) {
+        if (visited[i]) continue;
+        const std::int64_t v = by_count ? atomic_load(m_acct->shards[i].count) : atomic_load(m_acct->shards[i].bytes);
+        if (best < 0 || v > best_v) {
+          best = i;
+          best_v = v;
+        }
+      }
+      if (best < 0) break;
+      visited[best] = true;
+      auto files = scan_shard(best, /*reconcile=*/true);
+      if (!files.ok() || files->empty()) continue;
+      std::sort(files->begin(), files->end(),
+                [](const ScannedFile& a, const ScannedFile& b) { return last_used(a.info) < last_used(b.info); });
+      const std::size_t limit = std::max<std::size_t>(1, files->size() / 2);
+      for (std::size_t i = 0; i < limit && over(k_low_water); ++i) {
+        const auto& f = (*files)[i];
+        auto removed = remove_if_same(best, join_path(shard_dir(best), f.name), f.info);
+        if (removed.ok() && *removed) {
+          charge(best, -static_cast<std::int64_t>(f.info.size), -1);
+          m_evictions.fetch_add(1, std::memory_order_relaxed);
+          atomic_add(m_acct->evictions, 1);
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] bool over_entries_more() const {
+    const double b = static_cast<double>(atomic_load(m_acct->total_bytes)) / static_cast<double>(*m_opt.max_size_bytes);
+    const double c = static_cast<double>(atomic_load(m_acct->total_count)) / static_cast<double>(*m_opt.max_entries);
+    return c > b;
+  }
+
+  // A shard directory is used only once it is known to be a real directory
+  // owned by this user (never a symlink). The answer is cached per process.
+  bool shard_checked(int idx, bool create) {
+    if (m_shard_ok[idx].load(std::memory_order_acquire)) return true;
+    const std::string dir = shard_dir(idx);
+    auto info = m_env->lstat(dir);
+    if (!info.ok()) {
+      if (!create || info.status().code() != Code::not_found) return false;
+      if (!ensure_dir(dir).ok()) return false;
+      info = m_env->lstat(dir);
+      if (!info.ok()) return false;
+    }
+    if (!dir_acceptable(*info)) return false;
+    m_shard_ok[idx].store(true, std::memory_order_release);
+    return true;
+  }
+
+  [[nodiscard]] bool dir_acceptable(const FileInfo& info) const {
+    if (info.is_symlink() || !info.is_dir()) return false;
+    if (m_opt.sharing == Sharing::private_only) {
+      return info.uid == ::geteuid() && (info.mode & 022) == 0;
+    }
+    return (info.mode & 002) == 0;
+  }
+
+  // Creates `dir` (one level) with the store's permissions, or checks the
+  // existing one.
+  Status ensure_dir(const std::string& dir) {
+    Status st = m_env->mkdir(dir, m_dir_perms);
+    if (st.ok()) {
+      if (m_opt.sharing == Sharing::group) PROGCACHE_TRY(m_env->chmod(dir, m_dir_perms));
+    } else if (st.code() != Code::failed_precondition) {
+      return st;
+    }
+    PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->lstat(dir));
+    if (!dir_acceptable(info)) {
+      return permission_denied("'" + dir + "' is a symlink, not a directory, or not private to this user; refusing it");
+    }
+    return {};
+  }
+
+  Status check_root() {
+    // Create missing components, private by default (XDG asks 0700 for caches).
+    std::filesystem::path p(m_root);
+    std::filesystem::path acc;
+    for (const auto& part : p) {
+      acc /= part;
+      if (acc == acc.root_path()) continue;
+      Status st = m_env->mkdir(acc.string(), m_dir_perms);
+      if (!st.ok() && st.code() != Code::failed_precondition) return st.with_context("creating cache root");
+      if (st.ok() && m_opt.sharing == Sharing::group && acc == p) PROGCACHE_TRY(m_env->chmod(acc.string(), m_dir_perms));
+    }
+    // The root itself may be a symlink the user chose; judge its target.
+    PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->stat(m_root));
+    if (!info.is_dir()) return invalid_argument("cache root '" + m_root + "' is not a directory");
+    if (m_opt.sharing == Sharing::private_only) {
+      if (info.uid != ::geteuid()) {
+        return permission_denied("cache root '" + m_root + "' is owned by uid " + std::to_string(info.uid) +
+                                 ", not by you (uid " + std::to_string(::geteuid()) +
+                                 "): someone else could plant programs there. Use a directory you own "
+                                 "(PROGCACHE_DIR) or configure group sharing explicitly");
+      }
+      if ((info.mode & 022) != 0) {
+        return permission_denied("cache root '" + m_root +
+                                 "' is writable by group or others: anyone could plant programs there. "
+                                 "Run 'chmod 700' on it, or configure group sharing explicitly");
+      }
+    } else if ((info.mode & 002) != 0) {
+      return permission_denied("cache root '" + m_root + "' is writable by others; refusing it even in group mode");
+    }
+    return {};
+  }
+
+  Status open_accounting() {
+    const std::string path = join_path(m_dir, "accounting");
+    PROGCACHE_ASSIGN_OR_RETURN(m_acct_fd, m_env->open_file(path, OpenMode::read_write, m_file_perms));
+    PROGCACHE_ASSIGN_OR_RETURN(m_evict_fd, m_env->open_file(join_path(m_dir, "evict.lock"), OpenMode::read_write,
+                                                            m_file_perms));
+    PROGCACHE_ASSIGN_OR_RETURN(bool locked, m_env->lock(m_acct_fd, LockKind::exclusive, LockWait::block));
+    (void)locked;
+    Status st = init_accounting_locked();
+    m_env->unlock(m_acct_fd).ignore();
+    return st;
+  }
+
+  Status init_accounting_locked() {
+    PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->fstat(m_acct_fd));
+    if (info.size < k_acct_size) PROGCACHE_TRY(m_env->ftruncate(m_acct_fd, k_acct_size));
+    PROGCACHE_ASSIGN_OR_RETURN(void* p, m_env->map_shared(m_acct_fd, k_acct_size));
+    m_acct = static_cast<Accounting*>(p);
+    if (atomic_load(m_acct->magic) == static_cast<std::int64_t>(k_acct_magic) &&
+        atomic_load(m_acct->version) == static_cast<std::int64_t>(k_acct_version)) {
+      return {};
+    }
+    // New or damaged: rebuild from the files, then publish the magic last so
+    // a crash part-way leaves the next opener to rebuild again.
+    std::memset(static_cast<void*>(m_acct), 0, sizeof(Accounting));
+    for (int idx = 0; idx < k_shards; ++idx) PROGCACHE_TRY(scan_shard(idx, /*reconcile=*/true).status());
+    atomic_exchange(m_acct->version, static_cast<std::int64_t>(k_acct_version));
+    atomic_exchange(m_acct->magic, static_cast<std::int64_t>(k_acct_magic));
+    return {};
+  }
+
+  FileStoreOptions m_opt;
+  std::string m_root;
+  std::string m_dir;
+  Env* m_env;
+  std::uint32_t m_dir_perms;
+  std::uint32_t m_file_perms;
+  std::array<std::atomic<bool>, k_shards> m_shard_ok;
+  int m_acct_fd = -1;
+  int m_evict_fd = -1;
+  Accounting* m_acct = nullptr;  // mapped; nullptr once closed
+  std::mutex m_close_mu;
+  std::atomic<bool> m_closed{false};
+  std::atomic<std::uint64_t> m_temp_counter{0};
+  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_puts{0}, m_evictions{0}, m_corrupt{0}, m_rejected{0},
+      m_errors{0};
+};
+
+}  // namespace
+
+std::string default_cache_root(std::string* source) {
+  auto set = [&](const char* s) {
+    if (source != nullptr) *source = s;
+  };
+  if (const char* d = std::getenv("PROGCACHE_DIR"); d != nullptr && *d != '\0') {
+    set("PROGCACHE_DIR");
+    return d;
+  }
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    set("XDG_CACHE_HOME");
+    return join_path(x, "progcache");
+  }
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0') {
+    if (const struct passwd* pw = ::getpwuid(::geteuid()); pw != nullptr) home = pw->pw_dir;
+  }
+  set("HOME");
+  return join_path(join_path(home != nullptr ? home : "/tmp", ".cache"), "progcache");
+}
+
+Result<std::unique_ptr<FileStore>> FileStore::open(FileStoreOptions options) {
+  std::string root = options.root.empty() ? default_cache_root() : options.root;
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(root, ec);
+  if (!ec) root = abs.lexically_normal().string();
+  if (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (options.max_size_bytes && *options.max_size_bytes == 0) {
+    return invalid_argument("file store max_size_bytes must be positive (or unbounded)");
+  }
+  if (options.max_entries && *options.max_entries == 0) {
+    return invalid_argument("file store max_entries must be positive (or unbounded)");
+  }
+  auto store = std::make_unique<FileStoreImpl>(std::move(options), root);
+  Status st = store->init();
+  if (!st.ok()) return st;
+  return std::unique_ptr<FileStore>(std::move(store));
+}
+
+}  // namespace progcache

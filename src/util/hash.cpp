@@ -1,0 +1,75 @@
+#include "progcache/hash.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <stdexcept>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace progcache {
+
+struct Sha256::Impl {
+  EVP_MD_CTX* ctx = nullptr;
+  ~Impl() { EVP_MD_CTX_free(ctx); }
+};
+
+Sha256::Sha256() : m_impl(std::make_unique<Impl>()) {
+  m_impl->ctx = EVP_MD_CTX_new();
+  // Allocation failure inside OpenSSL is the one case progcache treats as
+  // fatal: there is no meaningful way to derive a key without a digest.
+  if (m_impl->ctx == nullptr || EVP_DigestInit_ex(m_impl->ctx, EVP_sha256(), nullptr) != 1) {
+    throw std::bad_alloc();
+  }
+}
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
+void Sha256::update(std::string_view data) {
+  if (!data.empty()) EVP_DigestUpdate(m_impl->ctx, data.data(), data.size());
+}
+
+Digest256 Sha256::finish() {
+  Digest256 out{};
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(m_impl->ctx, out.data(), &len);
+  return out;
+}
+
+Digest256 sha256(std::string_view data) {
+  Digest256 out{};
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
+  return out;
+}
+
+Digest128 xxh3_128(std::string_view data) {
+  const XXH128_hash_t h = XXH3_128bits(data.data(), data.size());
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, h);
+  Digest128 out{};
+  static_assert(sizeof(canon.digest) == 16);
+  for (int i = 0; i < 16; ++i) out[i] = canon.digest[i];
+  return out;
+}
+
+std::uint64_t xxh3_64(std::string_view data, std::uint64_t seed) {
+  return XXH3_64bits_withSeed(data.data(), data.size(), seed);
+}
+
+Digest256 hmac_sha256(std::string_view key, std::string_view data) {
+  Digest256 out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len);
+  return out;
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace progcache

@@ -1,0 +1,65 @@
+#include "testing/test_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace progcache::testing {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/progcache-test-XXXXXX";
+  char* p = ::mkdtemp(tmpl.data());
+  if (p == nullptr) throw std::runtime_error("mkdtemp failed");
+  m_path = p;
+}
+
+TempDir::~TempDir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const bool failed = info != nullptr && info->result() != nullptr && info->result()->Failed();
+  if (failed) {
+    std::fprintf(stderr, "test failed: keeping %s\n", m_path.c_str());
+    return;
+  }
+  std::error_code ec;
+  // Make everything removable first (tests chmod things away).
+  for (auto it = std::filesystem::recursive_directory_iterator(m_path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec) && !it->is_symlink(ec)) {
+      std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all,
+                                   std::filesystem::perm_options::add, ec);
+    }
+  }
+  std::filesystem::remove_all(m_path, ec);
+}
+
+Key make_key(std::uint64_t n, int first_byte) {
+  Key k = KeyBuilder("test").add_int("n", static_cast<std::int64_t>(n)).finish();
+  if (first_byte >= 0) k.bytes[0] = static_cast<std::uint8_t>(first_byte);
+  return k;
+}
+
+std::string make_payload(std::size_t size, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(size, '\0');
+  for (auto& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+Entry make_entry(std::string_view payload) { return Entry::from_bytes(Bytes::copy_of(payload)); }
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_all(const std::string& path, std::string_view data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+}  // namespace progcache::testing

@@ -1,0 +1,38 @@
+// Test helpers: a private temp directory per test, removed when the test
+// passes and kept (path printed) when it fails.
+#pragma once
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "progcache/bytes.h"
+#include "progcache/entry.h"
+#include "progcache/key.h"
+
+namespace progcache::testing {
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] const std::string& path() const { return m_path; }
+  [[nodiscard]] std::string sub(const std::string& name) const { return m_path + "/" + name; }
+
+ private:
+  std::string m_path;
+};
+
+// A key whose first byte (file-store shard) and last byte (memory shard) are
+// chosen, the rest derived from `n`.
+Key make_key(std::uint64_t n, int first_byte = -1);
+// A deterministic payload of `size` bytes seeded by `seed`.
+std::string make_payload(std::size_t size, std::uint64_t seed);
+Entry make_entry(std::string_view payload);
+
+std::string read_all(const std::string& path);
+void write_all(const std::string& path, std::string_view data);
+
+}  // namespace progcache::testing

@@ -1,0 +1,381 @@
+// progcache — the operator's command-line tool.
+//
+// Exit codes: 0 ok, 1 miss (or key absent), 2 usage error, 3 any other error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "progcache/config.h"
+#include "progcache/file_store.h"
+#include "progcache/version.h"
+
+namespace pc = progcache;
+using nlohmann::json;
+
+namespace {
+
+constexpr int k_exit_ok = 0;
+constexpr int k_exit_miss = 1;
+constexpr int k_exit_usage = 2;
+constexpr int k_exit_error = 3;
+
+struct Globals {
+  std::string dir;
+  std::string max_size;
+  bool have_dir = false;
+};
+
+int fail(const pc::Status& st) {
+  std::cerr << "progcache: " << st.to_string() << "\n";
+  return st.code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
+}
+
+// KEY is 64 hex digits (the key itself) or any other string, which is hashed.
+// A 64-character KEY that is not hex is almost certainly a mistyped key, so it
+// is refused rather than silently hashed.
+pc::Result<pc::Key> parse_key(const std::string& text, bool as_string) {
+  if (as_string || text.size() != 64) return pc::key_from_string(text);
+  auto k = pc::Key::from_hex(text);
+  if (!k.ok()) {
+    return pc::invalid_argument(k.status().message() + " (a 64-character KEY must be hex; pass --string to hash it)");
+  }
+  return *k;
+}
+
+pc::Result<pc::Config> load_config(const Globals& g) {
+  pc::ConfigOverrides o;
+  if (g.have_dir) o.dir = g.dir;
+  if (!g.max_size.empty()) o.max_size = g.max_size;
+  return pc::resolve_config(o);
+}
+
+pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c) {
+  return pc::FileStore::open(c.file_store_options());
+}
+
+std::string format_time(std::int64_t ns) {
+  if (ns <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A progress bar on stderr, only when stderr is a terminal.
+pc::ProgressFn progress_bar(const char* label) {
+  if (::isatty(2) == 0) return {};
+  return [label](std::uint64_t done, std::uint64_t total) {
+    if (total == 0) return;
+    const int width = 30;
+    const int filled = static_cast<int>(width * done / total);
+    std::fprintf(stderr, "\r%-7s [%.*s%*s] %3d%%", label, filled, "##############################", width - filled, "",
+                 static_cast<int>(100 * done / total));
+    if (done >= total) std::fprintf(stderr, "\r%*s\r", width + 16, "");
+    std::fflush(stderr);
+  };
+}
+
+pc::Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return pc::errno_status(errno, "cannot read input file", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return pc::errno_status(errno, "error reading", path);
+  return ss.str();
+}
+
+pc::Status write_output(const std::string& path, std::string_view data) {
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string temp = dir + (slash == std::string::npos ? "/" : "") + ".progcache-out." + std::to_string(::getpid());
+  return pc::write_file_atomic(pc::Env::posix(), path, temp, data, 0644, pc::Durability::none);
+}
+
+json stats_json(const pc::StoreStats& s) {
+  return json{{"hits", s.hits},
+              {"misses", s.misses},
+              {"puts", s.puts},
+              {"evictions", s.evictions},
+              {"corrupt_dropped", s.corrupt_dropped},
+              {"rejected", s.rejected},
+              {"errors", s.errors},
+              {"entries", s.entries},
+              {"bytes_stored", s.bytes_stored}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"progcache: a cache for compiled GPU programs.\n\n"
+               "KEY arguments are either exactly 64 hex digits (the key itself, as printed by\n"
+               "'progcache ls') or any other string, which is hashed (SHA-256) into a key.\n"
+               "Exit codes: 0 ok, 1 miss, 2 usage error, 3 error.",
+               "progcache"};
+  app.set_version_flag("--version", std::string("progcache ") + PROGCACHE_VERSION_STRING);
+  app.require_subcommand(1);
+  Globals g;
+  app.add_option_function<std::string>(
+         "--dir", [&](const std::string& d) { g.dir = d, g.have_dir = true; },
+         "Cache root (overrides PROGCACHE_DIR)")
+      ->type_name("DIR");
+
+  bool string_key = false;
+  auto add_string_flag = [&](CLI::App* sub) {
+    sub->add_flag("--string", string_key, "Always hash KEY as a string, even when it is 64 hex digits");
+  };
+
+  // put
+  std::string key_text, file_path, out_path, artifact_name = "code";
+  auto* put = app.add_subcommand("put", "Store FILE's bytes under KEY");
+  put->add_option("KEY", key_text, "Key: 64 hex digits, or any string (hashed)")->required();
+  put->add_option("FILE", file_path, "File to store")->required();
+  add_string_flag(put);
+
+  // get
+  auto* get = app.add_subcommand("get", "Write the raw artifact stored under KEY (to stdout or -o FILE)");
+  get->add_option("KEY", key_text, "Key: 64 hex digits, or any string (hashed)")->required();
+  get->add_option("-o,--output", out_path, "Output file (written atomically)");
+  get->add_option("--artifact", artifact_name, "Artifact name (default: code, else the first)");
+  add_string_flag(get);
+
+  // rm
+  auto* rm = app.add_subcommand("rm", "Remove the entry under KEY (exit 1 if absent)");
+  rm->add_option("KEY", key_text, "Key: 64 hex digits, or any string (hashed)")->required();
+  add_string_flag(rm);
+
+  // ls
+  bool long_fmt = false, as_json = false;
+  auto* ls = app.add_subcommand("ls", "List entries");
+  ls->add_flag("-l,--long", long_fmt, "Show size, creation and last use");
+  ls->add_flag("--json", as_json, "JSON output");
+
+  // stats
+  auto* stats = app.add_subcommand("stats", "Show host-wide counters of the disk store");
+  stats->add_flag("--json", as_json, "JSON output");
+
+  // verify
+  bool repair = false;
+  auto* verify = app.add_subcommand("verify", "Check every entry; list damaged ones with the reason");
+  verify->add_flag("--repair", repair, "Remove damaged entries");
+  verify->add_flag("--json", as_json, "JSON output");
+
+  // prune
+  std::string prune_size, prune_age;
+  auto* prune = app.add_subcommand("prune", "Remove least recently used entries");
+  prune->add_option("--max-size", prune_size, "Trim to at most SIZE (e.g. 2G); default: the configured cap")
+      ->type_name("SIZE");
+  prune->add_option("--older-than", prune_age, "Remove entries unused for DURATION (e.g. 7d, 12h)")
+      ->type_name("DURATION");
+
+  // clear
+  auto* clear = app.add_subcommand("clear", "Remove every entry");
+
+  // config
+  auto* config = app.add_subcommand("config", "Show each resolved setting and where it came from");
+  config->add_flag("--json", as_json, "JSON output");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? k_exit_ok : k_exit_usage;
+  }
+
+  auto cfg = load_config(g);
+  if (!cfg.ok()) return fail(cfg.status());
+
+  if (config->parsed()) {
+    if (as_json) {
+      json j = json::array();
+      for (const auto& s : cfg->settings) j.push_back({{"name", s.name}, {"value", s.value}, {"source", s.source}});
+      std::cout << j.dump(2) << "\n";
+    } else {
+      for (const auto& s : cfg->settings) std::cout << s.name << " = " << s.value << "  (" << s.source << ")\n";
+    }
+    return k_exit_ok;
+  }
+
+  auto store_or = open_store(*cfg);
+  if (!store_or.ok()) return fail(store_or.status());
+  auto& store = *store_or;
+
+  if (put->parsed()) {
+    auto key = parse_key(key_text, string_key);
+    if (!key.ok()) return fail(key.status());
+    auto data = read_file(file_path);
+    if (!data.ok()) return fail(data.status());
+    if (cfg->disabled) {
+      std::cerr << "progcache: PROGCACHE_DISABLE is set; nothing stored\n";
+      return k_exit_ok;
+    }
+    const auto slash = file_path.find_last_of('/');
+    json meta{{"source_file", slash == std::string::npos ? file_path : file_path.substr(slash + 1)}};
+    std::vector<pc::Artifact> arts;
+    arts.push_back({"code", pc::Bytes::adopt(std::move(*data))});
+    pc::Status st = store->put(*key, pc::Entry(meta.dump(), std::move(arts)));
+    if (!st.ok()) return fail(st);
+    std::cout << key->hex() << "\n";
+    return k_exit_ok;
+  }
+
+  if (get->parsed()) {
+    auto key = parse_key(key_text, string_key);
+    if (!key.ok()) return fail(key.status());
+    if (cfg->disabled) {
+      std::cerr << "progcache: PROGCACHE_DISABLE is set; miss\n";
+      return k_exit_miss;
+    }
+    auto entry = store->get(*key);
+    if (!entry.ok()) return fail(entry.status());
+    if (!*entry) {
+      std::cerr << "progcache: miss: no entry for key " << key->hex() << "\n";
+      return k_exit_miss;
+    }
+    const pc::Artifact* art = (*entry)->find(artifact_name);
+    if (art == nullptr && artifact_name == "code" && !(*entry)->artifacts().empty()) {
+      art = &(*entry)->artifacts().front();
+    }
+    if (art == nullptr) {
+      return fail(pc::not_found("entry " + key->hex() + " has no artifact named '" + artifact_name + "'"));
+    }
+    if (out_path.empty() || out_path == "-") {
+      if (::isatty(1) != 0) {
+        return fail(pc::invalid_argument("refusing to write binary data to a terminal; use -o FILE"));
+      }
+      std::cout.write(art->data.data(), static_cast<std::streamsize>(art->data.size()));
+      std::cout.flush();
+      return std::cout ? k_exit_ok : k_exit_error;
+    }
+    pc::Status st = write_output(out_path, art->data.view());
+    if (!st.ok()) return fail(st);
+    return k_exit_ok;
+  }
+
+  if (rm->parsed()) {
+    auto key = parse_key(key_text, string_key);
+    if (!key.ok()) return fail(key.status());
+    auto removed = store->erase(*key);
+    if (!removed.ok()) return fail(removed.status());
+    if (!*removed) {
+      std::cerr << "progcache: no entry for key " << key->hex() << "\n";
+      return k_exit_miss;
+    }
+    return k_exit_ok;
+  }
+
+  if (ls->parsed()) {
+    auto entries = store->list();
+    if (!entries.ok()) return fail(entries.status());
+    if (as_json) {
+      json j = json::array();
+      for (const auto& e : *entries) {
+        j.push_back({{"key", e.key.hex()},
+                     {"size", e.size},
+                     {"created", format_time(e.created_unix_ns)},
+                     {"last_used", format_time(e.last_used_ns)}});
+      }
+      std::cout << j.dump(2) << "\n";
+    } else {
+      for (const auto& e : *entries) {
+        if (long_fmt) {
+          std::printf("%s  %10llu  %s  %s\n", e.key.hex().c_str(), static_cast<unsigned long long>(e.size),
+                      format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str());
+        } else {
+          std::printf("%s\n", e.key.hex().c_str());
+        }
+      }
+    }
+    return k_exit_ok;
+  }
+
+  if (stats->parsed()) {
+    const pc::StoreStats s = store->host_stats();
+    if (as_json) {
+      json j = stats_json(s);
+      j["dir"] = store->root();
+      j["max_size_bytes"] = cfg->max_size_bytes ? json(*cfg->max_size_bytes) : json(nullptr);
+      j["max_entries"] = cfg->max_entries ? json(*cfg->max_entries) : json(nullptr);
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::printf("cache directory   %s\n", store->root().c_str());
+      std::printf("entries           %llu%s\n", static_cast<unsigned long long>(s.entries),
+                  cfg->max_entries ? (" (cap " + std::to_string(*cfg->max_entries) + ")").c_str() : "");
+      std::printf("size              %s%s\n", pc::format_size(s.bytes_stored).c_str(),
+                  cfg->max_size_bytes ? (" (cap " + pc::format_size(*cfg->max_size_bytes) + ")").c_str() : "");
+      std::printf("hits              %llu\n", static_cast<unsigned long long>(s.hits));
+      std::printf("misses            %llu\n", static_cast<unsigned long long>(s.misses));
+      std::printf("puts              %llu\n", static_cast<unsigned long long>(s.puts));
+      std::printf("evictions         %llu\n", static_cast<unsigned long long>(s.evictions));
+      std::printf("corrupt dropped   %llu\n", static_cast<unsigned long long>(s.corrupt_dropped));
+      std::printf("rejected          %llu\n", static_cast<unsigned long long>(s.rejected));
+      std::printf("errors            %llu\n", static_cast<unsigned long long>(s.errors));
+    }
+    return k_exit_ok;
+  }
+
+  if (verify->parsed()) {
+    auto report = store->verify(repair ? pc::Repair::yes : pc::Repair::no, progress_bar("verify"));
+    if (!report.ok()) return fail(report.status());
+    std::size_t remaining = 0;
+    for (const auto& p : report->problems) remaining += p.removed ? 0 : 1;
+    if (as_json) {
+      json probs = json::array();
+      for (const auto& p : report->problems) probs.push_back({{"path", p.path}, {"reason", p.reason}, {"removed", p.removed}});
+      std::cout << json{{"checked", report->checked},
+                        {"ok", report->ok},
+                        {"damaged", report->problems.size()},
+                        {"temps_removed", report->temps_removed},
+                        {"problems", probs}}
+                       .dump(2)
+                << "\n";
+    } else {
+      for (const auto& p : report->problems) {
+        std::printf("%s: %s%s\n", p.path.c_str(), p.reason.c_str(), p.removed ? " (removed)" : "");
+      }
+      std::printf("checked %llu, ok %llu, damaged %zu, removed %zu, stale temps swept %llu\n",
+                  static_cast<unsigned long long>(report->checked), static_cast<unsigned long long>(report->ok),
+                  report->problems.size(), report->problems.size() - remaining,
+                  static_cast<unsigned long long>(report->temps_removed));
+    }
+    return remaining == 0 ? k_exit_ok : k_exit_error;
+  }
+
+  if (prune->parsed()) {
+    std::optional<std::uint64_t> max_size = cfg->max_size_bytes;
+    std::optional<std::int64_t> age;
+    if (!prune_size.empty()) {
+      auto n = pc::parse_size(prune_size);
+      if (!n.ok()) return fail(n.status().with_context("--max-size"));
+      max_size = *n;
+    }
+    if (!prune_age.empty()) {
+      auto d = pc::parse_duration(prune_age);
+      if (!d.ok()) return fail(d.status().with_context("--older-than"));
+      age = *d;
+      if (prune_size.empty()) max_size.reset();
+    }
+    auto report = store->prune(max_size, age, progress_bar("prune"));
+    if (!report.ok()) return fail(report.status());
+    std::printf("removed %llu entries (%s); %llu entries (%s) remain\n",
+                static_cast<unsigned long long>(report->removed), pc::format_size(report->bytes_removed).c_str(),
+                static_cast<unsigned long long>(report->remaining), pc::format_size(report->bytes_remaining).c_str());
+    return k_exit_ok;
+  }
+
+  if (clear->parsed()) {
+    pc::Status st = store->clear();
+    if (!st.ok()) return fail(st);
+    return k_exit_ok;
+  }
+
+  return k_exit_usage;
+}
