@@ -332,9 +332,10 @@ Result<std::vector<std::string>> canonicalize_options(const std::vector<std::str
     // (NVRTC accepts both for most options), so try both tables.
     const OptionSpec* spec = is_long ? find_long(body) : find_short(body);
     if (spec == nullptr) spec = is_long ? find_short(body) : find_long(body);
-    if (spec == nullptr && !is_long && !value) {
+    if (spec == nullptr && !is_long) {
+      // "-DFOO=1": the '=' belongs to the macro, not to the option.
       std::string_view glued_value;
-      spec = find_glued(body, &glued_value);
+      spec = find_glued(std::string_view(tok).substr(1), &glued_value);
       if (spec != nullptr) value = glued_value;
     }
     if (spec == nullptr) {
