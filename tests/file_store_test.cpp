@@ -1,1 +1,487 @@
+#include "progcache/file_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "testing/fault_env.h"
+#include "testing/test_util.h"
+
+namespace progcache {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FaultEnv;
+using testing::make_entry;
+using testing::make_key;
+using testing::Op;
+using testing::TempDir;
+
+class FileStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<FileStore> open_store(FileStoreOptions o = {}) {
+    if (o.root.empty()) o.root = m_tmp.sub("cache");
+    auto s = FileStore::open(o);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  // Number of entry files on disk (not temps, not control files).
+  std::size_t files_on_disk(const std::string& root) {
+    std::size_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(root + "/v1")) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file() && name.size() == 62) ++n;
+    }
+    return n;
+  }
+
+  std::size_t temps_on_disk(const std::string& root) {
+    std::size_t n = 0;
+    for (const auto& e : fs::recursive_directory_iterator(root + "/v1")) {
+      const std::string name = e.path().filename().string();
+      if (name.starts_with(".tmp.") || name.starts_with(".q.")) ++n;
+    }
+    return n;
+  }
+
+  // Sets atime and mtime (mtime defaults to the atime). Note that on
+  // relatime mounts the kernel itself refreshes an atime that is not newer
+  // than the mtime when the file is read.
+  static void set_times(const std::string& path, std::int64_t atime_s, std::optional<std::int64_t> mtime_s = {}) {
+    struct timespec ts[2];
+    ts[0].tv_sec = atime_s;
+    ts[0].tv_nsec = 0;
+    ts[1].tv_sec = mtime_s.value_or(atime_s);
+    ts[1].tv_nsec = 0;
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW), 0);
+  }
+
+  TempDir m_tmp;
+};
+
+TEST_F(FileStoreTest, MissIsNulloptAndRoundTripWorks) {
+  auto s = open_store();
+  auto miss = s->get(make_key(1));
+  ASSERT_TRUE(miss.ok());
+  EXPECT_FALSE(miss->has_value());
+  ASSERT_TRUE(s->put(make_key(1), make_entry("payload-1")).ok());
+  auto hit = s->get_bytes(make_key(1));
+  ASSERT_TRUE(hit.ok() && hit->has_value());
+  EXPECT_EQ((*hit)->view(), "payload-1");
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.hits, 1u);
+  EXPECT_EQ(st.misses, 1u);
+  EXPECT_EQ(st.puts, 1u);
+}
+
+TEST_F(FileStoreTest, LayoutIsShardedAndPrivate) {
+  auto s = open_store();
+  const Key k = make_key(7);
+  ASSERT_TRUE(s->put(k, make_entry("x")).ok());
+  const std::string hex = k.hex();
+  const std::string path = m_tmp.sub("cache") + "/v1/" + hex.substr(0, 2) + "/" + hex.substr(2);
+  EXPECT_EQ(s->entry_path(k), path);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat(m_tmp.sub("cache").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((m_tmp.sub("cache") + "/v1/" + hex.substr(0, 2)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+TEST_F(FileStoreTest, ReplaceEraseClearAndAccounting) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1), make_entry(std::string(1000, 'a'))).ok());
+  ASSERT_TRUE(s->put(make_key(2), make_entry(std::string(10, 'b'))).ok());
+  const std::uint64_t size_two = *s->size_bytes();
+  ASSERT_TRUE(s->put(make_key(1), make_entry(std::string(10, 'a'))).ok());  // replace
+  EXPECT_EQ(*s->count(), 2u);
+  EXPECT_EQ(*s->size_bytes(), size_two - 990);
+  EXPECT_EQ((*s->get_bytes(make_key(1)))->size(), 10u);
+  EXPECT_TRUE(*s->erase(make_key(1)));
+  EXPECT_FALSE(*s->erase(make_key(1)));
+  EXPECT_EQ(*s->count(), 1u);
+  ASSERT_TRUE(s->clear().ok());
+  EXPECT_EQ(*s->count(), 0u);
+  EXPECT_EQ(*s->size_bytes(), 0u);
+  EXPECT_EQ(files_on_disk(m_tmp.sub("cache")), 0u);
+}
+
+TEST_F(FileStoreTest, PersistsAcrossOpensAndRebuildsLostAccounting) {
+  {
+    auto s = open_store();
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry("v" + std::to_string(i))).ok());
+  }
+  fs::remove(m_tmp.sub("cache") + "/v1/accounting");
+  auto s = open_store();
+  EXPECT_EQ(*s->count(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ((*s->get_bytes(make_key(i)))->view(), "v" + std::to_string(i));
+  // A damaged accounting file is rebuilt too.
+  s.reset();
+  testing::write_all(m_tmp.sub("cache") + "/v1/accounting", std::string(8192, '\x7f'));
+  s = open_store();
+  EXPECT_EQ(*s->count(), 20u);
+}
+
+TEST_F(FileStoreTest, DamagedEntryIsAMissCountedAndRemoved) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1), make_entry(std::string(4096, 'q'))).ok());
+  const std::string path = s->entry_path(make_key(1));
+  std::string bytes = testing::read_all(path);
+  bytes[2000] ^= 0x10;
+  testing::write_all(path, bytes);
+  auto r = s->get(make_key(1));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+  EXPECT_EQ(s->stats().corrupt_dropped, 1u);
+  EXPECT_FALSE(fs::exists(path));
+  // The next put works and the next get hits: no "clear your cache".
+  ASSERT_TRUE(s->put(make_key(1), make_entry("fresh")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "fresh");
+}
+
+TEST_F(FileStoreTest, EntryPlantedUnderAnotherKeyIsAMiss) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1), make_entry("genuine for key 1")).ok());
+  const std::string victim = s->entry_path(make_key(2));
+  fs::create_directories(fs::path(victim).parent_path());
+  fs::copy_file(s->entry_path(make_key(1)), victim);
+  auto r = s->get(make_key(2));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+  EXPECT_EQ(s->stats().corrupt_dropped, 1u);
+  EXPECT_TRUE((*s->get(make_key(1))).has_value());
+}
+
+TEST_F(FileStoreTest, SymlinkedEntryIsNeverFollowed) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1), make_entry("real")).ok());
+  const std::string target = m_tmp.sub("outside");
+  fs::copy_file(s->entry_path(make_key(1)), target);
+  const std::string link = s->entry_path(make_key(1));
+  fs::remove(link);
+  fs::create_symlink(target, link);
+  auto r = s->get(make_key(1));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+  EXPECT_FALSE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::exists(target));  // the link was removed, never its target
+}
+
+TEST_F(FileStoreTest, SymlinkedShardDirectoryIsRefused) {
+  const std::string root = m_tmp.sub("cache");
+  { open_store(); }
+  const Key k = make_key(3);
+  const std::string shard = root + "/v1/" + k.hex().substr(0, 2);
+  fs::remove_all(shard);
+  fs::create_directories(m_tmp.sub("elsewhere"));
+  ::chmod(m_tmp.sub("elsewhere").c_str(), 0700);
+  fs::create_symlink(m_tmp.sub("elsewhere"), shard);
+  auto s = open_store();
+  const Status st = s->put(k, make_entry("x"));
+  EXPECT_EQ(st.code(), Code::permission_denied) << st.to_string();
+  EXPECT_TRUE(fs::is_empty(m_tmp.sub("elsewhere")));
+  auto r = s->get(k);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+}
+
+TEST_F(FileStoreTest, OthersWritableRootIsRefusedUnlessGroupModeAllows) {
+  const std::string root = m_tmp.sub("open");
+  fs::create_directories(root);
+  ::chmod(root.c_str(), 0777);
+  auto s = FileStore::open({.root = root});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::permission_denied);
+  EXPECT_NE(s.status().message().find(root), std::string::npos);
+  ::chmod(root.c_str(), 0770);
+  EXPECT_EQ(FileStore::open({.root = root}).status().code(), Code::permission_denied);
+  auto g = FileStore::open({.root = root, .sharing = Sharing::group});
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_TRUE((*g)->put(make_key(1), make_entry("shared")).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat((*g)->entry_path(make_key(1)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  ::chmod(root.c_str(), 0777);
+  EXPECT_EQ(FileStore::open({.root = root, .sharing = Sharing::group}).status().code(), Code::permission_denied);
+}
+
+TEST_F(FileStoreTest, ForeignOwnedRootIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create a directory owned by another user";
+  const std::string root = m_tmp.sub("foreign");
+  fs::create_directories(root);
+  ::chmod(root.c_str(), 0700);
+  ASSERT_EQ(::chown(root.c_str(), 65534, 65534), 0);
+  auto s = FileStore::open({.root = root});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::permission_denied);
+  EXPECT_NE(s.status().message().find("owned by uid 65534"), std::string::npos) << s.status().message();
+}
+
+TEST_F(FileStoreTest, InvalidCapsAreRefused) {
+  EXPECT_EQ(FileStore::open({.root = m_tmp.sub("c"), .max_size_bytes = 0}).status().code(), Code::invalid_argument);
+  EXPECT_EQ(FileStore::open({.root = m_tmp.sub("c"), .max_entries = 0}).status().code(), Code::invalid_argument);
+}
+
+TEST_F(FileStoreTest, RootThatIsAFileIsAClearError) {
+  testing::write_all(m_tmp.sub("file"), "x");
+  auto s = FileStore::open({.root = m_tmp.sub("file")});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(m_tmp.sub("file")), std::string::npos) << s.status().message();
+}
+
+TEST_F(FileStoreTest, EvictionIsLeastRecentlyUsedFirstAndDeterministic) {
+  FaultEnv env;
+  auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 4, .env = &env, .recency_granularity_ns = 0});
+  const std::int64_t now_s = env.now_ns() / 1'000'000'000;
+  // Five keys in one shard, with ages set explicitly: 1 oldest ... 4 newest.
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(s->put(make_key(i, 0x42), make_entry("e" + std::to_string(i))).ok());
+    set_times(s->entry_path(make_key(i, 0x42)), now_s - 1000 + i);
+  }
+  ASSERT_TRUE((*s->get(make_key(1, 0x42))).has_value());  // a hit makes 1 the most recent
+  ASSERT_TRUE(s->put(make_key(5, 0x42), make_entry("e5")).ok());
+  // Over the cap (5 > 4): trimmed to 90% of it (3 entries), oldest first: 2, 3.
+  EXPECT_FALSE(fs::exists(s->entry_path(make_key(2, 0x42))));
+  EXPECT_FALSE(fs::exists(s->entry_path(make_key(3, 0x42))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(1, 0x42))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(4, 0x42))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(5, 0x42))));
+  EXPECT_EQ(s->stats().evictions, 2u);
+  EXPECT_EQ(*s->count(), 3u);
+}
+
+TEST_F(FileStoreTest, RecencyIsStampedOnlyWhenOlderThanTheGranularity) {
+  FaultEnv env;
+  auto s = open_store({.env = &env});  // default granularity: 60 s
+  ASSERT_TRUE(s->put(make_key(1), make_entry("x")).ok());
+  const std::string path = s->entry_path(make_key(1));
+  const std::int64_t now_s = env.now_ns() / 1'000'000'000;
+  // The kernel's relatime may refresh atime on its own (ctime is newer after
+  // utimensat), so what is checked here is progcache's own stamping.
+  set_times(path, now_s - 30, now_s - 100);
+  const auto stamps = env.calls(Op::set_atime);
+  ASSERT_TRUE((*s->get(make_key(1))).has_value());
+  EXPECT_EQ(env.calls(Op::set_atime), stamps);  // fresh enough: left alone
+  set_times(path, now_s - 3600, now_s - 3700);
+  ASSERT_TRUE((*s->get(make_key(1))).has_value());
+  EXPECT_EQ(env.calls(Op::set_atime), stamps + 1);
+  struct stat st {};
+  ::stat(path.c_str(), &st);
+  EXPECT_GE(st.st_atim.tv_sec, now_s - 1);     // stale: stamped now
+  EXPECT_EQ(st.st_mtim.tv_sec, now_s - 3700);  // mtime untouched
+}
+
+TEST_F(FileStoreTest, ByteCapHoldsAndAccountingMatchesTheFiles) {
+  const std::uint64_t cap = 64 * 1024;
+  auto s = open_store({.max_size_bytes = cap});
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry(std::string(900, 'x'))).ok());
+  EXPECT_LE(*s->size_bytes(), cap);
+  EXPECT_GT(s->stats().evictions, 0u);
+  EXPECT_EQ(*s->count(), files_on_disk(m_tmp.sub("cache")));
+  // The most recent entry survived.
+  EXPECT_TRUE((*s->get(make_key(399))).has_value());
+}
+
+TEST_F(FileStoreTest, StaleTempsAreSweptFreshOnesKept) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1, 0x10), make_entry("x")).ok());
+  const std::string shard = m_tmp.sub("cache") + "/v1/10";
+  testing::write_all(shard + "/.tmp.99999.1.1", "half-written");
+  testing::write_all(shard + "/.tmp.99999.2.2", "in progress");
+  set_times(shard + "/.tmp.99999.1.1", ::time(nullptr) - 7200);
+  auto report = s->verify(Repair::no);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->temps_removed, 1u);
+  EXPECT_FALSE(fs::exists(shard + "/.tmp.99999.1.1"));
+  EXPECT_TRUE(fs::exists(shard + "/.tmp.99999.2.2"));
+}
+
+TEST_F(FileStoreTest, VerifyListsDamageWithReasonsAndRepairRemovesIt) {
+  auto s = open_store();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry(std::string(500, 'a' + i))).ok());
+  const std::string p1 = s->entry_path(make_key(1));
+  const std::string p2 = s->entry_path(make_key(2));
+  std::string b1 = testing::read_all(p1);
+  testing::write_all(p1, b1.substr(0, b1.size() / 2));  // truncated
+  std::string b2 = testing::read_all(p2);
+  b2[300] ^= 1;
+  testing::write_all(p2, b2);  // bit flip
+  auto report = s->verify(Repair::no);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->checked, 5u);
+  EXPECT_EQ(report->ok, 3u);
+  ASSERT_EQ(report->problems.size(), 2u);
+  for (const auto& p : report->problems) {
+    EXPECT_FALSE(p.removed);
+    EXPECT_FALSE(p.reason.empty());
+  }
+  EXPECT_TRUE(fs::exists(p1));
+  auto repaired = s->verify(Repair::yes);
+  ASSERT_TRUE(repaired.ok());
+  EXPECT_EQ(repaired->problems.size(), 2u);
+  for (const auto& p : repaired->problems) EXPECT_TRUE(p.removed);
+  EXPECT_FALSE(fs::exists(p1));
+  EXPECT_FALSE(fs::exists(p2));
+  EXPECT_EQ(*s->count(), 3u);
+  EXPECT_TRUE(s->verify(Repair::no)->problems.empty());
+}
+
+TEST_F(FileStoreTest, PruneByAgeAndBySize) {
+  auto s = open_store();
+  const std::int64_t now_s = ::time(nullptr);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(s->put(make_key(i), make_entry(std::string(1000, 'p'))).ok());
+    set_times(s->entry_path(make_key(i)), now_s - 86400 * (10 - i));  // key 0 is 10 days old
+  }
+  auto r = s->prune(std::nullopt, std::int64_t{86400} * 11 / 2 * 1'000'000'000);  // 5.5 days
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->removed, 5u);  // 10..6 days old
+  EXPECT_FALSE(fs::exists(s->entry_path(make_key(0))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(9))));
+  const std::uint64_t one = fs::file_size(s->entry_path(make_key(9)));
+  r = s->prune(2 * one, std::nullopt);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->remaining, 2u);
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(9))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(8))));
+  EXPECT_EQ(*s->count(), 2u);
+}
+
+TEST_F(FileStoreTest, ListShowsEveryEntry) {
+  auto s = open_store();
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry("l")).ok());
+  auto l = s->list();
+  ASSERT_TRUE(l.ok());
+  ASSERT_EQ(l->size(), 7u);
+  std::set<Key> keys;
+  for (const auto& e : *l) {
+    keys.insert(e.key);
+    EXPECT_GT(e.created_unix_ns, 0);
+    EXPECT_GT(e.size, 0u);
+  }
+  for (int i = 0; i < 7; ++i) EXPECT_TRUE(keys.count(make_key(i)));
+}
+
+TEST_F(FileStoreTest, SignedStoreRejectsUnsignedEntries) {
+  {
+    auto plain = open_store();
+    ASSERT_TRUE(plain->put(make_key(1), make_entry("unsigned")).ok());
+  }
+  auto s = open_store({.codec = {"a-signing-key-of-some-length"}});
+  auto r = s->get(make_key(1));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+  EXPECT_EQ(s->stats().rejected, 1u);
+  ASSERT_TRUE(s->put(make_key(2), make_entry("signed")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(2)))->view(), "signed");
+}
+
+TEST_F(FileStoreTest, ClosedStoreFails) {
+  auto s = open_store();
+  ASSERT_TRUE(s->close().ok());
+  EXPECT_EQ(s->get(make_key(1)).status().code(), Code::failed_precondition);
+  EXPECT_EQ(s->put(make_key(1), make_entry("x")).code(), Code::failed_precondition);
+}
+
+// ------------------------------------------------------------ faults
+
+struct PutFault {
+  Op op;
+  int err;
+  bool short_write;
+  Code code;
+};
+
+class FileStorePutFaultTest : public FileStoreTest, public ::testing::WithParamInterface<PutFault> {};
+
+TEST_P(FileStorePutFaultTest, FailedPutLeavesNoTempAndKeepsTheOldEntry) {
+  const PutFault f = GetParam();
+  FaultEnv env;
+  auto s = open_store({.durability = Durability::fsync, .env = &env});
+  ASSERT_TRUE(s->put(make_key(1), make_entry("committed")).ok());
+  env.fail(f.op, f.err, 0, false, f.short_write);
+  const Status st = s->put(make_key(1), make_entry(std::string(10000, 'n')));
+  ASSERT_FALSE(st.ok()) << testing::op_name(f.op);
+  EXPECT_EQ(st.code(), f.code) << st.to_string();
+  EXPECT_NE(st.message().find(make_key(1).hex()), std::string::npos) << st.message();
+  EXPECT_EQ(env.fired(), 1u);
+  EXPECT_EQ(temps_on_disk(m_tmp.sub("cache")), 0u);
+  if (f.op != Op::fsync_dir) {  // a failed directory fsync happens after the rename
+    EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "committed");
+  }
+  EXPECT_EQ(s->stats().errors, 1u);
+  // And the store works again once the fault is gone.
+  ASSERT_TRUE(s->put(make_key(1), make_entry("after")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "after");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, FileStorePutFaultTest,
+    ::testing::Values(PutFault{Op::open_create, ENOSPC, false, Code::resource_exhausted},
+                      PutFault{Op::open_create, EACCES, false, Code::permission_denied},
+                      PutFault{Op::open_create, EROFS, false, Code::permission_denied},
+                      PutFault{Op::open_create, EMFILE, false, Code::resource_exhausted},
+                      PutFault{Op::write, ENOSPC, true, Code::resource_exhausted},
+                      PutFault{Op::write, EIO, false, Code::internal},
+                      PutFault{Op::fsync, EIO, false, Code::internal},
+                      PutFault{Op::close, EIO, false, Code::internal},
+                      PutFault{Op::rename, EIO, false, Code::internal},
+                      PutFault{Op::rename, ENOSPC, false, Code::resource_exhausted},
+                      PutFault{Op::fsync_dir, EIO, false, Code::internal}),
+    [](const auto& info) {
+      return std::string(testing::op_name(info.param.op)) + "_" + std::to_string(info.param.err) +
+             (info.param.short_write ? "_short" : "");
+    });
+
+TEST_F(FileStoreTest, ReadFaultsAreErrorsNotCorruption) {
+  FaultEnv env;
+  auto s = open_store({.env = &env});
+  ASSERT_TRUE(s->put(make_key(1), make_entry("ok")).ok());
+  env.fail(Op::pread, EIO);
+  auto r = s->get(make_key(1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::internal);
+  // An I/O error is not evidence of damage: the entry stays.
+  EXPECT_EQ(s->stats().corrupt_dropped, 0u);
+  EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "ok");
+  env.fail(Op::open_read, EMFILE);
+  EXPECT_EQ(s->get(make_key(1)).status().code(), Code::resource_exhausted);
+}
+
+TEST_F(FileStoreTest, DurabilityFsyncSyncsFileAndDirectory) {
+  FaultEnv env;
+  auto s = open_store({.durability = Durability::fsync, .env = &env});
+  const auto f0 = env.calls(Op::fsync), d0 = env.calls(Op::fsync_dir);
+  ASSERT_TRUE(s->put(make_key(1), make_entry("durable")).ok());
+  EXPECT_EQ(env.calls(Op::fsync) - f0, 1u);
+  EXPECT_EQ(env.calls(Op::fsync_dir) - d0, 1u);
+  auto n = open_store({.root = m_tmp.sub("cache2"), .env = &env});
+  const auto f1 = env.calls(Op::fsync);
+  ASSERT_TRUE(n->put(make_key(1), make_entry("fast")).ok());
+  EXPECT_EQ(env.calls(Op::fsync), f1);
+}
+
+TEST_F(FileStoreTest, EvictionFaultsLoseNothingCommittedBeyondTheVictims) {
+  FaultEnv env;
+  auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 10, .env = &env});
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry("v")).ok());
+  env.fail(Op::list_dir, EIO, 0, /*sticky=*/true);  // the eviction scan cannot run
+  ASSERT_TRUE(s->put(make_key(10), make_entry("v")).ok());  // the put itself still succeeds
+  env.clear_faults();
+  EXPECT_EQ(files_on_disk(m_tmp.sub("cache")), 11u);
+  ASSERT_TRUE(s->put(make_key(11), make_entry("v")).ok());  // now trims
+  EXPECT_LE(*s->count(), 10u);
+  EXPECT_EQ(*s->count(), files_on_disk(m_tmp.sub("cache")));
+  EXPECT_TRUE((*s->get(make_key(11))).has_value());
+}
+
+}  // namespace
+}  // namespace progcache

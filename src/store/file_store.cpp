@@ -284,7 +284,7 @@ class FileStoreImpl final : public FileStore {
         if (!key.ok()) continue;
         e.key = *key;
         e.size = f.info.size;
-        e.last_used_ns = std::max(f.info.atime_ns, f.info.mtime_ns);
+        e.last_used_ns = f.info.atime_ns;
         e.created_unix_ns = peek_created(e.path);
         out.push_back(std::move(e));
       }
@@ -421,7 +421,8 @@ class FileStoreImpl final : public FileStore {
     FileInfo info;
   };
 
-  static std::int64_t last_used(const FileInfo& i) { return std::max(i.atime_ns, i.mtime_ns); }
+  // Recency is the atime, which progcache stamps itself on hits (see get).
+  static std::int64_t last_used(const FileInfo& i) { return i.atime_ns; }
 
   Status check_open() const {
     if (m_closed.load(std::memory_order_relaxed)) return failed_precondition("file store '" + m_root + "' is closed");
@@ -591,11 +592,20 @@ class FileStoreImpl final : public FileStore {
   }
 
   void maybe_trim() {
-    if (!over(1.0)) return;
-    auto got = m_env->lock(m_evict_fd, LockKind::exclusive, LockWait::try_only);
-    if (!got.ok() || !*got) return;  // another process is trimming
-    trim_to_low_water();
-    m_env->unlock(m_evict_fd).ignore();
+    // The re-check after unlocking closes a race: a put that found the lock
+    // held just before the holder finished would otherwise leave the store
+    // over its cap until the next put.
+    while (over(1.0)) {
+      // flock is per open file description, so threads of this process are
+      // excluded by a mutex and processes by the flock.
+      std::unique_lock local(m_trim_mu, std::try_to_lock);
+      if (!local.owns_lock()) return;
+      auto got = m_env->lock(m_evict_fd, LockKind::exclusive, LockWait::try_only);
+      if (!got.ok() || !*got) return;  // another process is trimming
+      trim_to_low_water();
+      m_env->unlock(m_evict_fd).ignore();
+      if (!m_trim_progress) return;  // nothing removable (e.g. files of another user)
+    }
   }
 
   // Requires the eviction lock. Visits shards fullest first; in each, removes
@@ -603,6 +613,7 @@ class FileStoreImpl final : public FileStore {
   // the totals are under the low-water mark. Work per put stays constant as
   // the store grows: a scan of S files removes up to S/2 of them.
   void trim_to_low_water() {
+    m_trim_progress = false;
     const bool by_count = m_opt.max_entries.has_value() &&
                           (!m_opt.max_size_bytes || over_entries_more());
     std::array<bool, k_shards> visited{};
@@ -628,6 +639,7 @@ class FileStoreImpl final : public FileStore {
         const auto& f = (*files)[i];
         auto removed = remove_if_same(best, join_path(shard_dir(best), f.name), f.info);
         if (removed.ok() && *removed) {
+          m_trim_progress = true;
           charge(best, -static_cast<std::int64_t>(f.info.size), -1);
           m_evictions.fetch_add(1, std::memory_order_relaxed);
           atomic_add(m_acct->evictions, 1);
@@ -755,6 +767,8 @@ class FileStoreImpl final : public FileStore {
   int m_acct_fd = -1;
   int m_evict_fd = -1;
   Accounting* m_acct = nullptr;  // mapped; nullptr once closed
+  std::mutex m_trim_mu;
+  bool m_trim_progress = false;  // GUARDED_BY(m_trim_mu and the eviction flock)
   std::mutex m_close_mu;
   std::atomic<bool> m_closed{false};
   std::atomic<std::uint64_t> m_temp_counter{0};
