@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -107,8 +108,13 @@ enum class Durability {
 // over `path`, so readers see the old file or the new one, never a part.
 // `temp_path` must be in the same directory as `path`. On any failure the
 // temp file is removed and `path` is untouched.
+//
+// With `replaced` non-null, tells whether an existing file was replaced (and
+// its size): the rename is first tried without replacing, which makes "was
+// this a new file?" exact even when several processes publish one path.
 Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
-                         std::uint32_t perms, Durability durability);
+                         std::uint32_t perms, Durability durability,
+                         std::optional<FileInfo>* replaced = nullptr);
 
 // Returns `path` with a trailing '/' removed and `name` appended.
 std::string join_path(std::string_view dir, std::string_view name);

@@ -147,13 +147,16 @@ class FileStoreImpl final : public FileStore {
     }
     const std::string path = entry_path(key);
     const std::string temp = temp_path(idx);
-    auto old = m_env->lstat(path);
-    Status st = write_file_atomic(m_env, path, temp, *encoded, m_file_perms, m_opt.durability);
+    std::optional<FileInfo> old;
+    Status st = write_file_atomic(m_env, path, temp, *encoded, m_file_perms, m_opt.durability, &old);
     if (!st.ok()) return count_error(st.with_context("storing entry " + key.hex()));
+    // The entry count is exact (a new file is known by a non-replacing
+    // rename); a replaced file's size can be stale if two processes replace
+    // the same entry at once, and scans reconcile that.
     std::int64_t dbytes = static_cast<std::int64_t>(encoded->size());
     std::int64_t dcount = 1;
-    if (old.ok() && old->is_regular()) {
-      dbytes -= static_cast<std::int64_t>(old->size);
+    if (old) {
+      dbytes -= old->is_regular() ? static_cast<std::int64_t>(old->size) : 0;
       dcount = 0;
     }
     charge(idx, dbytes, dcount);

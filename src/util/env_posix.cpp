@@ -24,7 +24,7 @@ std::string join_path(std::string_view dir, std::string_view name) {
 }
 
 Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
-                         std::uint32_t perms, Durability durability) {
+                         std::uint32_t perms, Durability durability, std::optional<FileInfo>* replaced) {
   auto fd = env->open_file(temp_path, OpenMode::create_new, perms);
   if (!fd.ok()) return fd.status();
   Status st = env->fchmod(*fd, perms);  // umask must not widen or narrow the mode
@@ -32,7 +32,19 @@ Status write_file_atomic(Env* env, const std::string& path, const std::string& t
   if (st.ok() && durability == Durability::fsync) st = env->fsync(*fd);
   Status cst = env->close_file(*fd);
   if (st.ok()) st = cst;
-  if (st.ok()) st = env->rename(temp_path, path);
+  if (st.ok()) {
+    if (replaced == nullptr) {
+      st = env->rename(temp_path, path);
+    } else {
+      replaced->reset();
+      st = env->rename_noreplace(temp_path, path);
+      if (st.code() == Code::failed_precondition) {  // the path exists: replace it
+        auto old = env->lstat(path);
+        if (old.ok()) *replaced = *old;
+        st = env->rename(temp_path, path);
+      }
+    }
+  }
   if (!st.ok()) {
     env->unlink(temp_path).ignore();
     return st;
