@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
                "progcache"};
   app.set_version_flag("--version", std::string("progcache ") + PROGCACHE_VERSION_STRING);
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--dir) may follow the subcommand
   Globals g;
   app.add_option_function<std::string>(
          "--dir", [&](const std::string& d) { g.dir = d, g.have_dir = true; },
