@@ -1,1 +1,179 @@
-int main(){}
+// Store benchmarks, each next to its physical floor measured in the same run:
+//   memory hit        vs  a bare std::unordered_map find over the same keys
+//   file hit (64 KiB) vs  open + fstat + read + close of the same bytes
+//   put, cap active   at 1 000 and at 100 000 entries (eviction running)
+//   key derivation    vs  bare SHA-256 of the same 1 MiB source
+// scripts/bench_ratios.py turns the JSON output into medians and ratios.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <unordered_map>
+
+#include "progcache/file_store.h"
+#include "progcache/hash.h"
+#include "progcache/key.h"
+#include "progcache/memory_store.h"
+
+namespace pc = progcache;
+namespace fs = std::filesystem;
+
+namespace {
+
+pc::Key key_n(std::uint64_t n) { return pc::KeyBuilder("bench").add_int("n", static_cast<std::int64_t>(n)).finish(); }
+
+std::string bench_dir(const std::string& name) {
+  const char* base = std::getenv("PROGCACHE_BENCH_DIR");
+  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/progcache-bench-" + name + "-" +
+                    std::to_string(::getpid());
+  fs::remove_all(dir);
+  return dir;
+}
+
+constexpr int k_keys = 1024;
+
+void BM_MemoryHit(benchmark::State& state) {
+  auto store = std::move(*pc::make_memory_store({}));
+  std::vector<pc::Key> keys;
+  for (int i = 0; i < k_keys; ++i) {
+    keys.push_back(key_n(i));
+    store->put(keys.back(), pc::Entry::from_bytes(pc::Bytes::copy_of(std::string(4096, 'x')))).ignore();
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto e = store->get(keys[i++ & (k_keys - 1)]);
+    benchmark::DoNotOptimize(e);
+  }
+}
+BENCHMARK(BM_MemoryHit);
+
+void BM_UnorderedMapFindFloor(benchmark::State& state) {
+  std::unordered_map<pc::Key, pc::Entry, pc::KeyHash> map;
+  std::vector<pc::Key> keys;
+  for (int i = 0; i < k_keys; ++i) {
+    keys.push_back(key_n(i));
+    map.emplace(keys.back(), pc::Entry::from_bytes(pc::Bytes::copy_of(std::string(4096, 'x'))));
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto it = map.find(keys[i++ & (k_keys - 1)]);
+    pc::Entry copy = it->second;  // the same shared handle a hit returns
+    benchmark::DoNotOptimize(copy);
+  }
+}
+BENCHMARK(BM_UnorderedMapFindFloor);
+
+struct FileFixture {
+  std::string dir;
+  std::unique_ptr<pc::FileStore> store;
+  std::vector<pc::Key> keys;
+  std::vector<std::string> paths;
+};
+
+FileFixture make_file_fixture(std::size_t payload) {
+  FileFixture f;
+  f.dir = bench_dir("hit");
+  f.store = std::move(*pc::FileStore::open({.root = f.dir}));
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 64; ++i) {
+    std::string p(payload, '\0');
+    for (auto& c : p) c = static_cast<char>(rng());
+    f.keys.push_back(key_n(i));
+    f.store->put(f.keys.back(), pc::Entry::from_bytes(pc::Bytes::adopt(std::move(p)))).ignore();
+    f.paths.push_back(f.store->entry_path(f.keys.back()));
+  }
+  return f;
+}
+
+void BM_FileHit(benchmark::State& state) {
+  auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto e = f.store->get(f.keys[i++ & 63]);
+    if (!e.ok() || !e->has_value()) state.SkipWithError("miss");
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
+  f.store.reset();
+  fs::remove_all(f.dir);
+}
+BENCHMARK(BM_FileHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
+// The floor: the same files, read the cheapest way the kernel allows into a
+// fresh buffer of the exact size.
+void BM_FileReadFloor(benchmark::State& state) {
+  auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const int fd = ::open(f.paths[i++ & 63].c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    ::fstat(fd, &st);
+    std::unique_ptr<char[]> buf(new char[static_cast<std::size_t>(st.st_size)]);
+    const ssize_t n = ::read(fd, buf.get(), static_cast<std::size_t>(st.st_size));
+    ::close(fd);
+    benchmark::DoNotOptimize(n);
+    benchmark::DoNotOptimize(buf.get());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
+  f.store.reset();
+  fs::remove_all(f.dir);
+}
+BENCHMARK(BM_FileReadFloor)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
+// Puts into a store already full at its entry cap, so every put runs the
+// accounting and eviction path. The cost per put should not grow with the
+// number of entries.
+void BM_PutCapActive(benchmark::State& state) {
+  const auto n = static_cast<std::uint64_t>(state.range(0));
+  const std::string dir = bench_dir("put");
+  auto store = std::move(*pc::FileStore::open({.root = dir, .max_size_bytes = std::nullopt, .max_entries = n}));
+  const std::string payload(1024, 'p');
+  std::uint64_t next = 0;
+  for (; next < n; ++next) store->put(key_n(next), pc::Entry::from_bytes(pc::Bytes::copy_of(payload))).ignore();
+  for (auto _ : state) {
+    store->put(key_n(next++), pc::Entry::from_bytes(pc::Bytes::copy_of(payload))).ignore();
+  }
+  state.counters["evictions"] = static_cast<double>(store->stats().evictions);
+  store.reset();
+  fs::remove_all(dir);
+}
+BENCHMARK(BM_PutCapActive)->Arg(1000)->Arg(100000)->Unit(benchmark::kMicrosecond)->Iterations(20000);
+
+void BM_ProgramKey1MiB(benchmark::State& state) {
+  std::string src(1 << 20, '\0');
+  std::mt19937_64 rng(7);
+  for (auto& c : src) c = static_cast<char>('a' + rng() % 26);
+  for (auto _ : state) {
+    pc::ProgramKeyInputs in;
+    in.code = src;
+    in.options = {"-arch=sm_90", "-std=c++17", "-DN=4"};
+    in.name_expressions = {"k<float>"};
+    in.compiler = {"13.0", "fp", "13.0", ""};
+    auto k = pc::make_program_cache_key(in);
+    benchmark::DoNotOptimize(k);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * (1 << 20));
+}
+BENCHMARK(BM_ProgramKey1MiB);
+
+void BM_Sha256Floor1MiB(benchmark::State& state) {
+  std::string src(1 << 20, '\0');
+  std::mt19937_64 rng(7);
+  for (auto& c : src) c = static_cast<char>('a' + rng() % 26);
+  for (auto _ : state) {
+    auto d = pc::sha256(src);
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * (1 << 20));
+}
+BENCHMARK(BM_Sha256Floor1MiB);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -94,6 +94,7 @@ class [[nodiscard]] Result {
   T&& value() && { return std::get<T>(std::move(m_value)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 

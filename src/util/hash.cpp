@@ -11,6 +11,16 @@
 
 namespace progcache {
 
+#if defined(__x86_64__)
+namespace detail {
+XXH128_hash_t xxh3_128_avx2(const void* data, std::size_t size);
+}  // namespace detail
+
+namespace {
+const bool k_have_avx2 = __builtin_cpu_supports("avx2");
+}  // namespace
+#endif
+
 struct Sha256::Impl {
   EVP_MD_CTX* ctx = nullptr;
   ~Impl() { EVP_MD_CTX_free(ctx); }
@@ -47,7 +57,12 @@ Digest256 sha256(std::string_view data) {
 }
 
 Digest128 xxh3_128(std::string_view data) {
+#if defined(__x86_64__)
+  const XXH128_hash_t h =
+      k_have_avx2 ? detail::xxh3_128_avx2(data.data(), data.size()) : XXH3_128bits(data.data(), data.size());
+#else
   const XXH128_hash_t h = XXH3_128bits(data.data(), data.size());
+#endif
   XXH128_canonical_t canon;
   XXH128_canonicalFromHash(&canon, h);
   Digest128 out{};
