@@ -145,6 +145,32 @@ void BM_PutCapActive(benchmark::State& state) {
 }
 BENCHMARK(BM_PutCapActive)->Arg(1000)->Arg(100000)->Unit(benchmark::kMicrosecond)->Iterations(20000);
 
+// The floor for a put with eviction: create a temp file, write the same
+// encoded size, rename it into a shard, and unlink the oldest file.
+void BM_PutFloor(benchmark::State& state) {
+  const auto n = static_cast<std::uint64_t>(state.range(0));
+  const std::string dir = bench_dir("putfloor");
+  for (int i = 0; i < 256; ++i) fs::create_directories(dir + "/" + std::to_string(i));
+  const std::string data(1024 + 200, 'p');
+  auto path_of = [&](std::uint64_t i) { return dir + "/" + std::to_string(i % 256) + "/" + std::to_string(i); };
+  auto write_one = [&](std::uint64_t i) {
+    const std::string tmp = dir + "/" + std::to_string(i % 256) + "/.tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    benchmark::DoNotOptimize(::write(fd, data.data(), data.size()));
+    ::close(fd);
+    ::rename(tmp.c_str(), path_of(i).c_str());
+  };
+  std::uint64_t next = 0;
+  for (; next < n; ++next) write_one(next);
+  std::uint64_t oldest = 0;
+  for (auto _ : state) {
+    write_one(next++);
+    ::unlink(path_of(oldest++).c_str());
+  }
+  fs::remove_all(dir);
+}
+BENCHMARK(BM_PutFloor)->Arg(1000)->Arg(100000)->Unit(benchmark::kMicrosecond)->Iterations(20000);
+
 void BM_ProgramKey1MiB(benchmark::State& state) {
   std::string src(1 << 20, '\0');
   std::mt19937_64 rng(7);
