@@ -1,10 +1,13 @@
 // progcache — the operator's command-line tool.
 //
 // Exit codes: 0 ok, 1 miss (or key absent), 2 usage error, 3 any other error.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,7 +15,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "progcache/compile.h"
 #include "progcache/config.h"
+#include "progcache/hash.h"
 #include "progcache/file_store.h"
 #include "progcache/version.h"
 
@@ -112,6 +117,229 @@ json stats_json(const pc::StoreStats& s) {
               {"bytes_stored", s.bytes_stored}};
 }
 
+// Fingerprint of the include directories given with -I: every file's
+// relative path, size, mtime and inode. Lets cached compiles use include
+// paths honestly: editing any header there changes the key.
+pc::Result<std::string> include_digest(const std::vector<std::string>& dirs) {
+  pc::Sha256 sha;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    std::vector<std::string> lines;
+    for (auto it = std::filesystem::recursive_directory_iterator(d, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+      lines.push_back(it->path().lexically_relative(d).string() + "|" + std::to_string(st.st_size) + "|" +
+                      std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
+                      std::to_string(st.st_ino));
+    }
+    if (ec) return pc::errno_status(ec.value(), "cannot read include directory", d);
+    std::sort(lines.begin(), lines.end());
+    sha.update(d);
+    sha.update(std::string_view("\0", 1));
+    for (const auto& l : lines) {
+      sha.update(l);
+      sha.update("\n");
+    }
+  }
+  const auto dg = sha.finish();
+  return pc::to_hex(std::string_view(reinterpret_cast<const char*>(dg.data()), dg.size()));
+}
+
+pc::Result<pc::CodeType> code_type_of(const std::string& path) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".cu" || ext == ".cuh" || ext == ".cpp" || ext == ".cxx" || ext == ".cc") return pc::CodeType::cxx;
+  if (ext == ".ptx") return pc::CodeType::ptx;
+  if (ext == ".ltoir" || ext == ".lto" || ext == ".nvvm") return pc::CodeType::ltoir;
+  return pc::invalid_argument("cannot tell the code type of '" + path +
+                              "' from its extension: use .cu (CUDA C++), .ptx or .ltoir");
+}
+
+struct CompileArgs {
+  std::string arch;
+  std::string target = "cubin";
+  std::string output;
+  std::vector<std::string> name_exprs;
+  bool link = false;
+  bool json_out = false;
+};
+
+// Options of NVRTC that take their value as the next word.
+bool takes_value(const std::string& o) {
+  static const char* k_names[] = {"-arch", "--gpu-architecture", "-D", "--define-macro", "-U", "--undefine-macro",
+                                  "-I", "--include-path", "-include", "--pre-include", "-std", "--std",
+                                  "-maxrregcount", "--maxrregcount", "-Xptxas", "--ptxas-options", "-dopt",
+                                  "--dopt", "-split", "--split-compile"};
+  for (const char* n : k_names) {
+    if (o == n) return true;
+  }
+  return false;
+}
+
+int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, const pc::Config& cfg) {
+  std::vector<std::string> files, opts, include_dirs;
+  std::string arch = a.arch;
+  for (std::size_t i = 0; i < extras.size(); ++i) {
+    const std::string& t = extras[i];
+    if (t.empty() || t[0] != '-') {
+      files.push_back(t);
+      continue;
+    }
+    std::string value;
+    bool separate = takes_value(t) && i + 1 < extras.size();
+    if (separate) value = extras[i + 1];
+    if (t == "-arch" || t == "--gpu-architecture") {
+      if (!separate) return fail(pc::invalid_argument("option '" + t + "' needs a value"));
+      arch = value;
+      ++i;
+      continue;
+    }
+    if (t.starts_with("-arch=") || t.starts_with("--gpu-architecture=")) {
+      arch = t.substr(t.find('=') + 1);
+      continue;
+    }
+    if (t == "-I" || t == "--include-path") include_dirs.push_back(value);
+    else if (t.starts_with("--include-path=")) include_dirs.push_back(t.substr(15));
+    else if (t.starts_with("-I")) include_dirs.push_back(t.substr(2));
+    opts.push_back(t);
+    if (separate) {
+      opts.push_back(value);
+      ++i;
+    }
+  }
+  if (files.empty()) return fail(pc::invalid_argument("compile: no input files"));
+  if (arch.empty()) return fail(pc::invalid_argument("compile: --arch sm_XX is required"));
+  auto target = pc::parse_target_type(a.target);
+  if (!target.ok()) return fail(target.status());
+  opts.insert(opts.begin(), "-arch=" + arch);
+
+  std::optional<std::string> digest;
+  if (!include_dirs.empty()) {
+    auto d = include_digest(include_dirs);
+    if (!d.ok()) return fail(d.status());
+    digest = *d;
+  }
+
+  std::unique_ptr<pc::FileStore> store;
+  if (!cfg.disabled) {
+    auto s = pc::FileStore::open(cfg.file_store_options());
+    if (!s.ok()) {
+      // A cache that cannot open must not stop a compile.
+      std::cerr << "progcache: warning: compiling without the cache: " << s.status().to_string() << "\n";
+    } else {
+      store = std::move(*s);
+    }
+  }
+  pc::CompileOptions co;
+  co.cache = store.get();
+  co.state_dir = store ? store->root() : cfg.dir;
+
+  json report = json::array();
+  int rc = k_exit_ok;
+  auto emit = [&](const std::string& label, const pc::Result<pc::ObjectCode>& r, double secs,
+                  const pc::CompileFailure& failure, const std::string& out_path) {
+    json j{{"input", label}, {"seconds", secs}};
+    if (!r.ok()) {
+      j["error"] = r.status().to_string();
+      j["log"] = failure.log;
+      std::cerr << "progcache: " << label << ": " << r.status().to_string() << "\n";
+      rc = r.status().code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
+    } else {
+      j["key"] = r->key.hex();
+      j["hit"] = r->from_cache;
+      j["target"] = pc::target_type_name(r->kind);
+      j["bytes"] = r->code.size();
+      j["symbols"] = r->symbol_mapping;
+      if (!out_path.empty()) {
+        pc::Status st = write_output(out_path, r->code.view());
+        if (!st.ok()) {
+          std::cerr << "progcache: " << st.to_string() << "\n";
+          rc = k_exit_error;
+        }
+        j["output"] = out_path;
+      }
+      if (!a.json_out) {
+        std::printf("%-28s %-4s %9.3f ms  %8zu B  %s\n", label.c_str(), r->from_cache ? "hit" : "miss", secs * 1e3,
+                    r->code.size(), r->key.hex().substr(0, 16).c_str());
+        for (const auto& [expr, lowered] : r->symbol_mapping) std::printf("    %s -> %s\n", expr.c_str(), lowered.c_str());
+      }
+    }
+    report.push_back(j);
+  };
+
+  auto load = [&](const std::string& f, pc::Program* p) -> pc::Status {
+    auto type = code_type_of(f);
+    if (!type.ok()) return type.status();
+    auto src = read_file(f);
+    if (!src.ok()) return src.status();
+    p->code = std::move(*src);
+    p->code_type = *type;
+    p->options = opts;
+    p->name = std::filesystem::path(f).filename().string();
+    p->extra_digest = digest;
+    if (*type == pc::CodeType::cxx) p->name_expressions = a.name_exprs;
+    return {};
+  };
+
+  const bool many = files.size() > 1;
+  if (!a.link) {
+    for (const auto& f : files) {
+      pc::Program p;
+      if (pc::Status st = load(f, &p); !st.ok()) {
+        emit(f, st, 0, {}, "");
+        continue;
+      }
+      std::string out = a.output;
+      if (many && !out.empty()) {
+        out = (std::filesystem::path(a.output) / std::filesystem::path(f).stem()).string() + "." + a.target;
+      }
+      pc::CompileFailure failure;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = pc::compile(p, *target, co, &failure);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      emit(f, r, secs, failure, out);
+    }
+  } else {
+    // Link: C++ inputs become LTO-IR (each cached), then all link into one.
+    if (*target != pc::TargetType::cubin && *target != pc::TargetType::ptx) {
+      return fail(pc::invalid_argument("--link produces cubin or ptx"));
+    }
+    std::vector<std::string> modules;
+    pc::CodeType first_type = pc::CodeType::ltoir;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& f : files) {
+      pc::Program p;
+      if (pc::Status st = load(f, &p); !st.ok()) {
+        emit(f, st, 0, {}, "");
+        return rc;
+      }
+      if (p.code_type == pc::CodeType::cxx) {
+        pc::CompileFailure failure;
+        const auto t1 = std::chrono::steady_clock::now();
+        auto r = pc::compile(p, pc::TargetType::ltoir, co, &failure);
+        emit(f, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), failure, "");
+        if (!r.ok()) return rc;
+        modules.push_back(r->code.str());
+      } else {
+        if (modules.empty()) first_type = p.code_type;
+        modules.push_back(std::move(p.code));
+      }
+    }
+    pc::Program linked;
+    linked.code = std::move(modules.front());
+    linked.code_type = first_type;
+    linked.link_inputs.assign(std::make_move_iterator(modules.begin() + 1), std::make_move_iterator(modules.end()));
+    linked.options = {"-arch=" + arch};
+    linked.name = "link";
+    pc::CompileFailure failure;
+    auto r = pc::compile(linked, *target, co, &failure);
+    emit("(link)", r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), failure,
+         a.output);
+  }
+  if (a.json_out) std::cout << report.dump(2) << "\n";
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,12 +408,31 @@ int main(int argc, char** argv) {
   // clear
   auto* clear = app.add_subcommand("clear", "Remove every entry");
 
+  // compile
+  CompileArgs cargs;
+  auto* compile = app.add_subcommand(
+      "compile",
+      "Compile CUDA C++ (.cu), PTX (.ptx) or LTO-IR (.ltoir) through the cache.\n"
+      "Other options (-D, -std=, --use_fast_math, -lineinfo, -I, ...) are passed to NVRTC / nvJitLink.");
+  compile->add_option("--arch", cargs.arch, "Target architecture, e.g. sm_90")->type_name("sm_XX");
+  compile->add_option("--target", cargs.target, "cubin (default), ptx or ltoir");
+  compile->add_option("-o,--output", cargs.output, "Output file (one input or --link) or directory (several)");
+  compile->add_option("--name-expr", cargs.name_exprs, "Name expression to lower (repeatable), e.g. 'k<float>'");
+  compile->add_flag("--link", cargs.link, "Link all inputs (C++ via LTO-IR, PTX, LTO-IR) into one program");
+  compile->add_flag("--json", cargs.json_out, "Per input: key, hit or miss, seconds, symbol mapping");
+  compile->allow_extras();
+  compile->positionals_at_end(false);
+
   // config
   auto* config = app.add_subcommand("config", "Show each resolved setting and where it came from");
   config->add_flag("--json", as_json, "JSON output");
 
+  app.allow_extras();  // only `compile` takes any: checked below
   try {
     app.parse(argc, argv);
+    if (!compile->parsed() && !app.remaining().empty()) {
+      throw CLI::ExtrasError(app.remaining());
+    }
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? k_exit_ok : k_exit_usage;
@@ -203,6 +450,13 @@ int main(int argc, char** argv) {
       for (const auto& s : cfg->settings) std::cout << s.name << " = " << s.value << "  (" << s.source << ")\n";
     }
     return k_exit_ok;
+  }
+
+  if (compile->parsed()) {
+    // Pass-through options may surface on either level (global options fall through).
+    std::vector<std::string> extras = compile->remaining();
+    for (auto& e : app.remaining()) extras.push_back(e);
+    return run_compile(cargs, extras, *cfg);
   }
 
   auto store_or = open_store(*cfg);

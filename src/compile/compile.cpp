@@ -1,0 +1,491 @@
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_libs.h"
+#include "progcache/compile.h"
+#include "progcache/env.h"
+#include "progcache/file_store.h"
+
+namespace progcache {
+
+namespace {
+
+using nlohmann::json;
+
+struct Counters {
+  std::atomic<std::uint64_t> compiles{0}, compile_errors{0}, hits{0}, shared_waits{0}, lock_waits{0},
+      cache_errors{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+std::string state_dir_of(const CompileOptions& o) { return o.state_dir.empty() ? default_cache_root() : o.state_dir; }
+
+bool uses_nvrtc(const Program& p) { return p.code_type == CodeType::cxx; }
+
+// nvJitLink wants "-arch=sm_90"; users write NVRTC spellings. Everything else
+// is passed as given.
+std::vector<std::string> jitlink_options(const std::vector<std::string>& opts, const Program& p, TargetType target) {
+  std::vector<std::string> out;
+  bool lto = false, ptx = false;
+  for (std::size_t i = 0; i < opts.size(); ++i) {
+    const std::string& o = opts[i];
+    if ((o == "-arch" || o == "--gpu-architecture") && i + 1 < opts.size()) {
+      out.push_back("-arch=" + opts[++i]);
+    } else if (o.starts_with("--gpu-architecture=")) {
+      out.push_back("-arch=" + o.substr(19));
+    } else {
+      lto |= o == "-lto";
+      ptx |= o == "-ptx";
+      out.push_back(o);
+    }
+  }
+  if (p.code_type == CodeType::ltoir && !lto) out.emplace_back("-lto");
+  if (target == TargetType::ptx && !ptx) out.emplace_back("-ptx");
+  return out;
+}
+
+Status check_program(const Program& p, TargetType target) {
+  if (target == TargetType::fatbin) {
+    return invalid_argument("target fatbin is not supported: compile to cubin per architecture (or ptx)");
+  }
+  if (p.code_type != CodeType::cxx && !p.name_expressions.empty()) {
+    return invalid_argument("name expressions need C++ source; " + std::string(code_type_name(p.code_type)) +
+                            " has no C++ names to lower");
+  }
+  if (p.code_type == CodeType::cxx && !p.link_inputs.empty()) {
+    return invalid_argument("link inputs are PTX or LTO-IR modules; compile C++ to ltoir first, then link");
+  }
+  if (p.code.empty()) return invalid_argument("program '" + p.name + "' is empty");
+  return {};
+}
+
+Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o) {
+  CompilerIdentity id;
+  const std::string dir = state_dir_of(o);
+  if (uses_nvrtc(p)) {
+    PROGCACHE_ASSIGN_OR_RETURN(std::string path, cuda::locate("nvrtc"));
+    PROGCACHE_ASSIGN_OR_RETURN(auto li, cuda::identity("nvrtc", path, dir));
+    id.nvrtc_version = li.version;
+    id.nvrtc_fingerprint = li.fingerprint;
+  } else {
+    PROGCACHE_ASSIGN_OR_RETURN(std::string path, cuda::locate("nvJitLink"));
+    PROGCACHE_ASSIGN_OR_RETURN(auto li, cuda::identity("nvJitLink", path, dir));
+    // The fingerprint field names NVRTC for C++ programs and nvJitLink here.
+    id.nvjitlink_version = li.version;
+    id.nvrtc_fingerprint = li.fingerprint;
+  }
+  return id;
+}
+
+Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity& id) {
+  ProgramKeyInputs in;
+  in.code = p.code;
+  in.code_type = p.code_type;
+  in.target = target;
+  in.options = p.options;
+  in.name_expressions = p.name_expressions;
+  in.headers = p.headers;
+  in.extra_digest = p.extra_digest;
+  in.name = p.name;
+  in.compiler = id;
+  for (const auto& m : p.link_inputs) in.extra_inputs.push_back(m);
+  return make_program_cache_key(in);
+}
+
+// ------------------------------------------------------------ entry <-> object
+
+Entry to_entry(const ObjectCode& oc) {
+  json meta{{"kind", target_type_name(oc.kind)},
+            {"name", oc.name},
+            {"symbols", oc.symbol_mapping},
+            {"log", oc.log},
+            {"compiler",
+             {{"nvrtc_version", oc.compiler.nvrtc_version},
+              {"fingerprint", oc.compiler.nvrtc_fingerprint},
+              {"nvjitlink_version", oc.compiler.nvjitlink_version}}}};
+  std::vector<Artifact> arts;
+  arts.push_back({std::string(target_type_name(oc.kind)), oc.code});
+  return Entry(meta.dump(), std::move(arts));
+}
+
+// A hit whose metadata does not describe the requested object is treated as
+// damage (a miss), never returned.
+std::optional<ObjectCode> from_entry(const Entry& e, const Key& key, TargetType target, const CompilerIdentity& id) {
+  const auto meta = json::parse(e.metadata(), nullptr, false);
+  if (!meta.is_object() || meta.value("kind", "") != target_type_name(target)) return std::nullopt;
+  const Artifact* art = e.find(target_type_name(target));
+  if (art == nullptr) return std::nullopt;
+  ObjectCode oc;
+  oc.code = art->data;
+  oc.kind = target;
+  oc.name = meta.value("name", "");
+  oc.log = meta.value("log", "");
+  if (meta.contains("symbols") && meta["symbols"].is_object()) {
+    for (const auto& [k, v] : meta["symbols"].items()) {
+      if (v.is_string()) oc.symbol_mapping.emplace(k, v.get<std::string>());
+    }
+  }
+  oc.compiler = id;
+  oc.key = key;
+  oc.from_cache = true;
+  return oc;
+}
+
+// ------------------------------------------------------------ compilers
+
+std::string nvrtc_log(const cuda::Nvrtc* api, cuda::nvrtcProgram prog) {
+  std::size_t n = 0;
+  if (api->get_program_log_size(prog, &n) != 0 || n <= 1) return {};
+  std::string log(n, '\0');
+  api->get_program_log(prog, log.data());
+  while (!log.empty() && log.back() == '\0') log.pop_back();
+  return log;
+}
+
+Result<ObjectCode> run_nvrtc(const Program& p, TargetType target, CompileFailure* failure) {
+  PROGCACHE_ASSIGN_OR_RETURN(const cuda::Nvrtc* api, cuda::nvrtc());
+  std::vector<const char*> header_src, header_names;
+  for (const auto& h : p.headers) {
+    header_src.push_back(h.content.c_str());
+    header_names.push_back(h.name.c_str());
+  }
+  cuda::nvrtcProgram prog = nullptr;
+  if (int r = api->create_program(&prog, p.code.c_str(), p.name.c_str(), static_cast<int>(p.headers.size()),
+                                  header_src.data(), header_names.data());
+      r != 0) {
+    return internal_error(std::string("nvrtcCreateProgram: ") + api->get_error_string(r));
+  }
+  struct Guard {
+    const cuda::Nvrtc* api;
+    cuda::nvrtcProgram* prog;
+    ~Guard() { api->destroy_program(prog); }
+  } guard{api, &prog};
+  for (const auto& n : p.name_expressions) {
+    if (int r = api->add_name_expression(prog, n.c_str()); r != 0) {
+      return invalid_argument("name expression '" + n + "': " + api->get_error_string(r));
+    }
+  }
+  std::vector<std::string> opts = p.options;
+  if (target == TargetType::ltoir) {
+    bool dlto = false;
+    for (const auto& o : opts) dlto |= (o == "-dlto" || o == "--dlink-time-opt");
+    if (!dlto) opts.emplace_back("-dlto");
+  }
+  std::vector<const char*> argv;
+  for (const auto& o : opts) argv.push_back(o.c_str());
+  const int rc = api->compile_program(prog, static_cast<int>(argv.size()), argv.data());
+  ObjectCode oc;
+  oc.log = nvrtc_log(api, prog);
+  if (rc != 0) {
+    if (failure != nullptr) *failure = CompileFailure{oc.log, p.options, p.name};
+    std::string msg = "NVRTC failed to compile '" + p.name + "' (" + api->get_error_string(rc) + ")";
+    if (!oc.log.empty()) msg += ":\n" + oc.log;
+    return Status(Code::compile_error, msg);
+  }
+  std::size_t n = 0;
+  char* out = nullptr;
+  auto take = [&](auto size_fn, auto get_fn, const char* what) -> Status {
+    if (size_fn == nullptr || get_fn == nullptr) {
+      return unavailable(std::string("this NVRTC cannot produce ") + what + "; upgrade the CUDA toolkit");
+    }
+    if (int r = size_fn(prog, &n); r != 0) return internal_error(std::string(what) + ": " + api->get_error_string(r));
+    oc.code = Bytes::allocate(n, &out);
+    if (int r = get_fn(prog, out); r != 0) return internal_error(std::string(what) + ": " + api->get_error_string(r));
+    return {};
+  };
+  switch (target) {
+    case TargetType::ptx: PROGCACHE_TRY(take(api->get_ptx_size, api->get_ptx, "PTX")); break;
+    case TargetType::cubin: PROGCACHE_TRY(take(api->get_cubin_size, api->get_cubin, "cubin")); break;
+    case TargetType::ltoir: PROGCACHE_TRY(take(api->get_ltoir_size, api->get_ltoir, "LTO-IR")); break;
+    case TargetType::fatbin: return invalid_argument("fatbin is not supported");
+  }
+  if (target == TargetType::cubin && oc.code.size() == 0) {
+    return invalid_argument("NVRTC produced no cubin for '" + p.name +
+                            "': give a real architecture (-arch=sm_XX), not a virtual one (compute_XX)");
+  }
+  for (const auto& name : p.name_expressions) {
+    const char* lowered = nullptr;
+    if (api->get_lowered_name(prog, name.c_str(), &lowered) == 0 && lowered != nullptr) {
+      oc.symbol_mapping.emplace(name, lowered);
+    }
+  }
+  oc.kind = target;
+  oc.name = p.name;
+  return oc;
+}
+
+std::string jit_log(const cuda::NvJitLink* api, cuda::nvJitLinkHandle h, bool error) {
+  std::size_t n = 0;
+  if ((error ? api->get_error_log_size(h, &n) : api->get_info_log_size(h, &n)) != 0 || n <= 1) return {};
+  std::string log(n, '\0');
+  if (error) api->get_error_log(h, log.data());
+  else api->get_info_log(h, log.data());
+  while (!log.empty() && log.back() == '\0') log.pop_back();
+  return log;
+}
+
+Result<ObjectCode> run_nvjitlink(const Program& p, TargetType target, CompileFailure* failure) {
+  PROGCACHE_ASSIGN_OR_RETURN(const cuda::NvJitLink* api, cuda::nvjitlink());
+  const std::vector<std::string> opts = jitlink_options(p.options, p, target);
+  std::vector<const char*> argv;
+  for (const auto& o : opts) argv.push_back(o.c_str());
+  cuda::nvJitLinkHandle h = nullptr;
+  if (int r = api->create(&h, static_cast<std::uint32_t>(argv.size()), argv.data()); r != 0) {
+    const std::string log = h != nullptr ? jit_log(api, h, true) : "";
+    if (h != nullptr) api->destroy(&h);
+    if (failure != nullptr) *failure = CompileFailure{log, p.options, p.name};
+    return Status(Code::compile_error, "nvJitLink rejected the options for '" + p.name + "' (error " +
+                                           std::to_string(r) + ")" + (log.empty() ? "" : ":\n" + log));
+  }
+  struct Guard {
+    const cuda::NvJitLink* api;
+    cuda::nvJitLinkHandle* h;
+    ~Guard() { api->destroy(h); }
+  } guard{api, &h};
+  auto input_type = [](std::string_view data, CodeType declared) {
+    // PTX is text that starts with comments or directives; LTO-IR is binary.
+    if (declared == CodeType::ptx) return cuda::jit_input_ptx;
+    const bool text = !data.empty() && (data.starts_with("//") || data.starts_with(".version") ||
+                                        data.starts_with("\n") || data.starts_with("."));
+    return text ? cuda::jit_input_ptx : cuda::jit_input_ltoir;
+  };
+  std::vector<std::string_view> inputs{p.code};
+  for (const auto& m : p.link_inputs) inputs.push_back(m);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::string name = p.name + "#" + std::to_string(i);
+    const int type = i == 0 ? (p.code_type == CodeType::ptx ? cuda::jit_input_ptx : cuda::jit_input_ltoir)
+                            : input_type(inputs[i], CodeType::ltoir);
+    if (int r = api->add_data(h, type, inputs[i].data(), inputs[i].size(), name.c_str()); r != 0) {
+      const std::string log = jit_log(api, h, true);
+      if (failure != nullptr) *failure = CompileFailure{log, p.options, p.name};
+      return Status(Code::compile_error, "nvJitLink could not read input " + std::to_string(i) + " of '" + p.name +
+                                             "'" + (log.empty() ? "" : ":\n" + log));
+    }
+  }
+  if (int r = api->complete(h); r != 0) {
+    const std::string log = jit_log(api, h, true);
+    if (failure != nullptr) *failure = CompileFailure{log, p.options, p.name};
+    return Status(Code::compile_error, "nvJitLink failed to link '" + p.name + "' (error " + std::to_string(r) + ")" +
+                                           (log.empty() ? "" : ":\n" + log));
+  }
+  ObjectCode oc;
+  oc.log = jit_log(api, h, false);
+  std::size_t n = 0;
+  char* out = nullptr;
+  if (target == TargetType::cubin) {
+    if (int r = api->get_linked_cubin_size(h, &n); r != 0) return internal_error("nvJitLinkGetLinkedCubinSize failed");
+    oc.code = Bytes::allocate(n, &out);
+    if (int r = api->get_linked_cubin(h, out); r != 0) return internal_error("nvJitLinkGetLinkedCubin failed");
+  } else {
+    if (int r = api->get_linked_ptx_size(h, &n); r != 0) return internal_error("nvJitLinkGetLinkedPtxSize failed");
+    oc.code = Bytes::allocate(n, &out);
+    if (int r = api->get_linked_ptx(h, out); r != 0) return internal_error("nvJitLinkGetLinkedPtx failed");
+  }
+  oc.kind = target;
+  oc.name = p.name;
+  return oc;
+}
+
+Result<ObjectCode> run_compiler(const Program& p, TargetType target, CompileFailure* failure) {
+  auto r = uses_nvrtc(p) ? run_nvrtc(p, target, failure) : run_nvjitlink(p, target, failure);
+  (r.ok() ? counters().compiles : counters().compile_errors).fetch_add(1);
+  return r;
+}
+
+// ------------------------------------------------------------ single flight
+
+// A per-key lock file held with flock. The kernel drops the lock when its
+// holder dies, so a crashed compiler leaves no stale lock behind. The file is
+// unlinked by the holder on release; a waiter that then wins the lock checks
+// that its descriptor still names the file at the path and retries if not.
+class KeyLock {
+ public:
+  static Result<KeyLock> acquire(const std::string& dir, const Key& key, std::chrono::milliseconds timeout,
+                                 bool* waited) {
+    Env* env = Env::posix();
+    if (Status s = env->mkdir(dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return s;
+    const std::string path = join_path(dir, key.hex() + ".lock");
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto backoff = std::chrono::milliseconds(1);
+    *waited = false;
+    while (true) {
+      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (fd < 0) return errno_status(errno, "open lock file", path);
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        struct stat a {}, b {};
+        if (::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+          return KeyLock(path, fd);
+        }
+        ::close(fd);  // the holder unlinked it as we locked: try the new file
+        continue;
+      }
+      ::close(fd);
+      *waited = true;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Status(Code::deadline_exceeded, "timed out waiting for another process compiling key " + key.hex());
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
+    }
+  }
+
+  KeyLock(KeyLock&& o) noexcept : m_path(std::move(o.m_path)), m_fd(o.m_fd) { o.m_fd = -1; }
+  KeyLock& operator=(KeyLock&&) = delete;
+  ~KeyLock() {
+    if (m_fd >= 0) {
+      ::unlink(m_path.c_str());
+      ::close(m_fd);
+    }
+  }
+
+ private:
+  KeyLock(std::string path, int fd) : m_path(std::move(path)), m_fd(fd) {}
+  std::string m_path;
+  int m_fd;
+};
+
+struct Flight {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::optional<Result<ObjectCode>> result;
+  CompileFailure failure;
+};
+
+std::mutex g_flights_mu;
+std::map<Key, std::shared_ptr<Flight>> g_flights;  // GUARDED_BY(g_flights_mu)
+
+std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target, const CompilerIdentity& id) {
+  if (cache == nullptr) return std::nullopt;
+  auto got = cache->get(key);
+  if (!got.ok()) {
+    counters().cache_errors.fetch_add(1);
+    return std::nullopt;
+  }
+  if (!got->has_value()) return std::nullopt;
+  auto oc = from_entry(**got, key, target, id);
+  if (!oc) {
+    cache->erase(key).status().ignore();  // not what this key promises: drop it
+    return std::nullopt;
+  }
+  counters().hits.fetch_add(1);
+  return oc;
+}
+
+// The leader's work: cross-process lock, look again, compile, store.
+Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOptions& o, const Key& key,
+                        const CompilerIdentity& id, CompileFailure* failure) {
+  std::optional<KeyLock> lock;
+  if (o.cache != nullptr && o.process_lock) {
+    bool waited = false;
+    auto l = KeyLock::acquire(join_path(state_dir_of(o), "locks"), key, o.lock_timeout, &waited);
+    if (waited) counters().lock_waits.fetch_add(1);
+    if (l.ok()) {
+      lock.emplace(std::move(*l));
+    }  // else: a lock we cannot take (timeout, unwritable dir) must not stop the compile
+    if (waited) {
+      if (auto hit = lookup(o.cache, key, target, id)) return std::move(*hit);
+    }
+  }
+  PROGCACHE_ASSIGN_OR_RETURN(ObjectCode oc, run_compiler(p, target, failure));
+  oc.compiler = id;
+  oc.key = key;
+  oc.from_cache = false;
+  if (o.cache != nullptr) {
+    // A failed store is counted, never fatal: the compile is not lost.
+    if (!o.cache->put(key, to_entry(oc)).ok()) counters().cache_errors.fetch_add(1);
+  }
+  return oc;
+}
+
+}  // namespace
+
+CompileStats compile_stats() {
+  const Counters& c = counters();
+  return {c.compiles.load(), c.compile_errors.load(), c.hits.load(),
+          c.shared_waits.load(), c.lock_waits.load(), c.cache_errors.load()};
+}
+
+Result<Key> program_key(const Program& program, TargetType target, const CompileOptions& options) {
+  PROGCACHE_TRY(check_program(program, target));
+  PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
+  return key_for(program, target, id);
+}
+
+Result<ObjectCode> compile(const Program& program, TargetType target, const CompileOptions& options,
+                           CompileFailure* failure) {
+  PROGCACHE_TRY(check_program(program, target));
+  PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
+  PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id));
+  if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);
+
+  // Threads of this process asking for one key share one flight.
+  std::shared_ptr<Flight> flight;
+  bool leader = false;
+  {
+    std::lock_guard lock(g_flights_mu);
+    auto& slot = g_flights[key];
+    if (!slot) {
+      slot = std::make_shared<Flight>();
+      leader = true;
+    }
+    flight = slot;
+  }
+  if (!leader) {
+    counters().shared_waits.fetch_add(1);
+    std::unique_lock lock(flight->mu);
+    flight->cv.wait(lock, [&] { return flight->done; });
+    if (!flight->result->ok() && failure != nullptr) *failure = flight->failure;
+    return *flight->result;
+  }
+  CompileFailure local_failure;
+  Result<ObjectCode> result = lead(program, target, options, key, id, &local_failure);
+  if (!result.ok() && failure != nullptr) *failure = local_failure;
+  {
+    std::lock_guard lock(g_flights_mu);
+    g_flights.erase(key);
+  }
+  {
+    std::lock_guard lock(flight->mu);
+    flight->result = result;
+    flight->failure = local_failure;
+    flight->done = true;
+  }
+  flight->cv.notify_all();
+  return result;
+}
+
+Result<CompilerInfo> compiler_info(const CompileOptions& options) {
+  CompilerInfo info;
+  const std::string dir = state_dir_of(options);
+  auto nv = cuda::locate("nvrtc");
+  auto jl = cuda::locate("nvJitLink");
+  if (!nv.ok() && !jl.ok()) return nv.status();
+  if (nv.ok()) {
+    info.nvrtc_path = *nv;
+    PROGCACHE_ASSIGN_OR_RETURN(auto li, cuda::identity("nvrtc", *nv, dir));
+    info.identity.nvrtc_version = li.version;
+    info.identity.nvrtc_fingerprint = li.fingerprint;
+  }
+  if (jl.ok()) {
+    info.nvjitlink_path = *jl;
+    PROGCACHE_ASSIGN_OR_RETURN(auto li, cuda::identity("nvJitLink", *jl, dir));
+    info.identity.nvjitlink_version = li.version;
+  }
+  return info;
+}
+
+}  // namespace progcache

@@ -1,0 +1,342 @@
+#include "cuda_libs.h"
+
+#include <dlfcn.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "progcache/compile.h"
+#include "progcache/env.h"
+#include "progcache/hash.h"
+
+namespace progcache::cuda {
+
+namespace {
+
+struct LibrarySpec {
+  std::string_view name;          // "nvrtc"
+  std::string_view override_var;  // "PROGCACHE_NVRTC"
+  std::vector<std::string_view> files;
+  std::vector<std::string_view> wheel_dirs;  // under site-packages/nvidia/
+};
+
+const LibrarySpec& spec_of(std::string_view library) {
+  static const LibrarySpec k_nvrtc{"nvrtc", "PROGCACHE_NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"},
+                                   {"cu13/lib", "cuda_nvrtc/lib"}};
+  static const LibrarySpec k_jit{"nvJitLink", "PROGCACHE_NVJITLINK",
+                                 {"libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so"},
+                                 {"cu13/lib", "nvjitlink/lib"}};
+  static const LibrarySpec k_cuda{"cuda", "PROGCACHE_LIBCUDA", {"libcuda.so.1", "libcuda.so"}, {}};
+  if (library == "nvrtc") return k_nvrtc;
+  if (library == "nvJitLink") return k_jit;
+  return k_cuda;
+}
+
+std::string getenv_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// site-packages directories where pip puts NVIDIA's wheels.
+std::vector<std::string> site_packages() {
+  std::vector<std::string> roots;
+  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
+    if (auto v = getenv_str(var); !v.empty()) roots.push_back(v + "/lib/python3*/site-packages");
+  }
+  std::stringstream pp(getenv_str("PYTHONPATH"));
+  for (std::string item; std::getline(pp, item, ':');) {
+    if (!item.empty()) roots.push_back(item);
+  }
+  if (auto home = getenv_str("HOME"); !home.empty()) roots.push_back(home + "/.local/lib/python3*/site-packages");
+  for (const char* p : {"/usr/local/lib/python3*/site-packages", "/usr/local/lib/python3*/dist-packages",
+                        "/usr/lib/python3/dist-packages", "/opt/conda/lib/python3*/site-packages"}) {
+    roots.emplace_back(p);
+  }
+  return roots;
+}
+
+}  // namespace
+
+}  // namespace progcache::cuda
+
+namespace progcache {
+
+std::vector<std::string> library_search_paths(std::string_view library) {
+  const auto& spec = cuda::spec_of(library);
+  std::vector<std::string> dirs;
+  if (auto v = cuda::getenv_str(std::string(spec.override_var).c_str()); !v.empty()) return {v};
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (auto v = cuda::getenv_str(var); !v.empty()) {
+      dirs.push_back(v + "/lib64");
+      dirs.push_back(v + "/lib");
+    }
+  }
+  if (library == "cuda") {
+    // The driver comes with the GPU driver install, not the toolkit.
+    for (const char* d : {"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/nvidia/lib64",
+                          "/usr/lib/wsl/lib"}) {
+      dirs.emplace_back(d);
+    }
+  } else {
+    dirs.emplace_back("/usr/local/cuda/lib64");
+  }
+  std::stringstream ld(cuda::getenv_str("LD_LIBRARY_PATH"));
+  for (std::string item; std::getline(ld, item, ':');) {
+    if (!item.empty()) dirs.push_back(item);
+  }
+  for (const auto& root : cuda::site_packages()) {
+    for (auto sub : spec.wheel_dirs) {
+      const std::string pattern = root + "/nvidia/" + std::string(sub);
+      glob_t g{};
+      if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+        for (std::size_t i = 0; i < g.gl_pathc; ++i) dirs.emplace_back(g.gl_pathv[i]);
+      }
+      ::globfree(&g);
+    }
+  }
+  if (library != "cuda") {
+    for (const char* d : {"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"}) dirs.emplace_back(d);
+  }
+  std::vector<std::string> out;
+  for (const auto& d : dirs) {
+    for (auto f : spec.files) out.push_back(join_path(d, f));
+  }
+  return out;
+}
+
+}  // namespace progcache
+
+namespace progcache::cuda {
+
+Result<std::string> locate(std::string_view library) {
+  const auto& spec = spec_of(library);
+  const auto candidates = library_search_paths(library);
+  for (const auto& c : candidates) {
+    if (is_file(c)) return c;
+  }
+  std::string msg = "lib" + std::string(spec.name) + " not found; searched:";
+  for (const auto& c : candidates) msg += "\n  " + c;
+  msg += "\nset " + std::string(spec.override_var) + " to the library file, or CUDA_HOME to the CUDA toolkit";
+  return unavailable(msg);
+}
+
+namespace {
+
+template <typename F>
+bool bind(void* handle, F& fn, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (void* p = ::dlsym(handle, n)) {
+      fn = reinterpret_cast<F>(p);
+      return true;
+    }
+  }
+  return false;
+}
+
+Result<void*> open_library(std::string_view library, std::string* path) {
+  PROGCACHE_ASSIGN_OR_RETURN(*path, locate(library));
+  void* h = ::dlopen(path->c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* err = ::dlerror();
+    return unavailable("cannot load '" + *path + "': " + (err != nullptr ? err : "unknown error"));
+  }
+  return h;
+}
+
+}  // namespace
+
+Result<const Nvrtc*> nvrtc() {
+  static std::once_flag once;
+  static Result<const Nvrtc*> result{unavailable("not loaded")};
+  std::call_once(once, [] {
+    auto* api = new Nvrtc();  // lives for the process, like the library
+    auto h = open_library("nvrtc", &api->path);
+    if (!h.ok()) {
+      result = h.status();
+      return;
+    }
+    bool ok = bind(*h, api->version, {"nvrtcVersion"}) && bind(*h, api->get_error_string, {"nvrtcGetErrorString"}) &&
+              bind(*h, api->create_program, {"nvrtcCreateProgram"}) &&
+              bind(*h, api->destroy_program, {"nvrtcDestroyProgram"}) &&
+              bind(*h, api->compile_program, {"nvrtcCompileProgram"}) &&
+              bind(*h, api->add_name_expression, {"nvrtcAddNameExpression"}) &&
+              bind(*h, api->get_lowered_name, {"nvrtcGetLoweredName"}) &&
+              bind(*h, api->get_program_log_size, {"nvrtcGetProgramLogSize"}) &&
+              bind(*h, api->get_program_log, {"nvrtcGetProgramLog"}) &&
+              bind(*h, api->get_ptx_size, {"nvrtcGetPTXSize"}) && bind(*h, api->get_ptx, {"nvrtcGetPTX"});
+    // Optional: older NVRTCs lack cubin / LTO-IR output.
+    bind(*h, api->get_cubin_size, {"nvrtcGetCUBINSize"});
+    bind(*h, api->get_cubin, {"nvrtcGetCUBIN"});
+    bind(*h, api->get_ltoir_size, {"nvrtcGetLTOIRSize"});
+    bind(*h, api->get_ltoir, {"nvrtcGetLTOIR"});
+    if (!ok) {
+      result = unavailable("'" + api->path + "' lacks the NVRTC functions progcache needs");
+      return;
+    }
+    result = static_cast<const Nvrtc*>(api);
+  });
+  return result;
+}
+
+Result<const NvJitLink*> nvjitlink() {
+  static std::once_flag once;
+  static Result<const NvJitLink*> result{unavailable("not loaded")};
+  std::call_once(once, [] {
+    auto* api = new NvJitLink();
+    auto h = open_library("nvJitLink", &api->path);
+    if (!h.ok()) {
+      result = h.status();
+      return;
+    }
+    // CUDA 12 exports versioned names (__nvJitLinkCreate_12_0); 13 exports
+    // plain ones too.
+    bool ok = bind(*h, api->version, {"nvJitLinkVersion"}) &&
+              bind(*h, api->create, {"nvJitLinkCreate", "__nvJitLinkCreate_13_0", "__nvJitLinkCreate_12_0"}) &&
+              bind(*h, api->destroy, {"nvJitLinkDestroy", "__nvJitLinkDestroy_13_0", "__nvJitLinkDestroy_12_0"}) &&
+              bind(*h, api->add_data, {"nvJitLinkAddData", "__nvJitLinkAddData_13_0", "__nvJitLinkAddData_12_0"}) &&
+              bind(*h, api->complete, {"nvJitLinkComplete", "__nvJitLinkComplete_13_0", "__nvJitLinkComplete_12_0"}) &&
+              bind(*h, api->get_linked_cubin_size,
+                   {"nvJitLinkGetLinkedCubinSize", "__nvJitLinkGetLinkedCubinSize_13_0",
+                    "__nvJitLinkGetLinkedCubinSize_12_0"}) &&
+              bind(*h, api->get_linked_cubin,
+                   {"nvJitLinkGetLinkedCubin", "__nvJitLinkGetLinkedCubin_13_0", "__nvJitLinkGetLinkedCubin_12_0"}) &&
+              bind(*h, api->get_linked_ptx_size,
+                   {"nvJitLinkGetLinkedPtxSize", "__nvJitLinkGetLinkedPtxSize_13_0",
+                    "__nvJitLinkGetLinkedPtxSize_12_0"}) &&
+              bind(*h, api->get_linked_ptx,
+                   {"nvJitLinkGetLinkedPtx", "__nvJitLinkGetLinkedPtx_13_0", "__nvJitLinkGetLinkedPtx_12_0"}) &&
+              bind(*h, api->get_error_log_size,
+                   {"nvJitLinkGetErrorLogSize", "__nvJitLinkGetErrorLogSize_13_0",
+                    "__nvJitLinkGetErrorLogSize_12_0"}) &&
+              bind(*h, api->get_error_log,
+                   {"nvJitLinkGetErrorLog", "__nvJitLinkGetErrorLog_13_0", "__nvJitLinkGetErrorLog_12_0"}) &&
+              bind(*h, api->get_info_log_size,
+                   {"nvJitLinkGetInfoLogSize", "__nvJitLinkGetInfoLogSize_13_0", "__nvJitLinkGetInfoLogSize_12_0"}) &&
+              bind(*h, api->get_info_log,
+                   {"nvJitLinkGetInfoLog", "__nvJitLinkGetInfoLog_13_0", "__nvJitLinkGetInfoLog_12_0"});
+    if (!ok) {
+      result = unavailable("'" + api->path + "' lacks the nvJitLink functions progcache needs");
+      return;
+    }
+    result = static_cast<const NvJitLink*>(api);
+  });
+  return result;
+}
+
+Result<const Driver*> driver() {
+  static std::once_flag once;
+  static Result<const Driver*> result{unavailable("not loaded")};
+  std::call_once(once, [] {
+    auto* api = new Driver();
+    auto h = open_library("cuda", &api->path);
+    if (!h.ok()) {
+      result = h.status();
+      return;
+    }
+    bool ok = bind(*h, api->init, {"cuInit"}) && bind(*h, api->driver_get_version, {"cuDriverGetVersion"}) &&
+              bind(*h, api->device_get_count, {"cuDeviceGetCount"}) && bind(*h, api->device_get, {"cuDeviceGet"}) &&
+              bind(*h, api->ctx_get_current, {"cuCtxGetCurrent"}) &&
+              bind(*h, api->ctx_set_current, {"cuCtxSetCurrent"}) &&
+              bind(*h, api->primary_ctx_retain, {"cuDevicePrimaryCtxRetain"}) &&
+              bind(*h, api->module_load_data, {"cuModuleLoadData"}) &&
+              bind(*h, api->module_get_function, {"cuModuleGetFunction"}) &&
+              bind(*h, api->get_error_string, {"cuGetErrorString"});
+    if (!ok) {
+      result = unavailable("'" + api->path + "' lacks the CUDA driver functions progcache needs");
+      return;
+    }
+    result = static_cast<const Driver*>(api);
+  });
+  return result;
+}
+
+namespace {
+
+Result<LibraryIdentity> load_identity(std::string_view library, const std::string& path) {
+  LibraryIdentity id;
+  if (library == "nvrtc") {
+    PROGCACHE_ASSIGN_OR_RETURN(const Nvrtc* api, nvrtc());
+    int major = 0, minor = 0;
+    api->version(&major, &minor);
+    id.version = std::to_string(major) + "." + std::to_string(minor);
+  } else {
+    PROGCACHE_ASSIGN_OR_RETURN(const NvJitLink* api, nvjitlink());
+    unsigned major = 0, minor = 0;
+    api->version(&major, &minor);
+    id.version = std::to_string(major) + "." + std::to_string(minor);
+  }
+  // The build fingerprint is the digest of the library file itself: two
+  // builds that report the same version (a hotfix, a distro rebuild) still
+  // get different keys.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return unavailable("cannot read '" + path + "' to fingerprint it");
+  Sha256 sha;
+  std::string buf(1 << 20, '\0');
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    sha.update(std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
+  }
+  const Digest256 d = sha.finish();
+  id.fingerprint = to_hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
+  return id;
+}
+
+}  // namespace
+
+Result<LibraryIdentity> identity(std::string_view library, const std::string& path, const std::string& state_dir) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno_status(errno, "stat", path);
+  const std::string file_id = std::string(library) + "|" + path + "|" + std::to_string(st.st_size) + "|" +
+                              std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
+                              std::to_string(st.st_ino) + "|" + std::to_string(st.st_dev);
+  static std::mutex mu;
+  static std::map<std::string, LibraryIdentity> memo;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = memo.find(file_id); it != memo.end()) return it->second;
+  }
+  const Digest256 d = sha256(file_id);
+  const std::string dir = join_path(state_dir, "compilers");
+  const std::string memo_path =
+      join_path(dir, to_hex(std::string_view(reinterpret_cast<const char*>(d.data()), 16)) + ".json");
+  LibraryIdentity id;
+  bool found = false;
+  if (std::ifstream in(memo_path); in) {
+    auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("id", "") == file_id && j.contains("version") && j.contains("fingerprint")) {
+      id.version = j["version"].get<std::string>();
+      id.fingerprint = j["fingerprint"].get<std::string>();
+      found = true;
+    }
+  }
+  if (!found) {
+    PROGCACHE_ASSIGN_OR_RETURN(id, load_identity(library, path));
+    // Best effort: a memo that cannot be written only costs the next
+    // process one library load.
+    Env* env = Env::posix();
+    if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
+      const nlohmann::json j{{"id", file_id}, {"version", id.version}, {"fingerprint", id.fingerprint}};
+      write_file_atomic(env, memo_path, memo_path + ".tmp." + std::to_string(::getpid()), j.dump(), 0600,
+                        Durability::none)
+          .ignore();
+    }
+  }
+  std::lock_guard lock(mu);
+  memo.emplace(file_id, id);
+  return id;
+}
+
+}  // namespace progcache::cuda
