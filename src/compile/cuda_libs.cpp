@@ -302,16 +302,17 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
   const std::string file_id = std::string(library) + "|" + path + "|" + std::to_string(st.st_size) + "|" +
                               std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
                               std::to_string(st.st_ino) + "|" + std::to_string(st.st_dev);
-  static std::mutex mu;
-  static std::map<std::string, LibraryIdentity> memo;
-  {
-    std::lock_guard lock(mu);
-    if (auto it = memo.find(file_id); it != memo.end()) return it->second;
-  }
   const Digest256 d = sha256(file_id);
   const std::string dir = join_path(state_dir, "compilers");
   const std::string memo_path =
       join_path(dir, to_hex(std::string_view(reinterpret_cast<const char*>(d.data()), 16)) + ".json");
+  // In-process memo, per memo file: each state directory gets its own file.
+  static std::mutex mu;
+  static std::map<std::string, LibraryIdentity> memo;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = memo.find(memo_path); it != memo.end()) return it->second;
+  }
   LibraryIdentity id;
   bool found = false;
   if (std::ifstream in(memo_path); in) {
@@ -335,7 +336,7 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
     }
   }
   std::lock_guard lock(mu);
-  memo.emplace(file_id, id);
+  memo.emplace(memo_path, id);
   return id;
 }
 

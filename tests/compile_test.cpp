@@ -1,0 +1,410 @@
+// compile() against the real NVRTC and nvJitLink. Every test skips (and says
+// why) when the CUDA toolkit's libraries are absent; the loader tests also
+// skip without a GPU.
+#include "progcache/compile.h"
+
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "progcache/file_store.h"
+#include "progcache/memory_store.h"
+#include "testing/fault_env.h"
+#include "testing/test_util.h"
+
+namespace progcache {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* k_saxpy = R"(
+template <typename T>
+__global__ void saxpy(T a, const T* x, T* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+)";
+
+bool have_nvrtc(std::string* why) {
+  auto info = compiler_info();
+  if (!info.ok()) *why = info.status().message();
+  return info.ok() && !info->nvrtc_path.empty();
+}
+
+#define REQUIRE_NVRTC()                                       \
+  do {                                                        \
+    std::string why;                                          \
+    if (!have_nvrtc(&why)) GTEST_SKIP() << "no NVRTC: " << why; \
+  } while (false)
+
+// A program unique to this test run, so nothing is cached yet.
+Program saxpy_program(const std::string& salt) {
+  Program p;
+  p.code = std::string(k_saxpy) + "// " + salt + "\n";
+  p.options = {"-arch=sm_80", "-std=c++17"};
+  p.name_expressions = {"saxpy<float>", "saxpy<double>"};
+  p.name = "saxpy.cu";
+  return p;
+}
+
+class CompileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = FileStore::open({.root = m_tmp.sub("cache")});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    m_store = std::move(*s);
+    m_opts.cache = m_store.get();
+    m_opts.state_dir = m_tmp.sub("cache");
+  }
+  std::string salt() const {
+    return std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+  testing::TempDir m_tmp;
+  std::unique_ptr<FileStore> m_store;
+  CompileOptions m_opts;
+};
+
+TEST_F(CompileTest, CxxToCubinAndPtxWithSymbolMapping) {
+  REQUIRE_NVRTC();
+  auto cubin = compile(saxpy_program(salt()), TargetType::cubin, m_opts);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
+  EXPECT_EQ(cubin->code.view().substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(cubin->kind, TargetType::cubin);
+  EXPECT_FALSE(cubin->from_cache);
+  ASSERT_EQ(cubin->symbol_mapping.size(), 2u);
+  EXPECT_EQ(cubin->symbol_mapping.at("saxpy<float>"), "_Z5saxpyIfEvT_PKS0_PS0_i");
+  EXPECT_FALSE(cubin->compiler.nvrtc_version.empty());
+  EXPECT_EQ(cubin->compiler.nvrtc_fingerprint.size(), 64u);
+  auto ptx = compile(saxpy_program(salt()), TargetType::ptx, m_opts);
+  ASSERT_TRUE(ptx.ok()) << ptx.status().to_string();
+  EXPECT_NE(ptx->code.view().find(".entry _Z5saxpyIfEvT_PKS0_PS0_i"), std::string_view::npos);
+  EXPECT_NE(ptx->key, cubin->key);
+}
+
+TEST_F(CompileTest, HitEqualsAFreshCompileSymbolsAndLogIncluded) {
+  REQUIRE_NVRTC();
+  Program p = saxpy_program(salt());
+  p.code += "__global__ void warn() { int unused; }\n";  // a log worth keeping
+  auto first = compile(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  const auto before = compile_stats();
+  auto second = compile(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->from_cache);
+  EXPECT_EQ(compile_stats().compiles, before.compiles);  // no compiler ran
+  EXPECT_EQ(compile_stats().hits, before.hits + 1);
+  EXPECT_EQ(second->code, first->code);
+  EXPECT_EQ(second->symbol_mapping, first->symbol_mapping);
+  EXPECT_EQ(second->log, first->log);
+  EXPECT_FALSE(second->log.empty());
+  EXPECT_EQ(second->key, first->key);
+  // And equal to a compile that never saw the cache.
+  auto fresh = compile(p, TargetType::cubin, CompileOptions{.state_dir = m_tmp.sub("cache")});
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(fresh->from_cache);
+  EXPECT_EQ(fresh->code, first->code);
+  // The raw artifact is stored as is: what `progcache get` hands to cuobjdump.
+  auto raw = m_store->get_bytes(first->key);
+  ASSERT_TRUE(raw.ok() && raw->has_value());
+  EXPECT_EQ(**raw, first->code);
+}
+
+TEST_F(CompileTest, OptionsTargetAndCompilerChangeTheKey) {
+  REQUIRE_NVRTC();
+  Program p = saxpy_program(salt());
+  auto k1 = program_key(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(k1.ok());
+  p.options.push_back("--use_fast_math");
+  auto k2 = program_key(p, TargetType::cubin, m_opts);
+  p.options = {"-arch=sm_90", "-std=c++17"};
+  auto k3 = program_key(p, TargetType::cubin, m_opts);
+  EXPECT_NE(*k1, *k2);
+  EXPECT_NE(*k1, *k3);
+  p.options = {"--gpu-architecture", "sm_80", "--std=c++17"};
+  EXPECT_EQ(*program_key(p, TargetType::cubin, m_opts), *k1);  // one option, three spellings
+}
+
+TEST_F(CompileTest, CompileErrorCarriesTheLogAndIsNeverStored) {
+  REQUIRE_NVRTC();
+  Program p;
+  p.code = "__global__ void broken( { }  // " + salt();
+  p.options = {"-arch=sm_80"};
+  p.name = "broken.cu";
+  CompileFailure failure;
+  auto r = compile(p, TargetType::cubin, m_opts, &failure);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::compile_error);
+  EXPECT_NE(r.status().message().find("broken.cu"), std::string::npos);
+  EXPECT_NE(failure.log.find("error"), std::string::npos) << failure.log;
+  EXPECT_EQ(failure.options, p.options);
+  EXPECT_EQ(*m_store->count(), 0u);
+  // A second try compiles again (nothing cached) and fails the same way.
+  const auto before = compile_stats().compile_errors;
+  EXPECT_EQ(compile(p, TargetType::cubin, m_opts).status().code(), Code::compile_error);
+  EXPECT_EQ(compile_stats().compile_errors, before + 1);
+}
+
+TEST_F(CompileTest, UnknownArchitectureAndRejectedOptionAreCompileErrors) {
+  REQUIRE_NVRTC();
+  Program p = saxpy_program(salt());
+  p.options = {"-arch=sm_1"};
+  auto r = compile(p, TargetType::cubin, m_opts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::compile_error) << r.status().to_string();
+  p.options = {"-arch=sm_80", "--no-such-option"};
+  EXPECT_FALSE(compile(p, TargetType::cubin, m_opts).ok());
+  EXPECT_EQ(*m_store->count(), 0u);
+}
+
+TEST_F(CompileTest, RefusalsHappenBeforeAnyCompile) {
+  REQUIRE_NVRTC();
+  Program p = saxpy_program(salt());
+  EXPECT_EQ(compile(p, TargetType::fatbin, m_opts).status().code(), Code::invalid_argument);
+  p.options.push_back("-I/usr/include");
+  auto r = compile(p, TargetType::cubin, m_opts);
+  EXPECT_EQ(r.status().code(), Code::invalid_argument);
+  EXPECT_NE(r.status().message().find("extra_digest"), std::string::npos);
+  Program ptx;
+  ptx.code = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  ptx.code_type = CodeType::ptx;
+  ptx.name_expressions = {"k"};
+  EXPECT_EQ(compile(ptx, TargetType::cubin, m_opts).status().code(), Code::invalid_argument);
+}
+
+TEST_F(CompileTest, CacheWriteFailureNeverLosesTheCompile) {
+  REQUIRE_NVRTC();
+  testing::FaultEnv env;
+  auto s = FileStore::open({.root = m_tmp.sub("faulty"), .env = &env});
+  ASSERT_TRUE(s.ok());
+  env.fail(testing::Op::open_create, ENOSPC, 0, /*sticky=*/true);
+  const auto before = compile_stats().cache_errors;
+  auto r = compile(saxpy_program(salt()), TargetType::cubin, {.cache = s->get(), .state_dir = m_tmp.sub("faulty")});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->code.view().substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(compile_stats().cache_errors, before + 1);
+  EXPECT_EQ(*(*s)->count(), 0u);
+}
+
+TEST_F(CompileTest, CorruptEntryIsRecompiledNotFatal) {
+  REQUIRE_NVRTC();
+  const Program p = saxpy_program(salt());
+  auto first = compile(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(first.ok());
+  const std::string path = m_store->entry_path(first->key);
+  std::string bytes = testing::read_all(path);
+  bytes[bytes.size() / 2] ^= 0x55;
+  testing::write_all(path, bytes);
+  auto again = compile(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_FALSE(again->from_cache);
+  EXPECT_EQ(again->code, first->code);
+  EXPECT_EQ(m_store->stats().corrupt_dropped, 1u);
+  EXPECT_TRUE(compile(p, TargetType::cubin, m_opts)->from_cache);  // repaired by the recompile
+}
+
+TEST_F(CompileTest, ThreadsShareOneInFlightCompile) {
+  REQUIRE_NVRTC();
+  const Program p = saxpy_program(salt());
+  const auto before = compile_stats();
+  std::vector<std::thread> threads;
+  std::vector<std::string> results(8);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      auto r = compile(p, TargetType::cubin, m_opts);
+      results[t] = r.ok() ? r->code.str() : "error: " + r.status().to_string();
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(compile_stats().compiles, before.compiles + 1);
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);
+  EXPECT_EQ(results[0].substr(0, 4), "\x7f""ELF");
+}
+
+TEST_F(CompileTest, EightProcessesCompileAnUncachedKernelExactlyOnce) {
+  REQUIRE_NVRTC();
+  const Program p = saxpy_program(salt());
+  const std::string root = m_tmp.sub("shared");
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 8; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const auto before = compile_stats().compiles;  // inherited from the parent
+      auto s = FileStore::open({.root = root});
+      if (!s.ok()) ::_exit(2);
+      auto r = compile(p, TargetType::cubin, {.cache = s->get(), .state_dir = root});
+      if (!r.ok()) ::_exit(3);
+      testing::write_all(root + "/../out" + std::to_string(i), r->code.view());
+      ::_exit(compile_stats().compiles - before == 1 ? 10 : 0);
+    }
+    pids.push_back(pid);
+  }
+  int compiled = 0, failed = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 10) ++compiled;
+    else if (code != 0) ++failed;
+  }
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(compiled, 1);
+  auto s = FileStore::open({.root = root});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->host_stats().puts, 1u);  // one compile, one store
+  const std::string first = testing::read_all(m_tmp.sub("out0"));
+  EXPECT_EQ(first.substr(0, 4), "\x7f""ELF");
+  for (int i = 1; i < 8; ++i) EXPECT_EQ(testing::read_all(m_tmp.sub("out" + std::to_string(i))), first) << i;
+}
+
+TEST_F(CompileTest, PtxAndAnLtoIrPairLinkThroughNvJitLink) {
+  REQUIRE_NVRTC();
+  Program a;
+  a.code = "extern \"C\" __device__ float twice(float x) { return 2 * x; } // " + salt();
+  a.options = {"-arch=sm_80", "-rdc=true"};
+  a.name = "a.cu";
+  Program b;
+  b.code = "extern \"C\" __device__ float twice(float);\n"
+           "extern \"C\" __global__ void k(float* x) { x[0] = twice(x[0]); }";
+  b.options = a.options;
+  b.name = "b.cu";
+  auto la = compile(a, TargetType::ltoir, m_opts);
+  auto lb = compile(b, TargetType::ltoir, m_opts);
+  ASSERT_TRUE(la.ok()) << la.status().to_string();
+  ASSERT_TRUE(lb.ok()) << lb.status().to_string();
+  Program link;
+  link.code = lb->code.str();
+  link.code_type = CodeType::ltoir;
+  link.link_inputs = {la->code.str()};
+  link.options = {"-arch=sm_80"};
+  link.name = "link";
+  auto linked = compile(link, TargetType::cubin, m_opts);
+  ASSERT_TRUE(linked.ok()) << linked.status().to_string();
+  EXPECT_EQ(linked->code.view().substr(0, 4), "\x7f""ELF");
+  EXPECT_FALSE(linked->compiler.nvjitlink_version.empty());
+  EXPECT_TRUE(compile(link, TargetType::cubin, m_opts)->from_cache);
+  // PTX through nvJitLink.
+  auto ptx = compile(saxpy_program(salt()), TargetType::ptx, m_opts);
+  ASSERT_TRUE(ptx.ok());
+  Program from_ptx;
+  from_ptx.code = ptx->code.str();
+  from_ptx.code_type = CodeType::ptx;
+  from_ptx.options = {"-arch", "sm_80"};
+  auto cubin = compile(from_ptx, TargetType::cubin, m_opts);
+  ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
+  EXPECT_EQ(cubin->code.view().substr(0, 4), "\x7f""ELF");
+  // An unresolved symbol is a link error with the log.
+  Program lonely = link;
+  lonely.link_inputs.clear();
+  CompileFailure failure;
+  auto bad = compile(lonely, TargetType::cubin, m_opts, &failure);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::compile_error);
+}
+
+TEST_F(CompileTest, IdentityIsMemoizedOnDisk) {
+  REQUIRE_NVRTC();
+  ASSERT_TRUE(program_key(saxpy_program(salt()), TargetType::cubin, m_opts).ok());
+  std::size_t memos = 0;
+  for (const auto& e : fs::directory_iterator(m_tmp.sub("cache") + "/compilers")) {
+    const std::string text = testing::read_all(e.path().string());
+    EXPECT_NE(text.find("\"fingerprint\""), std::string::npos);
+    ++memos;
+  }
+  EXPECT_GE(memos, 1u);
+}
+
+TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {
+  ::setenv("PROGCACHE_NVJITLINK", "/nonexistent/libnvJitLink.so.13", 1);
+  Program p;
+  p.code = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  p.code_type = CodeType::ptx;
+  p.options = {"-arch=sm_80"};
+  auto r = program_key(p, TargetType::cubin);
+  ::unsetenv("PROGCACHE_NVJITLINK");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::unavailable);
+  EXPECT_NE(r.status().message().find("/nonexistent/libnvJitLink.so.13"), std::string::npos);
+  EXPECT_NE(r.status().message().find("PROGCACHE_NVJITLINK"), std::string::npos);
+  const auto paths = library_search_paths("nvrtc");
+  bool toolkit = false, wheels_or_system = false;
+  for (const auto& s : paths) {
+    toolkit |= s.starts_with("/usr/local/cuda/lib64/");
+    wheels_or_system |= s.starts_with("/usr/lib");
+  }
+  EXPECT_TRUE(toolkit);
+  EXPECT_TRUE(wheels_or_system);
+}
+
+// ------------------------------------------------------------ loader (GPU)
+
+TEST_F(CompileTest, LoadsTheCachedCubinAndLaunchesAKernel) {
+  REQUIRE_NVRTC();
+  std::string why;
+  if (!gpu_available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  const Program p = saxpy_program(salt());
+  ASSERT_TRUE(compile(p, TargetType::cubin, m_opts).ok());
+  auto cached = compile(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(cached.ok() && cached->from_cache);
+  auto kernel = get_kernel(*cached, "saxpy<float>");
+  ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
+  auto again = get_kernel(*cached, "saxpy<float>");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->function, kernel->function);  // module cached per context
+
+  // Launch it through the driver API and check y = 2*x + y.
+  void* lib = ::dlopen("libcuda.so.1", RTLD_NOW);
+  ASSERT_NE(lib, nullptr);
+  using Alloc = int (*)(unsigned long long*, std::size_t);
+  using HtoD = int (*)(unsigned long long, const void*, std::size_t);
+  using DtoH = int (*)(void*, unsigned long long, std::size_t);
+  using Launch = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                         void**);
+  using Sync = int (*)();
+  using Free = int (*)(unsigned long long);
+  auto alloc = reinterpret_cast<Alloc>(::dlsym(lib, "cuMemAlloc_v2"));
+  auto htod = reinterpret_cast<HtoD>(::dlsym(lib, "cuMemcpyHtoD_v2"));
+  auto dtoh = reinterpret_cast<DtoH>(::dlsym(lib, "cuMemcpyDtoH_v2"));
+  auto launch = reinterpret_cast<Launch>(::dlsym(lib, "cuLaunchKernel"));
+  auto sync = reinterpret_cast<Sync>(::dlsym(lib, "cuCtxSynchronize"));
+  auto mfree = reinterpret_cast<Free>(::dlsym(lib, "cuMemFree_v2"));
+  const int n = 1000;
+  std::vector<float> x(n), y(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i);
+    y[i] = 1.0f;
+  }
+  unsigned long long dx = 0, dy = 0;
+  ASSERT_EQ(alloc(&dx, n * sizeof(float)), 0);
+  ASSERT_EQ(alloc(&dy, n * sizeof(float)), 0);
+  ASSERT_EQ(htod(dx, x.data(), n * sizeof(float)), 0);
+  ASSERT_EQ(htod(dy, y.data(), n * sizeof(float)), 0);
+  float a = 2.0f;
+  int nn = n;
+  void* args[] = {&a, &dx, &dy, &nn};
+  ASSERT_EQ(launch(kernel->function, (n + 255) / 256, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr), 0);
+  ASSERT_EQ(sync(), 0);
+  ASSERT_EQ(dtoh(y.data(), dy, n * sizeof(float)), 0);
+  for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(y[i], 2.0f * i + 1.0f) << i;
+  mfree(dx);
+  mfree(dy);
+}
+
+TEST(Loader, ReportsUnavailableWithoutAGpu) {
+  std::string why;
+  if (gpu_available(&why)) GTEST_SKIP() << "a GPU is present; this checks the no-GPU path";
+  ObjectCode oc;
+  oc.code = Bytes::copy_of("\x7f""ELF");
+  oc.kind = TargetType::cubin;
+  auto k = get_kernel(oc, "k");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().code(), Code::unavailable);
+  EXPECT_FALSE(why.empty());
+}
+
+}  // namespace
+}  // namespace progcache
