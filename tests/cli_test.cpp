@@ -202,5 +202,90 @@ TEST_F(CliTest, EntryCapFromEnvironmentIsEnforced) {
   EXPECT_EQ(st["max_entries"], 5);
 }
 
+// ------------------------------------------------------------ compile
+
+bool have_nvrtc() {
+  for (const char* p : {"/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12"}) {
+    if (fs::exists(p)) return true;
+  }
+  const char* home = std::getenv("CUDA_HOME");
+  return home != nullptr && fs::exists(std::string(home) + "/lib64");
+}
+
+constexpr const char* k_kernel = R"(template <typename T>
+__global__ void scale(T* x, T s, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= s; }
+)";
+
+TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  const std::string src = file("scale.cu", k_kernel);
+  const std::vector<std::string> args = {"compile", src, "--arch", "sm_80", "-std=c++17", "-DUNUSED=1",
+                                         "--name-expr", "scale<float>", "--json", "-o", m_tmp.sub("scale.cubin")};
+  auto cold = run(args);
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  auto cj = nlohmann::json::parse(cold.out);
+  ASSERT_EQ(cj.size(), 1u);
+  EXPECT_EQ(cj[0]["hit"], false);
+  EXPECT_EQ(cj[0]["symbols"]["scale<float>"], "_Z5scaleIfEvPT_S0_i");
+  const std::string cubin = testing::read_all(m_tmp.sub("scale.cubin"));
+  EXPECT_EQ(cubin.substr(0, 4), "\x7f""ELF");
+  fs::remove(m_tmp.sub("scale.cubin"));
+  // The warm run must not load NVRTC at all: the dynamic loader reports
+  // every library it opens when LD_DEBUG=libs.
+  auto warm = run(args, {"LD_DEBUG=libs"});
+  ASSERT_EQ(warm.code, 0) << warm.err;
+  EXPECT_EQ(warm.err.find("libnvrtc"), std::string::npos) << "a warm hit loaded NVRTC";
+  auto wj = nlohmann::json::parse(warm.out);
+  EXPECT_EQ(wj[0]["hit"], true);
+  EXPECT_EQ(wj[0]["key"], cj[0]["key"]);
+  EXPECT_EQ(wj[0]["symbols"], cj[0]["symbols"]);
+  EXPECT_EQ(testing::read_all(m_tmp.sub("scale.cubin")), cubin);
+  // The raw artifact is one command away.
+  ASSERT_EQ(run({"get", cj[0]["key"].get<std::string>(), "-o", m_tmp.sub("raw.cubin")}).code, 0);
+  EXPECT_EQ(testing::read_all(m_tmp.sub("raw.cubin")), cubin);
+  // -arch=sm_80 and --arch sm_80 and -arch sm_80 are one key.
+  auto alt = run({"compile", src, "-arch", "sm_80", "-std=c++17", "-DUNUSED=1", "--name-expr", "scale<float>",
+                  "--json"});
+  ASSERT_EQ(alt.code, 0) << alt.err;
+  EXPECT_EQ(nlohmann::json::parse(alt.out)[0]["hit"], true);
+}
+
+TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  auto syntax = run({"compile", file("bad.cu", "__global__ void k( { }"), "--arch", "sm_80"});
+  EXPECT_EQ(syntax.code, 3);
+  EXPECT_NE(syntax.err.find("error"), std::string::npos);
+  EXPECT_NE(syntax.err.find("bad.cu"), std::string::npos);
+  auto arch = run({"compile", file("ok.cu", k_kernel), "--arch", "sm_1"});
+  EXPECT_NE(arch.code, 0);
+  auto option = run({"compile", file("ok2.cu", k_kernel), "--arch", "sm_80", "--no-such-nvrtc-option"});
+  EXPECT_NE(option.code, 0);
+  EXPECT_NE(option.err.find("no-such-nvrtc-option"), std::string::npos) << option.err;
+  auto missing = run({"compile", m_tmp.sub("absent.cu"), "--arch", "sm_80"});
+  EXPECT_EQ(missing.code, 3);
+  EXPECT_NE(missing.err.find("absent.cu"), std::string::npos);
+  auto no_arch = run({"compile", file("ok3.cu", k_kernel)});
+  EXPECT_EQ(no_arch.code, 2);
+  auto nolib = run({"compile", file("ok4.cu", k_kernel), "--arch", "sm_80"}, {"PROGCACHE_NVRTC=/nonexistent/libnvrtc.so"});
+  EXPECT_EQ(nolib.code, 3);
+  EXPECT_NE(nolib.err.find("/nonexistent/libnvrtc.so"), std::string::npos) << nolib.err;
+  auto st = nlohmann::json::parse(run({"stats", "--json"}).out);
+  EXPECT_EQ(st["entries"], 0);
+}
+
+TEST_F(CliTest, CompileLinksAnLtoIrPair) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  const std::string a = file("a.cu", "extern \"C\" __device__ float f(float x) { return x + 1; }");
+  const std::string b = file("b.cu", "extern \"C\" __device__ float f(float);\n"
+                                     "extern \"C\" __global__ void k(float* x) { x[0] = f(x[0]); }");
+  auto r = run({"compile", b, a, "--link", "--arch", "sm_80", "-rdc=true", "-o", m_tmp.sub("linked.cubin"), "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u);  // two LTO-IR compiles and the link
+  EXPECT_EQ(testing::read_all(m_tmp.sub("linked.cubin")).substr(0, 4), "\x7f""ELF");
+  auto warm = nlohmann::json::parse(run({"compile", b, a, "--link", "--arch", "sm_80", "-rdc=true", "--json"}).out);
+  for (const auto& e : warm) EXPECT_EQ(e["hit"], true);
+}
+
 }  // namespace
 }  // namespace progcache
