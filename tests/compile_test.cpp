@@ -340,6 +340,22 @@ TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {
   EXPECT_TRUE(wheels_or_system);
 }
 
+TEST(FingerprintDirectories, AnyHeaderChangeChangesTheDigest) {
+  testing::TempDir tmp;
+  fs::create_directories(tmp.sub("inc/sub"));
+  testing::write_all(tmp.sub("inc/a.h"), "int a;");
+  testing::write_all(tmp.sub("inc/sub/b.h"), "int b;");
+  const auto d1 = fingerprint_directories({tmp.sub("inc")});
+  ASSERT_TRUE(d1.ok());
+  EXPECT_EQ(*fingerprint_directories({tmp.sub("inc")}), *d1);
+  testing::write_all(tmp.sub("inc/sub/b.h"), "int b2;");  // edited (size changes)
+  const auto d2 = fingerprint_directories({tmp.sub("inc")});
+  EXPECT_NE(*d2, *d1);
+  testing::write_all(tmp.sub("inc/c.h"), "");  // added
+  EXPECT_NE(*fingerprint_directories({tmp.sub("inc")}), *d2);
+  EXPECT_FALSE(fingerprint_directories({tmp.sub("missing")}).ok());
+}
+
 // ------------------------------------------------------------ loader (GPU)
 
 TEST_F(CompileTest, LoadsTheCachedCubinAndLaunchesAKernel) {

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "progcache/compile.h"
 #include "progcache/env.h"
 #include "progcache/file_store.h"
+#include "progcache/hash.h"
 
 namespace progcache {
 
@@ -466,6 +469,32 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   }
   flight->cv.notify_all();
   return result;
+}
+
+Result<std::string> fingerprint_directories(const std::vector<std::string>& dirs) {
+  Sha256 sha;
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    std::vector<std::string> lines;
+    for (auto it = std::filesystem::recursive_directory_iterator(d, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      struct stat st {};
+      if (::lstat(it->path().c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+      lines.push_back(it->path().lexically_relative(d).string() + "|" + std::to_string(st.st_size) + "|" +
+                      std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
+                      std::to_string(st.st_ino));
+    }
+    if (ec) return errno_status(ec.value(), "cannot read include directory", d);
+    std::sort(lines.begin(), lines.end());
+    sha.update(d);
+    sha.update(std::string_view("\0", 1));
+    for (const auto& l : lines) {
+      sha.update(l);
+      sha.update("\n");
+    }
+  }
+  const Digest256 dg = sha.finish();
+  return to_hex(std::string_view(reinterpret_cast<const char*>(dg.data()), dg.size()));
 }
 
 Result<CompilerInfo> compiler_info(const CompileOptions& options) {

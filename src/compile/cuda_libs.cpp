@@ -123,9 +123,28 @@ namespace progcache::cuda {
 
 Result<std::string> locate(std::string_view library) {
   const auto& spec = spec_of(library);
+  // The search (several stats and globs of site-packages) is memoized per
+  // process, keyed by every variable that steers it; a hit re-checks only
+  // that the file is still there.
+  std::string memo_key(library);
+  for (const char* var : {std::string(spec.override_var).c_str(), "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+                          "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH"}) {
+    memo_key += '\0';
+    memo_key += getenv_str(var);
+  }
+  static std::mutex mu;
+  static std::map<std::string, std::string> found;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = found.find(memo_key); it != found.end() && is_file(it->second)) return it->second;
+  }
   const auto candidates = library_search_paths(library);
   for (const auto& c : candidates) {
-    if (is_file(c)) return c;
+    if (is_file(c)) {
+      std::lock_guard lock(mu);
+      found[memo_key] = c;
+      return c;
+    }
   }
   std::string msg = "lib" + std::string(spec.name) + " not found; searched:";
   for (const auto& c : candidates) msg += "\n  " + c;

@@ -117,35 +117,6 @@ json stats_json(const pc::StoreStats& s) {
               {"bytes_stored", s.bytes_stored}};
 }
 
-// Fingerprint of the include directories given with -I: every file's
-// relative path, size, mtime and inode. Lets cached compiles use include
-// paths honestly: editing any header there changes the key.
-pc::Result<std::string> include_digest(const std::vector<std::string>& dirs) {
-  pc::Sha256 sha;
-  for (const auto& d : dirs) {
-    std::error_code ec;
-    std::vector<std::string> lines;
-    for (auto it = std::filesystem::recursive_directory_iterator(d, ec);
-         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      struct stat st {};
-      if (::lstat(it->path().c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
-      lines.push_back(it->path().lexically_relative(d).string() + "|" + std::to_string(st.st_size) + "|" +
-                      std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
-                      std::to_string(st.st_ino));
-    }
-    if (ec) return pc::errno_status(ec.value(), "cannot read include directory", d);
-    std::sort(lines.begin(), lines.end());
-    sha.update(d);
-    sha.update(std::string_view("\0", 1));
-    for (const auto& l : lines) {
-      sha.update(l);
-      sha.update("\n");
-    }
-  }
-  const auto dg = sha.finish();
-  return pc::to_hex(std::string_view(reinterpret_cast<const char*>(dg.data()), dg.size()));
-}
-
 pc::Result<pc::CodeType> code_type_of(const std::string& path) {
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".cu" || ext == ".cuh" || ext == ".cpp" || ext == ".cxx" || ext == ".cc") return pc::CodeType::cxx;
@@ -215,7 +186,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
 
   std::optional<std::string> digest;
   if (!include_dirs.empty()) {
-    auto d = include_digest(include_dirs);
+    auto d = pc::fingerprint_directories(include_dirs);
     if (!d.ok()) return fail(d.status());
     digest = *d;
   }
