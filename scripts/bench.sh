@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Regenerates every figure in docs/benchmarks.md. Takes a while (the 100 000
+# entry put benchmark fills a real store). Output: stdout, and bench-out/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+for tool in ccache hyperfine; do
+  command -v "$tool" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$tool" >/dev/null; }
+done
+bash scripts/build.sh
+build="${PROGCACHE_BUILD_DIR:-build}"
+out=bench-out
+mkdir -p "$out"
+outabs="$PWD/$out"
+
+echo "== store: hits and puts against their floors (disk: ${PROGCACHE_BENCH_DIR:-/tmp})"
+python3 scripts/bench_ratios.py "$build/bench/store_bench" --repetitions 3 | tee "$out/store.txt"
+
+echo "== store: puts with the cap active, on tmpfs (no disk noise)"
+PROGCACHE_BENCH_DIR=/dev/shm python3 scripts/bench_ratios.py "$build/bench/store_bench" --repetitions 3 \
+  --filter Put | tee "$out/store_tmpfs.txt"
+
+echo "== compile: cold vs warm (memory, disk) per example kernel"
+"$build/bench/compile_bench" --benchmark_format=json --benchmark_out="$out/compile.json" \
+  --benchmark_out_format=json >/dev/null
+python3 scripts/compile_ratios.py "$out/compile.json" | tee "$out/compile.txt"
+
+echo "== whole process: progcache compile warm hit vs ccache nvcc -c warm hit"
+work=$(mktemp -d)
+cp examples/kernels/saxpy.cu "$work/"
+# nvcc needs an instantiation to emit code; the same source otherwise.
+echo 'template __global__ void saxpy<float>(float, const float*, float*, int);' >> "$work/saxpy.cu"
+export PROGCACHE_DIR="$work/pc" CCACHE_DIR="$work/ccache"
+pc="$PWD/$build/progcache"
+(cd "$work" && "$pc" compile saxpy.cu --arch sm_90 -std=c++17 >/dev/null &&
+  ccache nvcc -c -arch=sm_90 -std=c++17 saxpy.cu -o saxpy.o && ccache nvcc -c -arch=sm_90 -std=c++17 saxpy.cu -o saxpy.o &&
+  hyperfine -N --warmup 5 --runs 100 --export-json "$outabs/hyperfine.json" \
+    "$pc compile saxpy.cu --arch sm_90 -std=c++17" \
+    "ccache nvcc -c -arch=sm_90 -std=c++17 saxpy.cu -o saxpy.o" \
+    "$pc --version") | tee "$out/cli.txt"
+rm -rf "$work"
+
+echo "== main job"
+python3 scripts/main_job.py --progcache "$build/progcache" | tee "$out/main_job.txt"
