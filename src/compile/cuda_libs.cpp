@@ -127,8 +127,9 @@ Result<std::string> locate(std::string_view library) {
   // process, keyed by every variable that steers it; a hit re-checks only
   // that the file is still there.
   std::string memo_key(library);
-  for (const char* var : {std::string(spec.override_var).c_str(), "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
-                          "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH"}) {
+  const std::string override_var(spec.override_var);
+  for (const char* var : {override_var.c_str(), "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV",
+                          "CONDA_PREFIX", "PYTHONPATH"}) {
     memo_key += '\0';
     memo_key += getenv_str(var);
   }
@@ -175,111 +176,83 @@ Result<void*> open_library(std::string_view library, std::string* path) {
   return h;
 }
 
+// Loads `library` once per process and binds its functions with `bind_all`
+// (which returns false when a required one is missing). The API object and
+// the library live as long as the process.
+template <typename Api, typename BindAll>
+Result<const Api*> load_once(std::once_flag& once, Result<const Api*>& result, std::string_view library,
+                             std::string_view what, BindAll bind_all) {
+  std::call_once(once, [&] {
+    auto* api = new Api();
+    auto h = open_library(library, &api->path);
+    if (!h.ok()) {
+      result = h.status();
+      return;
+    }
+    if (!bind_all(*h, *api)) {
+      result = unavailable("'" + api->path + "' lacks the " + std::string(what) + " functions progcache needs");
+      return;
+    }
+    result = static_cast<const Api*>(api);
+  });
+  return result;
+}
+
 }  // namespace
 
 Result<const Nvrtc*> nvrtc() {
   static std::once_flag once;
   static Result<const Nvrtc*> result{unavailable("not loaded")};
-  std::call_once(once, [] {
-    auto* api = new Nvrtc();  // lives for the process, like the library
-    auto h = open_library("nvrtc", &api->path);
-    if (!h.ok()) {
-      result = h.status();
-      return;
-    }
-    bool ok = bind(*h, api->version, {"nvrtcVersion"}) && bind(*h, api->get_error_string, {"nvrtcGetErrorString"}) &&
-              bind(*h, api->create_program, {"nvrtcCreateProgram"}) &&
-              bind(*h, api->destroy_program, {"nvrtcDestroyProgram"}) &&
-              bind(*h, api->compile_program, {"nvrtcCompileProgram"}) &&
-              bind(*h, api->add_name_expression, {"nvrtcAddNameExpression"}) &&
-              bind(*h, api->get_lowered_name, {"nvrtcGetLoweredName"}) &&
-              bind(*h, api->get_program_log_size, {"nvrtcGetProgramLogSize"}) &&
-              bind(*h, api->get_program_log, {"nvrtcGetProgramLog"}) &&
-              bind(*h, api->get_ptx_size, {"nvrtcGetPTXSize"}) && bind(*h, api->get_ptx, {"nvrtcGetPTX"});
+  return load_once<Nvrtc>(once, result, "nvrtc", "NVRTC", [](void* h, Nvrtc& api) {
     // Optional: older NVRTCs lack cubin / LTO-IR output.
-    bind(*h, api->get_cubin_size, {"nvrtcGetCUBINSize"});
-    bind(*h, api->get_cubin, {"nvrtcGetCUBIN"});
-    bind(*h, api->get_ltoir_size, {"nvrtcGetLTOIRSize"});
-    bind(*h, api->get_ltoir, {"nvrtcGetLTOIR"});
-    if (!ok) {
-      result = unavailable("'" + api->path + "' lacks the NVRTC functions progcache needs");
-      return;
-    }
-    result = static_cast<const Nvrtc*>(api);
+    bind(h, api.get_cubin_size, {"nvrtcGetCUBINSize"});
+    bind(h, api.get_cubin, {"nvrtcGetCUBIN"});
+    bind(h, api.get_ltoir_size, {"nvrtcGetLTOIRSize"});
+    bind(h, api.get_ltoir, {"nvrtcGetLTOIR"});
+    return bind(h, api.version, {"nvrtcVersion"}) && bind(h, api.get_error_string, {"nvrtcGetErrorString"}) &&
+           bind(h, api.create_program, {"nvrtcCreateProgram"}) &&
+           bind(h, api.destroy_program, {"nvrtcDestroyProgram"}) &&
+           bind(h, api.compile_program, {"nvrtcCompileProgram"}) &&
+           bind(h, api.add_name_expression, {"nvrtcAddNameExpression"}) &&
+           bind(h, api.get_lowered_name, {"nvrtcGetLoweredName"}) &&
+           bind(h, api.get_program_log_size, {"nvrtcGetProgramLogSize"}) &&
+           bind(h, api.get_program_log, {"nvrtcGetProgramLog"}) && bind(h, api.get_ptx_size, {"nvrtcGetPTXSize"}) &&
+           bind(h, api.get_ptx, {"nvrtcGetPTX"});
   });
-  return result;
 }
 
 Result<const NvJitLink*> nvjitlink() {
   static std::once_flag once;
   static Result<const NvJitLink*> result{unavailable("not loaded")};
-  std::call_once(once, [] {
-    auto* api = new NvJitLink();
-    auto h = open_library("nvJitLink", &api->path);
-    if (!h.ok()) {
-      result = h.status();
-      return;
-    }
-    // CUDA 12 exports versioned names (__nvJitLinkCreate_12_0); 13 exports
-    // plain ones too.
-    bool ok = bind(*h, api->version, {"nvJitLinkVersion"}) &&
-              bind(*h, api->create, {"nvJitLinkCreate", "__nvJitLinkCreate_13_0", "__nvJitLinkCreate_12_0"}) &&
-              bind(*h, api->destroy, {"nvJitLinkDestroy", "__nvJitLinkDestroy_13_0", "__nvJitLinkDestroy_12_0"}) &&
-              bind(*h, api->add_data, {"nvJitLinkAddData", "__nvJitLinkAddData_13_0", "__nvJitLinkAddData_12_0"}) &&
-              bind(*h, api->complete, {"nvJitLinkComplete", "__nvJitLinkComplete_13_0", "__nvJitLinkComplete_12_0"}) &&
-              bind(*h, api->get_linked_cubin_size,
-                   {"nvJitLinkGetLinkedCubinSize", "__nvJitLinkGetLinkedCubinSize_13_0",
-                    "__nvJitLinkGetLinkedCubinSize_12_0"}) &&
-              bind(*h, api->get_linked_cubin,
-                   {"nvJitLinkGetLinkedCubin", "__nvJitLinkGetLinkedCubin_13_0", "__nvJitLinkGetLinkedCubin_12_0"}) &&
-              bind(*h, api->get_linked_ptx_size,
-                   {"nvJitLinkGetLinkedPtxSize", "__nvJitLinkGetLinkedPtxSize_13_0",
-                    "__nvJitLinkGetLinkedPtxSize_12_0"}) &&
-              bind(*h, api->get_linked_ptx,
-                   {"nvJitLinkGetLinkedPtx", "__nvJitLinkGetLinkedPtx_13_0", "__nvJitLinkGetLinkedPtx_12_0"}) &&
-              bind(*h, api->get_error_log_size,
-                   {"nvJitLinkGetErrorLogSize", "__nvJitLinkGetErrorLogSize_13_0",
-                    "__nvJitLinkGetErrorLogSize_12_0"}) &&
-              bind(*h, api->get_error_log,
-                   {"nvJitLinkGetErrorLog", "__nvJitLinkGetErrorLog_13_0", "__nvJitLinkGetErrorLog_12_0"}) &&
-              bind(*h, api->get_info_log_size,
-                   {"nvJitLinkGetInfoLogSize", "__nvJitLinkGetInfoLogSize_13_0", "__nvJitLinkGetInfoLogSize_12_0"}) &&
-              bind(*h, api->get_info_log,
-                   {"nvJitLinkGetInfoLog", "__nvJitLinkGetInfoLog_13_0", "__nvJitLinkGetInfoLog_12_0"});
-    if (!ok) {
-      result = unavailable("'" + api->path + "' lacks the nvJitLink functions progcache needs");
-      return;
-    }
-    result = static_cast<const NvJitLink*>(api);
+  return load_once<NvJitLink>(once, result, "nvJitLink", "nvJitLink", [](void* h, NvJitLink& api) {
+    // CUDA 12 exports versioned names (__nvJitLinkCreate_12_0); 13 also
+    // exports plain ones.
+    auto jit = [h](auto& fn, const std::string& name) {
+      return bind(h, fn, {name.c_str(), ("__" + name + "_13_0").c_str(), ("__" + name + "_12_0").c_str()});
+    };
+    return bind(h, api.version, {"nvJitLinkVersion"}) && jit(api.create, "nvJitLinkCreate") &&
+           jit(api.destroy, "nvJitLinkDestroy") && jit(api.add_data, "nvJitLinkAddData") &&
+           jit(api.complete, "nvJitLinkComplete") && jit(api.get_linked_cubin_size, "nvJitLinkGetLinkedCubinSize") &&
+           jit(api.get_linked_cubin, "nvJitLinkGetLinkedCubin") &&
+           jit(api.get_linked_ptx_size, "nvJitLinkGetLinkedPtxSize") &&
+           jit(api.get_linked_ptx, "nvJitLinkGetLinkedPtx") &&
+           jit(api.get_error_log_size, "nvJitLinkGetErrorLogSize") && jit(api.get_error_log, "nvJitLinkGetErrorLog") &&
+           jit(api.get_info_log_size, "nvJitLinkGetInfoLogSize") && jit(api.get_info_log, "nvJitLinkGetInfoLog");
   });
-  return result;
 }
 
 Result<const Driver*> driver() {
   static std::once_flag once;
   static Result<const Driver*> result{unavailable("not loaded")};
-  std::call_once(once, [] {
-    auto* api = new Driver();
-    auto h = open_library("cuda", &api->path);
-    if (!h.ok()) {
-      result = h.status();
-      return;
-    }
-    bool ok = bind(*h, api->init, {"cuInit"}) && bind(*h, api->driver_get_version, {"cuDriverGetVersion"}) &&
-              bind(*h, api->device_get_count, {"cuDeviceGetCount"}) && bind(*h, api->device_get, {"cuDeviceGet"}) &&
-              bind(*h, api->ctx_get_current, {"cuCtxGetCurrent"}) &&
-              bind(*h, api->ctx_set_current, {"cuCtxSetCurrent"}) &&
-              bind(*h, api->primary_ctx_retain, {"cuDevicePrimaryCtxRetain"}) &&
-              bind(*h, api->module_load_data, {"cuModuleLoadData"}) &&
-              bind(*h, api->module_get_function, {"cuModuleGetFunction"}) &&
-              bind(*h, api->get_error_string, {"cuGetErrorString"});
-    if (!ok) {
-      result = unavailable("'" + api->path + "' lacks the CUDA driver functions progcache needs");
-      return;
-    }
-    result = static_cast<const Driver*>(api);
+  return load_once<Driver>(once, result, "cuda", "CUDA driver", [](void* h, Driver& api) {
+    return bind(h, api.init, {"cuInit"}) && bind(h, api.driver_get_version, {"cuDriverGetVersion"}) &&
+           bind(h, api.device_get_count, {"cuDeviceGetCount"}) && bind(h, api.device_get, {"cuDeviceGet"}) &&
+           bind(h, api.ctx_get_current, {"cuCtxGetCurrent"}) && bind(h, api.ctx_set_current, {"cuCtxSetCurrent"}) &&
+           bind(h, api.primary_ctx_retain, {"cuDevicePrimaryCtxRetain"}) &&
+           bind(h, api.module_load_data, {"cuModuleLoadData"}) &&
+           bind(h, api.module_get_function, {"cuModuleGetFunction"}) &&
+           bind(h, api.get_error_string, {"cuGetErrorString"});
   });
-  return result;
 }
 
 namespace {
