@@ -193,6 +193,13 @@ TEST(ProgramKey, MissingOptionValueAndEmptyDigestAreErrors) {
   EXPECT_EQ(make_program_cache_key(in).status().code(), Code::invalid_argument);
 }
 
+TEST(ProgramKey, NulBytesAreRefusedInOptionsAndTheirValues) {
+  // Found by the program_key fuzzer: a NUL in a separate value word made
+  // canonicalisation accept what it would refuse once canonical.
+  EXPECT_EQ(canonicalize_options({std::string("-DA\0B", 5)}, false).status().code(), Code::invalid_argument);
+  EXPECT_EQ(canonicalize_options({"-arch", std::string("sm_\0", 4)}, false).status().code(), Code::invalid_argument);
+}
+
 TEST(ProgramKey, CodeAndTargetNamesParse) {
   EXPECT_EQ(*parse_code_type("c++"), CodeType::cxx);
   EXPECT_EQ(*parse_code_type("ptx"), CodeType::ptx);

@@ -311,12 +311,16 @@ Result<std::vector<std::string>> canonicalize_options(const std::vector<std::str
                                                       bool have_extra_digest) {
   std::vector<std::string> out;
   out.reserve(options.size());
+  // NUL cannot reach the compiler (options are C strings): refuse it in
+  // every word, values included.
+  for (std::size_t i = 0; i < options.size(); ++i) {
+    if (options[i].find('\0') != std::string::npos) {
+      return invalid_argument("option at position " + std::to_string(i) + " contains a NUL byte");
+    }
+  }
   for (std::size_t i = 0; i < options.size(); ++i) {
     const std::string& tok = options[i];
     if (tok.empty()) return invalid_argument("empty option at position " + std::to_string(i));
-    if (tok.find('\0') != std::string::npos) {
-      return invalid_argument("option at position " + std::to_string(i) + " contains a NUL byte");
-    }
     if (tok[0] != '-' || tok == "-" || tok == "--") {
       out.push_back(tok);  // not an option: keep verbatim
       continue;
