@@ -186,6 +186,24 @@ TEST_F(CliTest, ConfigShowsEachSettingWithItsSourceAndNoSecret) {
   EXPECT_TRUE(found);
 }
 
+TEST_F(CliTest, SigningKeyNeverAppearsInErrors) {
+  const std::string short_key = file("short.key", "tiny-secret");
+  auto r = run({"stats"}, {"PROGCACHE_HMAC_KEY_FILE=" + short_key});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("shorter than 16 bytes"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("tiny-secret"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("tiny-secret"), std::string::npos);
+  const std::string good_key = file("good.key", "a-long-enough-signing-secret-0123");
+  ASSERT_EQ(run({"put", "k", file("v", "value")}, {"PROGCACHE_HMAC_KEY_FILE=" + good_key}).code, 0);
+  auto signed_get = run({"get", "k", "-o", m_tmp.sub("o")}, {"PROGCACHE_HMAC_KEY_FILE=" + good_key});
+  EXPECT_EQ(signed_get.code, 0);
+  auto ls = run({"ls", "--long"}, {"PROGCACHE_HMAC_KEY_FILE=" + good_key});
+  auto stats = run({"stats"}, {"PROGCACHE_HMAC_KEY_FILE=" + good_key});
+  for (const auto& text : {ls.out, ls.err, stats.out, stats.err, signed_get.err}) {
+    EXPECT_EQ(text.find("a-long-enough-signing-secret"), std::string::npos);
+  }
+}
+
 TEST_F(CliTest, DisableMakesGetMissAndPutStoreNothing) {
   ASSERT_EQ(run({"put", "k", file("a", "A")}).code, 0);
   EXPECT_EQ(run({"get", "k", "-o", m_tmp.sub("o")}, {"PROGCACHE_DISABLE=1"}).code, 1);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -183,7 +184,7 @@ template <typename Api, typename BindAll>
 Result<const Api*> load_once(std::once_flag& once, Result<const Api*>& result, std::string_view library,
                              std::string_view what, BindAll bind_all) {
   std::call_once(once, [&] {
-    auto* api = new Api();
+    auto api = std::make_unique<Api>();
     auto h = open_library(library, &api->path);
     if (!h.ok()) {
       result = h.status();
@@ -193,7 +194,7 @@ Result<const Api*> load_once(std::once_flag& once, Result<const Api*>& result, s
       result = unavailable("'" + api->path + "' lacks the " + std::string(what) + " functions progcache needs");
       return;
     }
-    result = static_cast<const Api*>(api);
+    result = static_cast<const Api*>(api.release());  // lives as long as the loaded library: the process
   });
   return result;
 }

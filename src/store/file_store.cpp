@@ -320,6 +320,9 @@ class FileStoreImpl final : public FileStore {
         }
         ++report.checked;
         std::string reason;
+        // Damage is removable; an I/O error is no evidence of damage, so an
+        // entry that could not be read is reported but never removed.
+        bool removable = true;
         auto key = Key::from_hex(shard_hex(idx) + f.name);
         if (!is_hex_name(f.name, 62) || !key.ok()) {
           reason = "not an entry name";
@@ -327,6 +330,7 @@ class FileStoreImpl final : public FileStore {
           reason = "symlink (never followed)";
         } else if (!info->is_regular()) {
           reason = "not a regular file";
+          removable = false;
         } else {
           auto fd = m_env->open_file(path, OpenMode::read, 0);
           if (!fd.ok()) {
@@ -334,14 +338,17 @@ class FileStoreImpl final : public FileStore {
               --report.checked;
               continue;
             }
-            reason = fd.status().message();
+            reason = "could not check: " + fd.status().message();
+            removable = false;
           } else {
             auto r = read_entry(*fd, path, *key, /*stamp=*/false);
             m_env->close_file(*fd).ignore();
             if (!r.ok()) {
-              reason = r.status().message();
+              reason = "could not check: " + r.status().message();
+              removable = false;
             } else if (!r->entry) {
               reason = r->reason;
+              removable = r->damaged;
             }
           }
         }
@@ -352,13 +359,9 @@ class FileStoreImpl final : public FileStore {
           continue;
         }
         VerifyProblem p{path, reason, false};
-        if (repair == Repair::yes) {
-          if (info->is_dir()) {
-            p.removed = false;
-          } else {
-            auto removed = remove_if_same(idx, path, *info);
-            p.removed = removed.ok() && *removed;
-          }
+        if (repair == Repair::yes && removable) {
+          auto removed = remove_if_same(idx, path, *info);
+          p.removed = removed.ok() && *removed;
         }
         if (!p.removed && info->is_regular()) {
           bytes += static_cast<std::int64_t>(info->size);
@@ -529,8 +532,12 @@ class FileStoreImpl final : public FileStore {
     }
     auto moved = m_env->lstat(q);
     if (moved.ok() && moved->same_file(expected)) {
-      PROGCACHE_TRY(m_env->unlink(q));
-      return true;
+      Status st = m_env->unlink(q);
+      if (st.ok()) return true;
+      // Could not delete it: put it back rather than leave it hidden under
+      // a quarantine name (unless a newer entry took its place meanwhile).
+      if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
+      return st;
     }
     if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
     return false;
