@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libssl-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libhiredis-dev redis-server python3
 )
 
 missing=()

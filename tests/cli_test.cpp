@@ -8,6 +8,9 @@
 #include <filesystem>
 
 #include "testing/test_util.h"
+#ifdef PROGCACHE_WITH_REDIS
+#include "testing/redis_server.h"
+#endif
 
 namespace progcache {
 namespace {
@@ -219,6 +222,43 @@ TEST_F(CliTest, EntryCapFromEnvironmentIsEnforced) {
   EXPECT_LE(st["entries"].get<int>(), 5);
   EXPECT_EQ(st["max_entries"], 5);
 }
+
+#ifdef PROGCACHE_WITH_REDIS
+TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughRemote) {
+  if (testing::RedisServer::binary().empty()) GTEST_SKIP() << "redis-server not installed";
+  testing::RedisServer server({"--requirepass", "cli-secret-pw"});
+  ASSERT_TRUE(server.running());
+  const std::string url = "redis://:cli-secret-pw@127.0.0.1:" + std::to_string(server.port());
+  ASSERT_EQ(run({"--remote", url, "put", "shared-key", file("v", "from machine one")}).code, 0);
+  // Another machine: another cache directory, the same Redis.
+  auto get = run({"--dir", m_tmp.sub("machine2"), "get", "shared-key", "-o", m_tmp.sub("o")}, {"PROGCACHE_REMOTE=" + url});
+  ASSERT_EQ(get.code, 0) << get.err;
+  EXPECT_EQ(testing::read_all(m_tmp.sub("o")), "from machine one");
+  // Backfilled into machine 2's disk: a hit without the remote now.
+  EXPECT_EQ(run({"--dir", m_tmp.sub("machine2"), "get", "shared-key", "-o", m_tmp.sub("o2")}).code, 0);
+  auto stats = run({"stats", "--json"}, {"PROGCACHE_REMOTE=" + url});
+  ASSERT_EQ(stats.code, 0);
+  auto js = nlohmann::json::parse(stats.out);
+  EXPECT_EQ(js["remote"][0]["entries"], 1);
+  auto config = run({"config", "--remote", url});
+  for (const auto& text : {stats.out, stats.err, config.out, config.err, get.err}) {
+    EXPECT_EQ(text.find("cli-secret-pw"), std::string::npos) << text;
+  }
+  EXPECT_NE(config.out.find(":***@127.0.0.1"), std::string::npos) << config.out;
+  // Read-only consumers never write.
+  ASSERT_EQ(run({"--dir", m_tmp.sub("machine3"), "put", "ro-key", file("w", "x")},
+                {"PROGCACHE_REMOTE=" + url, "PROGCACHE_READONLY=1"}).code, 0);
+  EXPECT_EQ(server.command({"AUTH", "cli-secret-pw"}), "OK");
+  // A dead remote: local tiers go on; a malformed URL is a usage error.
+  server.kill();
+  auto down = run({"--dir", m_tmp.sub("machine4"), "put", "k", file("z", "local")}, {"PROGCACHE_REMOTE=" + url});
+  EXPECT_EQ(down.code, 0) << down.err;
+  EXPECT_EQ(run({"--dir", m_tmp.sub("machine4"), "get", "k", "-o", m_tmp.sub("o3")}, {"PROGCACHE_REMOTE=" + url}).code, 0);
+  auto bad = run({"stats"}, {"PROGCACHE_REMOTE=redis://user:pw-in-bad-url@host:notaport"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err.find("pw-in-bad-url"), std::string::npos) << bad.err;
+}
+#endif
 
 // ------------------------------------------------------------ compile
 

@@ -8,6 +8,8 @@
 //   PROGCACHE_DISABLE      1/true/yes: bypass the cache entirely
 //   PROGCACHE_DURABILITY   none (default) | fsync
 //   PROGCACHE_HMAC_KEY_FILE  file holding the signing key (never printed)
+//   PROGCACHE_REMOTE       comma-separated redis:// URLs (passwords never printed)
+//   PROGCACHE_READONLY     1/true/yes: never write to the remote tier
 //
 // Command-line flags override the environment; the environment overrides
 // defaults. Thread safety: resolve_config reads the environment; call it
@@ -37,6 +39,8 @@ struct Config {
   bool disabled = false;
   Durability durability = Durability::none;
   std::string hmac_key;  // the key itself, loaded from the file
+  std::vector<std::string> remote_urls;
+  bool read_only = false;
   std::vector<Setting> settings;
 
   // FileStoreOptions for this configuration.
@@ -48,6 +52,7 @@ struct ConfigOverrides {
   std::optional<std::string> dir;
   std::optional<std::string> max_size;
   std::optional<std::string> max_entries;
+  std::optional<std::string> remote;  // comma-separated URLs
 };
 
 // invalid_argument naming the variable and its bad value (PROGCACHE_MAX_SIZE=10Q).

@@ -6,6 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#ifdef PROGCACHE_WITH_REDIS
+#include "progcache/redis_store.h"
+#endif
+
 namespace progcache {
 
 namespace {
@@ -103,6 +107,39 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
     c.settings.push_back({"PROGCACHE_DURABILITY", *d, "environment"});
   } else {
     c.settings.push_back({"PROGCACHE_DURABILITY", "none", "default"});
+  }
+  // Remote tier: URLs are validated here; only their redacted form is shown.
+  {
+    std::optional<std::string> text = overrides.remote;
+    std::string source = "command line (--remote)";
+    if (!text) {
+      text = env("PROGCACHE_REMOTE");
+      source = "environment";
+    }
+    if (text) {
+      std::stringstream ss(*text);
+      std::string shown;
+      for (std::string url; std::getline(ss, url, ',');) {
+        if (url.empty()) continue;
+#ifdef PROGCACHE_WITH_REDIS
+        auto parsed = parse_redis_url(url);
+        if (!parsed.ok()) return parsed.status().with_context("PROGCACHE_REMOTE");
+        shown += (shown.empty() ? "" : ",") + parsed->redacted();
+#else
+        return unavailable("PROGCACHE_REMOTE is set but this progcache was built without the Redis tier");
+#endif
+        c.remote_urls.push_back(url);
+      }
+      c.settings.push_back({"PROGCACHE_REMOTE", shown.empty() ? "(none)" : shown, source});
+    } else {
+      c.settings.push_back({"PROGCACHE_REMOTE", "(none)", "default"});
+    }
+  }
+  if (auto r = env("PROGCACHE_READONLY")) {
+    c.read_only = truthy(*r);
+    c.settings.push_back({"PROGCACHE_READONLY", c.read_only ? "yes" : "no", "environment"});
+  } else {
+    c.settings.push_back({"PROGCACHE_READONLY", "no", "default"});
   }
   // Signing key: the file's path is shown, its content never.
   if (auto f = env("PROGCACHE_HMAC_KEY_FILE")) {

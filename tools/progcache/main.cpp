@@ -18,6 +18,9 @@
 #include "progcache/compile.h"
 #include "progcache/config.h"
 #include "progcache/hash.h"
+#ifdef PROGCACHE_WITH_REDIS
+#include "progcache/redis_store.h"
+#endif
 #include "progcache/file_store.h"
 #include "progcache/version.h"
 
@@ -34,6 +37,7 @@ constexpr int k_exit_error = 3;
 struct Globals {
   std::string dir;
   std::string max_size;
+  std::string remote;
   bool have_dir = false;
 };
 
@@ -58,11 +62,30 @@ pc::Result<pc::Config> load_config(const Globals& g) {
   pc::ConfigOverrides o;
   if (g.have_dir) o.dir = g.dir;
   if (!g.max_size.empty()) o.max_size = g.max_size;
+  if (!g.remote.empty()) o.remote = g.remote;
   return pc::resolve_config(o);
 }
 
 pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c) {
   return pc::FileStore::open(c.file_store_options());
+}
+
+// The store that serves data: the disk store, or disk + remote when a remote
+// tier is configured (remote puts are flushed when the store is closed).
+pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c) {
+  PROGCACHE_ASSIGN_OR_RETURN(auto disk, open_store(c));
+  if (c.remote_urls.empty()) return std::unique_ptr<pc::Store>(std::move(disk));
+#ifdef PROGCACHE_WITH_REDIS
+  PROGCACHE_ASSIGN_OR_RETURN(auto remote, pc::make_redis_store({.urls = c.remote_urls,
+                                                                .read_only = c.read_only,
+                                                                .codec = {c.hmac_key}}));
+  pc::TieredStoreOptions o;
+  o.disk = std::move(disk);
+  o.remote = std::move(remote);
+  return std::unique_ptr<pc::Store>(pc::make_tiered_store(std::move(o)));
+#else
+  return pc::unavailable("a remote tier is configured but this progcache was built without Redis support");
+#endif
 }
 
 std::string format_time(std::int64_t ns) {
@@ -191,9 +214,9 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     digest = *d;
   }
 
-  std::unique_ptr<pc::FileStore> store;
+  std::unique_ptr<pc::Store> store;
   if (!cfg.disabled) {
-    auto s = pc::FileStore::open(cfg.file_store_options());
+    auto s = open_data_store(cfg);
     if (!s.ok()) {
       // A cache that cannot open must not stop a compile.
       std::cerr << "progcache: warning: compiling without the cache: " << s.status().to_string() << "\n";
@@ -203,7 +226,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
   }
   pc::CompileOptions co;
   co.cache = store.get();
-  co.state_dir = store ? store->root() : cfg.dir;
+  co.state_dir = cfg.dir;
 
   json report = json::array();
   int rc = k_exit_ok;
@@ -327,6 +350,8 @@ int main(int argc, char** argv) {
          "--dir", [&](const std::string& d) { g.dir = d, g.have_dir = true; },
          "Cache root (overrides PROGCACHE_DIR)")
       ->type_name("DIR");
+  app.add_option("--remote", g.remote, "Remote tier URLs, comma-separated (overrides PROGCACHE_REMOTE)")
+      ->type_name("URL[,URL]");
 
   bool string_key = false;
   auto add_string_flag = [&](CLI::App* sub) {
@@ -433,6 +458,15 @@ int main(int argc, char** argv) {
   auto store_or = open_store(*cfg);
   if (!store_or.ok()) return fail(store_or.status());
   auto& store = *store_or;
+  // get, put and rm go through every configured tier.
+  std::unique_ptr<pc::Store> data_holder;
+  if (put->parsed() || get->parsed() || rm->parsed()) {
+    store_or->reset();
+    auto d = open_data_store(*cfg);
+    if (!d.ok()) return fail(d.status());
+    data_holder = std::move(*d);
+  }
+  pc::Store* tiers = data_holder.get();
 
   if (put->parsed()) {
     auto key = parse_key(key_text, string_key);
@@ -447,7 +481,8 @@ int main(int argc, char** argv) {
     json meta{{"source_file", slash == std::string::npos ? file_path : file_path.substr(slash + 1)}};
     std::vector<pc::Artifact> arts;
     arts.push_back({"code", pc::Bytes::adopt(std::move(*data))});
-    pc::Status st = store->put(*key, pc::Entry(meta.dump(), std::move(arts)));
+    pc::Status st = tiers->put(*key, pc::Entry(meta.dump(), std::move(arts)));
+    if (st.ok()) st = tiers->close();
     if (!st.ok()) return fail(st);
     std::cout << key->hex() << "\n";
     return k_exit_ok;
@@ -460,7 +495,7 @@ int main(int argc, char** argv) {
       std::cerr << "progcache: PROGCACHE_DISABLE is set; miss\n";
       return k_exit_miss;
     }
-    auto entry = store->get(*key);
+    auto entry = tiers->get(*key);
     if (!entry.ok()) return fail(entry.status());
     if (!*entry) {
       std::cerr << "progcache: miss: no entry for key " << key->hex() << "\n";
@@ -489,7 +524,7 @@ int main(int argc, char** argv) {
   if (rm->parsed()) {
     auto key = parse_key(key_text, string_key);
     if (!key.ok()) return fail(key.status());
-    auto removed = store->erase(*key);
+    auto removed = tiers->erase(*key);
     if (!removed.ok()) return fail(removed.status());
     if (!*removed) {
       std::cerr << "progcache: no entry for key " << key->hex() << "\n";
@@ -525,8 +560,27 @@ int main(int argc, char** argv) {
 
   if (stats->parsed()) {
     const pc::StoreStats s = store->host_stats();
+    json remote = json::array();
+#ifdef PROGCACHE_WITH_REDIS
+    for (const auto& url : cfg->remote_urls) {
+      auto r = pc::make_redis_store({.urls = {url}, .read_only = true, .codec = {}});
+      json j{{"url", pc::parse_redis_url(url)->redacted()}};
+      auto n = (*r)->count();
+      auto b = n.ok() ? (*r)->size_bytes() : pc::Result<std::uint64_t>(n.status());
+      if (n.ok() && b.ok()) {
+        j["reachable"] = true;
+        j["entries"] = *n;
+        j["bytes_stored"] = *b;
+      } else {
+        j["reachable"] = false;
+        j["error"] = (n.ok() ? b.status() : n.status()).to_string();
+      }
+      remote.push_back(j);
+    }
+#endif
     if (as_json) {
       json j = stats_json(s);
+      j["remote"] = remote;
       j["dir"] = store->root();
       j["max_size_bytes"] = cfg->max_size_bytes ? json(*cfg->max_size_bytes) : json(nullptr);
       j["max_entries"] = cfg->max_entries ? json(*cfg->max_entries) : json(nullptr);
@@ -544,6 +598,16 @@ int main(int argc, char** argv) {
       std::printf("corrupt dropped   %llu\n", static_cast<unsigned long long>(s.corrupt_dropped));
       std::printf("rejected          %llu\n", static_cast<unsigned long long>(s.rejected));
       std::printf("errors            %llu\n", static_cast<unsigned long long>(s.errors));
+      for (const auto& r : remote) {
+        if (r["reachable"]) {
+          std::printf("remote %s: %llu entries, %s\n", r["url"].get<std::string>().c_str(),
+                      static_cast<unsigned long long>(r["entries"].get<std::uint64_t>()),
+                      pc::format_size(r["bytes_stored"].get<std::uint64_t>()).c_str());
+        } else {
+          std::printf("remote %s: unreachable (%s)\n", r["url"].get<std::string>().c_str(),
+                      r["error"].get<std::string>().c_str());
+        }
+      }
     }
     return k_exit_ok;
   }

@@ -1,0 +1,176 @@
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "progcache/redis_store.h"
+
+namespace progcache {
+
+namespace {
+
+class Tiered final : public TieredStore {
+ public:
+  explicit Tiered(TieredStoreOptions o) : m_opt(std::move(o)) {
+    if (m_opt.memory) m_tiers.push_back(m_opt.memory.get());
+    if (m_opt.disk) m_tiers.push_back(m_opt.disk.get());
+    if (m_opt.remote) {
+      m_tiers.push_back(m_opt.remote.get());
+      m_worker = std::thread([this] { drain(); });
+    }
+  }
+
+  ~Tiered() override { close().ignore(); }
+
+  Result<std::optional<Entry>> get(const Key& key) override {
+    Status last_error;
+    bool any_answered = false;
+    for (std::size_t i = 0; i < m_tiers.size(); ++i) {
+      auto r = m_tiers[i]->get(key);
+      if (!r.ok()) {
+        last_error = r.status();  // a failing tier is a miss there; try below
+        continue;
+      }
+      any_answered = true;
+      if (!r->has_value()) continue;
+      // Backfill the tiers above the one that hit.
+      for (std::size_t j = 0; j < i; ++j) m_tiers[j]->put(key, **r).ignore();
+      return r;
+    }
+    if (!any_answered && !m_tiers.empty()) return last_error;
+    return std::optional<Entry>();
+  }
+
+  Status put(const Key& key, const Entry& entry) override {
+    Status first_error;
+    bool any_ok = false;
+    for (Store* t : {m_opt.memory.get(), m_opt.disk.get()}) {
+      if (t == nullptr) continue;
+      Status st = t->put(key, entry);
+      if (st.ok()) any_ok = true;
+      else if (first_error.ok()) first_error = st;
+    }
+    if (m_opt.remote) {
+      std::lock_guard l(m_mu);
+      if (m_queue.size() >= m_opt.remote_queue) {
+        ++m_dropped;
+      } else {
+        m_queue.emplace_back(key, entry);
+        m_cv.notify_one();
+      }
+      any_ok = true;  // queued (or knowingly dropped): the remote is best effort
+    }
+    return any_ok || m_tiers.empty() ? Status() : first_error;
+  }
+
+  Result<bool> erase(const Key& key) override {
+    bool any = false;
+    Status first_error;
+    for (Store* t : m_tiers) {
+      auto r = t->erase(key);
+      if (r.ok()) any |= *r;
+      else if (first_error.ok() && r.status().code() != Code::failed_precondition) first_error = r.status();
+    }
+    if (!first_error.ok() && !any) return first_error;
+    return any;
+  }
+
+  Status clear() override {
+    Status first_error;
+    for (Store* t : m_tiers) {
+      Status st = t->clear();
+      if (!st.ok() && first_error.ok() && st.code() != Code::failed_precondition) first_error = st;
+    }
+    return first_error;
+  }
+
+  // The lowest local tier is the authority on what this host holds.
+  Result<std::uint64_t> count() override { return local()->count(); }
+  Result<std::uint64_t> size_bytes() override { return local()->size_bytes(); }
+
+  StoreStats stats() override {
+    StoreStats s = m_tiers.empty() ? StoreStats() : m_tiers.front()->stats();
+    return s;
+  }
+
+  std::vector<TierStats> tier_stats() override {
+    std::vector<TierStats> out;
+    for (Store* t : m_tiers) out.push_back({t->name(), t->stats()});
+    return out;
+  }
+
+  std::optional<RemoteStats> remote_stats() override {
+    if (!m_opt.remote) return std::nullopt;
+    RemoteStats r = m_opt.remote->remote_stats();
+    std::lock_guard l(m_mu);
+    r.dropped = m_dropped;
+    return r;
+  }
+
+  Status flush() override {
+    if (!m_opt.remote) return {};
+    std::unique_lock l(m_mu);
+    const bool done = m_idle_cv.wait_for(l, m_opt.flush_timeout, [&] { return m_queue.empty() && !m_busy; });
+    if (!done) {
+      return Status(Code::deadline_exceeded, std::to_string(m_queue.size()) + " remote puts still queued after " +
+                                                 std::to_string(m_opt.flush_timeout.count()) + " ms");
+    }
+    return {};
+  }
+
+  Status close() override {
+    if (m_closed.exchange(true)) return {};
+    Status st = flush();
+    {
+      std::lock_guard l(m_mu);
+      m_stop = true;
+      m_dropped += m_queue.size();
+      m_queue.clear();
+    }
+    m_cv.notify_all();
+    if (m_worker.joinable()) m_worker.join();
+    for (Store* t : m_tiers) t->close().ignore();
+    return st;
+  }
+
+  [[nodiscard]] std::string name() const override { return "tiered"; }
+
+ private:
+  Store* local() { return m_opt.disk ? m_opt.disk.get() : m_opt.memory ? m_opt.memory.get() : m_tiers.front(); }
+
+  void drain() {
+    std::unique_lock l(m_mu);
+    while (true) {
+      m_cv.wait(l, [&] { return m_stop || !m_queue.empty(); });
+      if (m_stop) return;
+      auto [key, entry] = std::move(m_queue.front());
+      m_queue.pop_front();
+      m_busy = true;
+      l.unlock();
+      m_opt.remote->put(key, entry).ignore();  // counted by the remote store
+      l.lock();
+      m_busy = false;
+      if (m_queue.empty()) m_idle_cv.notify_all();
+    }
+  }
+
+  TieredStoreOptions m_opt;
+  std::vector<Store*> m_tiers;  // top first
+  std::mutex m_mu;
+  std::condition_variable m_cv, m_idle_cv;
+  std::deque<std::pair<Key, Entry>> m_queue;  // GUARDED_BY(m_mu)
+  bool m_busy = false;                        // GUARDED_BY(m_mu)
+  bool m_stop = false;                        // GUARDED_BY(m_mu)
+  std::uint64_t m_dropped = 0;                // GUARDED_BY(m_mu)
+  std::atomic<bool> m_closed{false};
+  std::thread m_worker;
+};
+
+}  // namespace
+
+std::unique_ptr<TieredStore> make_tiered_store(TieredStoreOptions options) {
+  return std::make_unique<Tiered>(std::move(options));
+}
+
+}  // namespace progcache

@@ -1,0 +1,354 @@
+// The Redis tier against real redis-server processes on loopback ports,
+// started and stopped by the tests (skipped when redis-server is absent).
+#include "progcache/redis_store.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "progcache/compile.h"
+#include "progcache/memory_store.h"
+#include "testing/redis_server.h"
+#include "testing/test_util.h"
+
+namespace progcache {
+namespace {
+
+using testing::make_entry;
+using testing::make_key;
+using testing::RedisServer;
+
+#define REQUIRE_REDIS()                                                          \
+  do {                                                                           \
+    if (RedisServer::binary().empty()) GTEST_SKIP() << "redis-server not installed"; \
+  } while (false)
+
+std::unique_ptr<RemoteStore> redis(const std::vector<std::string>& urls, RedisStoreOptions o = {}) {
+  o.urls = urls;
+  auto s = make_redis_store(o);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+TEST(RedisUrl, ParsesEveryFormAndNeverShowsThePassword) {
+  auto u = parse_redis_url("redis://alice:s3cret%21@cache.example:6380/2?prefix=ci:&ttl=60&timeout=50&connect_timeout=75");
+  ASSERT_TRUE(u.ok()) << u.status().to_string();
+  EXPECT_EQ(u->host, "cache.example");
+  EXPECT_EQ(u->port, 6380);
+  EXPECT_EQ(u->db, 2);
+  EXPECT_EQ(u->user, "alice");
+  EXPECT_EQ(u->password, "s3cret!");
+  EXPECT_EQ(u->prefix, "ci:");
+  EXPECT_EQ(*u->ttl_seconds, 60);
+  EXPECT_EQ(u->timeout.count(), 50);
+  EXPECT_EQ(u->connect_timeout.count(), 75);
+  EXPECT_EQ(u->redacted().find("s3cret"), std::string::npos);
+  EXPECT_NE(u->redacted().find("alice:***@"), std::string::npos);
+  auto sock = parse_redis_url("redis+unix:///run/redis.sock?db=3");
+  ASSERT_TRUE(sock.ok());
+  EXPECT_EQ(sock->unix_path, "/run/redis.sock");
+  EXPECT_EQ(sock->db, 3);
+  auto v6 = parse_redis_url("redis://[::1]:7000");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 7000);
+  EXPECT_EQ(parse_redis_url("redis://h").value().port, 6379);
+  for (const char* bad : {"http://h", "redis://", "redis://h:0", "redis://h:99999", "redis://h/x", "redis://h?ttl=-1",
+                          "redis://h?bogus=1", "redis+unix://relative", "redis://h?timeout"}) {
+    auto r = parse_redis_url(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Code::invalid_argument);
+  }
+  auto bad_pw = parse_redis_url("redis://user:hunter2@h:notaport");
+  ASSERT_FALSE(bad_pw.ok());
+  EXPECT_EQ(bad_pw.status().message().find("hunter2"), std::string::npos) << bad_pw.status().message();
+}
+
+TEST(RedisStore, RoundTripsBinaryEntriesWithPrefixNamespacing) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  ASSERT_TRUE(server.running());
+  auto a = redis({server.url("prefix=a:")});
+  auto b = redis({server.url("prefix=b:")});
+  std::string binary = "\x7f" "ELF";
+  binary += std::string("\0\0\x01\xff", 4) + testing::make_payload(100000, 9);
+  ASSERT_TRUE(a->put_bytes(make_key(1), Bytes::copy_of(binary)).ok());
+  auto got = a->get_bytes(make_key(1));
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().to_string();
+  EXPECT_EQ((*got)->str(), binary);
+  EXPECT_FALSE(b->get(make_key(1))->has_value());  // other namespace
+  ASSERT_TRUE(b->put_bytes(make_key(1), Bytes::copy_of("b's")).ok());
+  EXPECT_EQ(*a->count(), 1u);
+  EXPECT_GT(*a->size_bytes(), binary.size());
+  EXPECT_TRUE(*a->erase(make_key(1)));
+  EXPECT_FALSE(*a->erase(make_key(1)));
+  ASSERT_TRUE(a->put_bytes(make_key(2), Bytes::copy_of("x")).ok());
+  ASSERT_TRUE(a->clear().ok());
+  EXPECT_EQ(*a->count(), 0u);
+  EXPECT_EQ((*b->get_bytes(make_key(1)))->view(), "b's");  // clear is scoped to the prefix
+  const StoreStats st = a->stats();
+  EXPECT_EQ(st.hits, 1u);
+  EXPECT_EQ(st.misses, 0u);
+  EXPECT_EQ(st.puts, 2u);
+}
+
+TEST(RedisStore, TtlExpiresEntries) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  auto s = redis({server.url("ttl=1")});
+  ASSERT_TRUE(s->put(make_key(1), make_entry("short-lived")).ok());
+  EXPECT_TRUE(s->get(make_key(1))->has_value());
+  EXPECT_NE(server.command({"TTL", "progcache:" + make_key(1).hex()}), "-1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  EXPECT_FALSE(s->get(make_key(1))->has_value());
+}
+
+TEST(RedisStore, ReadOnlyModeNeverWrites) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  auto writer = redis({server.url()});
+  ASSERT_TRUE(writer->put(make_key(1), make_entry("shared")).ok());
+  auto reader = redis({server.url()}, {.read_only = true});
+  EXPECT_TRUE(reader->put(make_key(2), make_entry("nope")).ok());  // skipped, not an error
+  EXPECT_EQ(reader->remote_stats().read_only_skips, 1u);
+  EXPECT_EQ(server.command({"EXISTS", "progcache:" + make_key(2).hex()}), "0");
+  EXPECT_EQ((*reader->get_bytes(make_key(1)))->view(), "shared");
+  EXPECT_EQ(reader->erase(make_key(1)).status().code(), Code::failed_precondition);
+}
+
+TEST(RedisStore, GarbageValuesAreCountedMisses) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  auto s = redis({server.url()});
+  server.command({"SET", "progcache:" + make_key(1).hex(), "this is not an entry"});
+  server.command({"LPUSH", "progcache:" + make_key(2).hex(), "a list, not a string"});
+  auto g1 = s->get(make_key(1));
+  ASSERT_TRUE(g1.ok());
+  EXPECT_FALSE(g1->has_value());
+  auto g2 = s->get(make_key(2));
+  ASSERT_TRUE(g2.ok()) << g2.status().to_string();
+  EXPECT_FALSE(g2->has_value());
+  EXPECT_EQ(s->stats().corrupt_dropped, 2u);
+  // An entry of another key stored under this one is garbage too.
+  ASSERT_TRUE(s->put(make_key(3), make_entry("three")).ok());
+  server.command({"RENAME", "progcache:" + make_key(3).hex(), "progcache:" + make_key(4).hex()});
+  EXPECT_FALSE(s->get(make_key(4))->has_value());
+}
+
+TEST(RedisStore, SignedEntriesAcceptedAndUnsignedOrForeignRejected) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  auto signer = redis({server.url()}, {.codec = {"team-signing-key-0123456789"}});
+  auto other = redis({server.url()}, {.codec = {"someone-elses-key-0123456789"}});
+  auto plain = redis({server.url()});
+  ASSERT_TRUE(signer->put(make_key(1), make_entry("signed")).ok());
+  EXPECT_EQ((*signer->get_bytes(make_key(1)))->view(), "signed");
+  EXPECT_FALSE(other->get(make_key(1))->has_value());
+  EXPECT_EQ(other->stats().rejected, 1u);
+  ASSERT_TRUE(plain->put(make_key(2), make_entry("unsigned, maybe poisoned")).ok());
+  EXPECT_FALSE(signer->get(make_key(2))->has_value());
+  EXPECT_EQ(signer->stats().rejected, 1u);
+}
+
+TEST(RedisStore, RendezvousShardingSpreadsKeysAndLosingAServerMovesOnlyItsShare) {
+  REQUIRE_REDIS();
+  RedisServer s1, s2, s3;
+  const std::vector<std::string> three = {s1.url(), s2.url(), s3.url()};
+  auto store = redis(three);
+  constexpr int k_keys = 3000;
+  std::map<std::string, int> per_server;
+  std::map<int, std::string> owner;
+  for (int i = 0; i < k_keys; ++i) {
+    owner[i] = store->server_for(make_key(i));
+    per_server[owner[i]]++;
+  }
+  ASSERT_EQ(per_server.size(), 3u);
+  for (const auto& [srv, n] : per_server) {
+    EXPECT_GT(n, k_keys / 3 - 200) << srv;
+    EXPECT_LT(n, k_keys / 3 + 200) << srv;
+  }
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(store->put(make_key(i), make_entry(std::to_string(i))).ok());
+  EXPECT_EQ(s1.command({"DBSIZE"}) != "0" && s2.command({"DBSIZE"}) != "0" && s3.command({"DBSIZE"}) != "0", true);
+  // s3 leaves: keys it did not own keep their owner; its keys spread over the rest.
+  auto two = redis({s1.url(), s2.url()});
+  const std::string gone = "redis://127.0.0.1:" + std::to_string(s3.port());
+  int moved = 0, kept = 0;
+  for (int i = 0; i < k_keys; ++i) {
+    const std::string now = two->server_for(make_key(i));
+    if (owner[i] == gone) {
+      ++moved;
+    } else {
+      EXPECT_EQ(now, owner[i]) << "key " << i << " moved although its server stayed";
+      ++kept;
+    }
+  }
+  EXPECT_EQ(moved, per_server[gone]);
+  EXPECT_EQ(kept, k_keys - per_server[gone]);
+  // Entries on the remaining servers are still hits through the 2-server store.
+  for (int i = 0; i < 300; ++i) {
+    EXPECT_EQ((*two->get(make_key(i))).has_value(), owner[i] != gone) << i;
+  }
+}
+
+TEST(RedisStore, DeadOrPausedServerTripsTheBreakerAndNeverStallsPastTheTimeout) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  auto s = redis({server.url("timeout=100&connect_timeout=100")},
+                 {.breaker_failures = 2, .breaker_backoff = std::chrono::milliseconds(300)});
+  ASSERT_TRUE(s->put(make_key(1), make_entry("before")).ok());
+  server.pause();
+  // Paused: each call is bounded by the 100 ms timeout; after two failures
+  // the breaker skips the server without waiting.
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = s->get(make_key(1));
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::deadline_exceeded) << r.status().to_string();
+    EXPECT_LT(waited, std::chrono::seconds(2)) << "a paused server stalled a call far beyond its timeout";
+  }
+  auto skipped = s->get(make_key(1));
+  EXPECT_EQ(skipped.status().code(), Code::unavailable);
+  RemoteStats rs = s->remote_stats();
+  EXPECT_EQ(rs.breaker_trips, 1u);
+  EXPECT_GE(rs.skipped, 1u);
+  EXPECT_GE(rs.timeouts, 2u);
+  server.resume();
+  // Killed: connection refused is an error, not a timeout.
+  server.kill();
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  auto refused = s->get(make_key(1));
+  EXPECT_EQ(refused.status().code(), Code::unavailable);
+  // Restarted (empty): after the back-off the tier resumes.
+  ASSERT_TRUE(server.restart());
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  Status st;
+  for (int i = 0; i < 10 && !(st = s->put(make_key(2), make_entry("after"))).ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ((*s->get_bytes(make_key(2)))->view(), "after");
+}
+
+TEST(RedisStore, WrongPasswordIsAClearErrorWithoutThePassword) {
+  REQUIRE_REDIS();
+  RedisServer server({"--requirepass", "right-password"});
+  ASSERT_TRUE(server.running());
+  auto wrong = redis({"redis://:wrong-password@127.0.0.1:" + std::to_string(server.port())});
+  auto r = wrong->get(make_key(1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("authentication failed"), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().find("wrong-password"), std::string::npos);
+  auto right = redis({"redis://:right-password@127.0.0.1:" + std::to_string(server.port())});
+  ASSERT_TRUE(right->put(make_key(1), make_entry("authed")).ok());
+  EXPECT_EQ((*right->get_bytes(make_key(1)))->view(), "authed");
+}
+
+// ------------------------------------------------------------ tiered
+
+class TieredTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<TieredStore> machine(const std::string& name, const std::vector<std::string>& urls,
+                                       RedisStoreOptions ro = {}) {
+    TieredStoreOptions o;
+    o.memory = std::move(*make_memory_store({}));
+    o.disk = std::move(*FileStore::open({.root = m_tmp.sub(name)}));
+    if (!urls.empty()) {
+      ro.urls = urls;
+      o.remote = std::move(*make_redis_store(ro));
+    }
+    return make_tiered_store(std::move(o));
+  }
+  testing::TempDir m_tmp;
+};
+
+TEST_F(TieredTest, LowerTierHitsBackfillUpperTiers) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  auto m1 = machine("m1", {server.url()});
+  ASSERT_TRUE(m1->put(make_key(1), make_entry("from m1")).ok());
+  ASSERT_TRUE(m1->flush().ok());
+  auto m2 = machine("m2", {server.url()});
+  auto hit = m2->get(make_key(1));
+  ASSERT_TRUE(hit.ok() && hit->has_value());
+  EXPECT_EQ((*hit)->primary().view(), "from m1");
+  auto tiers = m2->tier_stats();
+  ASSERT_EQ(tiers.size(), 3u);
+  EXPECT_EQ(tiers[2].tier, "redis");
+  EXPECT_EQ(tiers[2].stats.hits, 1u);
+  // Backfilled: the next get is a memory hit; the disk has it too.
+  ASSERT_TRUE(m2->get(make_key(1))->has_value());
+  EXPECT_EQ(m2->tier_stats()[0].stats.hits, 1u);
+  EXPECT_EQ(m2->tier_stats()[2].stats.hits, 1u);
+  auto disk = FileStore::open({.root = m_tmp.sub("m2")});
+  EXPECT_TRUE((*(*disk)->get(make_key(1))).has_value());
+}
+
+TEST_F(TieredTest, AFullRemoteQueueDropsAndCountsAndCloseFlushes) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  TieredStoreOptions o;
+  o.disk = std::move(*FileStore::open({.root = m_tmp.sub("d")}));
+  o.remote = std::move(*make_redis_store({.urls = {server.url()}}));
+  o.remote_queue = 4;
+  auto t = make_tiered_store(std::move(o));
+  server.pause();  // the worker blocks on its first put; the queue fills
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(t->put(make_key(i), make_entry("v")).ok());
+  server.resume();
+  ASSERT_TRUE(t->close().ok());
+  auto rs = t->remote_stats();
+  ASSERT_TRUE(rs.has_value());
+  EXPECT_GT(rs->dropped, 0u);
+  // Every put is accounted for: written, dropped at the queue, or failed at the remote.
+  const auto remote_errors = t->tier_stats().back().stats.errors;
+  EXPECT_EQ(std::stoull(server.command({"DBSIZE"})) + rs->dropped + remote_errors, 50u);
+}
+
+TEST_F(TieredTest, TwoMachinesShareCompilesThroughRedisAndSurviveItsOutage) {
+  REQUIRE_REDIS();
+  auto info = compiler_info();
+  if (!info.ok() || info->nvrtc_path.empty()) GTEST_SKIP() << "no NVRTC";
+  RedisServer server;
+  Program p;
+  p.code = "__global__ void shared_kernel(float* x) { x[threadIdx.x] *= 3.0f; } // " + std::to_string(::getpid());
+  p.options = {"-arch=sm_80"};
+  p.name = "shared.cu";
+  auto m1 = machine("m1", {server.url()});
+  auto first = compile(p, TargetType::cubin, {.cache = m1.get(), .state_dir = m_tmp.sub("m1")});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_FALSE(first->from_cache);
+  ASSERT_TRUE(m1->flush().ok());
+  // Machine 2: its own cache directory, empty; the compile is a remote hit.
+  auto m2 = machine("m2", {server.url()});
+  const auto before = compile_stats().compiles;
+  auto second = compile(p, TargetType::cubin, {.cache = m2.get(), .state_dir = m_tmp.sub("m2")});
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->from_cache);
+  EXPECT_EQ(compile_stats().compiles, before);
+  EXPECT_EQ(second->code, first->code);
+  EXPECT_EQ(m2->tier_stats()[2].stats.hits, 1u);
+  // Redis dies: machine 3 compiles anyway, locally.
+  server.kill();
+  auto m3 = machine("m3", {server.url("timeout=50&connect_timeout=50")});
+  auto third = compile(p, TargetType::cubin, {.cache = m3.get(), .state_dir = m_tmp.sub("m3")});
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_FALSE(third->from_cache);
+  EXPECT_EQ(third->code, first->code);
+  EXPECT_TRUE(compile(p, TargetType::cubin, {.cache = m3.get(), .state_dir = m_tmp.sub("m3")})->from_cache);
+}
+
+TEST_F(TieredTest, WrongPasswordLeavesLocalTiersWorking) {
+  REQUIRE_REDIS();
+  RedisServer server({"--requirepass", "pw-right"});
+  auto m = machine("m", {"redis://:pw-wrong@127.0.0.1:" + std::to_string(server.port())});
+  ASSERT_TRUE(m->put(make_key(1), make_entry("local")).ok());
+  ASSERT_TRUE(m->flush().ok());
+  EXPECT_EQ((*m->get(make_key(1)))->primary().view(), "local");
+  EXPECT_FALSE(m->get(make_key(2))->has_value());  // a miss, not an error
+  EXPECT_GE(m->remote_stats()->failures, 1u);
+}
+
+}  // namespace
+}  // namespace progcache
