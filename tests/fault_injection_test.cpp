@@ -88,7 +88,9 @@ TEST_P(FaultMatrix, ClearStatusNoTempsNothingCommittedLost) {
   for (int i = 0; i < 14; ++i) {
     auto g = s->get_bytes(make_key(i));
     check_status(g.status());
-    if (g.ok() && g->has_value()) EXPECT_TRUE(allowed[i].count((*g)->str())) << "key " << i << " read wrong data";
+    if (g.ok() && g->has_value()) {
+      EXPECT_TRUE(allowed[i].count((*g)->str())) << "key " << i << " read wrong data";
+    }
   }
   // evict path (the puts above went over the 12-entry cap) and sweep path.
   auto v = s->verify(Repair::yes);
@@ -142,13 +144,10 @@ std::vector<Case> all_cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllCalls, FaultMatrix, ::testing::ValuesIn(all_cases()), [](const auto& info) {
-  const char* e = info.param.err == ENOSPC ? "ENOSPC"
-                  : info.param.err == EIO  ? "EIO"
-                  : info.param.err == EACCES ? "EACCES"
-                  : info.param.err == EROFS  ? "EROFS"
-                                             : "EMFILE";
-  return std::string(testing::op_name(info.param.op)) + "_" + e + (info.param.short_write ? "_short" : "");
+INSTANTIATE_TEST_SUITE_P(AllCalls, FaultMatrix, ::testing::ValuesIn(all_cases()), [](const auto& param_info) {
+  const Case& c = param_info.param;
+  const char* e = c.err == ENOSPC ? "ENOSPC" : c.err == EIO ? "EIO" : c.err == EACCES ? "EACCES" : c.err == EROFS ? "EROFS" : "EMFILE";
+  return std::string(testing::op_name(c.op)) + "_" + e + (c.short_write ? "_short" : "");
 });
 
 }  // namespace

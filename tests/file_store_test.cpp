@@ -436,9 +436,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PutFault{Op::rename, EIO, false, Code::internal},
                       PutFault{Op::rename, ENOSPC, false, Code::resource_exhausted},
                       PutFault{Op::fsync_dir, EIO, false, Code::internal}),
-    [](const auto& info) {
-      return std::string(testing::op_name(info.param.op)) + "_" + std::to_string(info.param.err) +
-             (info.param.short_write ? "_short" : "");
+    [](const auto& param_info) {
+      const PutFault& f = param_info.param;
+      return std::string(testing::op_name(f.op)) + "_" + std::to_string(f.err) + (f.short_write ? "_short" : "");
     });
 
 TEST_F(FileStoreTest, ReadFaultsAreErrorsNotCorruption) {

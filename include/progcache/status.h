@@ -114,12 +114,13 @@ Status to_status(const Result<T>& r) { return r.status(); }
 #define PROGCACHE_CONCAT(a, b) PROGCACHE_CONCAT_INNER(a, b)
 
 // Evaluates `expr` (a Status or Result) and returns its Status on failure.
-#define PROGCACHE_TRY(expr)                                                     \
-  do {                                                                          \
-    auto&& progcache_try_value = (expr);                                        \
-    if (!progcache_try_value.ok()) {                                            \
-      return ::progcache::detail::to_status(progcache_try_value);               \
-    }                                                                           \
+#define PROGCACHE_TRY(expr) PROGCACHE_TRY_IMPL(PROGCACHE_CONCAT(progcache_try_, __LINE__), expr)
+#define PROGCACHE_TRY_IMPL(tmp, expr)                   \
+  do {                                                  \
+    auto&& tmp = (expr);                                \
+    if (!tmp.ok()) {                                    \
+      return ::progcache::detail::to_status(tmp);       \
+    }                                                   \
   } while (false)
 
 // `PROGCACHE_ASSIGN_OR_RETURN(auto x, f());` — declares x from a Result or

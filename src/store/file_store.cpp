@@ -532,12 +532,12 @@ class FileStoreImpl final : public FileStore {
     }
     auto moved = m_env->lstat(q);
     if (moved.ok() && moved->same_file(expected)) {
-      Status st = m_env->unlink(q);
-      if (st.ok()) return true;
+      Status unlinked = m_env->unlink(q);
+      if (unlinked.ok()) return true;
       // Could not delete it: put it back rather than leave it hidden under
       // a quarantine name (unless a newer entry took its place meanwhile).
       if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
-      return st;
+      return unlinked;
     }
     if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
     return false;

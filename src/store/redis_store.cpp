@@ -344,7 +344,11 @@ class RedisStore final : public RemoteStore {
             corrupt = true;
             return {};
           }
-          auto e = decode_entry(Bytes::copy_of(std::string_view(r.r->str, r.r->len)), key, m_opt.codec);
+          // Zero-copy: the entry's artifacts point into hiredis's reply,
+          // which lives as long as they do.
+          std::shared_ptr<redisReply> owner(r.r, [](redisReply* p) { freeReplyObject(p); });
+          r.r = nullptr;
+          auto e = decode_entry(Bytes::wrap(owner, owner->str, owner->len), key, m_opt.codec);
           if (!e.ok()) {
             (e.status().code() == Code::permission_denied ? rejected : corrupt) = true;
             return {};

@@ -1,0 +1,100 @@
+// Remote tier: a hit from Redis over loopback next to a hit from the local
+// disk store, at 4 KiB, 64 KiB and 1 MiB; and 8 processes reading from one
+// Redis at once. Needs PROGCACHE_BENCH_REDIS=redis://127.0.0.1:PORT
+// (scripts/bench.sh starts a server).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "progcache/file_store.h"
+#include "progcache/redis_store.h"
+
+namespace pc = progcache;
+
+namespace {
+
+std::string redis_url() {
+  const char* u = std::getenv("PROGCACHE_BENCH_REDIS");
+  return u != nullptr ? u : "";
+}
+
+pc::Key key_n(int n) { return pc::KeyBuilder("remote-bench").add_int("n", n).finish(); }
+
+void BM_RemoteHit(benchmark::State& state) {
+  if (redis_url().empty()) {
+    state.SkipWithError("set PROGCACHE_BENCH_REDIS");
+    return;
+  }
+  auto store = std::move(*pc::make_redis_store({.urls = {redis_url() + "?timeout=2000"}}));
+  const auto size = static_cast<std::size_t>(state.range(0));
+  for (int i = 0; i < 16; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(size, 'r'))).ignore();
+  int i = 0;
+  for (auto _ : state) {
+    auto g = store->get(key_n(i++ & 15));
+    if (!g.ok() || !g->has_value()) state.SkipWithError("remote miss");
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
+}
+BENCHMARK(BM_RemoteHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+
+void BM_DiskHit(benchmark::State& state) {
+  const std::string dir = "/tmp/progcache-remote-bench-disk-" + std::to_string(::getpid());
+  auto store = std::move(*pc::FileStore::open({.root = dir}));
+  const auto size = static_cast<std::size_t>(state.range(0));
+  for (int i = 0; i < 16; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(size, 'd'))).ignore();
+  int i = 0;
+  for (auto _ : state) {
+    auto g = store->get(key_n(i++ & 15));
+    if (!g.ok() || !g->has_value()) state.SkipWithError("disk miss");
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
+  store.reset();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_DiskHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+
+// 8 processes, each doing 2 000 hits of 64 KiB entries; one iteration is the
+// whole run, so items_per_second is the aggregate hit rate.
+void BM_EightProcessesSharingOneRedis(benchmark::State& state) {
+  if (redis_url().empty()) {
+    state.SkipWithError("set PROGCACHE_BENCH_REDIS");
+    return;
+  }
+  {
+    auto store = std::move(*pc::make_redis_store({.urls = {redis_url()}}));
+    for (int i = 0; i < 64; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(64 << 10, 's'))).ignore();
+  }
+  constexpr int k_procs = 8, k_gets = 2000;
+  for (auto _ : state) {
+    std::vector<pid_t> pids;
+    for (int p = 0; p < k_procs; ++p) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        auto store = std::move(*pc::make_redis_store({.urls = {redis_url() + "?timeout=5000"}}));
+        int bad = 0;
+        for (int i = 0; i < k_gets; ++i) {
+          auto g = store->get(key_n((i * 7 + p) & 63));
+          if (!g.ok() || !g->has_value()) ++bad;
+        }
+        ::_exit(bad == 0 ? 0 : 1);
+      }
+      pids.push_back(pid);
+    }
+    for (pid_t pid : pids) {
+      int st = 0;
+      ::waitpid(pid, &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) state.SkipWithError("a reader missed");
+    }
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * k_procs * k_gets);
+}
+BENCHMARK(BM_EightProcessesSharingOneRedis)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
