@@ -40,5 +40,13 @@ pc="$PWD/$build/progcache"
     "$pc --version") | tee "$out/cli.txt"
 rm -rf "$work"
 
+echo "== remote tier: Redis over loopback vs local disk"
+port=6398
+redis-server --port "$port" --bind 127.0.0.1 --save '' --daemonize yes --pidfile "$outabs/redis.pid" >/dev/null
+sleep 0.5
+PROGCACHE_BENCH_REDIS="redis://127.0.0.1:$port" "$build/bench/remote_bench" --benchmark_repetitions=5 \
+  --benchmark_report_aggregates_only=true | tee "$out/remote.txt"
+kill "$(cat "$outabs/redis.pid")" || true
+
 echo "== main job"
 python3 scripts/main_job.py --progcache "$build/progcache" | tee "$out/main_job.txt"
