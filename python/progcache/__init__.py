@@ -1,0 +1,24 @@
+"""progcache: a cache for compiled GPU programs.
+
+cuda.core-compatible program caches (InMemoryProgramCache,
+FileStreamProgramCache, RedisProgramCache, TieredProgramCache),
+make_program_cache_key, compile(), pyptx-style CacheKey / CacheEntry /
+CubinCache, and tilelang-style KernelCache / @cached, all on progcache's C++
+core.
+"""
+
+from ._caches import (FileStreamProgramCache, InMemoryProgramCache, RedisProgramCache, TieredProgramCache,
+                      _register_with_cuda_core)
+from ._compile import CompiledProgram, CompileError, compile, compile_stats, make_program_cache_key
+from ._core import __version__
+from ._kernels import (CacheEntry, CacheKey, CachedKernel, CubinCache, KernelCache, cached, get_global_cache,
+                       set_global_cache)
+
+#: True when the caches were registered with cuda.core's ProgramCacheResource.
+REGISTERED_WITH_CUDA_CORE = _register_with_cuda_core()
+
+__all__ = [
+    "CacheEntry", "CacheKey", "CachedKernel", "CompileError", "CompiledProgram", "CubinCache",
+    "FileStreamProgramCache", "InMemoryProgramCache", "KernelCache", "RedisProgramCache", "TieredProgramCache",
+    "cached", "compile", "compile_stats", "get_global_cache", "make_program_cache_key", "set_global_cache", "__version__",
+]

@@ -1,0 +1,331 @@
+"""Kernel caches in the shapes of pyptx (CacheKey, CacheEntry, CubinCache)
+and tilelang (KernelCache.cached, a decorator), on progcache's stores.
+
+Each cached kernel is ONE entry: named artifacts plus JSON metadata, written
+atomically; there are no sidecar files and nothing is pickled. Keys are built
+from typed values only: an unsupported type raises TypeError instead of being
+stringified, and keyword order never matters.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import inspect
+import json
+import marshal
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Union
+
+from . import _core
+
+
+# ---------------------------------------------------------------- typed values
+
+def _canon(value: Any) -> Any:
+    """A JSON-able, typed, canonical form of a key value."""
+    if value is None:
+        return ["n"]
+    if isinstance(value, bool):  # before int: bool is an int subclass
+        return ["B", value]
+    if isinstance(value, int):
+        return ["i", str(value)]
+    if isinstance(value, float):
+        return ["f", value.hex()]  # exact bits, -0.0 != 0.0
+    if isinstance(value, str):
+        return ["s", value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return ["b", bytes(value).hex()]
+    if isinstance(value, (list, tuple)):
+        return ["l", [_canon(v) for v in value]]
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"mapping keys in cache keys must be str, not {type(k).__name__}")
+            items.append([k, _canon(v)])
+        return ["m", sorted(items, key=lambda kv: kv[0])]
+    dtype_name = getattr(value, "dtype", None)
+    raise TypeError(
+        f"cannot put a {type(value).__name__} into a cache key: use int, float, bool, str, bytes, None, "
+        f"or lists/tuples/dicts of them" + (" (pass the dtype's name)" if dtype_name is not None else ""))
+
+
+def _canonical_json(value: Any) -> bytes:
+    return json.dumps(_canon(value), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _kwargs_items(template_kwargs: Any) -> dict:
+    if isinstance(template_kwargs, dict):
+        items = list(template_kwargs.items())
+    else:
+        items = [tuple(p) for p in template_kwargs]
+    out: dict = {}
+    for pair in items:
+        if len(pair) != 2 or not isinstance(pair[0], str):
+            raise TypeError("template_kwargs must be (name, value) pairs with str names, or a dict")
+        name, value = pair
+        if name in out:
+            raise ValueError(f"template kwarg {name!r} given twice")
+        out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------- pyptx shape
+
+class CacheKey:
+    """Identifies one kernel specialisation: CacheKey(fn_id, template_kwargs,
+    input_shapes, arch). ``hash()`` is a stable SHA-256 hex digest."""
+
+    __slots__ = ("fn_id", "template_kwargs", "input_shapes", "arch", "_hash")
+
+    def __init__(self, fn_id: str, template_kwargs: Any = (), input_shapes: Any = (), arch: str = "") -> None:
+        if not isinstance(fn_id, str) or not isinstance(arch, str):
+            raise TypeError("fn_id and arch must be str")
+        kwargs = _kwargs_items(template_kwargs)
+        shapes = []
+        for item in input_shapes:
+            shape, dtype = item
+            if not isinstance(dtype, str):
+                raise TypeError(f"dtype names must be str, not {type(dtype).__name__}")
+            dims = tuple(shape)
+            if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+                raise TypeError("shape dimensions must be ints")
+            shapes.append((dims, dtype))
+        self.fn_id = fn_id
+        self.template_kwargs = tuple(sorted(kwargs.items()))
+        self.input_shapes = tuple(shapes)
+        self.arch = arch
+        self._hash = _core.kernel_key(fn_id, _canonical_json(kwargs).decode("utf-8"),
+                                      [(list(s), d) for s, d in shapes], arch)
+
+    def hash(self) -> str:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CacheKey) and other._hash == self._hash
+
+    def __hash__(self) -> int:
+        return hash(self._hash)
+
+    def __repr__(self) -> str:
+        return f"CacheKey({self.fn_id!r}, {self.template_kwargs!r}, {self.input_shapes!r}, {self.arch!r})"
+
+
+@dataclass
+class CacheEntry:
+    """One cached compilation result."""
+    key: CacheKey
+    ptx_source: str
+    cubin_bytes: Optional[bytes]
+    metadata: dict = field(default_factory=dict)
+
+
+def _meta_json(metadata: Any) -> str:
+    try:
+        return json.dumps(metadata, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"metadata must be JSON-serialisable (progcache never pickles): {e}") from None
+
+
+class CubinCache:
+    """Process-local memory plus optional disk persistence (one atomic entry
+    per key under ``cache_dir``, default ``<progcache root>/pyptx``).
+    Thread-safe."""
+
+    def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, enable_disk: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._memory: dict[str, CacheEntry] = {}
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(
+            _core.default_cache_root(), "pyptx")
+        self._disk = _core.open_file_store(self.cache_dir, None, None, False, "") if enable_disk else None
+
+    def get(self, key: CacheKey) -> Optional[CacheEntry]:
+        h = key.hash()
+        with self._lock:
+            e = self._memory.get(h)
+        if e is not None or self._disk is None:
+            return e
+        found = self._disk.get_entry(h.encode())
+        if found is None:
+            return None
+        meta_json, artifacts = found
+        meta = json.loads(meta_json)
+        arts = dict(artifacts)
+        if meta.get("fn_id") != key.fn_id or "ptx" not in arts:
+            return None
+        e = CacheEntry(key, arts["ptx"].decode("utf-8"), arts.get("cubin"), meta.get("metadata", {}))
+        with self._lock:
+            self._memory[h] = e
+        return e
+
+    def put(self, entry: CacheEntry) -> None:
+        if not isinstance(entry, CacheEntry):
+            raise TypeError("put() takes a CacheEntry")
+        h = entry.key.hash()
+        meta = _meta_json({"fn_id": entry.key.fn_id, "arch": entry.key.arch, "metadata": entry.metadata})
+        with self._lock:
+            self._memory[h] = entry
+        if self._disk is not None:
+            arts = [("ptx", entry.ptx_source.encode("utf-8"))]
+            if entry.cubin_bytes is not None:
+                arts.append(("cubin", bytes(entry.cubin_bytes)))
+            self._disk.put_entry(h.encode(), meta, arts)
+
+    def clear(self, *, disk: bool = False) -> None:
+        with self._lock:
+            self._memory.clear()
+        if disk and self._disk is not None:
+            self._disk.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._memory)
+
+
+_global_lock = threading.Lock()
+_global_cache: Optional[CubinCache] = None
+
+
+def get_global_cache() -> CubinCache:
+    """The process-wide CubinCache (created on first use)."""
+    global _global_cache
+    with _global_lock:
+        if _global_cache is None:
+            _global_cache = CubinCache()
+        return _global_cache
+
+
+def set_global_cache(cache: CubinCache) -> None:
+    global _global_cache
+    if not isinstance(cache, CubinCache):
+        raise TypeError("set_global_cache() takes a CubinCache")
+    with _global_lock:
+        _global_cache = cache
+
+
+# ---------------------------------------------------------------- tilelang shape
+
+@dataclass
+class CachedKernel:
+    """A compiled kernel's named artifacts (e.g. "kernel.cubin", "host.cu"),
+    its JSON metadata, and whether it came from the cache."""
+    artifacts: dict
+    metadata: dict
+    from_cache: bool
+    key: str
+
+
+def _function_identity(func: Callable) -> str:
+    """Qualified name plus a digest of the source, so editing the function
+    invalidates its entries (keying by name alone served stale binaries)."""
+    name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    try:
+        src = inspect.getsource(func).encode("utf-8")
+    except (OSError, TypeError):
+        # No source (exec, REPL): the marshalled code object covers the
+        # bytecode and its constants.
+        code = getattr(func, "__code__", None)
+        src = marshal.dumps(code) if code is not None else repr(func).encode()
+    return name + "@" + hashlib.sha256(src).hexdigest()
+
+
+class KernelCache:
+    """Compile-or-load for multi-artifact kernels, with single-flight: threads
+    of a process share one build; processes of a host serialise on a per-key
+    lock file and look again before building."""
+
+    def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None) -> None:
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(
+            _core.default_cache_root(), "kernels")
+        self._store = _core.open_file_store(self.cache_dir, max_size_bytes, None, False, "")
+        self._locks_dir = os.path.join(self.cache_dir, "locks")
+        self._mu = threading.Lock()
+        self._inflight: dict[str, threading.Lock] = {}
+        self.builds = 0  # builds run by this process (observable in tests)
+
+    def key_of(self, func: Callable, args: tuple, kwargs: dict, target: str) -> str:
+        ident = _function_identity(func)
+        payload = _canonical_json({"func": ident, "args": list(args), "kwargs": kwargs, "target": target})
+        return hashlib.sha256(b"progcache-kernel\0" + payload).hexdigest()
+
+    def _load(self, key: str) -> Optional[CachedKernel]:
+        found = self._store.get_entry(key.encode())
+        if found is None:
+            return None
+        meta_json, artifacts = found
+        return CachedKernel(dict(artifacts), json.loads(meta_json), True, key)
+
+    def cached(self, func: Callable, *args: Any, target: str = "auto", build: Optional[Callable] = None,
+               **kwargs: Any) -> CachedKernel:
+        """Returns the cached kernel for ``func(*args, **kwargs)`` on ``target``,
+        building it with ``build(func, *args, target=..., **kwargs)`` (default:
+        ``func(*args, **kwargs)``) on a miss. The builder returns a dict of
+        named artifacts (bytes or str), or (artifacts, metadata)."""
+        key = self.key_of(func, args, kwargs, target)
+        hit = self._load(key)
+        if hit is not None:
+            return hit
+        with self._mu:
+            lock = self._inflight.setdefault(key, threading.Lock())
+        with lock:  # threads: one builds, the others find its result
+            hit = self._load(key)
+            if hit is not None:
+                return hit
+            os.makedirs(self._locks_dir, mode=0o700, exist_ok=True)
+            with open(os.path.join(self._locks_dir, key + ".lock"), "a+b") as lf:
+                fcntl.flock(lf, fcntl.LOCK_EX)  # processes; released if the holder dies
+                try:
+                    hit = self._load(key)
+                    if hit is not None:
+                        return hit
+                    result = build(func, *args, target=target, **kwargs) if build else func(*args, **kwargs)
+                    self.builds += 1
+                    artifacts, metadata = result if isinstance(result, tuple) else (result, {})
+                    if not isinstance(artifacts, dict) or not artifacts:
+                        raise TypeError("a kernel build must return a non-empty dict of named artifacts")
+                    arts = []
+                    for name, data in artifacts.items():
+                        if isinstance(data, str):
+                            data = data.encode("utf-8")
+                        if not isinstance(data, (bytes, bytearray, memoryview)):
+                            raise TypeError(f"artifact {name!r} is {type(data).__name__}, not bytes or str")
+                        arts.append((str(name), bytes(data)))
+                    self._store.put_entry(key.encode(), _meta_json(metadata), arts)
+                    return CachedKernel(dict(arts), json.loads(_meta_json(metadata)), False, key)
+                finally:
+                    fcntl.flock(lf, fcntl.LOCK_UN)
+
+    def clear_cache(self) -> None:
+        """Removes every kernel this cache holds; nothing outside its own
+        directory is touched."""
+        self._store.clear()
+
+    def __len__(self) -> int:
+        return self._store.count()
+
+
+_default_kernel_cache: Optional[KernelCache] = None
+
+
+def cached(cache: Optional[KernelCache] = None, *, target: str = "auto"):
+    """Decorator: ``@progcache.cached()`` on a builder that returns named
+    artifacts (or (artifacts, metadata)) makes each call compile-or-load."""
+
+    def wrap(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def inner(*args: Any, **kwargs: Any) -> CachedKernel:
+            global _default_kernel_cache
+            kc = cache
+            if kc is None:
+                if _default_kernel_cache is None:
+                    _default_kernel_cache = KernelCache()
+                kc = _default_kernel_cache
+            return kc.cached(func, *args, target=target, **kwargs)
+
+        return inner
+
+    return wrap

@@ -1,0 +1,423 @@
+// progcache._core: the C++ core under the Python module. The Python layer
+// (python/progcache/*.py) gives it the cuda.core, pyptx and tilelang shapes;
+// this file only moves bytes across the boundary, releasing the GIL around
+// disk, network and compiler work.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "progcache/compile.h"
+#include "progcache/file_store.h"
+#include "progcache/key.h"
+#include "progcache/memory_store.h"
+#include "progcache/version.h"
+#ifdef PROGCACHE_WITH_REDIS
+#include "progcache/redis_store.h"
+#endif
+
+namespace nb = nanobind;
+namespace pc = progcache;
+
+namespace {
+
+// Status → Python exception: invalid input → ValueError, the rest → OSError
+// subclasses or RuntimeError, with progcache's message.
+[[noreturn]] void raise(const pc::Status& st) {
+  switch (st.code()) {
+    case pc::Code::invalid_argument: throw nb::value_error(st.message().c_str());
+    case pc::Code::permission_denied: {
+      PyErr_SetString(PyExc_PermissionError, st.message().c_str());
+      throw nb::python_error();
+    }
+    case pc::Code::not_found: {
+      PyErr_SetString(PyExc_FileNotFoundError, st.message().c_str());
+      throw nb::python_error();
+    }
+    case pc::Code::resource_exhausted:
+    case pc::Code::unavailable:
+    case pc::Code::deadline_exceeded:
+    case pc::Code::data_loss: {
+      PyErr_SetString(PyExc_OSError, st.to_string().c_str());
+      throw nb::python_error();
+    }
+    default: throw std::runtime_error(st.to_string());
+  }
+}
+
+template <typename T>
+T unwrap(pc::Result<T>&& r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(r).value();
+}
+
+void check(const pc::Status& st) {
+  if (!st.ok()) raise(st);
+}
+
+// The bytes of a bytes-like object, without copying (requires the GIL or a
+// live reference for the duration).
+std::string_view view_of(const nb::bytes& b) { return {b.c_str(), b.size()}; }
+
+nb::bytes to_bytes(const pc::Bytes& b) { return nb::bytes(b.data(), b.size()); }
+
+// ---------------------------------------------------------------- memory
+
+// The in-memory cache: an LRU keyed by the caller's key bytes that holds the
+// Python value object itself, so a hit returns that very object (no copy, no
+// hashing of the key beyond the map's). Capped by the sum of value sizes.
+class MemoryCache {
+ public:
+  explicit MemoryCache(std::optional<std::uint64_t> cap) : m_cap(cap) {}
+
+  nb::object get(const nb::bytes& key) {
+    std::lock_guard l(m_mu);
+    auto it = m_index.find(std::string_view(key.c_str(), key.size()));
+    if (it == m_index.end()) return nb::none();
+    m_lru.splice(m_lru.begin(), m_lru, it->second);
+    return it->second->value;
+  }
+
+  void put(const nb::bytes& key, nb::bytes value) {
+    const std::uint64_t size = value.size();
+    std::lock_guard l(m_mu);
+    erase_locked(view_of(key));
+    if (m_cap && size > *m_cap) return;  // could never fit
+    while (m_cap && !m_lru.empty() && m_bytes + size > *m_cap) {
+      auto& victim = m_lru.back();
+      m_bytes -= victim.size;
+      m_index.erase(victim.key);
+      m_lru.pop_back();
+    }
+    m_lru.push_front(Node{std::string(view_of(key)), std::move(value), size});
+    m_index.emplace(m_lru.front().key, m_lru.begin());
+    m_bytes += size;
+  }
+
+  bool erase(const nb::bytes& key) {
+    std::lock_guard l(m_mu);
+    return erase_locked(view_of(key));
+  }
+
+  void clear() {
+    std::lock_guard l(m_mu);
+    m_index.clear();
+    m_lru.clear();
+    m_bytes = 0;
+  }
+
+  std::size_t size() {
+    std::lock_guard l(m_mu);
+    return m_lru.size();
+  }
+  std::uint64_t bytes() {
+    std::lock_guard l(m_mu);
+    return m_bytes;
+  }
+
+ private:
+  struct Node {
+    std::string key;
+    nb::object value;
+    std::uint64_t size;
+  };
+  bool erase_locked(std::string_view key) {
+    auto it = m_index.find(key);
+    if (it == m_index.end()) return false;
+    m_bytes -= it->second->size;
+    m_lru.erase(it->second);
+    m_index.erase(it);
+    return true;
+  }
+  std::optional<std::uint64_t> m_cap;
+  std::mutex m_mu;
+  std::list<Node> m_lru;
+  // Keyed by a view into the node's own key string (stable in a std::list).
+  std::unordered_map<std::string_view, std::list<Node>::iterator> m_index;
+  std::uint64_t m_bytes = 0;
+};
+
+// ---------------------------------------------------------------- stores
+
+// A progcache Store (file, redis or tiered) as seen from Python. Keys are
+// the caller's bytes, mapped with key_from_user (64 hex digits are taken as
+// the key itself, anything else is hashed), like the CLI.
+class StoreHandle {
+ public:
+  explicit StoreHandle(std::unique_ptr<pc::Store> s, pc::FileStore* file = nullptr)
+      : m_store(std::move(s)), m_file(file) {}
+
+  pc::Store* store() {
+    if (!m_store) throw std::runtime_error("cache is closed");
+    return m_store.get();
+  }
+
+  // The primary artifact's bytes, or None.
+  nb::object get(const nb::bytes& key) {
+    const pc::Key k = pc::key_from_user(view_of(key));
+    pc::Result<std::optional<pc::Entry>> r = pc::Status();
+    {
+      nb::gil_scoped_release release;
+      r = store()->get(k);
+    }
+    auto e = unwrap(std::move(r));
+    if (!e) return nb::none();
+    return to_bytes(e->primary());
+  }
+
+  void put(const nb::bytes& key, const nb::bytes& value) {
+    const pc::Key k = pc::key_from_user(view_of(key));
+    // Copied: a tier may keep the buffer after this call (and after the
+    // Python object is gone), and the copy is made before the GIL is released.
+    const pc::Bytes payload = pc::Bytes::copy_of(view_of(value));
+    pc::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = store()->put(k, pc::Entry::from_bytes(payload));
+    }
+    check(st);
+  }
+
+  // A whole entry: (metadata JSON, [(name, bytes)]) or None.
+  nb::object get_entry(const nb::bytes& key) {
+    const pc::Key k = pc::key_from_user(view_of(key));
+    pc::Result<std::optional<pc::Entry>> r = pc::Status();
+    {
+      nb::gil_scoped_release release;
+      r = store()->get(k);
+    }
+    auto e = unwrap(std::move(r));
+    if (!e) return nb::none();
+    nb::list arts;
+    for (const auto& a : e->artifacts()) arts.append(nb::make_tuple(a.name, to_bytes(a.data)));
+    return nb::make_tuple(e->metadata(), arts);
+  }
+
+  void put_entry(const nb::bytes& key, const std::string& metadata,
+                 const std::vector<std::pair<std::string, nb::bytes>>& artifacts) {
+    const pc::Key k = pc::key_from_user(view_of(key));
+    std::vector<pc::Artifact> arts;
+    for (const auto& [name, data] : artifacts) arts.push_back({name, pc::Bytes::copy_of(view_of(data))});
+    pc::Entry entry(metadata, std::move(arts));
+    check(entry.validate());
+    pc::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = store()->put(k, entry);
+    }
+    check(st);
+  }
+
+  bool erase(const nb::bytes& key) {
+    const pc::Key k = pc::key_from_user(view_of(key));
+    nb::gil_scoped_release release;
+    auto r = store()->erase(k);
+    nb::gil_scoped_acquire acquire;
+    return unwrap(std::move(r));
+  }
+
+  void clear() {
+    nb::gil_scoped_release release;
+    pc::Status st = store()->clear();
+    nb::gil_scoped_acquire acquire;
+    check(st);
+  }
+
+  std::uint64_t count() { return unwrap(store()->count()); }
+  std::uint64_t size_bytes() { return unwrap(store()->size_bytes()); }
+
+  std::map<std::string, std::uint64_t> stats() {
+    const pc::StoreStats s = m_file != nullptr ? m_file->host_stats() : store()->stats();
+    return {{"hits", s.hits},           {"misses", s.misses}, {"puts", s.puts},
+            {"evictions", s.evictions}, {"corrupt_dropped", s.corrupt_dropped},
+            {"rejected", s.rejected},   {"errors", s.errors}, {"bytes_stored", s.bytes_stored},
+            {"entries", s.entries}};
+  }
+
+  std::string root() const { return m_file != nullptr ? m_file->root() : std::string(); }
+
+  void close() {
+    if (m_store) {
+      nb::gil_scoped_release release;
+      m_store->close().ignore();
+    }
+    m_store.reset();
+    m_file = nullptr;
+  }
+
+ private:
+  std::unique_ptr<pc::Store> m_store;
+  pc::FileStore* m_file;  // when the store is a FileStore (for host stats, root)
+};
+
+std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optional<std::uint64_t> max_size,
+                                             std::optional<std::uint64_t> max_entries, bool fsync,
+                                             const std::string& hmac_key) {
+  pc::FileStoreOptions o;
+  o.root = root;
+  o.max_size_bytes = max_size ? max_size : pc::k_default_max_size;
+  if (max_size && *max_size == 0) o.max_size_bytes.reset();
+  o.max_entries = max_entries;
+  o.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
+  o.codec.hmac_key = hmac_key;
+  auto fs = unwrap(pc::FileStore::open(o));
+  pc::FileStore* raw = fs.get();
+  return std::make_unique<StoreHandle>(std::move(fs), raw);
+}
+
+#ifdef PROGCACHE_WITH_REDIS
+std::unique_ptr<pc::RemoteStore> open_redis(const std::vector<std::string>& urls, bool read_only,
+                                            const std::string& hmac_key) {
+  return unwrap(pc::make_redis_store({.urls = urls, .read_only = read_only, .codec = {hmac_key}}));
+}
+#endif
+
+std::vector<std::string> options_of(const std::vector<std::string>& options) { return options; }
+
+pc::CodeType code_type_of(const std::string& s) { return unwrap(pc::parse_code_type(s)); }
+pc::TargetType target_of(const std::string& s) { return unwrap(pc::parse_target_type(s)); }
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "progcache's C++ core (use the progcache package, not this module)";
+  m.attr("__version__") = PROGCACHE_VERSION_STRING;
+
+  nb::class_<MemoryCache>(m, "MemoryCache")
+      .def(nb::init<std::optional<std::uint64_t>>(), nb::arg("max_size_bytes").none())
+      .def("get", &MemoryCache::get)
+      .def("put", &MemoryCache::put)
+      .def("erase", &MemoryCache::erase)
+      .def("clear", &MemoryCache::clear)
+      .def("__len__", &MemoryCache::size)
+      .def("size_bytes", &MemoryCache::bytes);
+
+  nb::class_<StoreHandle>(m, "Store")
+      .def("get", &StoreHandle::get)
+      .def("put", &StoreHandle::put)
+      .def("get_entry", &StoreHandle::get_entry)
+      .def("put_entry", &StoreHandle::put_entry)
+      .def("erase", &StoreHandle::erase)
+      .def("clear", &StoreHandle::clear)
+      .def("count", &StoreHandle::count)
+      .def("size_bytes", &StoreHandle::size_bytes)
+      .def("stats", &StoreHandle::stats)
+      .def("root", &StoreHandle::root)
+      .def("close", &StoreHandle::close);
+
+  m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
+        nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = "");
+  m.def("default_cache_root", []() { return pc::default_cache_root(); });
+
+#ifdef PROGCACHE_WITH_REDIS
+  m.attr("HAVE_REDIS") = true;
+  m.def("open_redis_store", [](const std::vector<std::string>& urls, bool read_only, const std::string& hmac_key) {
+    return std::make_unique<StoreHandle>(open_redis(urls, read_only, hmac_key));
+  }, nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = "");
+  m.def("open_tiered_store", [](std::optional<std::uint64_t> memory_bytes, const std::string& root,
+                                std::optional<std::uint64_t> max_size, const std::vector<std::string>& urls,
+                                bool read_only, const std::string& hmac_key) {
+    pc::TieredStoreOptions o;
+    if (!memory_bytes || *memory_bytes > 0) o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
+    pc::FileStoreOptions fo;
+    fo.root = root;
+    fo.max_size_bytes = max_size ? max_size : pc::k_default_max_size;
+    fo.codec.hmac_key = hmac_key;
+    o.disk = unwrap(pc::FileStore::open(fo));
+    if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key);
+    return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)));
+  }, nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
+        nb::arg("read_only") = false, nb::arg("hmac_key") = "");
+#else
+  m.attr("HAVE_REDIS") = false;
+#endif
+
+  m.def(
+      "make_program_cache_key",
+      [](const nb::bytes& code, const std::string& code_type, const std::vector<std::string>& options,
+         const std::string& target_type, const std::vector<std::string>& name_expressions,
+         std::optional<nb::bytes> extra_digest) {
+        pc::ProgramKeyInputs in;
+        in.code = view_of(code);
+        in.code_type = code_type_of(code_type);
+        in.target = target_of(target_type);
+        in.options = options_of(options);
+        in.name_expressions = name_expressions;
+        if (extra_digest) in.extra_digest = std::string(view_of(*extra_digest));
+        // Keys made by hand carry the compiler identity when NVRTC is found,
+        // so they match what compile() would use; none otherwise.
+        if (auto info = pc::compiler_info(); info.ok()) in.compiler = info->identity;
+        const pc::Key k = unwrap(pc::make_program_cache_key(in));
+        return nb::bytes(k.hex().data(), 64);
+      },
+      nb::arg("code"), nb::arg("code_type"), nb::arg("options"), nb::arg("target_type"),
+      nb::arg("name_expressions"), nb::arg("extra_digest").none());
+
+  m.def("kernel_key", [](const std::string& fn_id, const std::string& canonical_kwargs,
+                         const std::vector<std::pair<std::vector<std::int64_t>, std::string>>& shapes,
+                         const std::string& arch) {
+    // kwargs arrive as canonical JSON (sorted keys, typed) from the Python
+    // layer, which refuses unknown types; hashed as bytes under their label.
+    pc::KeyBuilder b("pyptx-kernel");
+    b.add_string("fn_id", fn_id);
+    b.add_bytes("template_kwargs", canonical_kwargs);
+    pc::KeyValue::List sl;
+    for (const auto& [shape, dtype] : shapes) {
+      pc::KeyValue::List dims;
+      for (auto d : shape) dims.emplace_back(static_cast<long long>(d));
+      sl.emplace_back(pc::KeyValue::List{pc::KeyValue(std::move(dims)), pc::KeyValue(dtype)});
+    }
+    b.add("input_shapes", pc::KeyValue(std::move(sl)));
+    b.add_string("arch", arch);
+    return b.finish().hex();
+  });
+
+  m.def("compile_stats", []() {
+    const pc::CompileStats s = pc::compile_stats();
+    return std::map<std::string, std::uint64_t>{{"compiles", s.compiles},         {"compile_errors", s.compile_errors},
+                                                {"hits", s.hits},                 {"shared_waits", s.shared_waits},
+                                                {"lock_waits", s.lock_waits},     {"cache_errors", s.cache_errors}};
+  });
+
+  m.def(
+      "compile",
+      [](const nb::bytes& code, const std::string& code_type, const std::string& target,
+         const std::vector<std::string>& options, const std::vector<std::string>& name_expressions,
+         const std::string& name, std::optional<nb::bytes> extra_digest, StoreHandle* cache,
+         const std::string& state_dir) {
+        pc::Program p;
+        p.code = std::string(view_of(code));
+        p.code_type = code_type_of(code_type);
+        p.options = options;
+        p.name_expressions = name_expressions;
+        p.name = name;
+        if (extra_digest) p.extra_digest = std::string(view_of(*extra_digest));
+        const pc::TargetType t = target_of(target);
+        pc::CompileOptions o;
+        o.cache = cache != nullptr ? cache->store() : nullptr;
+        o.state_dir = state_dir;
+        pc::CompileFailure failure;
+        pc::Result<pc::ObjectCode> r = pc::Status();
+        {
+          nb::gil_scoped_release release;
+          r = pc::compile(p, t, o, &failure);
+        }
+        if (!r.ok()) {
+          if (r.status().code() == pc::Code::compile_error) {
+            return nb::make_tuple(false, r.status().message(), failure.log, nb::none(), nb::none(), nb::none());
+          }
+          raise(r.status());
+        }
+        return nb::make_tuple(true, to_bytes(r->code), r->log, r->symbol_mapping, r->from_cache, r->key.hex());
+      },
+      nb::arg("code"), nb::arg("code_type"), nb::arg("target"), nb::arg("options"), nb::arg("name_expressions"),
+      nb::arg("name"), nb::arg("extra_digest").none(), nb::arg("cache").none(), nb::arg("state_dir"));
+}

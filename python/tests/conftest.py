@@ -1,0 +1,51 @@
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_root(tmp_path, monkeypatch):
+    """Every test gets its own default cache root."""
+    monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "default-root"))
+    monkeypatch.delenv("PROGCACHE_REMOTE", raising=False)
+    monkeypatch.delenv("PROGCACHE_HMAC_KEY_FILE", raising=False)
+
+
+def have_nvrtc() -> bool:
+    import progcache
+    try:
+        progcache.compile("__global__ void probe() {}", "c++", "ptx", ["-arch=sm_80"])
+        return True
+    except Exception:
+        return False
+
+
+requires_nvrtc = pytest.mark.skipif(not have_nvrtc(), reason="no NVRTC (CUDA toolkit) on this machine")
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server on a free loopback port for the test's duration."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(binary):
+        pytest.skip("redis-server not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.1) as c:
+                c.sendall(b"PING\r\n")
+                if c.recv(16).startswith(b"+PONG"):
+                    break
+        except OSError:
+            time.sleep(0.02)
+    yield f"redis://127.0.0.1:{port}"
+    proc.kill()
+    proc.wait()

@@ -1,0 +1,147 @@
+import json
+import multiprocessing
+import os
+import threading
+
+import pytest
+
+import progcache
+from progcache import CacheEntry, CacheKey, CubinCache, KernelCache
+
+
+def test_cache_key_is_order_independent_and_typed():
+    a = CacheKey("mod.gemm", (("BLOCK_M", 128), ("BLOCK_N", 64)), (((128, 64), "float16"),), "sm_90a")
+    b = CacheKey("mod.gemm", {"BLOCK_N": 64, "BLOCK_M": 128}, [([128, 64], "float16")], "sm_90a")
+    assert a.hash() == b.hash() and len(a.hash()) == 64
+    assert CacheKey("mod.gemm", {"BLOCK_M": "128", "BLOCK_N": 64}, [([128, 64], "float16")], "sm_90a").hash() != a.hash()
+    assert CacheKey("mod.gemm", {"BLOCK_M": 128.0, "BLOCK_N": 64}, [([128, 64], "float16")], "sm_90a").hash() != a.hash()
+    assert CacheKey("mod.gemm", {"BLOCK_M": True, "BLOCK_N": 64}, [([128, 64], "float16")], "sm_90a").hash() != \
+        CacheKey("mod.gemm", {"BLOCK_M": 1, "BLOCK_N": 64}, [([128, 64], "float16")], "sm_90a").hash()
+    assert CacheKey("mod.gemm", {}, [], "sm_80").hash() != CacheKey("mod.gemm", {}, [], "sm_90").hash()
+
+
+def test_cache_key_refuses_to_stringify_unknown_types():
+    class Opaque:
+        pass
+
+    with pytest.raises(TypeError, match="cannot put a Opaque"):
+        CacheKey("f", {"x": Opaque()}, [], "sm_90")
+    with pytest.raises(TypeError):
+        CacheKey("f", {}, [((1.5,), "f32")], "sm_90")
+    with pytest.raises(ValueError):
+        CacheKey("f", (("a", 1), ("a", 2)), [], "sm_90")
+
+
+def test_cubin_cache_memory_then_disk_one_atomic_entry(tmp_path):
+    key = CacheKey("k", {"N": 4}, [((4,), "float32")], "sm_90")
+    c = CubinCache(tmp_path / "pyptx")
+    assert c.get(key) is None
+    c.put(CacheEntry(key, ".version 8.0", b"\x7fELF-cubin", {"regs": 32, "smem": [0, 1]}))
+    fresh = CubinCache(tmp_path / "pyptx")  # a new process would see the same
+    e = fresh.get(key)
+    assert e.ptx_source == ".version 8.0" and e.cubin_bytes == b"\x7fELF-cubin" and e.metadata == {"regs": 32, "smem": [0, 1]}
+    files = [f for _, _, fs in os.walk(tmp_path / "pyptx" / "v1") for f in fs if len(f) == 62]
+    assert len(files) == 1  # no sidecars
+    with pytest.raises(TypeError, match="JSON"):
+        c.put(CacheEntry(key, "", None, {"obj": object()}))
+    c.clear()
+    assert len(c) == 0 and c.get(key) is not None  # disk kept
+    c.clear(disk=True)
+    assert CubinCache(tmp_path / "pyptx").get(key) is None
+
+
+def test_cubin_cache_without_disk(tmp_path):
+    key = CacheKey("k", {}, [], "sm_90")
+    c = CubinCache(tmp_path / "nodisk", enable_disk=False)
+    c.put(CacheEntry(key, "ptx", None))
+    assert c.get(key).cubin_bytes is None
+    assert not (tmp_path / "nodisk").exists()
+
+
+def test_global_cache(tmp_path):
+    g = progcache.get_global_cache()
+    assert g is progcache.get_global_cache()
+    mine = CubinCache(tmp_path / "g")
+    progcache.set_global_cache(mine)
+    assert progcache.get_global_cache() is mine
+    with pytest.raises(TypeError):
+        progcache.set_global_cache(object())
+
+
+def build_kernel(n, dtype="f32"):
+    return {"kernel.cubin": b"\x7fELF" + bytes([n]), "host.cu": f"// {n} {dtype}"}, {"n": n, "dtype": dtype}
+
+
+def test_kernel_cache_compiles_once_then_loads(tmp_path):
+    kc = KernelCache(tmp_path / "kc")
+    first = kc.cached(build_kernel, 7, dtype="f16")
+    assert not first.from_cache and kc.builds == 1
+    again = kc.cached(build_kernel, 7, dtype="f16")
+    assert again.from_cache and kc.builds == 1
+    assert again.artifacts == {"kernel.cubin": b"\x7fELF\x07", "host.cu": b"// 7 f16"}
+    assert again.metadata == {"n": 7, "dtype": "f16"}
+    assert kc.cached(build_kernel, 8, dtype="f16").from_cache is False
+    assert kc.cached(build_kernel, 7, dtype="f16", target="sm_80").from_cache is False
+    assert len(kc) == 3
+    kc.clear_cache()
+    assert len(kc) == 0
+
+
+def test_kernel_cache_single_flight_threads(tmp_path):
+    kc = KernelCache(tmp_path / "kc")
+    calls = []
+
+    def slow_build(n):
+        calls.append(n)
+        return {"k": bytes([n])}
+
+    threads = [threading.Thread(target=kc.cached, args=(slow_build, 3)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [3]
+
+
+def _child_build(root, queue):
+    kc = KernelCache(root)
+    r = kc.cached(build_kernel, 42)
+    queue.put((kc.builds, r.artifacts["kernel.cubin"]))
+
+
+def test_kernel_cache_single_flight_processes(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_child_build, args=(str(tmp_path / "kc"), q)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join()
+    assert sum(b for b, _ in results) == 1
+    assert len({a for _, a in results}) == 1
+
+
+def test_cached_decorator_and_scoped_clear(tmp_path):
+    kc = KernelCache(tmp_path / "dec")
+
+    @progcache.cached(kc)
+    def make(n):
+        return {"bin": bytes(n)}
+
+    assert make(3).from_cache is False
+    assert make(3).from_cache is True
+    other = progcache.FileStreamProgramCache(tmp_path / "other")
+    other[b"keep"] = b"me"
+    kc.clear_cache()
+    assert other[b"keep"] == b"me"
+    assert make(3).from_cache is False
+
+
+def test_editing_a_builder_invalidates_its_entries(tmp_path):
+    kc = KernelCache(tmp_path / "edit")
+    ns1, ns2 = {}, {}
+    exec("def f(n):\n    return {'v': b'one'}\n", ns1)
+    exec("def f(n):\n    return {'v': b'two'}\n", ns2)
+    # Same qualified name, different code objects: different keys.
+    assert kc.key_of(ns1["f"], (1,), {}, "auto") != kc.key_of(ns2["f"], (1,), {}, "auto")

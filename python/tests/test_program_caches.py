@@ -1,0 +1,211 @@
+"""cuda.core's ProgramCacheResource contract, on every progcache cache."""
+import os
+import threading
+
+import pytest
+
+import progcache
+from progcache import FileStreamProgramCache, InMemoryProgramCache
+
+
+@pytest.fixture(params=["memory", "file", "tiered"])
+def cache(request, tmp_path):
+    if request.param == "memory":
+        c = InMemoryProgramCache()
+    elif request.param == "file":
+        c = FileStreamProgramCache(tmp_path / "fs")
+    else:
+        c = progcache.TieredProgramCache(tmp_path / "tiered")
+    yield c
+    c.close()
+
+
+class ObjectCode:
+    """Stands in for cuda.core's ObjectCode: bytes or a path in .code."""
+
+    def __init__(self, code):
+        self.code = code
+
+
+def test_round_trip_and_str_bytes_keys_are_one_entry(cache):
+    cache[b"k"] = b"\x7fELF\x00binary"
+    assert cache["k"] == b"\x7fELF\x00binary"
+    assert isinstance(cache["k"], bytes)
+    cache["unicode-ключ"] = b"v"
+    assert cache["unicode-ключ".encode("utf-8")] == b"v"
+    assert len(cache) == 2
+
+
+def test_miss_raises_keyerror_and_get_returns_default(cache):
+    with pytest.raises(KeyError):
+        cache[b"absent"]
+    assert cache.get(b"absent") is None
+    assert cache.get("absent", b"dflt") == b"dflt"
+
+
+def test_values_bytearray_memoryview_and_objectcode(cache, tmp_path):
+    cache[b"a"] = bytearray(b"ba")
+    cache[b"m"] = memoryview(b"mv")
+    cache[b"o"] = ObjectCode(b"obj")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(b"from-a-file")
+    cache[b"p"] = ObjectCode(str(path))
+    path.write_bytes(b"changed later")  # read at write time, not lazily
+    assert (cache[b"a"], cache[b"m"], cache[b"o"], cache[b"p"]) == (b"ba", b"mv", b"obj", b"from-a-file")
+
+
+def test_delitem_update_clear_len(cache):
+    cache.update({b"1": b"a", "2": b"b"})
+    cache.update([(b"3", b"c")])
+    assert len(cache) == 3
+    del cache["2"]
+    with pytest.raises(KeyError):
+        del cache["2"]
+    assert len(cache) == 2
+    cache.clear()
+    assert len(cache) == 0
+
+
+def test_bad_keys_and_values_raise_typeerror(cache):
+    for bad in (1, 1.5, None, ("t",), bytearray(b"k")):
+        with pytest.raises(TypeError):
+            cache[bad] = b"v"
+    for bad in (1, "text", None, object(), ObjectCode(12)):
+        with pytest.raises(TypeError):
+            cache[b"k"] = bad
+
+
+def test_no_contains(cache):
+    cache[b"k"] = b"v"
+    with pytest.raises(TypeError):
+        b"k" in cache  # noqa: B015 - deliberately unsupported
+
+
+def test_context_manager(tmp_path):
+    with FileStreamProgramCache(tmp_path / "cm") as c:
+        c[b"k"] = b"v"
+    with FileStreamProgramCache(tmp_path / "cm") as c:
+        assert c[b"k"] == b"v"
+
+
+@pytest.mark.parametrize("cls", [InMemoryProgramCache, FileStreamProgramCache])
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "10"])
+def test_bad_caps(cls, bad, tmp_path):
+    kwargs = {"max_size_bytes": bad}
+    with pytest.raises((TypeError, ValueError)):
+        cls(tmp_path, **kwargs) if cls is FileStreamProgramCache else cls(**kwargs)
+
+
+def test_memory_hit_returns_the_stored_object_without_copy():
+    c = InMemoryProgramCache()
+    payload = os.urandom(1 << 20)
+    c[b"big"] = payload
+    assert c[b"big"] is payload
+
+
+def test_memory_lru_cap():
+    c = InMemoryProgramCache(max_size_bytes=300)
+    for i in range(3):
+        c[str(i)] = bytes(100)
+    c["0"]  # most recent
+    c["3"] = bytes(100)
+    assert c.get("1") is None
+    assert c["0"] and c["2"] and c["3"]
+    assert c.size_bytes <= 300
+    c["huge"] = bytes(301)  # larger than the cap: not stored
+    assert c.get("huge") is None
+
+
+def test_file_cache_is_shared_by_processes_and_persists(tmp_path):
+    import subprocess
+    import sys
+    root = tmp_path / "shared"
+    code = (f"import progcache; c = progcache.FileStreamProgramCache({str(root)!r}); "
+            "c[b'from-child'] = b'child-bytes'; print(len(c))")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    c = FileStreamProgramCache(root)
+    assert c[b"from-child"] == b"child-bytes"
+    assert c.stats()["entries"] == 1
+
+
+def test_file_cache_default_path_is_progcache_dir(tmp_path):
+    c = FileStreamProgramCache()
+    assert c.path == os.environ["PROGCACHE_DIR"]
+
+
+def test_file_cache_cap_evicts(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "cap", max_size_bytes=64 * 1024)
+    for i in range(100):
+        c[str(i)] = os.urandom(2000)
+    assert c.stats()["bytes_stored"] <= 64 * 1024
+    assert c.stats()["evictions"] > 0
+    assert c.get("99") is not None
+
+
+def test_threads_hammering_one_cache(cache):
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(300):
+                k = f"{(i * 7 + t) % 50}".encode()
+                cache[k] = k * 10
+                v = cache.get(k)
+                if v is not None and v != k * 10:
+                    errors.append((k, v))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_damaged_file_entry_is_a_miss(tmp_path):
+    c = FileStreamProgramCache(tmp_path / "dmg")
+    c[b"k"] = b"x" * 5000
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "dmg" / "v1") for f in fs if len(f) == 62]
+    assert len(files) == 1
+    data = bytearray(open(files[0], "rb").read())
+    data[2000] ^= 1
+    open(files[0], "wb").write(bytes(data))
+    assert c.get(b"k") is None
+    assert c.stats()["corrupt_dropped"] == 1
+
+
+def test_foreign_writable_root_is_refused(tmp_path):
+    root = tmp_path / "open"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    with pytest.raises(PermissionError, match="writable by group or others"):
+        FileStreamProgramCache(root)
+
+
+def test_cuda_core_registration_when_available():
+    try:
+        from cuda.core.utils import ProgramCacheResource
+    except Exception as e:
+        pytest.skip(f"cuda.core not importable here: {e}")
+    assert progcache.REGISTERED_WITH_CUDA_CORE
+    assert isinstance(InMemoryProgramCache(), ProgramCacheResource)
+    assert issubclass(FileStreamProgramCache, ProgramCacheResource)
+
+
+def test_cuda_core_program_compile_accepts_progcache_caches(tmp_path):
+    try:
+        from cuda.core import Program, ProgramOptions
+    except Exception as e:
+        pytest.skip(f"cuda.core not importable here: {e}")
+    src = 'extern "C" __global__ void k(float* x) { x[0] = 2; }'
+    cache = FileStreamProgramCache(tmp_path / "cc")
+    try:
+        first = Program(src, "c++", ProgramOptions(arch="sm_80")).compile("cubin", cache=cache)
+    except Exception as e:  # no NVRTC reachable through cuda.bindings
+        pytest.skip(f"cuda.core cannot compile here: {e}")
+    assert len(cache) == 1
+    second = Program(src, "c++", ProgramOptions(arch="sm_80")).compile("cubin", cache=cache)
+    assert cache.stats()["hits"] == 1
+    assert bytes(second.code) == bytes(first.code)
