@@ -384,6 +384,44 @@ TEST_F(FileStoreTest, SignedStoreRejectsUnsignedEntries) {
   EXPECT_EQ((*s->get_bytes(make_key(2)))->view(), "signed");
 }
 
+TEST_F(FileStoreTest, PrimaryIntoCallerMemoryVerifiesAndMatchesGet) {
+  auto s = open_store();
+  std::vector<Artifact> arts{{"cubin", Bytes::copy_of(testing::make_payload(70000, 1))},
+                             {"log", Bytes::copy_of("warnings")}};
+  ASSERT_TRUE(s->put(make_key(1), Entry(R"({"k":1})", arts)).ok());
+  ASSERT_TRUE(s->put_bytes(make_key(2), Bytes::copy_of("")).ok());
+  std::string out;
+  auto into = [&](std::size_t n) {
+    out.assign(n, '\0');
+    return out.data();
+  };
+  ASSERT_TRUE(*s->get_primary_into(make_key(1), into));
+  EXPECT_EQ(out, arts[0].data.str());
+  ASSERT_TRUE(*s->get_primary_into(make_key(2), into));
+  EXPECT_EQ(out, "");
+  EXPECT_FALSE(*s->get_primary_into(make_key(3), into));
+  // Damage anywhere (payload, metadata, the other artifact, length) is a miss,
+  // counted and removed, exactly as with get().
+  const std::string path = s->entry_path(make_key(1));
+  const std::string good = testing::read_all(path);
+  for (std::size_t pos : {good.size() / 2, std::size_t{70}, good.size() - 20, good.size() - 3}) {
+    std::string bad = good;
+    bad[pos] ^= 0x20;
+    testing::write_all(path, bad);
+    const auto before = s->stats().corrupt_dropped;
+    EXPECT_FALSE(*s->get_primary_into(make_key(1), into)) << "flip at " << pos;
+    EXPECT_EQ(s->stats().corrupt_dropped, before + 1);
+    EXPECT_FALSE(fs::exists(path));
+  }
+  testing::write_all(path, good.substr(0, good.size() - 1));
+  EXPECT_FALSE(*s->get_primary_into(make_key(1), into));
+  // A signed store takes the ordinary path and still works.
+  auto signed_store = open_store({.root = m_tmp.sub("signed"), .codec = {"signing-key-for-this-test"}});
+  ASSERT_TRUE(signed_store->put_bytes(make_key(5), Bytes::copy_of("signed payload")).ok());
+  ASSERT_TRUE(*signed_store->get_primary_into(make_key(5), into));
+  EXPECT_EQ(out, "signed payload");
+}
+
 TEST_F(FileStoreTest, ClosedStoreFails) {
   auto s = open_store();
   ASSERT_TRUE(s->close().ok());

@@ -35,6 +35,20 @@ class Sha256 {
   std::unique_ptr<Impl> m_impl;
 };
 
+// Incremental XXH3-128 (equal to xxh3_128 of the concatenated input).
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void update(std::string_view data);
+  Digest128 finish();
+
+ private:
+  void* m_state;
+};
+
 Digest256 sha256(std::string_view data);
 // XXH3-128 as 16 bytes, big-endian high half first (XXH128_canonical_t).
 Digest128 xxh3_128(std::string_view data);

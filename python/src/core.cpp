@@ -160,9 +160,29 @@ class StoreHandle {
     return m_store.get();
   }
 
-  // The primary artifact's bytes, or None.
+  // The primary artifact's bytes, or None. From the disk store the file is
+  // read straight into a new bytes object: one allocation, no copy.
   nb::object get(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
+    if (m_file != nullptr) {
+      PyObject* out = nullptr;
+      pc::Result<bool> r = pc::Status();
+      {
+        nb::gil_scoped_release release;
+        r = m_file->get_primary_into(k, [&](std::size_t n) -> char* {
+          nb::gil_scoped_acquire acquire;
+          Py_XDECREF(out);
+          out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+          return out != nullptr ? PyBytes_AS_STRING(out) : nullptr;
+        });
+      }
+      if (!r.ok() || !*r) {
+        Py_XDECREF(out);
+        if (!r.ok()) raise(r.status());
+        return nb::none();
+      }
+      return nb::steal(out);
+    }
     pc::Result<std::optional<pc::Entry>> r = pc::Status();
     {
       nb::gil_scoped_release release;

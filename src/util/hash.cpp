@@ -14,6 +14,7 @@ namespace progcache {
 #if defined(__x86_64__)
 namespace detail {
 XXH128_hash_t xxh3_128_avx2(const void* data, std::size_t size);
+void xxh3_update_avx2(void* state, const void* data, std::size_t size);
 }  // namespace detail
 
 namespace {
@@ -67,6 +68,31 @@ Digest128 xxh3_128(std::string_view data) {
   XXH128_canonicalFromHash(&canon, h);
   Digest128 out{};
   static_assert(sizeof(canon.digest) == 16);
+  for (int i = 0; i < 16; ++i) out[i] = canon.digest[i];
+  return out;
+}
+
+Xxh3Stream::Xxh3Stream() : m_state(XXH3_createState()) {
+  if (m_state == nullptr) throw std::bad_alloc();
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(m_state));
+}
+Xxh3Stream::~Xxh3Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(m_state)); }
+
+void Xxh3Stream::update(std::string_view data) {
+#if defined(__x86_64__)
+  if (k_have_avx2) {
+    detail::xxh3_update_avx2(m_state, data.data(), data.size());
+    return;
+  }
+#endif
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(m_state), data.data(), data.size());
+}
+
+Digest128 Xxh3Stream::finish() {
+  const XXH128_hash_t h = XXH3_128bits_digest(static_cast<XXH3_state_t*>(m_state));
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, h);
+  Digest128 out{};
   for (int i = 0; i < 16; ++i) out[i] = canon.digest[i];
   return out;
 }
