@@ -26,7 +26,8 @@ class InMemoryProgramCache(_ProgramCache):
 
 class FileStreamProgramCache(_ProgramCache):
     path: str
-    def __init__(self, path: Union[str, os.PathLike, None] = ..., *, max_size_bytes: Optional[int] = ...) -> None: ...
+    def __init__(self, path: Union[str, os.PathLike, None] = ..., *, max_size_bytes: Optional[int] = ...,
+                 durability: Optional[str] = ...) -> None: ...
     def stats(self) -> dict[str, int]: ...
 
 class RedisProgramCache(_ProgramCache):

@@ -168,13 +168,20 @@ class FileStreamProgramCache(_StoreCache):
 
     ``path`` defaults to ``$PROGCACHE_DIR``, else ``$XDG_CACHE_HOME/progcache``,
     else ``~/.cache/progcache``. ``max_size_bytes`` caps the directory (default
-    10 GiB); entries are evicted least recently used first.
+    10 GiB); entries are evicted least recently used first. ``durability`` is
+    "none" (default; survives process crashes) or "fsync" (also power loss;
+    default from ``$PROGCACHE_DURABILITY``).
     """
 
-    def __init__(self, path: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None) -> None:
+    def __init__(self, path: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
+                 durability: Optional[str] = None) -> None:
         root = os.fspath(path) if path is not None else _core.default_cache_root()
         self.path = root
-        self._bind(_core.open_file_store(root, _cap(max_size_bytes), None, False, _hmac_key()))
+        if durability is None:
+            durability = os.environ.get("PROGCACHE_DURABILITY", "none")
+        if durability not in ("none", "fsync"):
+            raise ValueError(f"durability must be 'none' or 'fsync', not {durability!r}")
+        self._bind(_core.open_file_store(root, _cap(max_size_bytes), None, durability == "fsync", _hmac_key()))
 
 
 class RedisProgramCache(_StoreCache):

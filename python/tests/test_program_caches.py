@@ -209,3 +209,14 @@ def test_cuda_core_program_compile_accepts_progcache_caches(tmp_path):
     second = Program(src, "c++", ProgramOptions(arch="sm_80")).compile("cubin", cache=cache)
     assert cache.stats()["hits"] == 1
     assert bytes(second.code) == bytes(first.code)
+
+
+def test_fsync_durability_and_bad_value(tmp_path, monkeypatch):
+    c = FileStreamProgramCache(tmp_path / "durable", durability="fsync")
+    c[b"k"] = b"on disk for real"
+    assert FileStreamProgramCache(tmp_path / "durable")[b"k"] == b"on disk for real"
+    with pytest.raises(ValueError, match="durability"):
+        FileStreamProgramCache(tmp_path / "x", durability="sometimes")
+    monkeypatch.setenv("PROGCACHE_DURABILITY", "bogus")
+    with pytest.raises(ValueError):
+        FileStreamProgramCache(tmp_path / "y")
