@@ -48,5 +48,12 @@ PROGCACHE_BENCH_REDIS="redis://127.0.0.1:$port" "$build/bench/remote_bench" --be
   --benchmark_report_aggregates_only=true | tee "$out/remote.txt"
 kill "$(cat "$outabs/redis.pid")" || true
 
+echo "== Python: progcache vs cuda.core vs diskcache (tables and plots)"
+python3 -m pip install -q --disable-pip-version-check ./ "cuda-core[cu13]" diskcache matplotlib
+python3 bench/python_hits.py | tee "$out/python_hits.txt"
+python3 bench/compare.py --entries 1000 10000 --plots --out "$out" | tee "$out/compare.txt"
+python3 bench/compare.py --entries 1000 10000 100000 --skip-basic --skip-mixed --out "$out" \
+  | tee "$out/compare_full.txt"
+
 echo "== main job"
 python3 scripts/main_job.py --progcache "$build/progcache" | tee "$out/main_job.txt"
