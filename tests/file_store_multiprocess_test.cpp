@@ -11,6 +11,7 @@
 
 #include "progcache/file_store.h"
 #include "progcache/hash.h"
+#include "testing/payload.h"
 #include "testing/test_util.h"
 
 namespace progcache {
@@ -19,27 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::make_key;
 
-// A self-describing payload: "<key id>:<writer>:<seq>:<len>:" + filler +
-// 16 hex digits of XXH3-64 over everything before them. Any torn, stale-keyed
-// or foreign read fails check_payload.
-std::string make_payload(int key_id, int writer, int seq, std::size_t filler) {
-  std::string s = std::to_string(key_id) + ":" + std::to_string(writer) + ":" + std::to_string(seq) + ":" +
-                  std::to_string(filler) + ":";
-  std::mt19937 rng(static_cast<unsigned>(key_id * 1000003 + writer * 7919 + seq));
-  for (std::size_t i = 0; i < filler; ++i) s.push_back(static_cast<char>('a' + rng() % 26));
-  char sum[17];
-  std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(xxh3_64(s)));
-  return s + sum;
-}
-
-bool check_payload(std::string_view p, int key_id) {
-  if (p.size() < 16) return false;
-  const std::string_view body = p.substr(0, p.size() - 16);
-  char sum[17];
-  std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(xxh3_64(body)));
-  if (p.substr(p.size() - 16) != sum) return false;
-  return body.starts_with(std::to_string(key_id) + ":");
-}
+using testing::checked_payload;
+using testing::payload_ok;
 
 // Runs `fn(i)` in `n` child processes; returns the sum of their exit codes
 // (each child reports its count of bad results, capped at 100).
@@ -92,17 +74,17 @@ TEST(FileStoreMultiProcess, ManyWritersOfOneKeyNeverExposeATornEntry) {
     auto s = open_or_die(opt);
     int errors = 0;
     for (int i = 0; i < 150; ++i) {
-      const std::string p = make_payload(1, w, i, 1000 + (i * 997 + w * 131) % 60000);
+      const std::string p = checked_payload(1, w, i, 1000 + (i * 997 + w * 131) % 60000);
       if (!s->put_bytes(make_key(1), Bytes::copy_of(p)).ok()) ++errors;
       auto g = s->get_bytes(make_key(1));
-      if (!g.ok() || !g->has_value() || !check_payload((*g)->view(), 1)) ++errors;
+      if (!g.ok() || !g->has_value() || !payload_ok((*g)->view(), 1)) ++errors;
     }
     return errors;
   });
   EXPECT_EQ(bad, 0);
   auto s = open_or_die(opt);
   EXPECT_EQ(*s->count(), 1u);
-  EXPECT_TRUE(check_payload((*s->get_bytes(make_key(1)))->view(), 1));
+  EXPECT_TRUE(payload_ok((*s->get_bytes(make_key(1)))->view(), 1));
   EXPECT_EQ(s->host_stats().corrupt_dropped, 0u);
   EXPECT_EQ(files_on_disk(opt.root), 1u);
 }
@@ -116,7 +98,7 @@ TEST(FileStoreMultiProcess, DistinctKeysFromManyProcessesAreAllKept) {
     int errors = 0;
     for (int i = 0; i < per; ++i) {
       const int id = w * per + i;
-      if (!s->put_bytes(make_key(id), Bytes::copy_of(make_payload(id, w, 0, 200))).ok()) ++errors;
+      if (!s->put_bytes(make_key(id), Bytes::copy_of(checked_payload(id, w, 0, 200))).ok()) ++errors;
     }
     return errors;
   });
@@ -127,7 +109,7 @@ TEST(FileStoreMultiProcess, DistinctKeysFromManyProcessesAreAllKept) {
   for (int id = 0; id < 8 * per; ++id) {
     auto g = s->get_bytes(make_key(id));
     ASSERT_TRUE(g.ok() && g->has_value()) << id;
-    EXPECT_TRUE(check_payload((*g)->view(), id));
+    EXPECT_TRUE(payload_ok((*g)->view(), id));
   }
 }
 
@@ -142,12 +124,12 @@ TEST(FileStoreMultiProcess, TheCapHoldsUnderConcurrentWritersAndReaders) {
     for (int i = 0; i < 300; ++i) {
       const int id = static_cast<int>(rng() % 400);
       if (w % 2 == 0) {
-        const std::string p = make_payload(id, w, i, 2000 + rng() % 2000);
+        const std::string p = checked_payload(id, w, i, 2000 + rng() % 2000);
         if (!s->put_bytes(make_key(id), Bytes::copy_of(p)).ok()) ++errors;
       } else {
         auto g = s->get_bytes(make_key(id));
         if (!g.ok()) ++errors;
-        else if (g->has_value() && !check_payload((*g)->view(), id)) ++errors;
+        else if (g->has_value() && !payload_ok((*g)->view(), id)) ++errors;
       }
     }
     return errors;

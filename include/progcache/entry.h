@@ -117,6 +117,30 @@ struct EntryHeader {
 };
 Result<EntryHeader> peek_entry_header(std::string_view data);
 
+// Where everything is in an entry, from its header and artifact table. All
+// offsets are from the start of the entry.
+struct EntryLayout {
+  EntryHeader header;
+  std::uint64_t metadata_offset = 0;
+  std::uint32_t metadata_size = 0;
+  std::uint64_t producer_offset = 0;
+  std::uint32_t producer_size = 0;
+  struct Part {
+    std::uint64_t name_offset, name_size, data_offset, data_size;
+  };
+  std::vector<Part> artifacts;
+  std::uint64_t body_size = 0;  // bytes covered by the checksum
+};
+// Parses the header and artifact table in `prefix` (the first bytes of an
+// entry of `total_size` bytes) and checks, overflow-safe, that the declared
+// lengths add up to exactly `total_size`; nothing is allocated in proportion
+// to a declared length. data_loss for anything inconsistent. `prefix` must
+// hold the whole table: entry_table_end(prefix) bytes (failed_precondition
+// asks for more).
+Result<EntryLayout> parse_entry_layout(std::string_view prefix, std::uint64_t total_size);
+// Bytes of header plus artifact table, from the fixed header alone.
+Result<std::uint64_t> entry_table_end(std::string_view prefix);
+
 // The version string written into entries ("progcache 0.1.0").
 std::string_view producer_string();
 

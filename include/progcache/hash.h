@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 namespace progcache {
@@ -55,6 +56,9 @@ Digest128 xxh3_128(std::string_view data);
 // 64-bit XXH3 of `data` with `seed` (used for rendezvous hashing and sharding).
 std::uint64_t xxh3_64(std::string_view data, std::uint64_t seed = 0);
 Digest256 hmac_sha256(std::string_view key, std::string_view data);
+// Lower-case hex of a digest.
+std::string digest_hex(const Digest256& d);
+
 // Constant-time comparison for MACs.
 bool constant_time_equal(std::string_view a, std::string_view b);
 

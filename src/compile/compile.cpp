@@ -494,7 +494,7 @@ Result<std::string> fingerprint_directories(const std::vector<std::string>& dirs
     }
   }
   const Digest256 dg = sha.finish();
-  return to_hex(std::string_view(reinterpret_cast<const char*>(dg.data()), dg.size()));
+  return digest_hex(dg);
 }
 
 Result<CompilerInfo> compiler_info(const CompileOptions& options) {

@@ -283,7 +283,7 @@ Result<LibraryIdentity> load_identity(std::string_view library, const std::strin
     sha.update(std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
   }
   const Digest256 d = sha.finish();
-  id.fingerprint = to_hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
+  id.fingerprint = digest_hex(d);
   return id;
 }
 

@@ -161,36 +161,56 @@ Result<EntryHeader> peek_entry_header(std::string_view data) {
   return h;
 }
 
-Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const EntryCodecOptions& options) {
-  const std::string_view in = data.view();
-  PROGCACHE_ASSIGN_OR_RETURN(EntryHeader h, peek_entry_header(in));
+Result<std::uint64_t> entry_table_end(std::string_view prefix) {
+  PROGCACHE_ASSIGN_OR_RETURN(EntryHeader h, peek_entry_header(prefix));
   if (h.artifact_count > k_max_artifacts) {
     return data_loss("artifact count " + std::to_string(h.artifact_count) + " exceeds " +
                      std::to_string(k_max_artifacts));
   }
-  const std::size_t trailer = k_entry_checksum_size + (h.signed_entry ? k_entry_hmac_size : 0);
-  const std::uint64_t table_end = k_entry_fixed_header + std::uint64_t{k_table_row} * h.artifact_count;
-  if (table_end + trailer > in.size()) return data_loss("truncated: artifact table runs past the end");
+  return k_entry_fixed_header + std::uint64_t{k_table_row} * h.artifact_count;
+}
+
+Result<EntryLayout> parse_entry_layout(std::string_view prefix, std::uint64_t total_size) {
+  PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t table_end, entry_table_end(prefix));
+  EntryLayout l;
+  l.header = *peek_entry_header(prefix);
+  const std::size_t trailer = k_entry_checksum_size + (l.header.signed_entry ? k_entry_hmac_size : 0);
+  if (table_end + trailer > total_size) return data_loss("truncated: artifact table runs past the end");
+  if (prefix.size() < table_end) return failed_precondition("entry prefix shorter than its artifact table");
 
   // Every declared length is summed (overflow-checked) and must account for
-  // the buffer exactly; only then is anything sliced or allocated.
-  std::uint64_t total = table_end;
-  const auto producer_len = get_le<std::uint32_t>(in.data() + 56);
-  const auto metadata_len = get_le<std::uint32_t>(in.data() + 60);
-  add_checked(total, producer_len);
-  add_checked(total, metadata_len);
-  for (std::uint32_t i = 0; i < h.artifact_count; ++i) {
-    const char* row = in.data() + k_entry_fixed_header + k_table_row * i;
+  // the entry exactly; only then may anything be sliced or allocated.
+  l.producer_offset = table_end;
+  l.producer_size = get_le<std::uint32_t>(prefix.data() + 56);
+  l.metadata_offset = l.producer_offset + l.producer_size;
+  l.metadata_size = get_le<std::uint32_t>(prefix.data() + 60);
+  std::uint64_t total = l.metadata_offset + l.metadata_size;
+  l.artifacts.resize(l.header.artifact_count);
+  for (std::uint32_t i = 0; i < l.header.artifact_count; ++i) {
+    const char* row = prefix.data() + k_entry_fixed_header + k_table_row * i;
     if (get_le<std::uint32_t>(row + 4) != 0) return data_loss("artifact table has a nonzero reserved field");
-    if (!add_checked(total, get_le<std::uint32_t>(row)) || !add_checked(total, get_le<std::uint64_t>(row + 8))) {
-      return data_loss("artifact lengths overflow");
-    }
+    l.artifacts[i].name_size = get_le<std::uint32_t>(row);
+    l.artifacts[i].data_size = get_le<std::uint64_t>(row + 8);
+    l.artifacts[i].name_offset = total;
+    if (!add_checked(total, l.artifacts[i].name_size)) return data_loss("artifact lengths overflow");
   }
-  if (!add_checked(total, trailer) || total != in.size()) {
+  for (auto& a : l.artifacts) {
+    a.data_offset = total;
+    if (!add_checked(total, a.data_size)) return data_loss("artifact lengths overflow");
+  }
+  if (!add_checked(total, trailer) || total != total_size) {
     return data_loss("length mismatch: header declares " + std::to_string(total) + " bytes, entry has " +
-                     std::to_string(in.size()));
+                     std::to_string(total_size));
   }
-  const std::size_t body = in.size() - trailer;
+  l.body_size = total_size - trailer;
+  return l;
+}
+
+Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const EntryCodecOptions& options) {
+  const std::string_view in = data.view();
+  PROGCACHE_ASSIGN_OR_RETURN(EntryLayout layout, parse_entry_layout(in, in.size()));
+  const EntryHeader& h = layout.header;
+  const std::size_t body = layout.body_size;
   const Digest128 sum = xxh3_128(in.substr(0, body));
   if (std::memcmp(sum.data(), in.data() + body, sum.size()) != 0) return data_loss("checksum mismatch");
   if (!options.hmac_key.empty()) {
@@ -207,22 +227,14 @@ Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const Ent
 
   auto e = std::make_shared<Entry::Data>();
   e->created_ns = h.created_unix_ns;
-  std::size_t pos = table_end;
-  e->producer.assign(in.substr(pos, producer_len));
-  pos += producer_len;
-  e->metadata.assign(in.substr(pos, metadata_len));
-  pos += metadata_len;
+  e->producer.assign(in.substr(layout.producer_offset, layout.producer_size));
+  e->metadata.assign(in.substr(layout.metadata_offset, layout.metadata_size));
   if (!nlohmann::json::accept(e->metadata)) return data_loss("metadata is not valid JSON");
-  e->artifacts.resize(h.artifact_count);
-  for (std::uint32_t i = 0; i < h.artifact_count; ++i) {
-    const auto name_len = get_le<std::uint32_t>(in.data() + k_entry_fixed_header + k_table_row * i);
-    e->artifacts[i].name.assign(in.substr(pos, name_len));
-    pos += name_len;
-  }
-  for (std::uint32_t i = 0; i < h.artifact_count; ++i) {
-    const auto len = get_le<std::uint64_t>(in.data() + k_entry_fixed_header + k_table_row * i + 8);
-    e->artifacts[i].data = data.slice(pos, len);
-    pos += len;
+  e->artifacts.resize(layout.artifacts.size());
+  for (std::size_t i = 0; i < layout.artifacts.size(); ++i) {
+    const auto& part = layout.artifacts[i];
+    e->artifacts[i].name.assign(in.substr(part.name_offset, part.name_size));
+    e->artifacts[i].data = data.slice(part.data_offset, part.data_size);
   }
   Entry out;
   out.m_data = std::move(e);

@@ -584,7 +584,7 @@ class FileStoreImpl final : public FileStore {
     if (!ok) return damaged("file shrank while being read");
     auto h = peek_entry_header(head);
     if (!h.ok()) return damaged(h.status().message());
-    if (h->signed_entry || h->artifact_count == 0 || h->artifact_count > k_max_artifacts) {
+    if (h->signed_entry || h->artifact_count == 0) {
       // Unusual entries take the ordinary path.
       auto whole = read_entry(fd, "", key, /*stamp=*/true);
       if (!whole.ok()) return whole.status();
@@ -595,39 +595,18 @@ class FileStoreImpl final : public FileStore {
       if (!p.empty()) std::memcpy(dst, p.data(), p.size());
       return true;
     }
-    auto le32 = [](const char* p) {
-      std::uint32_t v = 0;
-      for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-      return v;
-    };
-    auto le64 = [](const char* p) {
-      std::uint64_t v = 0;
-      for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-      return v;
-    };
-    const std::uint64_t table_end = k_entry_fixed_header + 16ULL * h->artifact_count;
-    if (table_end + k_entry_checksum_size > size) return damaged("truncated: artifact table runs past the end");
-    if (table_end > head.size()) {  // a big table: read it all
-      head.resize(table_end);
-      PROGCACHE_ASSIGN_OR_RETURN(ok, read_at(head.data(), table_end, 0));
+    auto table_end = entry_table_end(head);
+    if (!table_end.ok()) return damaged(table_end.status().message());
+    if (*table_end > head.size() && *table_end <= size) {  // a big table: read it all
+      head.resize(*table_end);
+      PROGCACHE_ASSIGN_OR_RETURN(ok, read_at(head.data(), *table_end, 0));
       if (!ok) return damaged("file shrank while being read");
     }
-    std::uint64_t prefix = table_end + le32(head.data() + 56) + le32(head.data() + 60);  // + producer + metadata
-    std::uint64_t total = prefix;
-    std::uint64_t payload_total = 0;
-    for (std::uint32_t i = 0; i < h->artifact_count; ++i) {
-      const char* row = head.data() + k_entry_fixed_header + 16ULL * i;
-      if (le32(row + 4) != 0) return damaged("artifact table has a nonzero reserved field");
-      const std::uint64_t name_len = le32(row), data_len = le64(row + 8);
-      if (data_len > k_max_entry_file) return damaged("artifact lengths overflow");
-      prefix += name_len;
-      total += name_len;
-      payload_total += data_len;
-    }
-    total += payload_total + k_entry_checksum_size;
-    if (total != size) return damaged("length mismatch: header declares " + std::to_string(total) + " bytes, entry has " +
-                                      std::to_string(size));
-    const std::uint64_t first_len = le64(head.data() + k_entry_fixed_header + 8);
+    // The same layout checks as decode_entry, from the prefix alone.
+    auto layout = parse_entry_layout(head, size);
+    if (!layout.ok()) return damaged(layout.status().message());
+    const std::uint64_t prefix = layout->artifacts.front().data_offset;
+    const std::uint64_t first_len = layout->artifacts.front().data_size;
     if (prefix > head.size()) {
       const std::size_t old = head.size();
       head.resize(prefix);
@@ -657,8 +636,7 @@ class FileStoreImpl final : public FileStore {
       return damaged("checksum mismatch");
     }
     if (h->key != key) return damaged("key echo mismatch: entry belongs to key " + h->key.hex());
-    const std::uint64_t meta_off = table_end + le32(head.data() + 56);
-    if (!nlohmann_accept(std::string_view(head).substr(meta_off, le32(head.data() + 60)))) {
+    if (!nlohmann_accept(std::string_view(head).substr(layout->metadata_offset, layout->metadata_size))) {
       return damaged("metadata is not valid JSON");
     }
     const std::int64_t now = m_env->now_ns();

@@ -1,5 +1,7 @@
 #include "progcache/hash.h"
 
+#include "progcache/bytes.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -21,6 +23,21 @@ namespace {
 const bool k_have_avx2 = __builtin_cpu_supports("avx2");
 }  // namespace
 #endif
+
+namespace {
+Digest128 canonical(XXH128_hash_t h) {
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, h);
+  Digest128 out{};
+  static_assert(sizeof(canon.digest) == 16);
+  for (int i = 0; i < 16; ++i) out[i] = canon.digest[i];
+  return out;
+}
+}  // namespace
+
+std::string digest_hex(const Digest256& d) {
+  return to_hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
+}
 
 struct Sha256::Impl {
   EVP_MD_CTX* ctx = nullptr;
@@ -64,12 +81,7 @@ Digest128 xxh3_128(std::string_view data) {
 #else
   const XXH128_hash_t h = XXH3_128bits(data.data(), data.size());
 #endif
-  XXH128_canonical_t canon;
-  XXH128_canonicalFromHash(&canon, h);
-  Digest128 out{};
-  static_assert(sizeof(canon.digest) == 16);
-  for (int i = 0; i < 16; ++i) out[i] = canon.digest[i];
-  return out;
+  return canonical(h);
 }
 
 Xxh3Stream::Xxh3Stream() : m_state(XXH3_createState()) {
@@ -89,12 +101,7 @@ void Xxh3Stream::update(std::string_view data) {
 }
 
 Digest128 Xxh3Stream::finish() {
-  const XXH128_hash_t h = XXH3_128bits_digest(static_cast<XXH3_state_t*>(m_state));
-  XXH128_canonical_t canon;
-  XXH128_canonicalFromHash(&canon, h);
-  Digest128 out{};
-  for (int i = 0; i < 16; ++i) out[i] = canon.digest[i];
-  return out;
+  return canonical(XXH3_128bits_digest(static_cast<XXH3_state_t*>(m_state)));
 }
 
 std::uint64_t xxh3_64(std::string_view data, std::uint64_t seed) {

@@ -33,32 +33,16 @@
 
 #include "progcache/file_store.h"
 #include "progcache/hash.h"
+#include "testing/payload.h"
 
 namespace pc = progcache;
+using progcache::testing::payload_ok;
 
 namespace {
 
 struct Shared {  // in MAP_SHARED anonymous memory, summed over workers
   std::atomic<std::uint64_t> ops, errors, bad_reads, hits, puts, erases;
 };
-
-std::string make_payload(int key_id, int writer, std::uint64_t seq, std::size_t filler) {
-  std::string s = std::to_string(key_id) + ":" + std::to_string(writer) + ":" + std::to_string(seq) + ":" +
-                  std::to_string(filler) + ":";
-  std::mt19937 rng(static_cast<unsigned>(key_id * 1000003u + writer * 7919u + seq));
-  for (std::size_t i = 0; i < filler; ++i) s.push_back(static_cast<char>('a' + rng() % 26));
-  char sum[17];
-  std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(pc::xxh3_64(s)));
-  return s + sum;
-}
-
-bool payload_ok(std::string_view p, int key_id) {
-  if (p.size() < 16) return false;
-  const std::string_view body = p.substr(0, p.size() - 16);
-  char sum[17];
-  std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(pc::xxh3_64(body)));
-  return p.substr(p.size() - 16) == sum && body.starts_with(std::to_string(key_id) + ":");
-}
 
 pc::Key key_of(int id) { return pc::KeyBuilder("stress").add_int("id", id).finish(); }
 
@@ -91,7 +75,7 @@ struct Config {
       }
     } else if (dice < 92) {
       const std::size_t size = 64 + rng() % (rng() % 8 == 0 ? 65536 : 4096);
-      if (!(*store)->put_bytes(key_of(k), pc::Bytes::adopt(make_payload(k, id, i, size))).ok()) sh->errors++;
+      if (!(*store)->put_bytes(key_of(k), pc::Bytes::adopt(pc::testing::checked_payload(k, id, i, size))).ok()) sh->errors++;
       else sh->puts++;
     } else {
       if (!(*store)->erase(key_of(k)).ok()) sh->errors++;
