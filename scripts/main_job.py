@@ -2,7 +2,11 @@
 """The main job: compile every example kernel through progcache twice against
 a fresh cache directory (cold, then warm) and print a summary.
 
-usage: main_job.py [--progcache PATH] [--cache-dir DIR] [--keep]
+Where a GPU is usable, every warm output is then loaded with the CUDA driver
+and two kernels are launched and checked (scripts/gpu_check.py); without one
+that step reports itself skipped and why.
+
+usage: main_job.py [--progcache PATH] [--cache-dir DIR] [--keep] [--gpu auto|require|off]
 """
 import argparse
 import json
@@ -47,7 +51,15 @@ def main() -> int:
     ap.add_argument("--progcache", default=os.path.join(ROOT, "build", "progcache"))
     ap.add_argument("--cache-dir", help="cache root to use (default: a fresh temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the temp cache dir")
+    ap.add_argument("--gpu", choices=["auto", "require", "off"], default="auto",
+                    help="load the cached programs on a GPU: when one is usable (auto), always (require), never")
     args = ap.parse_args()
+    # Every compile runs with cwd=examples/kernels (the manifest names inputs
+    # relative to it), so a relative path to the binary must be resolved first.
+    progcache = os.path.abspath(args.progcache)
+    if not os.access(progcache, os.X_OK):
+        sys.stderr.write(f"main job: no progcache binary at {progcache} (build it with scripts/build.sh)\n")
+        return 2
 
     with open(os.path.join(KERNELS, "manifest.json")) as f:
         manifest = json.load(f)
@@ -56,9 +68,9 @@ def main() -> int:
     env = dict(os.environ, PROGCACHE_DIR=cache)
     env.pop("PROGCACHE_DISABLE", None)
     try:
-        cold_s, cold = run_pass(args.progcache, manifest, env, os.path.join(tmp, "out-cold"))
-        warm_s, warm = run_pass(args.progcache, manifest, env, os.path.join(tmp, "out-warm"))
-        stats = json.loads(subprocess.run([args.progcache, "stats", "--json"], env=env, check=True,
+        cold_s, cold = run_pass(progcache, manifest, env, os.path.join(tmp, "out-cold"))
+        warm_s, warm = run_pass(progcache, manifest, env, os.path.join(tmp, "out-warm"))
+        stats = json.loads(subprocess.run([progcache, "stats", "--json"], env=env, check=True,
                                           capture_output=True, text=True).stdout)
         print(f"{'input':<18} {'cold':>11} {'warm':>10} {'warm':>5} {'bytes':>8}")
         for c, w in zip(cold, warm):
@@ -76,6 +88,21 @@ def main() -> int:
                     if fa.read() != fb.read():
                         sys.stderr.write(f"main job: warm output {b} differs from cold\n")
                         return 1
+        if args.gpu != "off":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import gpu_check
+            gpu, why = gpu_check.open_gpu()
+            if gpu is None:
+                print(f"\nGPU check skipped: {why}")
+                if args.gpu == "require":
+                    return 1
+            else:
+                try:
+                    for line in gpu_check.check_outputs(gpu, warm):
+                        print(f"GPU: {line}")
+                except gpu_check.GpuError as e:
+                    sys.stderr.write(f"main job: GPU check failed: {e}\n")
+                    return 1
         hits = sum(1 for w in warm if w["hit"])
         cold_compile = sum(c["seconds"] for c in cold)
         warm_lookup = sum(w["seconds"] for w in warm)

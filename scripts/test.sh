@@ -10,11 +10,28 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 (cd "${PROGCACHE_BUILD_DIR:-build}" && ctest --output-on-failure -j "${PROGCACHE_JOBS:-2}")
+# The README's first command's main job, on the build above: every example
+# kernel through the cache, cold then warm; it fails on a miss or a changed
+# output. Run from another directory with a relative binary path, as a user's
+# PROGCACHE_BUILD_DIR would be.
+build_dir="${PROGCACHE_BUILD_DIR:-build}"
+(cd scripts && python3 main_job.py --progcache "../$build_dir/progcache" >/dev/null) ||
+  { echo "test.sh: the main job failed" >&2; exit 1; }
+python3 scripts/main_job.py --progcache "$build_dir/progcache" | tail -n 6
 # The Python module, installed the way users install it, and its pytest suite.
 # cuda-core (with its CUDA 13 bindings) is installed so the suite checks that
 # cuda.core accepts progcache's caches; its GPU-only parts skip themselves.
 python3 -m pip install -q --disable-pip-version-check pytest "cuda-core[cu13]" nanobind scikit-build-core
+# `pip install .` must not write into the source tree (a read-only checkout
+# must install): compare the tree, ignored files included, before and after.
+tree_before=$(git status --porcelain --ignored 2>/dev/null || true)
 python3 -m pip install -q --disable-pip-version-check ./
+tree_after=$(git status --porcelain --ignored 2>/dev/null || true)
+if [[ "$tree_before" != "$tree_after" ]]; then
+  echo "test.sh: 'pip install .' wrote into the source tree:" >&2
+  diff <(echo "$tree_before") <(echo "$tree_after") >&2 || true
+  exit 1
+fi
 python3 -m pytest -q python/tests
 if [[ "${PROGCACHE_QUICK:-0}" != "1" ]]; then
   bash scripts/sanitize.sh asan tsan

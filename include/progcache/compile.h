@@ -82,6 +82,7 @@ struct CompileStats {
   std::uint64_t shared_waits = 0;    // waited for another thread's compile of the same key
   std::uint64_t lock_waits = 0;      // waited for another process's compile of the same key
   std::uint64_t cache_errors = 0;    // cache lookups or stores that failed (compile still returned)
+  std::uint64_t unstable_inputs = 0;  // compiles not stored: a header changed while the compiler ran
 };
 CompileStats compile_stats();
 
@@ -122,10 +123,12 @@ Result<CompilerInfo> compiler_info(const CompileOptions& options = {});
 // Every place searched for `library` ("nvrtc", "nvJitLink", "cuda"), in order.
 std::vector<std::string> library_search_paths(std::string_view library);
 
-// A digest of every file under `dirs` (relative path, size, mtime, inode),
-// for Program::extra_digest when options read include directories: editing,
-// adding or removing any header there changes the key. Costs one stat per
-// file (about 2 ms for the CUDA toolkit's 2 000 headers).
+// A digest of every file under `dirs` (relative path, type, size, mtime,
+// ctime, device, inode; symbolic links followed; files changed in the last
+// two seconds by content): editing, adding or removing any header there
+// changes it. compile() already fingerprints its -I directories; this is for
+// callers that build keys themselves (Program::extra_digest). One stat per
+// file.
 Result<std::string> fingerprint_directories(const std::vector<std::string>& dirs);
 
 // ---------------------------------------------------------------- loader
@@ -144,5 +147,9 @@ Result<Kernel> get_kernel(const ObjectCode& code, std::string_view name_expressi
 
 // True when libcuda loads and at least one device initialises.
 bool gpu_available(std::string* why_not = nullptr);
+
+// The architecture of device `ordinal` as NVRTC spells it ("sm_90"): the
+// -arch a cubin needs to load there. unavailable without a driver or GPU.
+Result<std::string> device_arch(int ordinal = 0);
 
 }  // namespace progcache

@@ -158,6 +158,11 @@ struct ProgramKeyInputs {
   // Digest of inputs the key cannot see (include directories, PCH, libdevice).
   // Required when options read files; empty means none given.
   std::optional<std::string> extra_digest;
+  // Digest of every file the compiler can read from the filesystem (headers
+  // through the source's directory, -I directories, pre-includes), computed
+  // by compile() for C++ programs. When present, options that read files are
+  // accepted without extra_digest: this digest covers them.
+  std::optional<std::string> source_deps_digest;
   std::string name;  // program name (NVRTC uses it in diagnostics and line info)
   CompilerIdentity compiler;
   // Further inputs for several-module links (PTX / LTO-IR); each is hashed in

@@ -98,7 +98,8 @@ class CompiledProgram:
 def compile_stats() -> dict:
     """This process's compile() counters: compiles, compile_errors, hits,
     shared_waits (threads that waited for another's compile), lock_waits,
-    cache_errors."""
+    cache_errors, unstable_inputs (compiles not stored because a header
+    changed while the compiler ran)."""
     return dict(_core.compile_stats())
 
 

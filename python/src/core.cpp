@@ -404,7 +404,8 @@ NB_MODULE(_core, m) {
     const pc::CompileStats s = pc::compile_stats();
     return std::map<std::string, std::uint64_t>{{"compiles", s.compiles},         {"compile_errors", s.compile_errors},
                                                 {"hits", s.hits},                 {"shared_waits", s.shared_waits},
-                                                {"lock_waits", s.lock_waits},     {"cache_errors", s.cache_errors}};
+                                                {"lock_waits", s.lock_waits},     {"cache_errors", s.cache_errors},
+                                                {"unstable_inputs", s.unstable_inputs}};
   });
 
   m.def(

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_libs.h"
+#include "source_deps.h"
 #include "progcache/compile.h"
 #include "progcache/env.h"
 #include "progcache/file_store.h"
@@ -27,7 +28,7 @@ using nlohmann::json;
 
 struct Counters {
   std::atomic<std::uint64_t> compiles{0}, compile_errors{0}, hits{0}, shared_waits{0}, lock_waits{0},
-      cache_errors{0};
+      cache_errors{0}, unstable_inputs{0};
 };
 Counters& counters() {
   static Counters c;
@@ -93,8 +94,18 @@ Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o)
   return id;
 }
 
-Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity& id) {
+// The digest of what the compiler can read from the filesystem: C++ only
+// (PTX and LTO-IR read nothing but their inputs).
+Result<std::optional<std::string>> deps_for(const Program& p) {
+  if (!uses_nvrtc(p)) return std::optional<std::string>();
+  PROGCACHE_ASSIGN_OR_RETURN(detail::SourceDeps deps, detail::scan_source_deps(p));
+  return std::optional<std::string>(std::move(deps.digest));
+}
+
+Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity& id,
+                    const std::optional<std::string>& deps) {
   ProgramKeyInputs in;
+  in.source_deps_digest = deps;
   in.code = p.code;
   in.code_type = p.code_type;
   in.target = target;
@@ -124,18 +135,29 @@ Entry to_entry(const ObjectCode& oc) {
   return Entry(meta.dump(), std::move(arts));
 }
 
+// A string field of metadata read from disk or the network; nullopt when it
+// is missing or of another type (never an exception: the bytes are not ours).
+std::optional<std::string> string_field(const json& meta, const char* name) {
+  auto it = meta.find(name);
+  if (it == meta.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
 // A hit whose metadata does not describe the requested object is treated as
 // damage (a miss), never returned.
 std::optional<ObjectCode> from_entry(const Entry& e, const Key& key, TargetType target, const CompilerIdentity& id) {
   const auto meta = json::parse(e.metadata(), nullptr, false);
-  if (!meta.is_object() || meta.value("kind", "") != target_type_name(target)) return std::nullopt;
+  if (!meta.is_object() || string_field(meta, "kind") != target_type_name(target)) return std::nullopt;
   const Artifact* art = e.find(target_type_name(target));
   if (art == nullptr) return std::nullopt;
   ObjectCode oc;
   oc.code = art->data;
   oc.kind = target;
-  oc.name = meta.value("name", "");
-  oc.log = meta.value("log", "");
+  const auto name = string_field(meta, "name");
+  const auto log = string_field(meta, "log");
+  if (!name || !log) return std::nullopt;  // written by progcache, these are always strings
+  oc.name = *name;
+  oc.log = *log;
   if (meta.contains("symbols") && meta["symbols"].is_object()) {
     for (const auto& [k, v] : meta["symbols"].items()) {
       if (v.is_string()) oc.symbol_mapping.emplace(k, v.get<std::string>());
@@ -390,7 +412,8 @@ std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target
 
 // The leader's work: cross-process lock, look again, compile, store.
 Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOptions& o, const Key& key,
-                        const CompilerIdentity& id, CompileFailure* failure) {
+                        const CompilerIdentity& id, const std::optional<std::string>& deps,
+                        CompileFailure* failure) {
   std::optional<KeyLock> lock;
   if (o.cache != nullptr && o.process_lock) {
     bool waited = false;
@@ -408,6 +431,16 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
   oc.key = key;
   oc.from_cache = false;
   if (o.cache != nullptr) {
+    // A header edited while the compiler ran may or may not be in the
+    // output: such a result is returned but never stored under a key that
+    // names one version of the headers.
+    if (deps) {
+      auto after = deps_for(p);
+      if (!after.ok() || *after != deps) {
+        counters().unstable_inputs.fetch_add(1);
+        return oc;
+      }
+    }
     // A failed store is counted, never fatal: the compile is not lost.
     if (!o.cache->put(key, to_entry(oc)).ok()) counters().cache_errors.fetch_add(1);
   }
@@ -418,21 +451,23 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
 
 CompileStats compile_stats() {
   const Counters& c = counters();
-  return {c.compiles.load(), c.compile_errors.load(), c.hits.load(),
-          c.shared_waits.load(), c.lock_waits.load(), c.cache_errors.load()};
+  return {c.compiles.load(), c.compile_errors.load(), c.hits.load(),   c.shared_waits.load(),
+          c.lock_waits.load(), c.cache_errors.load(),     c.unstable_inputs.load()};
 }
 
 Result<Key> program_key(const Program& program, TargetType target, const CompileOptions& options) {
   PROGCACHE_TRY(check_program(program, target));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
-  return key_for(program, target, id);
+  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program));
+  return key_for(program, target, id, deps);
 }
 
 Result<ObjectCode> compile(const Program& program, TargetType target, const CompileOptions& options,
                            CompileFailure* failure) {
   PROGCACHE_TRY(check_program(program, target));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
-  PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id));
+  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program));
+  PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id, deps));
   if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);
 
   // Threads of this process asking for one key share one flight.
@@ -455,7 +490,7 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
     return *flight->result;
   }
   CompileFailure local_failure;
-  Result<ObjectCode> result = lead(program, target, options, key, id, &local_failure);
+  Result<ObjectCode> result = lead(program, target, options, key, id, deps, &local_failure);
   if (!result.ok() && failure != nullptr) *failure = local_failure;
   {
     std::lock_guard lock(g_flights_mu);
@@ -469,32 +504,6 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   }
   flight->cv.notify_all();
   return result;
-}
-
-Result<std::string> fingerprint_directories(const std::vector<std::string>& dirs) {
-  Sha256 sha;
-  for (const auto& d : dirs) {
-    std::error_code ec;
-    std::vector<std::string> lines;
-    for (auto it = std::filesystem::recursive_directory_iterator(d, ec);
-         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-      struct stat st {};
-      if (::lstat(it->path().c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
-      lines.push_back(it->path().lexically_relative(d).string() + "|" + std::to_string(st.st_size) + "|" +
-                      std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
-                      std::to_string(st.st_ino));
-    }
-    if (ec) return errno_status(ec.value(), "cannot read include directory", d);
-    std::sort(lines.begin(), lines.end());
-    sha.update(d);
-    sha.update(std::string_view("\0", 1));
-    for (const auto& l : lines) {
-      sha.update(l);
-      sha.update("\n");
-    }
-  }
-  const Digest256 dg = sha.finish();
-  return digest_hex(dg);
 }
 
 Result<CompilerInfo> compiler_info(const CompileOptions& options) {

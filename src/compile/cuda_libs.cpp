@@ -248,6 +248,7 @@ Result<const Driver*> driver() {
   return load_once<Driver>(once, result, "cuda", "CUDA driver", [](void* h, Driver& api) {
     return bind(h, api.init, {"cuInit"}) && bind(h, api.driver_get_version, {"cuDriverGetVersion"}) &&
            bind(h, api.device_get_count, {"cuDeviceGetCount"}) && bind(h, api.device_get, {"cuDeviceGet"}) &&
+           bind(h, api.device_get_attribute, {"cuDeviceGetAttribute"}) &&
            bind(h, api.ctx_get_current, {"cuCtxGetCurrent"}) && bind(h, api.ctx_set_current, {"cuCtxSetCurrent"}) &&
            bind(h, api.primary_ctx_retain, {"cuDevicePrimaryCtxRetain"}) &&
            bind(h, api.module_load_data, {"cuModuleLoadData"}) &&

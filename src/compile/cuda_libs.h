@@ -70,6 +70,7 @@ struct Driver {
   CUresult (*driver_get_version)(int*) = nullptr;
   CUresult (*device_get_count)(int*) = nullptr;
   CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*device_get_attribute)(int*, int, CUdevice) = nullptr;
   CUresult (*ctx_get_current)(CUcontext*) = nullptr;
   CUresult (*ctx_set_current)(CUcontext) = nullptr;
   CUresult (*primary_ctx_retain)(CUcontext*, CUdevice) = nullptr;

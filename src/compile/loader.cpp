@@ -57,6 +57,21 @@ bool gpu_available(std::string* why_not) {
   return true;
 }
 
+Result<std::string> device_arch(int ordinal) {
+  PROGCACHE_ASSIGN_OR_RETURN(const cuda::Driver* d, initialised_driver());
+  cuda::CUdevice dev = 0;
+  if (auto r = d->device_get(&dev, ordinal); r != 0) return unavailable(driver_error(d, r, "cuDeviceGet"));
+  constexpr int k_cc_major = 75, k_cc_minor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{MAJOR,MINOR}
+  int major = 0, minor = 0;
+  if (auto r = d->device_get_attribute(&major, k_cc_major, dev); r != 0) {
+    return unavailable(driver_error(d, r, "cuDeviceGetAttribute"));
+  }
+  if (auto r = d->device_get_attribute(&minor, k_cc_minor, dev); r != 0) {
+    return unavailable(driver_error(d, r, "cuDeviceGetAttribute"));
+  }
+  return "sm_" + std::to_string(major) + std::to_string(minor);
+}
+
 Result<Kernel> get_kernel(const ObjectCode& code, std::string_view name_expression) {
   if (code.kind != TargetType::cubin && code.kind != TargetType::ptx) {
     return invalid_argument("only cubin and PTX can be loaded, not " + std::string(target_type_name(code.kind)));

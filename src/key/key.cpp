@@ -386,7 +386,8 @@ Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   if (in.extra_digest && in.extra_digest->empty()) {
     return invalid_argument("extra_digest is empty: pass a real fingerprint or none");
   }
-  PROGCACHE_ASSIGN_OR_RETURN(auto opts, canonicalize_options(in.options, in.extra_digest.has_value()));
+  PROGCACHE_ASSIGN_OR_RETURN(
+      auto opts, canonicalize_options(in.options, in.extra_digest.has_value() || in.source_deps_digest.has_value()));
 
   std::set<std::string> names(in.name_expressions.begin(), in.name_expressions.end());
   std::map<std::string, std::string> headers;
@@ -415,6 +416,7 @@ Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   } else {
     b.add("extra_digest", KeyValue(KeyValue::None{}));
   }
+  if (in.source_deps_digest) b.add_string("source_deps", *in.source_deps_digest);
   b.add_string("name", in.name);
   b.add_string("nvrtc_version", in.compiler.nvrtc_version);
   b.add_string("nvrtc_fingerprint", in.compiler.nvrtc_fingerprint);

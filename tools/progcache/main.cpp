@@ -171,7 +171,7 @@ bool takes_value(const std::string& o) {
 }
 
 int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, const pc::Config& cfg) {
-  std::vector<std::string> files, opts, include_dirs;
+  std::vector<std::string> files, opts;
   std::string arch = a.arch;
   for (std::size_t i = 0; i < extras.size(); ++i) {
     const std::string& t = extras[i];
@@ -192,9 +192,6 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
       arch = t.substr(t.find('=') + 1);
       continue;
     }
-    if (t == "-I" || t == "--include-path") include_dirs.push_back(value);
-    else if (t.starts_with("--include-path=")) include_dirs.push_back(t.substr(15));
-    else if (t.starts_with("-I")) include_dirs.push_back(t.substr(2));
     opts.push_back(t);
     if (separate) {
       opts.push_back(value);
@@ -206,13 +203,6 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
   auto target = pc::parse_target_type(a.target);
   if (!target.ok()) return fail(target.status());
   opts.insert(opts.begin(), "-arch=" + arch);
-
-  std::optional<std::string> digest;
-  if (!include_dirs.empty()) {
-    auto d = pc::fingerprint_directories(include_dirs);
-    if (!d.ok()) return fail(d.status());
-    digest = *d;
-  }
 
   std::unique_ptr<pc::Store> store;
   if (!cfg.disabled) {
@@ -254,7 +244,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
       }
       if (!a.json_out) {
         std::printf("%-28s %-4s %9.3f ms  %8zu B  %s\n", label.c_str(), r->from_cache ? "hit" : "miss", secs * 1e3,
-                    r->code.size(), r->key.hex().substr(0, 16).c_str());
+                    r->code.size(), r->key.hex().c_str());
         for (const auto& [expr, lowered] : r->symbol_mapping) std::printf("    %s -> %s\n", expr.c_str(), lowered.c_str());
       }
     }
@@ -269,8 +259,9 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     p->code = std::move(*src);
     p->code_type = *type;
     p->options = opts;
-    p->name = std::filesystem::path(f).filename().string();
-    p->extra_digest = digest;
+    // The path as given, as nvcc would: NVRTC looks for quoted includes in
+    // the program's directory, and __FILE__ names it.
+    p->name = f;
     if (*type == pc::CodeType::cxx) p->name_expressions = a.name_exprs;
     return {};
   };

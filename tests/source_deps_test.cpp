@@ -1,0 +1,247 @@
+// Every file the compiler can read is in the key. Each test changes what the
+// compiler would read (a header beside the source, a nested header, a
+// pre-include, a symbolic link's target, a shadowing header created later,
+// the program name) and asserts that the cached result equals a fresh
+// compile of the same program now (cache off), so a stale hit fails the
+// test whatever the implementation. Needs NVRTC; skips without it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "progcache/compile.h"
+#include "progcache/file_store.h"
+#include "testing/test_util.h"
+
+namespace progcache {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::write_all;
+
+bool have_nvrtc(std::string* why) {
+  auto info = compiler_info();
+  if (!info.ok()) *why = info.status().message();
+  return info.ok() && !info->nvrtc_path.empty();
+}
+
+// Runs the test body with the working directory changed, restoring it after.
+class CwdGuard {
+ public:
+  explicit CwdGuard(const std::string& dir) : m_old(fs::current_path()) { fs::current_path(dir); }
+  ~CwdGuard() { fs::current_path(m_old); }
+
+ private:
+  fs::path m_old;
+};
+
+class SourceDepsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!have_nvrtc(&why)) GTEST_SKIP() << "no NVRTC: " << why;
+    auto s = FileStore::open({.root = m_tmp.sub("cache")});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    m_store = std::move(*s);
+    m_opts.cache = m_store.get();
+    m_opts.state_dir = m_tmp.sub("cache");
+    fs::create_directories(m_tmp.sub("src"));
+    fs::create_directories(m_tmp.sub("inc"));
+  }
+
+  // A kernel that stores V, the value its headers define, so the PTX tells
+  // which header version the compiler read.
+  Program program(const std::string& includes, const std::string& name) const {
+    Program p;
+    p.code = includes + "\n__global__ void k(int* x) { x[0] = V; }\n";
+    p.options = {"-arch=compute_80"};
+    p.name = name;
+    return p;
+  }
+
+  // Compiles through the cache and without it; asserts equal PTX. Returns
+  // whether the cached route hit.
+  bool compile_matches_fresh(const Program& p) {
+    auto cached = compile(p, TargetType::ptx, m_opts);
+    auto fresh = compile(p, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = m_opts.state_dir});
+    EXPECT_TRUE(cached.ok()) << cached.status().to_string();
+    EXPECT_TRUE(fresh.ok()) << fresh.status().to_string();
+    if (!cached.ok() || !fresh.ok()) return false;
+    EXPECT_EQ(cached->code.str(), fresh->code.str()) << "a cached result differs from a fresh compile (stale hit)";
+    return cached->from_cache;
+  }
+
+  testing::TempDir m_tmp;
+  std::unique_ptr<FileStore> m_store;
+  CompileOptions m_opts;
+};
+
+TEST_F(SourceDepsTest, QuotedHeaderBesideTheSourceEditIsSeen) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 1\n");
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p)) << "unchanged headers must hit";
+  write_all(m_tmp.sub("src/val.h"), "#define V 2\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "edited header served from the cache";
+}
+
+TEST_F(SourceDepsTest, QuotedHeaderThroughTheWorkingDirectory) {
+  // A program name without a directory: NVRTC looks in the working directory.
+  write_all(m_tmp.sub("src/val.h"), "#define V 3\n");
+  CwdGuard cwd(m_tmp.sub("src"));
+  const Program p = program("#include \"val.h\"", "k.cu");
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("src/val.h"), "#define V 4\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+  // The same text in another project with another val.h is another key.
+  fs::create_directories(m_tmp.sub("other"));
+  write_all(m_tmp.sub("other/val.h"), "#define V 5\n");
+  CwdGuard other(m_tmp.sub("other"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, NestedHeaderEditIsSeen) {
+  write_all(m_tmp.sub("src/val.h"), "#include \"sub/deep.h\"\n");
+  fs::create_directories(m_tmp.sub("src/sub"));
+  write_all(m_tmp.sub("src/sub/deep.h"), "#define V 6\n");
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("src/sub/deep.h"), "#define V 7\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, PreIncludeOutsideTheIncludePathEditIsSeen) {
+  fs::create_directories(m_tmp.sub("elsewhere"));
+  write_all(m_tmp.sub("elsewhere/pre.h"), "#define V 8\n");
+  write_all(m_tmp.sub("inc/unused.h"), "\n");
+  Program p = program("", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  p.options.push_back("-include");
+  p.options.push_back(m_tmp.sub("elsewhere/pre.h"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("elsewhere/pre.h"), "#define V 9\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, SymlinkedHeaderInAnIncludeDirectoryFollowsItsTarget) {
+  fs::create_directories(m_tmp.sub("real"));
+  write_all(m_tmp.sub("real/val.h"), "#define V 10\n");
+  fs::create_symlink(m_tmp.sub("real/val.h"), m_tmp.sub("inc/val.h"));
+  Program p = program("#include <val.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  // Same size, so only the target's content (or its stat) tells them apart.
+  write_all(m_tmp.sub("real/val.h"), "#define V 11\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, SymlinkedIncludeDirectoryFollowsItsTarget) {
+  fs::create_directories(m_tmp.sub("real/deep"));
+  write_all(m_tmp.sub("real/deep/val.h"), "#define V 12\n");
+  fs::create_directory_symlink(m_tmp.sub("real/deep"), m_tmp.sub("inc/deep"));
+  Program p = program("#include <deep/val.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("real/deep/val.h"), "#define V 13\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, HeaderCreatedEarlierInTheSearchPathShadowsTheOldOne) {
+  write_all(m_tmp.sub("inc/val.h"), "#define V 14\n");
+  Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  // The source's directory comes before -I: a val.h created there wins.
+  write_all(m_tmp.sub("src/val.h"), "#define V 15\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+  // And removing it again brings back the first result, from the cache.
+  fs::remove(m_tmp.sub("src/val.h"));
+  EXPECT_TRUE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, HeaderInASecondIncludeDirectoryShadowedByTheFirst) {
+  fs::create_directories(m_tmp.sub("inc2"));
+  write_all(m_tmp.sub("inc2/val.h"), "#define V 16\n");
+  Program p = program("#include <val.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  p.options.push_back("-I" + m_tmp.sub("inc2"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("inc/val.h"), "#define V 17\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, ProgramNameIsInTheKey) {
+  // __FILE__ is the program name: two names, two outputs, two keys.
+  Program a;
+  a.code = "__global__ void k(char* x) { const char* f = __FILE__; for (int i = 0; f[i]; ++i) x[i] = f[i]; }\n";
+  a.options = {"-arch=compute_80"};
+  a.name = "kernel-a";
+  Program b = a;
+  b.name = "kernel-b";
+  EXPECT_FALSE(compile_matches_fresh(a));
+  EXPECT_FALSE(compile_matches_fresh(b)) << "a program of another name was served another's output";
+  auto ka = program_key(a, TargetType::ptx, m_opts);
+  auto kb = program_key(b, TargetType::ptx, m_opts);
+  ASSERT_TRUE(ka.ok() && kb.ok());
+  EXPECT_NE(*ka, *kb);
+}
+
+TEST_F(SourceDepsTest, ProgramKeyEqualsTheKeyCompileUses) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 18\n");
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  auto r = compile(p, TargetType::ptx, m_opts);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto k = program_key(p, TargetType::ptx, m_opts);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(*k, r->key);
+  write_all(m_tmp.sub("src/val.h"), "#define V 19\n");
+  EXPECT_NE(*program_key(p, TargetType::ptx, m_opts), r->key);
+}
+
+TEST_F(SourceDepsTest, ComputedIncludeOutsideTheIncludePathIsRefused) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 20\n");
+  const Program p = program("#define HEADER \"val.h\"\n#include HEADER", m_tmp.sub("src/k.cu"));
+  auto r = compile(p, TargetType::ptx, m_opts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::invalid_argument);
+  EXPECT_NE(r.status().message().find("-I"), std::string::npos) << r.status().message();
+  EXPECT_EQ(m_store->stats().entries, 0u);
+}
+
+TEST_F(SourceDepsTest, ComputedIncludeInsideAnIncludeDirectoryIsCoveredByItsFingerprint) {
+  write_all(m_tmp.sub("inc/val.h"), "#define V 21\n");
+  write_all(m_tmp.sub("inc/pick.h"), "#define HEADER <val.h>\n#include HEADER\n");
+  Program p = program("#include <pick.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("inc/val.h"), "#define V 22\n");
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, VanishedHeaderIsAMissAndACompileErrorNeverAStaleHit) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 23\n");
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  fs::remove(m_tmp.sub("src/val.h"));
+  auto r = compile(p, TargetType::ptx, m_opts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::compile_error);
+}
+
+TEST_F(SourceDepsTest, AFifoWhereAHeaderCouldBeDoesNotHang) {
+  ASSERT_EQ(::mkfifo(m_tmp.sub("src/val.h").c_str(), 0600), 0);
+  write_all(m_tmp.sub("inc/val.h"), "#define V 24\n");
+  Program p = program("#if 0\n#include \"val.h\"\n#endif\n#include <val.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+}  // namespace
+}  // namespace progcache
