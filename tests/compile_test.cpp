@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "progcache/entry.h"
 #include "progcache/file_store.h"
 #include "progcache/memory_store.h"
 #include "testing/fault_env.h"
@@ -318,6 +319,44 @@ TEST_F(CompileTest, IdentityIsMemoizedOnDisk) {
     ++memos;
   }
   EXPECT_GE(memos, 1u);
+}
+
+TEST_F(CompileTest, WrongTypedMetadataIsAMissNeverACrash) {
+  REQUIRE_NVRTC();
+  const Program p = saxpy_program(salt());
+  auto key = program_key(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(key.ok());
+  // Well-formed JSON of the wrong types, as a foreign or hostile writer of a
+  // shared tier could leave it.
+  for (const char* meta : {R"({"kind":"cubin","log":[]})", R"({"kind":5})", R"({"kind":"cubin","name":{},"log":""})",
+                           R"({"kind":"cubin","name":"x","log":"","symbols":[1,2]})"}) {
+    std::vector<Artifact> arts;
+    arts.push_back({"cubin", Bytes::copy_of("not a cubin")});
+    ASSERT_TRUE(m_store->put(*key, Entry(meta, std::move(arts))).ok());
+    auto r = compile(p, TargetType::cubin, m_opts);
+    ASSERT_TRUE(r.ok()) << meta << ": " << r.status().to_string();
+    EXPECT_EQ(r->code.view().substr(0, 4), "\x7f""ELF") << meta;
+  }
+}
+
+TEST_F(CompileTest, WrongTypedCompilerMemoCostsALoadNeverTheProcess) {
+  REQUIRE_NVRTC();
+  ASSERT_TRUE(program_key(saxpy_program(salt()), TargetType::cubin, m_opts).ok());
+  // The same memo file names under another state directory, each holding
+  // well-formed JSON of the wrong types.
+  const std::string other = m_tmp.sub("other-state");
+  fs::create_directories(other + "/compilers");
+  int i = 0;
+  const char* bad[] = {R"({"id":5})", R"({"id":"x","version":[],"fingerprint":{}})", R"([1,2,3])", R"("text")"};
+  for (const auto& e : fs::directory_iterator(m_tmp.sub("cache") + "/compilers")) {
+    testing::write_all(other + "/compilers/" + e.path().filename().string(), bad[i++ % 4]);
+  }
+  ASSERT_GT(i, 0);
+  CompileOptions o = m_opts;
+  o.state_dir = other;
+  auto k = program_key(saxpy_program(salt()), TargetType::cubin, o);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  EXPECT_EQ(*k, *program_key(saxpy_program(salt()), TargetType::cubin, m_opts));
 }
 
 TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {

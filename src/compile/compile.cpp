@@ -158,11 +158,16 @@ std::optional<ObjectCode> from_entry(const Entry& e, const Key& key, TargetType 
   if (!name || !log) return std::nullopt;  // written by progcache, these are always strings
   oc.name = *name;
   oc.log = *log;
-  if (meta.contains("symbols") && meta["symbols"].is_object()) {
-    for (const auto& [k, v] : meta["symbols"].items()) {
-      if (v.is_string()) oc.symbol_mapping.emplace(k, v.get<std::string>());
+  if (auto it = meta.find("symbols"); it != meta.end()) {
+    if (!it->is_object()) return std::nullopt;
+    for (const auto& [k, v] : it->items()) {
+      if (!v.is_string()) return std::nullopt;
+      oc.symbol_mapping.emplace(k, v.get<std::string>());
     }
   }
+  // A cubin is an ELF image: anything else under a cubin key was not
+  // written by a compiler.
+  if (target == TargetType::cubin && !art->data.view().starts_with("\x7f" "ELF")) return std::nullopt;
   oc.compiler = id;
   oc.key = key;
   oc.from_cache = true;

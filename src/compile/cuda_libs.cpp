@@ -311,9 +311,20 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
   bool found = false;
   if (std::ifstream in(memo_path); in) {
     auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("id", "") == file_id && j.contains("version") && j.contains("fingerprint")) {
-      id.version = j["version"].get<std::string>();
-      id.fingerprint = j["fingerprint"].get<std::string>();
+    // Every field is checked for its type: the file is on disk, and a
+    // well-formed memo of the wrong shape must cost a library load, not the
+    // process.
+    auto str = [&](const char* name) -> const std::string* {
+      if (!j.is_object()) return nullptr;
+      auto it = j.find(name);
+      return it != j.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
+    };
+    const std::string* memo_id = str("id");
+    const std::string* version = str("version");
+    const std::string* fingerprint = str("fingerprint");
+    if (memo_id != nullptr && *memo_id == file_id && version != nullptr && fingerprint != nullptr) {
+      id.version = *version;
+      id.fingerprint = *fingerprint;
       found = true;
     }
   }
