@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "progcache/compile.h"
 #include "progcache/file_store.h"
@@ -241,6 +243,36 @@ TEST_F(SourceDepsTest, AFifoWhereAHeaderCouldBeDoesNotHang) {
   Program p = program("#if 0\n#include \"val.h\"\n#endif\n#include <val.h>", m_tmp.sub("src/k.cu"));
   p.options.push_back("-I" + m_tmp.sub("inc"));
   EXPECT_FALSE(compile_matches_fresh(p));
+}
+
+TEST_F(SourceDepsTest, ScanMemoNeverServesAnEditedHeader) {
+  // Headers unchanged for two seconds are remembered by their stat (the scan
+  // memo); an edit of the same size must still be seen.
+  write_all(m_tmp.sub("src/val.h"), "#define V 25\n");
+  write_all(m_tmp.sub("src/other.h"), "#define W 1\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const Program p = program("#include \"val.h\"\n#include \"other.h\"", m_tmp.sub("src/k.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(fs::exists(m_tmp.sub("cache/deps-memo.json")));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("src/val.h"), "#define V 26\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "the scan memo served an edited header";
+}
+
+TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 27\n");
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  for (const char* junk : {"not json", R"({"version":1,"files":{"x":{"stamp":"a","sha256":5,"includes":{}}}})",
+                           R"({"version":1,"files":[1,2]})", R"({"version":"1"})"}) {
+    // A fresh state directory each time: the memo is loaded once per directory.
+    const std::string state = m_tmp.sub(std::string("state-") + std::to_string(std::hash<std::string>{}(junk)));
+    fs::create_directories(state);
+    write_all(state + "/deps-memo.json", junk);
+    CompileOptions o = m_opts;
+    o.state_dir = state;
+    auto r = compile(p, TargetType::ptx, o);
+    ASSERT_TRUE(r.ok()) << junk << ": " << r.status().to_string();
+  }
 }
 
 }  // namespace

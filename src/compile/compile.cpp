@@ -96,9 +96,9 @@ Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o)
 
 // The digest of what the compiler can read from the filesystem: C++ only
 // (PTX and LTO-IR read nothing but their inputs).
-Result<std::optional<std::string>> deps_for(const Program& p) {
+Result<std::optional<std::string>> deps_for(const Program& p, const CompileOptions& o) {
   if (!uses_nvrtc(p)) return std::optional<std::string>();
-  PROGCACHE_ASSIGN_OR_RETURN(detail::SourceDeps deps, detail::scan_source_deps(p));
+  PROGCACHE_ASSIGN_OR_RETURN(detail::SourceDeps deps, detail::scan_source_deps(p, state_dir_of(o)));
   return std::optional<std::string>(std::move(deps.digest));
 }
 
@@ -440,7 +440,7 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
     // output: such a result is returned but never stored under a key that
     // names one version of the headers.
     if (deps) {
-      auto after = deps_for(p);
+      auto after = deps_for(p, o);
       if (!after.ok() || *after != deps) {
         counters().unstable_inputs.fetch_add(1);
         return oc;
@@ -463,7 +463,7 @@ CompileStats compile_stats() {
 Result<Key> program_key(const Program& program, TargetType target, const CompileOptions& options) {
   PROGCACHE_TRY(check_program(program, target));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
-  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program));
+  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
   return key_for(program, target, id, deps);
 }
 
@@ -471,7 +471,7 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
                            CompileFailure* failure) {
   PROGCACHE_TRY(check_program(program, target));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
-  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program));
+  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
   PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id, deps));
   if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);
 

@@ -1,5 +1,6 @@
 #include "source_deps.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,10 +9,15 @@
 #include <cctype>
 #include <cerrno>
 #include <ctime>
-#include <filesystem>
 #include <set>
 #include <string_view>
 
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "progcache/env.h"
 #include "progcache/hash.h"
 #include "progcache/key.h"
 
@@ -19,7 +25,6 @@ namespace progcache {
 
 namespace {
 
-namespace fs = std::filesystem;
 
 // Headers larger than this are refused rather than read into memory.
 constexpr std::int64_t k_max_header_bytes = std::int64_t{256} << 20;
@@ -147,33 +152,189 @@ bool under(const std::string& path, const std::string& dir) {
   return path.size() == dir.size() || dir.back() == '/' || path[dir.size()] == '/';
 }
 
-std::string normal(const std::string& p) {
-  std::string s = fs::path(p).lexically_normal().string();
-  if (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s.empty() ? "." : s;
+// Lexical normal form ("a/./b//c/../d" -> "a/b/d"). With `keep_dotdot`,
+// ".." stays: "link/../x" need not be "x" when link is a symbolic link, so
+// the key under which a probe is recorded once keeps it. Plain string work:
+// this runs for every probe, thousands per lookup with a large include tree.
+std::string normal(std::string_view p, bool keep_dotdot = false) {
+  const bool absolute = !p.empty() && p[0] == '/';
+  std::vector<std::string_view> parts;
+  std::size_t i = 0;
+  while (i < p.size()) {
+    std::size_t j = p.find('/', i);
+    if (j == std::string_view::npos) j = p.size();
+    const std::string_view part = p.substr(i, j - i);
+    if (part == ".." && !keep_dotdot) {
+      if (!parts.empty() && parts.back() != "..") parts.pop_back();
+      else if (!absolute) parts.push_back(part);
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  std::string out = absolute ? "/" : "";
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (k > 0) out += '/';
+    out.append(parts[k]);
+  }
+  return out.empty() ? "." : out;
 }
 
 std::string parent_of(const std::string& file) {
-  const fs::path parent = fs::path(file).parent_path();
-  return parent.empty() ? std::string() : parent.string();
+  const std::size_t slash = file.rfind('/');
+  if (slash == std::string::npos) return {};
+  return slash == 0 ? "/" : file.substr(0, slash);
 }
 
 std::string join(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
-  return (fs::path(dir) / name).string();
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
 }
+
+// What one header held when it was read: its content digest and include
+// operands, valid while the file's identity and times are unchanged.
+struct FileStamp {
+  std::uint64_t dev = 0, ino = 0;
+  std::int64_t size = 0, mtime = 0, ctime = 0;
+  friend bool operator==(const FileStamp&, const FileStamp&) = default;
+};
+struct ScannedFile {
+  FileStamp stamp;
+  std::string sha256;  // raw digest
+  std::vector<Directive> directives;
+  bool used = false;  // looked up or added by this process (not saved)
+};
+
+FileStamp stamp_of(const struct stat& st) {
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino),
+          static_cast<std::int64_t>(st.st_size), ns_of(st.st_mtim), ns_of(st.st_ctim)};
+}
+
+// The scan memo: normalised path -> what the file held, per state
+// directory, in memory and in <state_dir>/deps-memo.json, so a warm process
+// stats headers instead of reading them. Entries are made only for files
+// unchanged for two seconds (an edit within one timestamp tick of the read
+// would otherwise keep its stamp); a stamp that differs means a re-read.
+// Everything read from the file is type-checked; a damaged memo is ignored.
+class ScanMemo {
+ public:
+  static ScanMemo& for_dir(const std::string& state_dir) {
+    static std::mutex mu;
+    static std::map<std::string, std::unique_ptr<ScanMemo>> memos;
+    std::lock_guard lock(mu);
+    auto& m = memos[state_dir];
+    if (!m) m = std::make_unique<ScanMemo>(state_dir);
+    return *m;
+  }
+
+  explicit ScanMemo(std::string state_dir) : m_dir(std::move(state_dir)) {}
+
+  std::optional<ScannedFile> find(const std::string& path, const FileStamp& stamp) {
+    std::lock_guard lock(m_mu);
+    load_once();  // only programs that include files pay for the memo
+    auto it = m_files.find(path);
+    if (it == m_files.end() || !(it->second.stamp == stamp)) return std::nullopt;
+    it->second.used = true;
+    return it->second;
+  }
+
+  void add(const std::string& path, ScannedFile f) {
+    std::lock_guard lock(m_mu);
+    f.used = true;
+    m_files[path] = std::move(f);
+    m_dirty = true;
+  }
+
+  // Best effort: a memo that cannot be written costs the next process reads.
+  void save() {
+    std::lock_guard lock(m_mu);
+    if (!m_dirty || m_dir.empty()) return;
+    m_dirty = false;
+    // Bounded: past the cap, only what this process used is kept.
+    if (m_files.size() > k_max_memo_files) std::erase_if(m_files, [](const auto& kv) { return !kv.second.used; });
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& [path, f] : m_files) {
+      nlohmann::json incs = nlohmann::json::array();
+      for (const auto& d : f.directives) incs.push_back({static_cast<int>(d.kind), d.name, d.line});
+      files[path] = {{"stamp", {f.stamp.dev, f.stamp.ino, f.stamp.size, f.stamp.mtime, f.stamp.ctime}},
+                     {"sha256", to_hex(f.sha256)},
+                     {"includes", std::move(incs)}};
+    }
+    const nlohmann::json doc{{"version", 1}, {"files", std::move(files)}};
+    Env* env = Env::posix();
+    const std::string path = join_path(m_dir, "deps-memo.json");
+    if (Status s = env->mkdir(m_dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return;
+    write_file_atomic(env, path, path + ".tmp." + std::to_string(::getpid()), doc.dump(), 0600, Durability::none)
+        .ignore();
+  }
+
+ private:
+  static constexpr std::size_t k_max_memo_files = 50000;
+
+  void load_once() {
+    if (m_loaded) return;
+    m_loaded = true;
+    if (!m_dir.empty()) load();
+  }
+
+  void load() {
+    auto text = read_regular(join_path(m_dir, "deps-memo.json"));
+    if (!text.ok()) return;
+    const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!doc.is_object() || doc.value("version", nlohmann::json()) != 1) return;
+    auto files = doc.find("files");
+    if (files == doc.end() || !files->is_object()) return;
+    for (const auto& [path, f] : files->items()) {
+      if (!f.is_object()) continue;
+      auto st = f.find("stamp");
+      auto sha = f.find("sha256");
+      auto incs = f.find("includes");
+      if (st == f.end() || sha == f.end() || incs == f.end() || !st->is_array() || st->size() != 5 ||
+          !sha->is_string() || !incs->is_array()) {
+        continue;
+      }
+      bool ok = std::all_of(st->begin(), st->end(), [](const auto& v) { return v.is_number_integer(); });
+      auto raw = from_hex(sha->get<std::string>());
+      if (!ok || !raw.ok() || raw->size() != 32) continue;
+      ScannedFile sf;
+      sf.stamp = {(*st)[0].get<std::uint64_t>(), (*st)[1].get<std::uint64_t>(), (*st)[2].get<std::int64_t>(),
+                  (*st)[3].get<std::int64_t>(), (*st)[4].get<std::int64_t>()};
+      sf.sha256 = std::move(*raw);
+      for (const auto& d : *incs) {
+        if (!d.is_array() || d.size() != 3 || !d[0].is_number_integer() || !d[1].is_string() ||
+            !d[2].is_number_integer() || d[0].get<int>() < 0 || d[0].get<int>() > 2) {
+          ok = false;
+          break;
+        }
+        sf.directives.push_back({static_cast<Operand>(d[0].get<int>()), d[1].get<std::string>(), d[2].get<int>()});
+      }
+      if (ok) m_files.emplace(path, std::move(sf));
+    }
+  }
+
+  std::string m_dir;
+  std::mutex m_mu;
+  std::map<std::string, ScannedFile> m_files;  // GUARDED_BY(m_mu)
+  bool m_dirty = false;                        // GUARDED_BY(m_mu)
+  bool m_loaded = false;                       // GUARDED_BY(m_mu)
+};
 
 class Scanner {
  public:
-  Scanner(const Program& p, std::vector<std::string> include_dirs, bool no_source_include)
-      : m_program(p), m_include_dirs(std::move(include_dirs)), m_no_source_include(no_source_include) {
+  Scanner(const Program& p, std::vector<std::string> include_dirs, bool no_source_include, ScanMemo& memo)
+      : m_program(p), m_include_dirs(std::move(include_dirs)), m_no_source_include(no_source_include), m_memo(memo) {
     for (const auto& d : m_include_dirs) m_covered.push_back(normal(d));
   }
 
   // Scans `text`, the content of `file` (the program itself when `is_source`).
   Status scan_text(std::string_view text, const std::string& file, bool is_source) {
+    return scan_directives(directives(text), file, is_source);
+  }
+
+  Status scan_directives(const std::vector<Directive>& found, const std::string& file, bool is_source) {
     const std::string dir = parent_of(file);
-    for (const Directive& d : directives(text)) {
+    for (const Directive& d : found) {
       if (d.kind == Operand::computed) {
         if (covered(file)) {
           // It can name any file of the -I directories: fingerprint them
@@ -196,7 +357,7 @@ class Scanner {
         }
       }
       std::vector<std::string> candidates;
-      if (fs::path(d.name).is_absolute()) {
+      if (d.name.starts_with('/')) {
         candidates.push_back(d.name);
       } else {
         if (d.kind == Operand::quoted && !(is_source && m_no_source_include)) candidates.push_back(join(dir, d.name));
@@ -210,7 +371,7 @@ class Scanner {
   // Records what is at `path` (absent, a file and its content, or something
   // else) and follows a file's own includes.
   Status consult(const std::string& path) {
-    const std::string key = normal(path);
+    const std::string key = normal(path, /*keep_dotdot=*/true);
     if (!m_seen.insert(key).second) return {};
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
@@ -226,12 +387,28 @@ class Scanner {
       add_field(m_sha, "other", key + "|" + std::to_string(st.st_mode & S_IFMT));
       return {};
     }
-    PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(path));
-    const Digest256 d = sha256(content);
+    const FileStamp stamp = stamp_of(st);
+    std::optional<ScannedFile> known = m_memo.find(key, stamp);
+    if (!known) {
+      PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(path));
+      const Digest256 d = sha256(content);
+      known.emplace();
+      known->stamp = stamp;
+      known->sha256.assign(reinterpret_cast<const char*>(d.data()), d.size());
+      known->directives = directives(content);
+      // Only files settled for two seconds are remembered (see ScanMemo);
+      // and only if the file was not replaced between the stat and the read.
+      struct stat after {};
+      const std::int64_t now = now_ns();
+      if (::stat(path.c_str(), &after) == 0 && stamp_of(after) == stamp && now - stamp.mtime >= k_recent_ns &&
+          now - stamp.ctime >= k_recent_ns) {
+        m_memo.add(key, *known);
+      }
+    }
     add_field(m_sha, "file", key);
-    add_field(m_sha, "sha256", std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
+    add_field(m_sha, "sha256", known->sha256);
     m_files.push_back(key);
-    return scan_text(content, path, false);
+    return scan_directives(known->directives, path, false);
   }
 
   Sha256& sha() { return m_sha; }
@@ -248,6 +425,7 @@ class Scanner {
   std::vector<std::string> m_include_dirs;
   std::vector<std::string> m_covered;
   bool m_no_source_include;
+  ScanMemo& m_memo;
   bool m_needs_trees = false;
   std::set<std::string> m_seen;
   std::set<std::string> m_memory_seen;
@@ -271,15 +449,20 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha) {
     const std::string rel = stack.back();
     stack.pop_back();
     const std::string abs = rel.empty() ? dir : join(dir, rel);
-    std::error_code ec;
-    fs::directory_iterator it(abs, ec);
-    if (ec) return errno_status(ec.value(), "cannot read include directory", abs);
-    for (; it != fs::directory_iterator(); it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      const std::string child_rel = rel.empty() ? name : rel + "/" + name;
-      const std::string child = join(dir, child_rel);
+    DIR* d = ::opendir(abs.c_str());
+    if (d == nullptr) return errno_status(errno, "cannot read include directory", abs);
+    struct DirCloser {
+      DIR* d;
+      ~DirCloser() { ::closedir(d); }
+    } closer{d};
+    const int dfd = ::dirfd(d);
+    errno = 0;
+    while (const struct dirent* ent = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): one stream, one thread
+      const std::string_view name = ent->d_name;
+      if (name == "." || name == "..") continue;
+      std::string child_rel = rel.empty() ? std::string(name) : rel + "/" + std::string(name);
       struct stat st {};
-      if (::stat(child.c_str(), &st) != 0) {
+      if (::fstatat(dfd, ent->d_name, &st, 0) != 0) {
         lines.push_back(child_rel + "|dangling");  // a broken link: the compiler finds nothing there
         continue;
       }
@@ -292,12 +475,13 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha) {
                       std::to_string(ns_of(st.st_mtim)) + "|" + std::to_string(ns_of(st.st_ctim)) + "|" +
                       std::to_string(st.st_dev) + "|" + std::to_string(st.st_ino);
       if (S_ISREG(st.st_mode) && (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns)) {
-        PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(child));
+        PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(join(dir, child_rel)));
         l += "|" + digest_hex(sha256(content));
       }
       lines.push_back(std::move(l));
+      errno = 0;
     }
-    if (ec) return errno_status(ec.value(), "cannot read include directory", abs);
+    if (errno != 0) return errno_status(errno, "cannot read include directory", abs);
   }
   std::sort(lines.begin(), lines.end());
   add_field(sha, "tree", dir);
@@ -315,7 +499,7 @@ Result<std::string> fingerprint_directories(const std::vector<std::string>& dirs
 
 namespace detail {
 
-Result<SourceDeps> scan_source_deps(const Program& p) {
+Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_dir) {
   // The one option parser decides what -I and -include mean.
   PROGCACHE_ASSIGN_OR_RETURN(auto opts, canonicalize_options(p.options, /*have_extra_digest=*/true));
   std::vector<std::string> include_dirs, pre_includes;
@@ -325,20 +509,31 @@ Result<SourceDeps> scan_source_deps(const Program& p) {
     else if (o.starts_with("--pre-include=")) pre_includes.push_back(o.substr(14));
     else if (o == "--no-source-include") no_source_include = true;
   }
-  Scanner scanner(p, include_dirs, no_source_include);
+  ScanMemo& memo = ScanMemo::for_dir(state_dir);
+  Scanner scanner(p, include_dirs, no_source_include, memo);
   add_field(scanner.sha(), "deps-v1", "");
   // A pre-include is looked for as written (relative to the working
   // directory) and in each -I directory.
   for (const auto& f : pre_includes) {
     PROGCACHE_TRY(scanner.consult(f));
-    if (!fs::path(f).is_absolute()) {
+    if (!f.starts_with('/')) {
       for (const auto& d : include_dirs) PROGCACHE_TRY(scanner.consult(join(d, f)));
     }
   }
   PROGCACHE_TRY(scanner.scan_text(p.code, p.name, /*is_source=*/true));
   if (scanner.needs_trees()) {
-    for (const auto& d : include_dirs) PROGCACHE_TRY(fingerprint_tree(d, scanner.sha()));
+    // A directory inside another is covered by the outer one's fingerprint.
+    std::vector<std::string> norm;
+    for (const auto& d : include_dirs) norm.push_back(normal(d));
+    for (std::size_t i = 0; i < include_dirs.size(); ++i) {
+      bool nested = false;
+      for (std::size_t j = 0; j < include_dirs.size(); ++j) {
+        nested |= j != i && norm[j] != norm[i] && under(norm[i], norm[j]);
+      }
+      if (!nested) PROGCACHE_TRY(fingerprint_tree(include_dirs[i], scanner.sha()));
+    }
   }
+  memo.save();
   SourceDeps out;
   out.digest = digest_hex(scanner.sha().finish());
   out.files = scanner.take_files();

@@ -39,6 +39,7 @@ struct SourceDeps {
 // For a C++ program. invalid_argument for a computed include it cannot
 // follow; I/O errors other than "not there" are errors (the compile would
 // meet them too).
-Result<SourceDeps> scan_source_deps(const Program& p);
+// `state_dir` holds the scan memo (deps-memo.json); empty: memory only.
+Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_dir);
 
 }  // namespace progcache::detail
