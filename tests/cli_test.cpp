@@ -36,8 +36,9 @@ class CliTest : public ::testing::Test {
  protected:
   // Runs progcache with `args`, PROGCACHE_DIR set to the test's cache, and
   // any `env` assignments ("NAME=value") prepended.
-  CliRun run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-    std::string cmd = "env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE PROGCACHE_DIR=" +
+  CliRun run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+             const std::string& cwd = "") {
+    std::string cmd = (cwd.empty() ? "" : "cd " + quote(cwd) + " && ") + "env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE PROGCACHE_DIR=" +
                       quote(cache());
     for (const auto& e : env) cmd += " " + quote(e);
     cmd += " " + quote(PROGCACHE_CLI_PATH);
@@ -273,6 +274,40 @@ bool have_nvrtc() {
 constexpr const char* k_kernel = R"(template <typename T>
 __global__ void scale(T* x, T s, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= s; }
 )";
+
+TEST_F(CliTest, CompileSeesAnEditedHeaderBesideTheSourceFromAnyDirectory) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  fs::create_directories(m_tmp.sub("proj"));
+  fs::create_directories(m_tmp.sub("elsewhere"));
+  file("proj/k.cu", "#include \"val.h\"\n__global__ void k(int* x) { x[0] = V; }\n");
+  auto compile_to = [&](const std::string& out, const std::string& cwd, const std::string& src,
+                        const std::vector<std::string>& env = {}) {
+    auto r = run({"compile", src, "--arch", "sm_80", "--json", "-o", m_tmp.sub(out)}, env, m_tmp.sub(cwd));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? nlohmann::json::parse(r.out)[0] : nlohmann::json();
+  };
+  file("proj/val.h", "#define V 1\n");
+  EXPECT_EQ(compile_to("a.cubin", "proj", "k.cu")["hit"], false);
+  EXPECT_EQ(compile_to("a2.cubin", "proj", "k.cu")["hit"], true);
+  file("proj/val.h", "#define V 2\n");  // the edit a user makes
+  EXPECT_EQ(compile_to("b.cubin", "proj", "k.cu")["hit"], false) << "an edited header was served stale";
+  compile_to("fresh.cubin", "proj", "k.cu", {"PROGCACHE_DISABLE=1"});
+  EXPECT_EQ(testing::read_all(m_tmp.sub("b.cubin")), testing::read_all(m_tmp.sub("fresh.cubin")));
+  EXPECT_NE(testing::read_all(m_tmp.sub("a.cubin")), testing::read_all(m_tmp.sub("b.cubin")));
+  // From another directory, val.h is still found beside the source, as
+  // nvcc finds it, and the result equals a fresh compile there.
+  auto other = compile_to("c.cubin", "elsewhere", "../proj/k.cu");
+  EXPECT_EQ(other["input"], "../proj/k.cu");
+  compile_to("fresh2.cubin", "elsewhere", "../proj/k.cu", {"PROGCACHE_DISABLE=1"});
+  EXPECT_EQ(testing::read_all(m_tmp.sub("c.cubin")), testing::read_all(m_tmp.sub("fresh2.cubin")));
+  // The printed key is the whole key, usable with `get`.
+  auto human = run({"compile", "k.cu", "--arch", "sm_80"}, {}, m_tmp.sub("proj"));
+  ASSERT_EQ(human.code, 0) << human.err;
+  const std::string key = compile_to("d.cubin", "proj", "k.cu")["key"];
+  EXPECT_NE(human.out.find(key), std::string::npos) << human.out;
+  EXPECT_EQ(run({"get", key, "-o", m_tmp.sub("e.cubin")}).code, 0);
+  EXPECT_EQ(testing::read_all(m_tmp.sub("e.cubin")), testing::read_all(m_tmp.sub("b.cubin")));
+}
 
 TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
