@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <future>
+#include <thread>
 #include <set>
 
 #include "testing/fault_env.h"
@@ -145,6 +149,45 @@ TEST_F(FileStoreTest, DamagedEntryIsAMissCountedAndRemoved) {
   // The next put works and the next get hits: no "clear your cache".
   ASSERT_TRUE(s->put(make_key(1), make_entry("fresh")).ok());
   EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "fresh");
+}
+
+TEST_F(FileStoreTest, FifoAtAnEntryPathIsAMissNeverAHangAndRepairRemovesIt) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(2), make_entry("neighbour")).ok());
+  const std::string path = s->entry_path(make_key(1));
+  fs::create_directories(fs::path(path).parent_path());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  // Each read path in a detached thread, so a hang fails the test instead
+  // of stalling it (a blocked thread is left behind only when it fails).
+  auto within = [](std::function<void()> fn) {
+    auto done = std::make_shared<std::promise<void>>();
+    auto fut = done->get_future();
+    std::thread([fn = std::move(fn), done] {
+      fn();
+      done->set_value();
+    }).detach();
+    return fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  };
+  ASSERT_TRUE(within([&] {
+    auto r = s->get(make_key(1));
+    EXPECT_TRUE(r.ok() && !r->has_value());
+  })) << "get blocked on a FIFO";
+  ASSERT_TRUE(within([&] {
+    std::string out;
+    auto r = s->get_primary_into(make_key(1), [&](std::size_t n) {
+      out.resize(n);
+      return out.data();
+    });
+    EXPECT_TRUE(r.ok() && !*r);
+  })) << "get_primary_into blocked on a FIFO";
+  ASSERT_TRUE(within([&] {
+    auto v = s->verify(Repair::yes);
+    ASSERT_TRUE(v.ok());
+    ASSERT_EQ(v->problems.size(), 1u);
+    EXPECT_TRUE(v->problems[0].removed) << v->problems[0].reason;
+  })) << "verify blocked on a FIFO";
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ((*s->get_bytes(make_key(2)))->view(), "neighbour");
 }
 
 TEST_F(FileStoreTest, EntryPlantedUnderAnotherKeyIsAMiss) {

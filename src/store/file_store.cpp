@@ -377,9 +377,11 @@ class FileStoreImpl final : public FileStore {
           reason = "not an entry name";
         } else if (info->is_symlink()) {
           reason = "symlink (never followed)";
-        } else if (!info->is_regular()) {
-          reason = "not a regular file";
+        } else if (info->is_dir()) {
+          reason = "a directory where an entry belongs";
           removable = false;
+        } else if (!info->is_regular()) {
+          reason = "not a regular file";  // a FIFO, socket or device: not ours, and a reader must not meet it
         } else {
           auto fd = m_env->open_file(path, OpenMode::read, 0);
           if (!fd.ok()) {

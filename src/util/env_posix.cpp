@@ -80,7 +80,9 @@ class PosixEnv final : public Env {
   Result<int> open_file(const std::string& path, OpenMode mode, std::uint32_t perms) override {
     int flags = O_CLOEXEC | O_NOFOLLOW;
     switch (mode) {
-      case OpenMode::read: flags |= O_RDONLY; break;
+      // O_NONBLOCK: a FIFO or device where a file was expected must not
+      // block the open (it changes nothing for regular files).
+      case OpenMode::read: flags |= O_RDONLY | O_NONBLOCK; break;
       case OpenMode::create_new: flags |= O_WRONLY | O_CREAT | O_EXCL; break;
       case OpenMode::read_write: flags |= O_RDWR | O_CREAT; break;
     }
