@@ -67,6 +67,11 @@ class Env {
   virtual Status write_all(int fd, std::string_view data) = 0;
   virtual Status fsync(int fd) = 0;
   virtual Status ftruncate(int fd, std::uint64_t size) = 0;
+  // Reserves disk blocks for [0, size) (posix_fallocate), growing the file
+  // if shorter. A file that will be written through a shared mapping must
+  // have its blocks first: a page the filesystem cannot back is SIGBUS, not
+  // an error. resource_exhausted when the disk is full.
+  virtual Status allocate(int fd, std::uint64_t size) = 0;
   virtual Result<FileInfo> fstat(int fd) = 0;
   // Sets the access time of an open file, leaving its modification time.
   virtual Status set_atime(int fd, std::int64_t atime_ns) = 0;

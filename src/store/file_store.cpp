@@ -891,6 +891,14 @@ class FileStoreImpl final : public FileStore {
   Status init_accounting_locked() {
     PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->fstat(m_acct_fd));
     if (info.size < k_acct_size) PROGCACHE_TRY(m_env->ftruncate(m_acct_fd, k_acct_size));
+    // The counters are written through the mapping: every page must have
+    // its disk blocks before the first store, or a full disk is SIGBUS.
+    // Done on every open (free when the blocks exist): a file left sparse
+    // by a crash or an older version is filled in too.
+    if (Status st = m_env->allocate(m_acct_fd, k_acct_size); !st.ok()) {
+      return Status(st.code(), "cannot reserve disk space for the accounting file of '" + m_root +
+                                   "' (is the disk full?): " + st.message());
+    }
     PROGCACHE_ASSIGN_OR_RETURN(void* p, m_env->map_shared(m_acct_fd, k_acct_size));
     m_acct = static_cast<Accounting*>(p);
     if (atomic_load(m_acct->magic) == static_cast<std::int64_t>(k_acct_magic) &&

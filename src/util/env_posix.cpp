@@ -131,6 +131,15 @@ class PosixEnv final : public Env {
     return {};
   }
 
+  Status allocate(int fd, std::uint64_t size) override {
+    int rc;
+    do {
+      rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    } while (rc == EINTR);
+    if (rc != 0) return errno_status(rc, "allocate disk blocks");
+    return {};
+  }
+
   Result<FileInfo> fstat(int fd) override {
     struct stat st {};
     if (::fstat(fd, &st) != 0) return errno_status(errno, "fstat");

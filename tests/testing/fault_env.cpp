@@ -6,7 +6,7 @@ const char* op_name(Op op) {
   static const char* k_names[] = {"open_read", "open_create", "open_rw", "close", "pread", "write", "fsync",
                                   "ftruncate", "fstat", "set_atime", "fchmod", "lstat", "stat", "rename",
                                   "rename_noreplace", "unlink", "mkdir", "chmod", "list_dir", "fsync_dir",
-                                  "lock", "map_shared"};
+                                  "lock", "map_shared", "allocate"};
   return k_names[static_cast<int>(op)];
 }
 
@@ -66,6 +66,10 @@ Status FaultEnv::fsync(int fd) {
 Status FaultEnv::ftruncate(int fd, std::uint64_t size) {
   PROGCACHE_FAULT(Op::ftruncate, "ftruncate");
   return m_base->ftruncate(fd, size);
+}
+Status FaultEnv::allocate(int fd, std::uint64_t size) {
+  PROGCACHE_FAULT(Op::allocate, "allocate");
+  return m_base->allocate(fd, size);
 }
 Result<FileInfo> FaultEnv::fstat(int fd) {
   PROGCACHE_FAULT(Op::fstat, "fstat");

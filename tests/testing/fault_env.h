@@ -15,7 +15,7 @@ namespace progcache::testing {
 enum class Op {
   open_read, open_create, open_rw, close, pread, write, fsync, ftruncate, fstat, set_atime, fchmod,
   lstat, stat, rename, rename_noreplace, unlink, mkdir, chmod, list_dir, fsync_dir, lock, map_shared,
-  count_
+  allocate, count_
 };
 const char* op_name(Op op);
 
@@ -41,6 +41,7 @@ class FaultEnv final : public Env {
   Status write_all(int fd, std::string_view data) override;
   Status fsync(int fd) override;
   Status ftruncate(int fd, std::uint64_t size) override;
+  Status allocate(int fd, std::uint64_t size) override;
   Result<FileInfo> fstat(int fd) override;
   Status set_atime(int fd, std::int64_t atime_ns) override;
   Status fchmod(int fd, std::uint32_t perms) override;
