@@ -1,4 +1,6 @@
 // Runs the real `progcache` binary in a temp directory.
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
@@ -74,6 +76,51 @@ TEST_F(CliTest, PutGetRoundTripWritesRawArtifactBytes) {
   auto to_stdout = run({"get", key});
   ASSERT_EQ(to_stdout.code, 0);
   EXPECT_EQ(to_stdout.out, payload);
+}
+
+TEST_F(CliTest, OutputIsNeverRenamedOverADeviceOrALink) {
+  const std::string payload = testing::make_payload(5000, 7);
+  ASSERT_EQ(run({"put", "k", file("in.bin", payload)}).code, 0);
+  // A device is written in place, never renamed over. The test makes its
+  // own null device (as root) rather than risk the machine's /dev/null.
+  const std::string dev = m_tmp.sub("null");
+  if (::mknod(dev.c_str(), S_IFCHR | 0600, makedev(1, 3)) == 0) {
+    auto dn = run({"get", "k", "-o", dev});
+    EXPECT_EQ(dn.code, 0) << dn.err;
+    struct stat st {};
+    ASSERT_EQ(::stat(dev.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device node was replaced by a regular file";
+  }
+  // A symbolic link is followed: the link stays, its target gets the bytes.
+  file("real.bin", "old");
+  fs::create_symlink(m_tmp.sub("real.bin"), m_tmp.sub("link.bin"));
+  auto ln = run({"get", "k", "-o", m_tmp.sub("link.bin")});
+  EXPECT_EQ(ln.code, 0) << ln.err;
+  EXPECT_TRUE(fs::is_symlink(m_tmp.sub("link.bin")));
+  EXPECT_EQ(testing::read_all(m_tmp.sub("real.bin")), payload);
+  // "-" is standard output.
+  auto out = run({"get", "k", "-o", "-"});
+  EXPECT_EQ(out.code, 0);
+  EXPECT_EQ(out.out, payload);
+  // A missing output directory is one clear error, before any work.
+  auto missing = run({"get", "k", "-o", m_tmp.sub("no/such/dir/x.bin")});
+  EXPECT_EQ(missing.code, 3);
+  EXPECT_NE(missing.err.find("does not exist"), std::string::npos) << missing.err;
+  auto dir = run({"get", "k", "-o", m_tmp.path()});
+  EXPECT_EQ(dir.code, 3);
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+}
+
+TEST_F(CliTest, PutRefusesUnreadableInputAndStoresNothing) {
+  // Reading /proc/self/mem at offset 0 fails with EIO: the input error is an
+  // error, never a shorter (here empty) value stored with exit 0.
+  auto eio = run({"put", "k", "/proc/self/mem"});
+  EXPECT_EQ(eio.code, 3) << eio.err;
+  EXPECT_NE(eio.err.find("error reading"), std::string::npos) << eio.err;
+  auto dir = run({"put", "k", m_tmp.path()});
+  EXPECT_EQ(dir.code, 3);
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+  EXPECT_EQ(run({"get", "k", "-o", m_tmp.sub("x")}).code, 1) << "something was stored";
 }
 
 TEST_F(CliTest, MissAndRemoveExitCodes) {
@@ -300,6 +347,17 @@ TEST_F(CliTest, CompileSeesAnEditedHeaderBesideTheSourceFromAnyDirectory) {
   EXPECT_EQ(other["input"], "../proj/k.cu");
   compile_to("fresh2.cubin", "elsewhere", "../proj/k.cu", {"PROGCACHE_DISABLE=1"});
   EXPECT_EQ(testing::read_all(m_tmp.sub("c.cubin")), testing::read_all(m_tmp.sub("fresh2.cubin")));
+  // -o - puts the program on standard output; a missing output directory
+  // fails before any compile.
+  auto to_stdout = run({"compile", "k.cu", "--arch", "sm_80", "-o", "-"}, {}, m_tmp.sub("proj"));
+  EXPECT_EQ(to_stdout.code, 0) << to_stdout.err;
+  EXPECT_EQ(to_stdout.out, testing::read_all(m_tmp.sub("b.cubin")));
+  file("proj/new.cu", "__global__ void n() {}\n");
+  const auto entries_before = nlohmann::json::parse(run({"stats", "--json"}).out)["entries"];
+  auto nodir = run({"compile", "new.cu", "--arch", "sm_80", "-o", m_tmp.sub("nowhere/x.cubin")}, {}, m_tmp.sub("proj"));
+  EXPECT_EQ(nodir.code, 3);
+  EXPECT_NE(nodir.err.find("does not exist"), std::string::npos) << nodir.err;
+  EXPECT_EQ(nlohmann::json::parse(run({"stats", "--json"}).out)["entries"], entries_before) << "it compiled anyway";
   // The printed key is the whole key, usable with `get`.
   auto human = run({"compile", "k.cu", "--arch", "sm_80"}, {}, m_tmp.sub("proj"));
   ASSERT_EQ(human.code, 0) << human.err;

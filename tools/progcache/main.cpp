@@ -1,6 +1,7 @@
 // progcache — the operator's command-line tool.
 //
 // Exit codes: 0 ok, 1 miss (or key absent), 2 usage error, 3 any other error.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,20 +113,95 @@ pc::ProgressFn progress_bar(const char* label) {
   };
 }
 
+// Reads an input whole ("-" is standard input). Every read is checked: an
+// error part-way is an error, never a shorter value; a directory is refused.
 pc::Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return pc::errno_status(errno, "cannot read input file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return pc::errno_status(errno, "error reading", path);
-  return ss.str();
+  const bool std_in = path == "-";
+  const int fd = std_in ? 0 : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return pc::errno_status(errno, "cannot read input file", path);
+  struct Closer {
+    int fd;
+    bool own;
+    ~Closer() {
+      if (own) ::close(fd);
+    }
+  } closer{fd, !std_in};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return pc::errno_status(errno, "cannot read input file", path);
+  if (S_ISDIR(st.st_mode)) {
+    return pc::Status(pc::Code::failed_precondition, "input '" + path + "' is a directory, not a file");
+  }
+  std::string out;
+  if (S_ISREG(st.st_mode)) out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return pc::errno_status(errno, "error reading input file after " + std::to_string(out.size()) + " bytes", path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
 }
 
+// Checked before any work: "-" (standard output) is fine; otherwise the
+// directory that will hold the file must exist, and the path must not be a
+// directory.
+pc::Status check_output_path(const std::string& path) {
+  if (path.empty() || path == "-") return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return pc::Status(pc::Code::failed_precondition, "output '" + path + "' is a directory");
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!dir.empty() && (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+    return pc::Status(pc::Code::failed_precondition,
+                      "output directory '" + dir + "' does not exist: create it first (nothing was done)");
+  }
+  return {};
+}
+
+pc::Status write_all_to(int fd, std::string_view data, const std::string& what) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return pc::errno_status(errno, "cannot write", what);
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+// Writes an output. A regular file (or a new one) is replaced atomically
+// (temp file + rename in its directory); a symbolic link is followed and its
+// target replaced, the link kept; anything else (a device such as /dev/null,
+// a FIFO) is written in place, never renamed over. "-" is standard output.
 pc::Status write_output(const std::string& path, std::string_view data) {
-  const auto slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const std::string temp = dir + (slash == std::string::npos ? "/" : "") + ".progcache-out." + std::to_string(::getpid());
-  return pc::write_file_atomic(pc::Env::posix(), path, temp, data, 0644, pc::Durability::none);
+  if (path == "-") return write_all_to(1, data, "standard output");
+  std::string target = path;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const auto resolved = std::filesystem::canonical(path, ec);
+    if (ec) return pc::errno_status(ec.value(), "output is a symbolic link that cannot be followed", path);
+    target = resolved.string();
+    if (::stat(target.c_str(), &st) != 0) return pc::errno_status(errno, "cannot stat output", target);
+  } else if (::stat(path.c_str(), &st) != 0) {
+    st.st_mode = S_IFREG;  // new file
+  }
+  if (S_ISDIR(st.st_mode)) return pc::Status(pc::Code::failed_precondition, "output '" + path + "' is a directory");
+  if (!S_ISREG(st.st_mode)) {
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return pc::errno_status(errno, "cannot open output", target);
+    pc::Status s = write_all_to(fd, data, target);
+    if (::close(fd) != 0 && s.ok()) s = pc::errno_status(errno, "cannot write", target);
+    return s;
+  }
+  const auto slash = target.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash);
+  const std::string temp = pc::join_path(dir, ".progcache-out." + std::to_string(::getpid()));
+  return pc::write_file_atomic(pc::Env::posix(), target, temp, data, 0644, pc::Durability::none);
 }
 
 json stats_json(const pc::StoreStats& s) {
@@ -199,6 +275,20 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     }
   }
   if (files.empty()) return fail(pc::invalid_argument("compile: no input files"));
+  // Where the output goes is checked before any compile.
+  if (a.output == "-" && (a.json_out || (files.size() > 1 && !a.link))) {
+    return fail(pc::invalid_argument("compile: -o - writes one program to standard output: not with --json or "
+                                     "several inputs without --link"));
+  }
+  if (files.size() > 1 && !a.link && !a.output.empty()) {
+    struct stat st {};
+    if (::stat(a.output.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return fail(pc::Status(pc::Code::failed_precondition, "output directory '" + a.output +
+                                                                "' does not exist: create it first (nothing was done)"));
+    }
+  } else if (pc::Status st = check_output_path(a.output); !st.ok()) {
+    return fail(st);
+  }
   if (arch.empty()) return fail(pc::invalid_argument("compile: --arch sm_XX is required"));
   auto target = pc::parse_target_type(a.target);
   if (!target.ok()) return fail(target.status());
@@ -243,9 +333,13 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
         j["output"] = out_path;
       }
       if (!a.json_out) {
-        std::printf("%-28s %-4s %9.3f ms  %8zu B  %s\n", label.c_str(), r->from_cache ? "hit" : "miss", secs * 1e3,
-                    r->code.size(), r->key.hex().c_str());
-        for (const auto& [expr, lowered] : r->symbol_mapping) std::printf("    %s -> %s\n", expr.c_str(), lowered.c_str());
+        // With -o - the program itself is on standard output.
+        FILE* human = a.output == "-" ? stderr : stdout;
+        std::fprintf(human, "%-28s %-4s %9.3f ms  %8zu B  %s\n", label.c_str(), r->from_cache ? "hit" : "miss",
+                     secs * 1e3, r->code.size(), r->key.hex().c_str());
+        for (const auto& [expr, lowered] : r->symbol_mapping) {
+          std::fprintf(human, "    %s -> %s\n", expr.c_str(), lowered.c_str());
+        }
       }
     }
     report.push_back(j);
@@ -482,6 +576,7 @@ int main(int argc, char** argv) {
   if (get->parsed()) {
     auto key = parse_key(key_text, string_key);
     if (!key.ok()) return fail(key.status());
+    if (pc::Status st = check_output_path(out_path); !st.ok()) return fail(st);
     if (cfg->disabled) {
       std::cerr << "progcache: PROGCACHE_DISABLE is set; miss\n";
       return k_exit_miss;
