@@ -133,7 +133,7 @@ TEST_P(FaultMatrix, ClearStatusNoTempsNothingCommittedLost) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
-  const std::vector<Op> ops = {Op::open_create, Op::write, Op::fsync, Op::close, Op::rename_noreplace, Op::rename,
+  const std::vector<Op> ops = {Op::open_create, Op::write, Op::fsync, Op::close, Op::rename_noreplace, Op::rename, Op::rename_exchange,
                                Op::fsync_dir, Op::fchmod, Op::open_read, Op::fstat, Op::pread, Op::set_atime,
                                Op::list_dir, Op::lstat, Op::unlink};
   for (Op op : ops) {

@@ -84,6 +84,9 @@ class Env {
   virtual Status rename(const std::string& from, const std::string& to) = 0;
   // Fails with failed_precondition when `to` exists.
   virtual Status rename_noreplace(const std::string& from, const std::string& to) = 0;
+  // Swaps two existing names atomically (renameat2 RENAME_EXCHANGE).
+  // unavailable where the filesystem cannot; not_found when either is gone.
+  virtual Status rename_exchange(const std::string& a, const std::string& b) = 0;
   virtual Status unlink(const std::string& path) = 0;
   // Fails with failed_precondition when the path exists.
   virtual Status mkdir(const std::string& path, std::uint32_t perms) = 0;

@@ -41,8 +41,8 @@ struct Accounting {
     std::int64_t bytes;
     std::int64_t count;
   } shards[k_shards];
-  std::int64_t total_bytes;
-  std::int64_t total_count;
+  std::int64_t retired_total_bytes;  // totals are now sums of the shards
+  std::int64_t retired_total_count;
   std::int64_t hits, misses, puts, evictions, corrupt, rejected, errors;
 };
 constexpr std::size_t k_acct_size = 8192;
@@ -96,7 +96,7 @@ class FileStoreImpl final : public FileStore {
     // Each open visits one shard: sweeps its stale temps and reconciles its
     // counters, so even a store that never reaches its cap is tidied over time.
     std::random_device rd;
-    scan_shard(static_cast<int>(rd() % k_shards), /*reconcile=*/true).status().ignore();
+    scan_shard(static_cast<int>(rd() % k_shards), Reconcile::gross).status().ignore();
     return {};
   }
 
@@ -204,8 +204,8 @@ class FileStoreImpl final : public FileStore {
     // the same entry at once, and scans reconcile that.
     std::int64_t dbytes = static_cast<std::int64_t>(encoded->size());
     std::int64_t dcount = 1;
-    if (old) {
-      dbytes -= old->is_regular() ? static_cast<std::int64_t>(old->size) : 0;
+    if (old && old->is_regular()) {
+      dbytes -= static_cast<std::int64_t>(old->size);
       dcount = 0;
     }
     charge(idx, dbytes, dcount);
@@ -219,19 +219,9 @@ class FileStoreImpl final : public FileStore {
     PROGCACHE_TRY(check_open());
     const int idx = key.bytes[0];
     if (!shard_checked(idx, false)) return false;
-    const std::string path = entry_path(key);
-    auto info = m_env->lstat(path);
-    if (!info.ok()) {
-      if (info.status().code() == Code::not_found) return false;
-      return count_error(info.status());
-    }
-    Status st = m_env->unlink(path);
-    if (!st.ok()) {
-      if (st.code() == Code::not_found) return false;
-      return count_error(st);
-    }
-    charge(idx, -static_cast<std::int64_t>(info->size), -1);
-    return true;
+    auto removed = take_out(idx, entry_path(key));
+    if (!removed.ok()) return count_error(removed.status());
+    return *removed;
   }
 
   Status clear() override {
@@ -243,24 +233,34 @@ class FileStoreImpl final : public FileStore {
         if (files.status().code() != Code::not_found && first_error.ok()) first_error = files.status();
         continue;
       }
+      const std::int64_t now = m_env->now_ns();
       for (const auto& f : *files) {
         if (f.type == DirEntry::Type::directory) continue;
-        Status st = m_env->unlink(join_path(shard_dir(idx), f.name));
-        if (!st.ok() && st.code() != Code::not_found && first_error.ok()) first_error = st;
+        const std::string path = join_path(shard_dir(idx), f.name);
+        if (std::string_view(f.name).starts_with(k_temp_prefix) ||
+            std::string_view(f.name).starts_with(k_quarantine_prefix)) {
+          // Another process's put or removal in flight: only stale ones go.
+          auto info = m_env->lstat(path);
+          if (info.ok() && now - info->mtime_ns > m_opt.stale_temp_ns) m_env->unlink(path).ignore();
+          continue;
+        }
+        // Each entry leaves through take_out, which charges exactly what it
+        // removed: a put racing the clear is accounted, not zeroed away.
+        auto removed = take_out(idx, path);
+        if (!removed.ok() && first_error.ok()) first_error = removed.status();
       }
-      reconcile_shard(idx, 0, 0);
     }
     return first_error;
   }
 
   Result<std::uint64_t> count() override {
     PROGCACHE_TRY(check_open());
-    return clamp0(atomic_load(m_acct->total_count));
+    return clamp0(total_count());
   }
 
   Result<std::uint64_t> size_bytes() override {
     PROGCACHE_TRY(check_open());
-    return clamp0(atomic_load(m_acct->total_bytes));
+    return clamp0(total_bytes());
   }
 
   StoreStats stats() override {
@@ -274,8 +274,8 @@ class FileStoreImpl final : public FileStore {
     s.errors = m_errors.load();
     std::lock_guard lock(m_close_mu);
     if (m_acct != nullptr) {
-      s.bytes_stored = clamp0(atomic_load(m_acct->total_bytes));
-      s.entries = clamp0(atomic_load(m_acct->total_count));
+      s.bytes_stored = clamp0(total_bytes());
+      s.entries = clamp0(total_count());
     }
     return s;
   }
@@ -291,8 +291,8 @@ class FileStoreImpl final : public FileStore {
     s.corrupt_dropped = clamp0(atomic_load(m_acct->corrupt));
     s.rejected = clamp0(atomic_load(m_acct->rejected));
     s.errors = clamp0(atomic_load(m_acct->errors));
-    s.bytes_stored = clamp0(atomic_load(m_acct->total_bytes));
-    s.entries = clamp0(atomic_load(m_acct->total_count));
+    s.bytes_stored = clamp0(total_bytes());
+    s.entries = clamp0(total_count());
     return s;
   }
 
@@ -327,7 +327,7 @@ class FileStoreImpl final : public FileStore {
     std::vector<FileEntryInfo> out;
     for (int idx = 0; idx < k_shards; ++idx) {
       if (progress) progress(idx, k_shards);
-      auto files = scan_shard(idx, /*reconcile=*/false);
+      auto files = scan_shard(idx, Reconcile::no);
       if (!files.ok()) return files.status();
       for (auto& f : *files) {
         FileEntryInfo e;
@@ -436,7 +436,7 @@ class FileStoreImpl final : public FileStore {
     std::vector<Item> items;
     for (int idx = 0; idx < k_shards; ++idx) {
       if (progress) progress(idx, 2 * k_shards);
-      auto files = scan_shard(idx, /*reconcile=*/true);
+      auto files = scan_shard(idx, Reconcile::gross);
       if (!files.ok()) return files.status();
       for (auto& f : *files) items.push_back({idx, std::move(f)});
     }
@@ -661,9 +661,37 @@ class FileStoreImpl final : public FileStore {
   // file is first moved aside atomically; if what was moved turns out to be a
   // newer file (another process replaced the entry meanwhile) it is moved
   // back, unless an even newer one has appeared, which then wins.
+  // Moves whatever is at `path` out under a unique quarantine name (ours
+  // alone), measures it, removes it and charges exactly that. false when
+  // nothing was there.
+  Result<bool> take_out(int idx, const std::string& path) {
+    const std::string q = quarantine_path(idx);
+    Status st = m_env->rename(path, q);
+    if (!st.ok()) {
+      if (st.code() == Code::not_found) return false;
+      return st;
+    }
+    auto moved = m_env->lstat(q);
+    if (moved.ok() && moved->is_regular()) charge(idx, -static_cast<std::int64_t>(moved->size), -1);
+    Status unlinked = m_env->unlink(q);
+    if (!unlinked.ok() && moved.ok() && moved->is_regular()) {
+      // Could not delete it: put it back, counted again, rather than leave
+      // it hidden under a quarantine name.
+      if (m_env->rename_noreplace(q, path).ok()) charge(idx, static_cast<std::int64_t>(moved->size), 1);
+      return unlinked;
+    }
+    return true;
+  }
+
+  std::string quarantine_path(int idx) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    return join_path(shard_dir(idx), std::string(k_quarantine_prefix) + std::to_string(::getpid()) + "." +
+                                         std::to_string(m_temp_counter.fetch_add(1)) + "." +
+                                         std::to_string(rng() & 0xffffffffu));
+  }
+
   Result<bool> remove_if_same(int idx, const std::string& path, const FileInfo& expected) {
-    const std::string q = join_path(shard_dir(idx), std::string(k_quarantine_prefix) + std::to_string(::getpid()) +
-                                                        "." + std::to_string(m_temp_counter.fetch_add(1)));
+    const std::string q = quarantine_path(idx);
     Status st = m_env->rename(path, q);
     if (!st.ok()) {
       if (st.code() == Code::not_found) return false;
@@ -678,35 +706,71 @@ class FileStoreImpl final : public FileStore {
       if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
       return unlinked;
     }
-    if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
+    // Not the file the caller meant (a newer entry took its place): put it
+    // back. If yet another entry is there now, this one is removed, and
+    // charged, as take_out would.
+    if (!m_env->rename_noreplace(q, path).ok()) {
+      if (moved.ok() && moved->is_regular() && m_env->unlink(q).ok()) {
+        charge(idx, -static_cast<std::int64_t>(moved->size), -1);
+      }
+    }
     return false;
   }
 
   void charge(int idx, std::int64_t dbytes, std::int64_t dcount) {
     atomic_add(m_acct->shards[idx].bytes, dbytes);
     atomic_add(m_acct->shards[idx].count, dcount);
-    atomic_add(m_acct->total_bytes, dbytes);
-    atomic_add(m_acct->total_count, dcount);
   }
 
-  // Sets shard idx's counters to the truth found by a scan, moving the
-  // totals by the same difference so total == sum of shards stays true.
+  // The totals are the sums of the shard counters, computed when read (256
+  // loads): no second copy exists to drift from them, and a damaged shard
+  // counter is repaired by the next scan of that shard.
+  [[nodiscard]] std::int64_t total_bytes() const {
+    std::int64_t sum = 0;
+    for (auto& s : m_acct->shards) sum += std::max<std::int64_t>(0, atomic_load(s.bytes));
+    return sum;
+  }
+  [[nodiscard]] std::int64_t total_count() const {
+    std::int64_t sum = 0;
+    for (auto& s : m_acct->shards) sum += std::max<std::int64_t>(0, atomic_load(s.count));
+    return sum;
+  }
+
+  // Sets shard idx's counters to the truth found by a scan.
   void reconcile_shard(int idx, std::int64_t bytes, std::int64_t count) {
-    const std::int64_t old_b = atomic_exchange(m_acct->shards[idx].bytes, bytes);
-    const std::int64_t old_c = atomic_exchange(m_acct->shards[idx].count, count);
-    atomic_add(m_acct->total_bytes, bytes - old_b);
-    atomic_add(m_acct->total_count, count - old_c);
+    atomic_exchange(m_acct->shards[idx].bytes, bytes);
+    atomic_exchange(m_acct->shards[idx].count, count);
+  }
+
+  // When a scan resets a shard's counters to what it found.
+  enum class Reconcile {
+    no,
+    // Only when they are far off (damaged, or drifted by crashes): a scan
+    // racing puts and removals in the same shard would otherwise trade
+    // exact counters for a listing that missed an operation.
+    gross,
+    yes,
+  };
+
+  static bool grossly_off(std::int64_t counted_bytes, std::int64_t counted, std::int64_t bytes, std::int64_t count) {
+    return counted_bytes < 0 || counted < 0 || std::abs(counted - count) > 8 + count / 4 ||
+           std::abs(counted_bytes - bytes) > bytes / 4 + (std::int64_t{4} << 20);
   }
 
   // Lists shard idx's entry files (lstat'ed), sweeping stale temps on the
-  // way; with reconcile, resets the shard's counters to what it found.
-  Result<std::vector<ScannedFile>> scan_shard(int idx, bool reconcile) {
+  // way, and reconciles the shard's counters as `reconcile` says.
+  Result<std::vector<ScannedFile>> scan_shard(int idx, Reconcile reconcile) {
     std::vector<ScannedFile> out;
     const std::string dir = shard_dir(idx);
     auto files = m_env->list_dir(dir);
     if (!files.ok()) {
       if (files.status().code() == Code::not_found) {
-        if (reconcile && m_acct != nullptr) reconcile_shard(idx, 0, 0);
+        if (m_acct != nullptr &&
+            (reconcile == Reconcile::yes ||
+             (reconcile == Reconcile::gross &&
+              grossly_off(atomic_load(m_acct->shards[idx].bytes), atomic_load(m_acct->shards[idx].count), 0, 0)))) {
+          reconcile_shard(idx, 0, 0);
+        }
         return out;
       }
       return files.status();
@@ -727,17 +791,23 @@ class FileStoreImpl final : public FileStore {
       bytes += static_cast<std::int64_t>(info->size);
       out.push_back({std::move(f.name), *info});
     }
-    if (reconcile && m_acct != nullptr) reconcile_shard(idx, bytes, static_cast<std::int64_t>(out.size()));
+    const auto count = static_cast<std::int64_t>(out.size());
+    if (m_acct != nullptr &&
+        (reconcile == Reconcile::yes ||
+         (reconcile == Reconcile::gross && grossly_off(atomic_load(m_acct->shards[idx].bytes),
+                                                       atomic_load(m_acct->shards[idx].count), bytes, count)))) {
+      reconcile_shard(idx, bytes, count);
+    }
     return out;
   }
 
   [[nodiscard]] bool over(double fraction) const {
     if (m_opt.max_size_bytes &&
-        static_cast<double>(atomic_load(m_acct->total_bytes)) > fraction * static_cast<double>(*m_opt.max_size_bytes)) {
+        static_cast<double>(total_bytes()) > fraction * static_cast<double>(*m_opt.max_size_bytes)) {
       return true;
     }
     return m_opt.max_entries &&
-           static_cast<double>(atomic_load(m_acct->total_count)) > fraction * static_cast<double>(*m_opt.max_entries);
+           static_cast<double>(total_count()) > fraction * static_cast<double>(*m_opt.max_entries);
   }
 
   void maybe_trim() {
@@ -779,7 +849,7 @@ class FileStoreImpl final : public FileStore {
       }
       if (best < 0) break;
       visited[best] = true;
-      auto files = scan_shard(best, /*reconcile=*/true);
+      auto files = scan_shard(best, Reconcile::gross);
       if (!files.ok() || files->empty()) continue;
       std::sort(files->begin(), files->end(),
                 [](const ScannedFile& a, const ScannedFile& b) { return last_used(a.info) < last_used(b.info); });
@@ -798,8 +868,8 @@ class FileStoreImpl final : public FileStore {
   }
 
   [[nodiscard]] bool over_entries_more() const {
-    const double b = static_cast<double>(atomic_load(m_acct->total_bytes)) / static_cast<double>(*m_opt.max_size_bytes);
-    const double c = static_cast<double>(atomic_load(m_acct->total_count)) / static_cast<double>(*m_opt.max_entries);
+    const double b = static_cast<double>(total_bytes()) / static_cast<double>(*m_opt.max_size_bytes);
+    const double c = static_cast<double>(total_count()) / static_cast<double>(*m_opt.max_entries);
     return c > b;
   }
 
@@ -908,7 +978,7 @@ class FileStoreImpl final : public FileStore {
     // New or damaged: rebuild from the files, then publish the magic last so
     // a crash part-way leaves the next opener to rebuild again.
     std::memset(static_cast<void*>(m_acct), 0, sizeof(Accounting));
-    for (int idx = 0; idx < k_shards; ++idx) PROGCACHE_TRY(scan_shard(idx, /*reconcile=*/true).status());
+    for (int idx = 0; idx < k_shards; ++idx) PROGCACHE_TRY(scan_shard(idx, Reconcile::yes).status());
     atomic_exchange(m_acct->version, static_cast<std::int64_t>(k_acct_version));
     atomic_exchange(m_acct->magic, static_cast<std::int64_t>(k_acct_magic));
     return {};

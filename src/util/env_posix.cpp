@@ -39,9 +39,25 @@ Status write_file_atomic(Env* env, const std::string& path, const std::string& t
       replaced->reset();
       st = env->rename_noreplace(temp_path, path);
       if (st.code() == Code::failed_precondition) {  // the path exists: replace it
-        auto old = env->lstat(path);
-        if (old.ok()) *replaced = *old;
-        st = env->rename(temp_path, path);
+        // Exchange, so the replaced file lands under our temp name, ours
+        // alone: what it held is measured exactly, never guessed from an
+        // lstat another writer may have outdated. Readers see the old entry
+        // or the new one throughout.
+        Status ex = env->rename_exchange(temp_path, path);
+        if (ex.ok()) {
+          auto old = env->lstat(temp_path);
+          *replaced = old.ok() ? *old : FileInfo{};
+          env->unlink(temp_path).ignore();  // a leftover is a stale temp, swept later
+          st = Status();
+        } else if (ex.code() == Code::not_found) {
+          st = env->rename(temp_path, path);  // the old entry went meanwhile: nothing replaced
+        } else if (ex.code() == Code::unavailable) {
+          auto old = env->lstat(path);  // no exchange on this filesystem: the lstat is a best guess
+          if (old.ok()) *replaced = *old;
+          st = env->rename(temp_path, path);
+        } else {
+          st = ex;
+        }
       }
     }
   }
@@ -182,6 +198,16 @@ class PosixEnv final : public Env {
     if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0) {
       if (errno == EEXIST) return failed_precondition("rename target exists '" + to + "'");
       return errno_status(errno, "rename", from + "' -> '" + to);
+    }
+    return {};
+  }
+
+  Status rename_exchange(const std::string& a, const std::string& b) override {
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
+      if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+        return Status(Code::unavailable, "this filesystem cannot exchange names ('" + b + "')");
+      }
+      return errno_status(errno, "rename (exchange)", a + "' <-> '" + b);
     }
     return {};
   }

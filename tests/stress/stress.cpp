@@ -200,14 +200,31 @@ int main(int argc, char** argv) {
     auto store = pc::FileStore::open({.root = c.dir, .max_size_bytes = c.cap});
     const auto st = (*store)->host_stats();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // What the user sees: the bytes of entry files on disk, against the cap,
+    // and against what the accounting claims.
+    const auto [disk_files, disk_bytes] = files_on_disk(c.dir);
+    const bool over_cap = disk_bytes > c.cap;
+    const bool lies = st.bytes_stored != disk_bytes || st.entries != disk_files;
+    if (over_cap || lies || st.corrupt_dropped != 0) {
+      std::fprintf(stderr, "stress: disk holds %llu entries / %llu bytes (cap %llu); accounting says %llu / %llu; "
+                   "corrupt entries dropped: %llu\n",
+                   static_cast<unsigned long long>(disk_files), static_cast<unsigned long long>(disk_bytes),
+                   static_cast<unsigned long long>(c.cap), static_cast<unsigned long long>(st.entries),
+                   static_cast<unsigned long long>(st.bytes_stored),
+                   static_cast<unsigned long long>(st.corrupt_dropped));
+    }
     std::printf("stress: procs=%d ops=%llu errors=%llu bad_reads=%llu hits=%llu puts=%llu erases=%llu evictions=%llu "
-                "bytes=%llu cap=%llu seconds=%.1f\n",
+                "disk_bytes=%llu bytes=%llu cap=%llu seconds=%.1f\n",
                 c.procs, static_cast<unsigned long long>(sh->ops.load()),
                 static_cast<unsigned long long>(sh->errors.load()), static_cast<unsigned long long>(sh->bad_reads.load()),
                 static_cast<unsigned long long>(sh->hits.load()), static_cast<unsigned long long>(sh->puts.load()),
                 static_cast<unsigned long long>(sh->erases.load()), static_cast<unsigned long long>(st.evictions),
-                static_cast<unsigned long long>(st.bytes_stored), static_cast<unsigned long long>(c.cap), secs);
-    return (sh->bad_reads.load() != 0 || sh->errors.load() != 0 || failed_workers != 0) ? 1 : 0;
+                static_cast<unsigned long long>(disk_bytes), static_cast<unsigned long long>(st.bytes_stored),
+                static_cast<unsigned long long>(c.cap), secs);
+    return (sh->bad_reads.load() != 0 || sh->errors.load() != 0 || failed_workers != 0 || over_cap || lies ||
+            st.corrupt_dropped != 0)
+               ? 1
+               : 0;
   }
 
   // Crash mode: workers run until killed.

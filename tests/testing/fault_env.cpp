@@ -6,7 +6,7 @@ const char* op_name(Op op) {
   static const char* k_names[] = {"open_read", "open_create", "open_rw", "close", "pread", "write", "fsync",
                                   "ftruncate", "fstat", "set_atime", "fchmod", "lstat", "stat", "rename",
                                   "rename_noreplace", "unlink", "mkdir", "chmod", "list_dir", "fsync_dir",
-                                  "lock", "map_shared", "allocate"};
+                                  "lock", "map_shared", "allocate", "rename_exchange"};
   return k_names[static_cast<int>(op)];
 }
 
@@ -98,6 +98,10 @@ Status FaultEnv::rename(const std::string& from, const std::string& to) {
 Status FaultEnv::rename_noreplace(const std::string& from, const std::string& to) {
   PROGCACHE_FAULT(Op::rename_noreplace, "rename");
   return m_base->rename_noreplace(from, to);
+}
+Status FaultEnv::rename_exchange(const std::string& a, const std::string& b) {
+  PROGCACHE_FAULT(Op::rename_exchange, "rename");
+  return m_base->rename_exchange(a, b);
 }
 Status FaultEnv::unlink(const std::string& path) {
   PROGCACHE_FAULT(Op::unlink, "unlink");

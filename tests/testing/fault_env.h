@@ -15,7 +15,7 @@ namespace progcache::testing {
 enum class Op {
   open_read, open_create, open_rw, close, pread, write, fsync, ftruncate, fstat, set_atime, fchmod,
   lstat, stat, rename, rename_noreplace, unlink, mkdir, chmod, list_dir, fsync_dir, lock, map_shared,
-  allocate, count_
+  allocate, rename_exchange, count_
 };
 const char* op_name(Op op);
 
@@ -49,6 +49,7 @@ class FaultEnv final : public Env {
   Result<FileInfo> stat(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
   Status rename_noreplace(const std::string& from, const std::string& to) override;
+  Status rename_exchange(const std::string& a, const std::string& b) override;
   Status unlink(const std::string& path) override;
   Status mkdir(const std::string& path, std::uint32_t perms) override;
   Status chmod(const std::string& path, std::uint32_t perms) override;
