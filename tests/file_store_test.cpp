@@ -146,6 +146,18 @@ TEST_F(FileStoreTest, DamagedCounterHealsAndNeverEvictsEverything) {
   EXPECT_EQ(s->stats().evictions, 0u);
 }
 
+TEST_F(FileStoreTest, TruncatedAccountingFileIsRebuiltNotTrustedAsZeros) {
+  {
+    auto s = open_store();
+    for (int i = 0; i < 30; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry(std::string(500, 't'))).ok());
+  }
+  // Cut after the magic and version words: they still look valid.
+  ASSERT_EQ(::truncate((m_tmp.sub("cache") + "/v1/accounting").c_str(), 16), 0);
+  auto s = open_store();
+  EXPECT_EQ(*s->count(), 30u);
+  EXPECT_EQ(*s->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
+}
+
 TEST_F(FileStoreTest, AccountingEqualsTheDiskAfterRacingReplacementsAndRemovals) {
   // Replacing puts and erases of the same keys from several threads (each
   // with its own store object, as separate processes would have): every

@@ -153,11 +153,17 @@ class CubinCache:
         if found is None:
             return None
         meta_json, artifacts = found
-        meta = json.loads(meta_json)
-        arts = dict(artifacts)
-        if meta.get("fn_id") != key.fn_id or "ptx" not in arts:
+        # The entry is on disk, maybe written by someone else: anything not of
+        # the shape put() writes is a miss, never an exception.
+        try:
+            meta = json.loads(meta_json)
+            arts = dict(artifacts)
+            if not isinstance(meta, dict) or meta.get("fn_id") != key.fn_id or "ptx" not in arts:
+                return None
+            ptx = arts["ptx"].decode("utf-8")
+        except (ValueError, TypeError):
             return None
-        e = CacheEntry(key, arts["ptx"].decode("utf-8"), arts.get("cubin"), meta.get("metadata", {}))
+        e = CacheEntry(key, ptx, arts.get("cubin"), meta.get("metadata", {}))
         with self._lock:
             self._memory[h] = e
         return e
@@ -257,7 +263,13 @@ class KernelCache:
         if found is None:
             return None
         meta_json, artifacts = found
-        return CachedKernel(dict(artifacts), json.loads(meta_json), True, key)
+        try:
+            meta = json.loads(meta_json)
+        except ValueError:
+            return None  # not what cached() writes: a miss, never an exception
+        if not isinstance(meta, dict):
+            return None
+        return CachedKernel(dict(artifacts), meta, True, key)
 
     def cached(self, func: Callable, *args: Any, target: str = "auto", build: Optional[Callable] = None,
                **kwargs: Any) -> CachedKernel:

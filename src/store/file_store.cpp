@@ -971,7 +971,10 @@ class FileStoreImpl final : public FileStore {
     }
     PROGCACHE_ASSIGN_OR_RETURN(void* p, m_env->map_shared(m_acct_fd, k_acct_size));
     m_acct = static_cast<Accounting*>(p);
-    if (atomic_load(m_acct->magic) == static_cast<std::int64_t>(k_acct_magic) &&
+    // A file shorter than the layout was truncated (or is new): whatever
+    // its first words say, the counters past the cut are zeros, not truth.
+    const bool truncated = info.size < k_acct_size;
+    if (!truncated && atomic_load(m_acct->magic) == static_cast<std::int64_t>(k_acct_magic) &&
         atomic_load(m_acct->version) == static_cast<std::int64_t>(k_acct_version)) {
       return {};
     }
