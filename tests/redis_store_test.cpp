@@ -4,7 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -232,6 +240,20 @@ TEST(RedisStore, DeadOrPausedServerTripsTheBreakerAndNeverStallsPastTheTimeout) 
   EXPECT_EQ((*s->get_bytes(make_key(2)))->view(), "after");
 }
 
+TEST(RedisStore, MissingPasswordIsAnAuthenticationErrorNotCorruption) {
+  REQUIRE_REDIS();
+  RedisServer server({"--requirepass", "right-password"});
+  ASSERT_TRUE(server.running());
+  auto none = redis({"redis://127.0.0.1:" + std::to_string(server.port())});
+  auto r = none->get(make_key(1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::permission_denied) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("authentication failed"), std::string::npos) << r.status().message();
+  Status put = none->put(make_key(1), make_entry("x"));
+  EXPECT_NE(put.message().find("authentication failed"), std::string::npos) << put.message();
+  EXPECT_EQ(none->stats().corrupt_dropped, 0u);
+}
+
 TEST(RedisStore, WrongPasswordIsAClearErrorWithoutThePassword) {
   REQUIRE_REDIS();
   RedisServer server({"--requirepass", "right-password"});
@@ -244,6 +266,158 @@ TEST(RedisStore, WrongPasswordIsAClearErrorWithoutThePassword) {
   auto right = redis({"redis://:right-password@127.0.0.1:" + std::to_string(server.port())});
   ASSERT_TRUE(right->put(make_key(1), make_entry("authed")).ok());
   EXPECT_EQ((*right->get_bytes(make_key(1)))->view(), "authed");
+}
+
+
+// A server on a loopback port that speaks just enough RESP to misbehave:
+// each connection runs `serve(fd, stop)` on its own thread. For the faults a
+// real redis-server cannot be made to show (a trickled reply, a cursor that
+// never ends, a value of any claimed size).
+class MisbehavingServer {
+ public:
+  using Serve = std::function<void(int fd, const std::atomic<bool>& stop)>;
+  explicit MisbehavingServer(Serve serve) : m_serve(std::move(serve)) {
+    m_listen = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (::bind(m_listen, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(m_listen, 16) != 0 ||
+        ::getsockname(m_listen, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on loopback";
+      return;
+    }
+    m_port = ntohs(a.sin_port);
+    m_accept = std::thread([this] {
+      while (!m_stop) {
+        pollfd p{m_listen, POLLIN, 0};
+        if (::poll(&p, 1, 20) <= 0) continue;
+        const int fd = ::accept(m_listen, nullptr, nullptr);
+        if (fd < 0) continue;
+        m_conns.emplace_back([this, fd] {
+          m_serve(fd, m_stop);
+          ::close(fd);
+        });
+      }
+    });
+  }
+  ~MisbehavingServer() {
+    m_stop = true;
+    if (m_accept.joinable()) m_accept.join();
+    for (auto& t : m_conns) t.join();
+    ::close(m_listen);
+  }
+  [[nodiscard]] std::string url(const std::string& query) const {
+    return "redis://127.0.0.1:" + std::to_string(m_port) + "?" + query;
+  }
+
+  // Waits for the next request's bytes (their content does not matter here).
+  static bool next_request(int fd, const std::atomic<bool>& stop) {
+    char buf[65536];
+    while (!stop) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      return ::recv(fd, buf, sizeof(buf), 0) > 0;
+    }
+    return false;
+  }
+  // Sends `reply` one byte every `gap`, until done, stopped, or the peer leaves.
+  static void trickle(int fd, const std::atomic<bool>& stop, const std::string& reply, std::chrono::milliseconds gap) {
+    for (char ch : reply) {
+      if (stop || ::send(fd, &ch, 1, MSG_NOSIGNAL) != 1) return;
+      std::this_thread::sleep_for(gap);
+    }
+  }
+
+ private:
+  Serve m_serve;
+  int m_listen = -1;
+  int m_port = 0;
+  std::atomic<bool> m_stop{false};
+  std::thread m_accept;
+  std::vector<std::thread> m_conns;  // touched only by the accept thread until it is joined
+};
+
+// Every reply a 200-byte value sent a byte per 50 ms: 10 s in all.
+void trickle_every_reply(int fd, const std::atomic<bool>& stop) {
+  while (MisbehavingServer::next_request(fd, stop)) {
+    MisbehavingServer::trickle(fd, stop, "$200\r\n" + std::string(200, 'x') + "\r\n", std::chrono::milliseconds(50));
+  }
+}
+
+TEST(RedisDeadline, ATrickledReplyCostsAtMostTheCallTimeout) {
+  MisbehavingServer server(trickle_every_reply);
+  auto s = redis({server.url("timeout=200")});
+  for (int i = 0; i < 2; ++i) {  // a fresh connection, then (after the discard) another
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = s->get(make_key(1));
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::deadline_exceeded) << r.status().to_string();
+    // The whole reply would take 10 s; the call ends at its 200 ms deadline
+    // (the bound here is loose only for a loaded machine).
+    EXPECT_LT(waited, std::chrono::seconds(3)) << "a trickling server held the call past its deadline";
+  }
+  EXPECT_EQ(s->remote_stats().timeouts, 2u);
+  EXPECT_EQ(s->stats().corrupt_dropped, 0u);
+}
+
+TEST(RedisDeadline, CloseIsBoundedWhenTheRemoteTricklesItsAnswerToSet) {
+  MisbehavingServer server(trickle_every_reply);
+  testing::TempDir tmp;
+  TieredStoreOptions o;
+  o.disk = std::move(*FileStore::open({.root = tmp.sub("d")}));
+  o.remote = std::move(*make_redis_store({.urls = {server.url("timeout=200")}, .breaker_failures = 100}));
+  o.flush_timeout = std::chrono::milliseconds(300);
+  auto t = make_tiered_store(std::move(o));
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(t->put(make_key(i), make_entry("v")).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(t->close().code(), Code::deadline_exceeded);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  // flush 300 ms + the SET in flight 200 ms; 20 trickled SETs would take minutes.
+  EXPECT_LT(waited, std::chrono::seconds(3)) << "close() waited on a stalled remote put";
+  // Nothing lost locally, and every queued put is accounted for.
+  auto rs = t->remote_stats();
+  EXPECT_EQ(rs->dropped + t->tier_stats().back().stats.errors, 20u);
+}
+
+TEST(RedisDeadline, AScanCursorThatNeverEndsIsBoundedByTheAdminTimeout) {
+  MisbehavingServer server([](int fd, const std::atomic<bool>& stop) {
+    // Every SCAN answers "cursor 1, no keys": a walk that never ends.
+    const std::string reply = "*2\r\n$1\r\n1\r\n*0\r\n";
+    while (MisbehavingServer::next_request(fd, stop)) {
+      if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) return;
+    }
+  });
+  auto s = redis({server.url("timeout=200")}, {.breaker_failures = 1000000, .admin_timeout = std::chrono::milliseconds(300)});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto n = s->count();
+  auto bytes = s->size_bytes();
+  Status cleared = s->clear();
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(n.status().code(), Code::deadline_exceeded) << n.status().to_string();
+  EXPECT_EQ(bytes.status().code(), Code::deadline_exceeded);
+  EXPECT_EQ(cleared.code(), Code::deadline_exceeded);
+  EXPECT_LT(waited, std::chrono::seconds(5));
+}
+
+TEST(RedisDeadline, AnOversizedValueIsAbandonedNotBuffered) {
+  MisbehavingServer server([](int fd, const std::atomic<bool>& stop) {
+    // Claims a 1 GiB value and streams it as fast as the client reads.
+    if (!MisbehavingServer::next_request(fd, stop)) return;
+    const std::string head = "$1073741824\r\n";
+    if (::send(fd, head.data(), head.size(), MSG_NOSIGNAL) < 0) return;
+    const std::string chunk(65536, 'x');
+    while (!stop && ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) {
+    }
+  });
+  auto s = redis({server.url("timeout=5000")}, {.max_value_bytes = 1 << 20});
+  auto r = s->get(make_key(1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::resource_exhausted) << r.status().to_string();
+  // A put of a value over the limit is refused before anything is sent.
+  Status big = s->put(make_key(2), make_entry(std::string(2 << 20, 'y')));
+  EXPECT_EQ(big.code(), Code::resource_exhausted);
 }
 
 // ------------------------------------------------------------ tiered

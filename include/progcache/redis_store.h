@@ -5,7 +5,11 @@
 //   redis://[user:password@]host[:port][/db]?prefix=P&ttl=S&connect_timeout=MS&timeout=MS
 //   redis+unix:///path/to/socket[?db=N&prefix=...]
 // Defaults: port 6379, db 0, prefix "progcache:", no TTL, connect timeout
-// 200 ms, command timeout 100 ms. Several URLs split the keyspace by
+// 200 ms, call timeout 100 ms. `timeout` is a total deadline for one call
+// (connecting when needed, sending, and reading the whole reply), not a
+// bound on each socket read: a server that trickles its answer a byte at a
+// time still costs at most `timeout`. Walks over the keyspace (count,
+// size_bytes, clear) are bounded as a whole by `admin_timeout`. Several URLs split the keyspace by
 // rendezvous hashing: adding a server moves only its share of keys, and losing
 // one loses only its share.
 //
@@ -61,6 +65,11 @@ struct RedisStoreOptions {
   int breaker_failures = 3;
   std::chrono::milliseconds breaker_backoff{5000};
   int max_idle_connections = 8;  // per server
+  // Largest value sent or accepted; a bigger reply is abandoned part-way
+  // (resource_exhausted) instead of being buffered whole. Default 256 MiB.
+  std::size_t max_value_bytes = std::size_t{256} << 20;
+  // Total deadline of a walk over the keyspace (count, size_bytes, clear).
+  std::chrono::milliseconds admin_timeout{30000};
 };
 
 // Per-server counters, beyond StoreStats.

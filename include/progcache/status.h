@@ -72,6 +72,9 @@ inline Status internal_error(std::string msg) { return {Code::internal, std::mov
 inline Status permission_denied(std::string msg) { return {Code::permission_denied, std::move(msg)}; }
 inline Status unavailable(std::string msg) { return {Code::unavailable, std::move(msg)}; }
 inline Status failed_precondition(std::string msg) { return {Code::failed_precondition, std::move(msg)}; }
+inline Status deadline_exceeded(std::string msg) { return {Code::deadline_exceeded, std::move(msg)}; }
+inline Status resource_exhausted(std::string msg) { return {Code::resource_exhausted, std::move(msg)}; }
+inline Status compile_error(std::string msg) { return {Code::compile_error, std::move(msg)}; }
 
 // A value of type T, or the Status explaining why there is none.
 template <typename T>

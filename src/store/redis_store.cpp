@@ -2,11 +2,19 @@
 
 #include <hiredis/hiredis.h>
 
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "progcache/hash.h"
 
@@ -156,9 +164,13 @@ namespace {
 
 struct Reply {
   redisReply* r = nullptr;
+  Reply() = default;
+  Reply(Reply&& o) noexcept : r(std::exchange(o.r, nullptr)) {}
+  Reply& operator=(Reply&&) = delete;
   ~Reply() {
     if (r != nullptr) freeReplyObject(r);
   }
+  redisReply* operator->() const { return r; }
 };
 
 timeval to_timeval(std::chrono::milliseconds ms) {
@@ -168,11 +180,90 @@ timeval to_timeval(std::chrono::milliseconds ms) {
   return tv;
 }
 
+using Clock = std::chrono::steady_clock;
+
+int millis_until(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
+}
+
+// One connection, driven without blocking: every command it runs must finish
+// by the deadline of the call it serves, however the server trickles bytes.
+// hiredis's blocking mode bounds each read, not the call, so the socket is
+// non-blocking and this class waits with poll() for what is left of the
+// deadline. Any failure leaves the connection marked broken (c->err), and
+// the pool discards it: a half-read reply must never meet the next command.
+class Conn {
+ public:
+  Conn(redisContext* c, const RedisUrl& url, Clock::time_point deadline, std::size_t max_reply)
+      : m_c(c), m_url(url), m_deadline(deadline), m_max_reply(max_reply) {}
+
+  // Sends one command (each argument binary-safe) and reads its reply.
+  Result<Reply> exec(std::initializer_list<std::string_view> args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (auto a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    const std::string what(*args.begin());
+    if (redisAppendCommandArgv(m_c, static_cast<int>(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+      return broken(Code::unavailable, what + ": cannot format the command");
+    }
+    for (int done = 0; done == 0;) {
+      PROGCACHE_TRY(wait_for(POLLOUT, what));
+      if (redisBufferWrite(m_c, &done) != REDIS_OK) return classify(what);
+    }
+    Reply reply;
+    void* r = nullptr;
+    while (true) {
+      if (redisGetReplyFromReader(m_c, &r) != REDIS_OK) return classify(what);
+      if (r != nullptr) break;
+      if (m_c->reader->len > m_max_reply) {
+        return broken(Code::resource_exhausted,
+                      what + ": reply larger than the " + std::to_string(m_max_reply) + "-byte limit for one value");
+      }
+      PROGCACHE_TRY(wait_for(POLLIN, what));
+      if (redisBufferRead(m_c) != REDIS_OK) return classify(what);
+    }
+    reply.r = static_cast<redisReply*>(r);
+    return reply;
+  }
+
+  Status classify(const std::string& what) const {
+    const std::string msg = "remote " + m_url.redacted() + ": " + what + ": " + m_c->errstr;
+    return m_c->err == REDIS_ERR_EOF || m_c->err == REDIS_ERR_IO ? unavailable(msg) : Status(Code::data_loss, msg);
+  }
+
+ private:
+  Status wait_for(short events, const std::string& what) {
+    while (true) {
+      const int left = millis_until(m_deadline);
+      if (left == 0) return broken(Code::deadline_exceeded, what + ": no complete answer within the deadline");
+      pollfd p{m_c->fd, events, 0};
+      const int n = ::poll(&p, 1, left);
+      if (n > 0) return {};
+      if (n < 0 && errno != EINTR) return broken(Code::unavailable, what + ": poll: " + std::strerror(errno));
+    }
+  }
+
+  Status broken(Code code, const std::string& why) {
+    m_c->err = REDIS_ERR_IO;
+    std::snprintf(m_c->errstr, sizeof(m_c->errstr), "%s", why.c_str());
+    return Status(code, "remote " + m_url.redacted() + ": " + why);
+  }
+
+  redisContext* m_c;
+  const RedisUrl& m_url;
+  Clock::time_point m_deadline;
+  std::size_t m_max_reply;
+};
+
 // One Redis server: its URL, a pool of idle connections, a circuit breaker.
 class Server {
  public:
-  Server(RedisUrl url, int max_idle, int breaker_failures, std::chrono::milliseconds backoff)
-      : m_url(std::move(url)), m_max_idle(max_idle), m_breaker_failures(breaker_failures), m_backoff(backoff) {
+  Server(RedisUrl url, std::size_t max_reply, int max_idle, int breaker_failures, std::chrono::milliseconds backoff)
+      : m_url(std::move(url)), m_max_reply(max_reply), m_max_idle(max_idle), m_breaker_failures(breaker_failures), m_backoff(backoff) {
     m_id_hash = xxh3_64(m_url.redacted());
   }
   ~Server() {
@@ -182,19 +273,21 @@ class Server {
   const RedisUrl& url() const { return m_url; }
   std::uint64_t id_hash() const { return m_id_hash; }
 
-  // Runs `fn(context)` on a pooled connection. `fn` returns a Status; a
-  // connection whose context reports an error is discarded.
+  // Runs `fn(conn)` on a pooled connection; every command `fn` sends must
+  // be answered by `deadline`, the connect (when the pool is empty)
+  // included. A connection that failed is discarded, never pooled.
   template <typename Fn>
-  Status with_connection(Fn&& fn, RemoteStats& stats, std::mutex& stats_mu) {
+  Status with_connection(Clock::time_point deadline, Fn&& fn, RemoteStats& stats, std::mutex& stats_mu) {
     if (!breaker_allows()) {
       std::lock_guard l(stats_mu);
       ++stats.skipped;
       return unavailable("remote " + m_url.redacted() + " skipped: circuit breaker open after repeated failures");
     }
     redisContext* c = nullptr;
-    Status st = acquire(&c);
+    Status st = acquire(deadline, &c);
     if (st.ok()) {
-      st = fn(c);
+      Conn conn(c, m_url, deadline, m_max_reply);
+      st = fn(conn);
       if (c->err != 0) {
         redisFree(c);
         c = nullptr;
@@ -204,6 +297,9 @@ class Server {
     record(st, stats, stats_mu);
     return st;
   }
+
+  // The deadline of one call made now.
+  [[nodiscard]] Clock::time_point call_deadline() const { return Clock::now() + m_url.timeout; }
 
  private:
   bool breaker_allows() {
@@ -218,7 +314,10 @@ class Server {
   }
 
   void record(const Status& st, RemoteStats& stats, std::mutex& stats_mu) {
-    const bool infra = !st.ok() && (st.code() == Code::unavailable || st.code() == Code::deadline_exceeded);
+    // Outages, timeouts and refused credentials all open the breaker: each
+    // would otherwise cost every call the same wait or the same refusal.
+    const bool infra = !st.ok() && (st.code() == Code::unavailable || st.code() == Code::deadline_exceeded ||
+                                    st.code() == Code::permission_denied);
     std::lock_guard l(m_mu);
     if (!infra) {
       m_failures = 0;
@@ -233,7 +332,7 @@ class Server {
     }
   }
 
-  Status acquire(redisContext** out) {
+  Status acquire(Clock::time_point deadline, redisContext** out) {
     {
       std::lock_guard l(m_mu);
       if (!m_idle.empty()) {
@@ -242,39 +341,47 @@ class Server {
         return {};
       }
     }
+    const auto connect_for =
+        std::min<std::chrono::milliseconds>(m_url.connect_timeout, std::chrono::milliseconds(millis_until(deadline)));
+    if (connect_for.count() <= 0) {
+      return deadline_exceeded("remote " + m_url.redacted() + ": no time left to connect");
+    }
     redisContext* c = m_url.unix_path.empty()
-                          ? redisConnectWithTimeout(m_url.host.c_str(), m_url.port, to_timeval(m_url.connect_timeout))
-                          : redisConnectUnixWithTimeout(m_url.unix_path.c_str(), to_timeval(m_url.connect_timeout));
+                          ? redisConnectWithTimeout(m_url.host.c_str(), m_url.port, to_timeval(connect_for))
+                          : redisConnectUnixWithTimeout(m_url.unix_path.c_str(), to_timeval(connect_for));
     if (c == nullptr) return unavailable("remote " + m_url.redacted() + ": cannot allocate a connection");
     if (c->err != 0) {
-      Status st = classify(c, "connect");
+      const bool timed_out = c->err == REDIS_ERR_IO && (errno == ETIMEDOUT || errno == EINPROGRESS ||
+                                                        std::strstr(c->errstr, "timed out") != nullptr);
+      const std::string msg = "remote " + m_url.redacted() + ": connect: " + c->errstr;
       redisFree(c);
-      return st;
+      return timed_out ? deadline_exceeded(msg) : unavailable(msg);
     }
-    redisSetTimeout(c, to_timeval(m_url.timeout));
+    // From here on the connection is driven by Conn: non-blocking, polled.
+    const int flags = ::fcntl(c->fd, F_GETFL);
+    if (flags < 0 || ::fcntl(c->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      redisFree(c);
+      return unavailable("remote " + m_url.redacted() + ": cannot make the socket non-blocking");
+    }
+    c->flags &= ~REDIS_BLOCK;
+    Conn conn(c, m_url, deadline, m_max_reply);
     if (!m_url.password.empty()) {
-      Reply r;
-      r.r = static_cast<redisReply*>(
-          m_url.user.empty() ? redisCommand(c, "AUTH %b", m_url.password.data(), m_url.password.size())
-                             : redisCommand(c, "AUTH %b %b", m_url.user.data(), m_url.user.size(),
-                                            m_url.password.data(), m_url.password.size()));
-      if (r.r == nullptr || r.r->type == REDIS_REPLY_ERROR) {
-        Status st = r.r == nullptr ? classify(c, "AUTH")
-                                   : permission_denied("remote " + m_url.redacted() +
-                                                       ": authentication failed (check the user and password)");
+      auto r = m_url.user.empty() ? conn.exec({"AUTH", m_url.password})
+                                  : conn.exec({"AUTH", m_url.user, m_url.password});
+      if (!r.ok() || (*r)->type == REDIS_REPLY_ERROR) {
+        Status st = !r.ok() ? r.status()
+                            : permission_denied("remote " + m_url.redacted() +
+                                                ": authentication failed (check the user and password)");
         redisFree(c);
-        // A wrong password is a configuration error, but it must trip the
-        // breaker like an outage so it costs nothing per compile.
-        return st.code() == Code::permission_denied ? unavailable(st.message()) : st;
+        return st;
       }
     }
     if (m_url.db != 0) {
-      Reply r;
-      r.r = static_cast<redisReply*>(redisCommand(c, "SELECT %d", m_url.db));
-      if (r.r == nullptr || r.r->type == REDIS_REPLY_ERROR) {
-        Status st = r.r == nullptr ? classify(c, "SELECT")
-                                   : unavailable("remote " + m_url.redacted() + ": cannot select database " +
-                                                 std::to_string(m_url.db));
+      const std::string db = std::to_string(m_url.db);
+      auto r = conn.exec({"SELECT", db});
+      if (!r.ok() || (*r)->type == REDIS_REPLY_ERROR) {
+        Status st = !r.ok() ? r.status()
+                            : unavailable("remote " + m_url.redacted() + ": cannot select database " + db);
         redisFree(c);
         return st;
       }
@@ -292,20 +399,10 @@ class Server {
     }
   }
 
- public:
-  Status classify(redisContext* c, const char* what) const {
-    const std::string err = c->errstr;
-    const bool timeout = c->err == REDIS_ERR_IO &&
-                         (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT || errno == EINPROGRESS ||
-                          err.find("timed out") != std::string::npos ||
-                          err.find("temporarily unavailable") != std::string::npos);
-    const std::string msg = "remote " + m_url.redacted() + ": " + what + ": " + err;
-    return timeout ? Status(Code::deadline_exceeded, msg) : unavailable(msg);
-  }
-
  private:
   RedisUrl m_url;
   std::uint64_t m_id_hash = 0;
+  std::size_t m_max_reply;
   int m_max_idle;
   int m_breaker_failures;
   std::chrono::milliseconds m_backoff;
@@ -314,6 +411,28 @@ class Server {
   int m_failures = 0;                  // GUARDED_BY(m_mu)
   std::chrono::steady_clock::time_point m_open_until;  // GUARDED_BY(m_mu)
 };
+
+// Framing around one value in a reply ("$<len>\r\n" ... "\r\n"), and more.
+constexpr std::size_t k_reply_overhead = 64;
+
+// An error reply: the server answered, and said no. Authentication errors
+// are named as such; a value of another type is data_loss; a server busy
+// loading or failing over is unavailable; the rest (out of memory...) is
+// resource_exhausted.
+Status refused(const Server& s, const char* what, const Reply& r) {
+  const std::string text(r->str, r->len);
+  if (text.starts_with("NOAUTH") || text.starts_with("WRONGPASS")) {
+    return permission_denied("remote " + s.url().redacted() + ": authentication failed (" + text +
+                             "): check the user and password");
+  }
+  const std::string msg = "remote " + s.url().redacted() + ": " + what + " refused: " + text;
+  if (text.starts_with("WRONGTYPE")) return data_loss(msg);  // something else lives at the key
+  if (text.starts_with("LOADING") || text.starts_with("BUSY") || text.starts_with("MASTERDOWN") ||
+      text.starts_with("TRYAGAIN")) {
+    return unavailable(msg);
+  }
+  return resource_exhausted(msg);
+}
 
 class RedisStore final : public RemoteStore {
  public:
@@ -324,7 +443,7 @@ class RedisStore final : public RemoteStore {
     for (const auto& u : m_opt.urls) {
       PROGCACHE_ASSIGN_OR_RETURN(RedisUrl url, parse_redis_url(u));
       m_servers.push_back(
-          std::make_unique<Server>(std::move(url), m_opt.max_idle_connections, m_opt.breaker_failures, m_opt.breaker_backoff));
+          std::make_unique<Server>(std::move(url), m_opt.max_value_bytes + k_reply_overhead, m_opt.max_idle_connections, m_opt.breaker_failures, m_opt.breaker_backoff));
     }
     return {};
   }
@@ -335,19 +454,23 @@ class RedisStore final : public RemoteStore {
     std::optional<Entry> found;
     bool corrupt = false, rejected = false;
     Status st = s.with_connection(
-        [&](redisContext* c) -> Status {
-          Reply r;
-          r.r = static_cast<redisReply*>(redisCommand(c, "GET %b", rkey.data(), rkey.size()));
-          if (r.r == nullptr) return s.classify(c, "GET");
-          if (r.r->type == REDIS_REPLY_NIL) return {};
-          if (r.r->type != REDIS_REPLY_STRING) {
+        s.call_deadline(),
+        [&](Conn& c) -> Status {
+          PROGCACHE_ASSIGN_OR_RETURN(Reply r, c.exec({"GET", rkey}));
+          if (r->type == REDIS_REPLY_NIL) return {};
+          if (r->type == REDIS_REPLY_ERROR) {
+            Status st = refused(s, "GET", r);
+            if (st.code() != Code::data_loss) return st;
+            corrupt = true;  // not an entry: a counted miss
+            return {};
+          }
+          if (r->type != REDIS_REPLY_STRING) {
             corrupt = true;
             return {};
           }
           // Zero-copy: the entry's artifacts point into hiredis's reply,
           // which lives as long as they do.
-          std::shared_ptr<redisReply> owner(r.r, [](redisReply* p) { freeReplyObject(p); });
-          r.r = nullptr;
+          std::shared_ptr<redisReply> owner(std::exchange(r.r, nullptr), [](redisReply* p) { freeReplyObject(p); });
           auto e = decode_entry(Bytes::wrap(owner, owner->str, owner->len), key, m_opt.codec);
           if (!e.ok()) {
             (e.status().code() == Code::permission_denied ? rejected : corrupt) = true;
@@ -375,21 +498,21 @@ class RedisStore final : public RemoteStore {
       return {};
     }
     PROGCACHE_ASSIGN_OR_RETURN(std::string value, encode_entry(key, entry, now_ns(), m_opt.codec));
+    if (value.size() > m_opt.max_value_bytes) {
+      std::lock_guard l(m_stats_mu);
+      ++m_base.errors;
+      return resource_exhausted("entry of " + std::to_string(value.size()) + " bytes exceeds the remote's " +
+                                std::to_string(m_opt.max_value_bytes) + "-byte limit for one value; not sent");
+    }
     Server& s = server(key);
     const std::string rkey = s.url().prefix + key.hex();
     Status st = s.with_connection(
-        [&](redisContext* c) -> Status {
-          Reply r;
-          r.r = static_cast<redisReply*>(
-              s.url().ttl_seconds
-                  ? redisCommand(c, "SET %b %b EX %lld", rkey.data(), rkey.size(), value.data(), value.size(),
-                                 static_cast<long long>(*s.url().ttl_seconds))
-                  : redisCommand(c, "SET %b %b", rkey.data(), rkey.size(), value.data(), value.size()));
-          if (r.r == nullptr) return s.classify(c, "SET");
-          if (r.r->type == REDIS_REPLY_ERROR) {
-            return Status(Code::resource_exhausted, "remote " + s.url().redacted() + ": SET refused: " +
-                                                        std::string(r.r->str, r.r->len));
-          }
+        s.call_deadline(),
+        [&](Conn& c) -> Status {
+          const std::string ttl = s.url().ttl_seconds ? std::to_string(*s.url().ttl_seconds) : "";
+          auto r = s.url().ttl_seconds ? c.exec({"SET", rkey, value, "EX", ttl}) : c.exec({"SET", rkey, value});
+          if (!r.ok()) return r.status();
+          if ((*r)->type == REDIS_REPLY_ERROR) return refused(s, "SET", *r);
           return {};
         },
         m_remote, m_stats_mu);
@@ -405,11 +528,11 @@ class RedisStore final : public RemoteStore {
     const std::string rkey = s.url().prefix + key.hex();
     bool removed = false;
     PROGCACHE_TRY(s.with_connection(
-        [&](redisContext* c) -> Status {
-          Reply r;
-          r.r = static_cast<redisReply*>(redisCommand(c, "DEL %b", rkey.data(), rkey.size()));
-          if (r.r == nullptr) return s.classify(c, "DEL");
-          removed = r.r->type == REDIS_REPLY_INTEGER && r.r->integer > 0;
+        s.call_deadline(),
+        [&](Conn& c) -> Status {
+          PROGCACHE_ASSIGN_OR_RETURN(Reply r, c.exec({"DEL", rkey}));
+          if (r->type == REDIS_REPLY_ERROR) return refused(s, "DEL", r);
+          removed = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
           return {};
         },
         m_remote, m_stats_mu));
@@ -417,55 +540,72 @@ class RedisStore final : public RemoteStore {
   }
 
   // Visits every key under the prefix on every server (SCAN, never KEYS).
+  // Each call has its own deadline and the whole walk has
+  // `admin_timeout`: a server whose cursor never comes back to 0 cannot keep
+  // stats, count or clear busy for ever.
   template <typename Fn>
   Status scan_all(Fn&& per_batch) {
+    const auto walk_deadline = Clock::now() + m_opt.admin_timeout;
     for (auto& sp : m_servers) {
       Server& s = *sp;
       const std::string pattern = s.url().prefix + "*";
       std::string cursor = "0";
       do {
+        if (Clock::now() >= walk_deadline) {
+          return deadline_exceeded("remote " + s.url().redacted() + ": SCAN did not finish within " +
+                                                     std::to_string(m_opt.admin_timeout.count()) + " ms");
+        }
         std::vector<std::string> keys;
         PROGCACHE_TRY(s.with_connection(
-            [&](redisContext* c) -> Status {
-              Reply r;
-              r.r = static_cast<redisReply*>(
-                  redisCommand(c, "SCAN %s MATCH %b COUNT 1000", cursor.c_str(), pattern.data(), pattern.size()));
-              if (r.r == nullptr) return s.classify(c, "SCAN");
-              if (r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 2) {
+            std::min(s.call_deadline(), walk_deadline),
+            [&](Conn& c) -> Status {
+              PROGCACHE_ASSIGN_OR_RETURN(Reply r, c.exec({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"}));
+              if (r->type == REDIS_REPLY_ERROR) return refused(s, "SCAN", r);
+              if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING ||
+                  r->element[1]->type != REDIS_REPLY_ARRAY) {
                 return unavailable("remote " + s.url().redacted() + ": unexpected SCAN reply");
               }
-              cursor.assign(r.r->element[0]->str, r.r->element[0]->len);
-              for (std::size_t i = 0; i < r.r->element[1]->elements; ++i) {
-                keys.emplace_back(r.r->element[1]->element[i]->str, r.r->element[1]->element[i]->len);
+              cursor.assign(r->element[0]->str, r->element[0]->len);
+              for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+                const redisReply* k = r->element[1]->element[i];
+                if (k->type == REDIS_REPLY_STRING) keys.emplace_back(k->str, k->len);
               }
               return {};
             },
             m_remote, m_stats_mu));
-        PROGCACHE_TRY(per_batch(s, keys));
+        PROGCACHE_TRY(per_batch(s, keys, walk_deadline));
       } while (cursor != "0");
+    }
+    return {};
+  }
+
+  // Runs one command per key, each within its own deadline and the walk's.
+  Status for_each_key(Server& s, const std::vector<std::string>& keys, Clock::time_point walk_deadline,
+                      const char* command, const std::function<void(const redisReply&)>& on_reply) {
+    for (const auto& k : keys) {
+      PROGCACHE_TRY(s.with_connection(
+          std::min(s.call_deadline(), walk_deadline),
+          [&](Conn& c) -> Status {
+            PROGCACHE_ASSIGN_OR_RETURN(Reply r, c.exec({command, k}));
+            if (r->type == REDIS_REPLY_ERROR) return refused(s, command, r);
+            on_reply(*r.r);
+            return {};
+          },
+          m_remote, m_stats_mu));
     }
     return {};
   }
 
   Status clear() override {
     if (m_opt.read_only) return failed_precondition("remote store is read-only");
-    return scan_all([&](Server& s, const std::vector<std::string>& keys) -> Status {
-      for (const auto& k : keys) {
-        PROGCACHE_TRY(s.with_connection(
-            [&](redisContext* c) -> Status {
-              Reply r;
-              r.r = static_cast<redisReply*>(redisCommand(c, "DEL %b", k.data(), k.size()));
-              return r.r == nullptr ? s.classify(c, "DEL") : Status();
-            },
-            m_remote, m_stats_mu));
-      }
-      return {};
+    return scan_all([&](Server& s, const std::vector<std::string>& keys, Clock::time_point walk) {
+      return for_each_key(s, keys, walk, "DEL", [](const redisReply&) {});
     });
   }
 
   Result<std::uint64_t> count() override {
     std::uint64_t n = 0;
-    PROGCACHE_TRY(scan_all([&](Server&, const std::vector<std::string>& keys) -> Status {
+    PROGCACHE_TRY(scan_all([&](Server&, const std::vector<std::string>& keys, Clock::time_point) -> Status {
       n += keys.size();
       return {};
     }));
@@ -474,19 +614,10 @@ class RedisStore final : public RemoteStore {
 
   Result<std::uint64_t> size_bytes() override {
     std::uint64_t n = 0;
-    PROGCACHE_TRY(scan_all([&](Server& s, const std::vector<std::string>& keys) -> Status {
-      for (const auto& k : keys) {
-        PROGCACHE_TRY(s.with_connection(
-            [&](redisContext* c) -> Status {
-              Reply r;
-              r.r = static_cast<redisReply*>(redisCommand(c, "STRLEN %b", k.data(), k.size()));
-              if (r.r == nullptr) return s.classify(c, "STRLEN");
-              if (r.r->type == REDIS_REPLY_INTEGER) n += static_cast<std::uint64_t>(r.r->integer);
-              return {};
-            },
-            m_remote, m_stats_mu));
-      }
-      return {};
+    PROGCACHE_TRY(scan_all([&](Server& s, const std::vector<std::string>& keys, Clock::time_point walk) {
+      return for_each_key(s, keys, walk, "STRLEN", [&](const redisReply& r) {
+        if (r.type == REDIS_REPLY_INTEGER && r.integer > 0) n += static_cast<std::uint64_t>(r.integer);
+      });
     }));
     return n;
   }
