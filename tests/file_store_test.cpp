@@ -1,6 +1,7 @@
 #include "progcache/file_store.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <thread>
@@ -213,6 +215,29 @@ TEST_F(FileStoreTest, DamagedEntryIsAMissCountedAndRemoved) {
   // The next put works and the next get hits: no "clear your cache".
   ASSERT_TRUE(s->put(make_key(1), make_entry("fresh")).ok());
   EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "fresh");
+}
+
+TEST_F(FileStoreTest, AJunkFileNamedLikeAnEntryIsJudgedOnItsHeaderNotReadWhole) {
+  auto s = open_store();
+  const std::string path = s->entry_path(make_key(1));
+  fs::create_directories(fs::path(path).parent_path());
+  {
+    // 2 GiB, sparse: costs no disk, but reading it whole would cost 2 GiB of
+    // memory and seconds of zero-filling.
+    std::ofstream(path) << "not an entry";
+    ASSERT_EQ(::truncate(path.c_str(), std::int64_t{2} << 30), 0);
+  }
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  auto r = s->get(make_key(1));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->has_value());
+  EXPECT_EQ(s->stats().corrupt_dropped, 1u);
+  EXPECT_FALSE(fs::exists(path)) << "a damaged entry is removed";
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  // ru_maxrss is in KiB: the peak grew by far less than the file's size.
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "the junk file was read whole";
 }
 
 TEST_F(FileStoreTest, FifoAtAnEntryPathIsAMissNeverAHangAndRepairRemovesIt) {

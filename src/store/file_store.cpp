@@ -529,6 +529,29 @@ class FileStoreImpl final : public FileStore {
       r.reason = "file of " + std::to_string(r.info.size) + " bytes is larger than any entry";
       return r;
     }
+    // The header and artifact table first: a file named like an entry but
+    // holding anything else (a 2 GiB sparse file, say) is judged on its first
+    // bytes and never read whole.
+    {
+      std::string head(std::min<std::uint64_t>(r.info.size, 4096), '\0');
+      PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_env->pread(fd, head.data(), head.size(), 0));
+      head.resize(got);
+      Status layout = entry_table_end(head).status();
+      if (layout.ok()) {
+        const std::uint64_t table_end = *entry_table_end(head);
+        if (table_end > head.size() && table_end <= r.info.size) {
+          head.resize(table_end);
+          PROGCACHE_ASSIGN_OR_RETURN(std::size_t more, m_env->pread(fd, head.data() + got, table_end - got, got));
+          head.resize(got + more);
+        }
+        layout = parse_entry_layout(head, r.info.size).status();
+      }
+      if (!layout.ok()) {
+        r.damaged = true;
+        r.reason = layout.message();
+        return r;
+      }
+    }
     char* buf = nullptr;
     Bytes data = Bytes::allocate(r.info.size, &buf);
     std::uint64_t done = 0;
