@@ -61,8 +61,11 @@ class Store {
 };
 
 // Parses "10G", "512M", "64k", "1.5GiB", "1000" (bytes). Units are powers of
-// 1024 (K, M, G, T, with optional "i" and "B"). invalid_argument naming the
-// text for anything else ("10Q", "", "-1").
+// 1024 (K, M, G, T, with optional "i" and "B"); the arithmetic is exact and a
+// fraction rounds down to whole bytes. invalid_argument naming the text for
+// anything else ("10Q", "", "-1", "1e9"), for sizes of 2^63 bytes or more,
+// and for a nonzero size below one byte ("0.4": a cap of zero was surely not
+// meant; "0" is accepted and callers read it as "no limit").
 Result<std::uint64_t> parse_size(std::string_view text);
 // Parses "30s", "15m", "2h", "7d", "1w" into nanoseconds.
 Result<std::int64_t> parse_duration(std::string_view text);

@@ -58,15 +58,14 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
       source = "environment";
     }
     if (text) {
-      if (*text == "0" || *text == "none" || *text == "unlimited") {
-        c.max_size_bytes.reset();
-        c.settings.push_back({"PROGCACHE_MAX_SIZE", "unlimited", source});
-      } else {
-        auto n = parse_size(*text);
-        if (!n.ok()) return n.status().with_context("PROGCACHE_MAX_SIZE");
-        c.max_size_bytes = *n;
-        c.settings.push_back({"PROGCACHE_MAX_SIZE", format_size(*n), source});
+      std::optional<std::uint64_t> n;  // unlimited
+      if (*text != "none" && *text != "unlimited") {
+        auto parsed = parse_size(*text);
+        if (!parsed.ok()) return parsed.status().with_context("PROGCACHE_MAX_SIZE");
+        if (*parsed != 0) n = *parsed;  // "0" (or "0.0", "0G") is no limit
       }
+      c.max_size_bytes = n;
+      c.settings.push_back({"PROGCACHE_MAX_SIZE", n ? format_size(*n) : "unlimited", source});
     } else {
       c.settings.push_back({"PROGCACHE_MAX_SIZE", format_size(k_default_max_size), "default"});
     }

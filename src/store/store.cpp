@@ -42,25 +42,62 @@ bool iequals(std::string_view a, std::string_view b) {
 }  // namespace
 
 Result<std::uint64_t> parse_size(std::string_view text) {
-  double n = 0;
-  std::string_view unit;
   const auto bad = [&] {
     return invalid_argument("invalid size '" + std::string(text) +
                             "': use a number with an optional unit K, M, G or T (powers of 1024), e.g. 10G");
   };
-  if (!split_number(text, &n, &unit)) return bad();
-  double mult = 0;
-  constexpr std::pair<std::string_view, double> k_units[] = {
-      {"", 1},          {"b", 1},           {"k", 1024.0},     {"kb", 1024.0}, {"kib", 1024.0},
-      {"m", 1048576.0}, {"mb", 1048576.0},  {"mib", 1048576.0}, {"g", 1073741824.0}, {"gb", 1073741824.0},
-      {"gib", 1073741824.0}, {"t", 1099511627776.0}, {"tb", 1099511627776.0}, {"tib", 1099511627776.0}};
-  for (const auto& [u, m] : k_units) {
-    if (iequals(unit, u)) mult = m;
+  // Exact decimal arithmetic, not doubles: "9223372036854775807" is that
+  // many bytes, and 1.5G is 1610612736. Digits, at most one '.', a unit.
+  std::size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  const std::string_view whole = text.substr(0, i);
+  std::string_view frac;
+  if (i < text.size() && text[i] == '.') {
+    const std::size_t start = ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    frac = text.substr(start, i - start);
   }
-  if (mult == 0) return bad();
-  const double bytes = n * mult;
-  if (bytes >= 18446744073709551615.0) return invalid_argument("size '" + std::string(text) + "' is too large");
-  return static_cast<std::uint64_t>(std::llround(bytes));
+  if (whole.empty() && frac.empty()) return bad();
+  std::string_view unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  unsigned shift = 0;
+  bool known = false;
+  constexpr std::pair<std::string_view, unsigned> k_units[] = {
+      {"", 0},   {"b", 0},   {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
+      {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40},   {"tb", 40}, {"tib", 40}};
+  for (const auto& [u, sh] : k_units) {
+    if (iequals(unit, u)) {
+      shift = sh;
+      known = true;
+    }
+  }
+  if (!known) return bad();
+  const auto too_large = [&] {
+    return invalid_argument("size '" + std::string(text) + "' is too large (the limit is 8 EiB - 1)");
+  };
+  constexpr unsigned __int128 k_limit = static_cast<unsigned __int128>(INT64_MAX);
+  unsigned __int128 n = 0;
+  for (char c : whole) {
+    n = n * 10 + static_cast<unsigned>(c - '0');
+    if (n > k_limit) return too_large();
+  }
+  n <<= shift;
+  if (n > k_limit) return too_large();
+  // The fraction, rounded down to whole bytes: digits past the 20th cannot
+  // change the result for units up to 2^40.
+  unsigned __int128 num = 0, den = 1;
+  for (std::size_t k = 0; k < frac.size() && k < 20; ++k) {
+    num = num * 10 + static_cast<unsigned>(frac[k] - '0');
+    den *= 10;
+  }
+  n += (num << shift) / den;
+  if (n > k_limit) return too_large();
+  bool any_nonzero = false;
+  for (char c : text.substr(0, i)) any_nonzero |= (c >= '1' && c <= '9');
+  if (n == 0 && any_nonzero) {
+    return invalid_argument("size '" + std::string(text) + "' is less than one byte; 0 means no limit");
+  }
+  return static_cast<std::uint64_t>(n);
 }
 
 Result<std::int64_t> parse_duration(std::string_view text) {
