@@ -390,6 +390,37 @@ TEST_F(FileStoreTest, EvictionIsLeastRecentlyUsedFirstAndDeterministic) {
   EXPECT_EQ(*s->count(), 3u);
 }
 
+TEST_F(FileStoreTest, AFutureDatedEntryDoesNotOutliveEntriesUsedSince) {
+  FaultEnv env;
+  auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 4, .env = &env, .recency_granularity_ns = 0});
+  const std::int64_t now_s = env.now_ns() / 1'000'000'000;
+  for (int i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(s->put(make_key(i, 0x42), make_entry("e" + std::to_string(i))).ok());
+    set_times(s->entry_path(make_key(i, 0x42)), now_s - 1000 + i);
+  }
+  // Key 4 claims to have been used ten years from now.
+  set_times(s->entry_path(make_key(4, 0x42)), now_s + 10 * 365 * 86400);
+  ASSERT_TRUE(s->put(make_key(5, 0x42), make_entry("e5")).ok());
+  // Trimmed to 3 entries: the future-dated one goes first, then the oldest.
+  EXPECT_FALSE(fs::exists(s->entry_path(make_key(4, 0x42))));
+  EXPECT_FALSE(fs::exists(s->entry_path(make_key(1, 0x42))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(2, 0x42))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(5, 0x42))));
+}
+
+TEST_F(FileStoreTest, AHitOnAFutureDatedEntryStampsItNow) {
+  FaultEnv env;
+  auto s = open_store({.env = &env});  // default granularity: 60 s
+  ASSERT_TRUE(s->put(make_key(1), make_entry("x")).ok());
+  const std::string path = s->entry_path(make_key(1));
+  const std::int64_t now_s = env.now_ns() / 1'000'000'000;
+  set_times(path, now_s + 86400 * 365, now_s - 100);
+  ASSERT_TRUE((*s->get(make_key(1))).has_value());
+  struct stat st {};
+  ::stat(path.c_str(), &st);
+  EXPECT_LE(st.st_atim.tv_sec, now_s + 5);
+}
+
 TEST_F(FileStoreTest, RecencyIsStampedOnlyWhenOlderThanTheGranularity) {
   FaultEnv env;
   auto s = open_store({.env = &env});  // default granularity: 60 s
@@ -422,17 +453,20 @@ TEST_F(FileStoreTest, ByteCapHoldsAndAccountingMatchesTheFiles) {
   EXPECT_TRUE((*s->get(make_key(399))).has_value());
 }
 
-TEST_F(FileStoreTest, StaleTempsAreSweptFreshOnesKept) {
+TEST_F(FileStoreTest, StaleAndFutureDatedTempsAreSweptFreshOnesKept) {
   auto s = open_store();
   ASSERT_TRUE(s->put(make_key(1, 0x10), make_entry("x")).ok());
   const std::string shard = m_tmp.sub("cache") + "/v1/10";
   testing::write_all(shard + "/.tmp.99999.1.1", "half-written");
   testing::write_all(shard + "/.tmp.99999.2.2", "in progress");
+  testing::write_all(shard + "/.tmp.99999.3.3", "dated in 2036");
   set_times(shard + "/.tmp.99999.1.1", ::time(nullptr) - 7200);
+  set_times(shard + "/.tmp.99999.3.3", ::time(nullptr) + 10 * 365 * 86400, ::time(nullptr) + 10 * 365 * 86400);
   auto report = s->verify(Repair::no);
   ASSERT_TRUE(report.ok());
-  EXPECT_EQ(report->temps_removed, 1u);
+  EXPECT_EQ(report->temps_removed, 2u);
   EXPECT_FALSE(fs::exists(shard + "/.tmp.99999.1.1"));
+  EXPECT_FALSE(fs::exists(shard + "/.tmp.99999.3.3")) << "a future-dated temp is of unknown age: swept";
   EXPECT_TRUE(fs::exists(shard + "/.tmp.99999.2.2"));
 }
 

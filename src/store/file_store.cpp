@@ -25,6 +25,8 @@ constexpr int k_shards = 256;
 constexpr std::uint64_t k_acct_magic = 0x31544e43434350ULL;  // "PCCCNT1"
 constexpr std::uint64_t k_acct_version = 1;
 constexpr std::uint64_t k_max_entry_file = std::uint64_t{8} << 30;
+// How far ahead of the clock a file time may be before it is distrusted.
+constexpr std::int64_t k_future_slack_ns = std::int64_t{60} * 1000000000;
 constexpr std::string_view k_temp_prefix = ".tmp.";
 constexpr std::string_view k_quarantine_prefix = ".q.";
 // Trimming goes below the cap by this fraction so one scan pays for many puts.
@@ -241,7 +243,7 @@ class FileStoreImpl final : public FileStore {
             std::string_view(f.name).starts_with(k_quarantine_prefix)) {
           // Another process's put or removal in flight: only stale ones go.
           auto info = m_env->lstat(path);
-          if (info.ok() && now - info->mtime_ns > m_opt.stale_temp_ns) m_env->unlink(path).ignore();
+          if (info.ok() && stale_temp(*info, now, m_opt.stale_temp_ns)) m_env->unlink(path).ignore();
           continue;
         }
         // Each entry leaves through take_out, which charges exactly what it
@@ -364,7 +366,7 @@ class FileStoreImpl final : public FileStore {
         if (!info.ok()) continue;  // gone meanwhile
         if (std::string_view(f.name).starts_with(k_temp_prefix) ||
             std::string_view(f.name).starts_with(k_quarantine_prefix)) {
-          if (now - info->mtime_ns > m_opt.stale_temp_ns && m_env->unlink(path).ok()) ++report.temps_removed;
+          if (stale_temp(*info, now, m_opt.stale_temp_ns) && m_env->unlink(path).ok()) ++report.temps_removed;
           continue;
         }
         ++report.checked;
@@ -440,17 +442,17 @@ class FileStoreImpl final : public FileStore {
       if (!files.ok()) return files.status();
       for (auto& f : *files) items.push_back({idx, std::move(f)});
     }
-    std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-      return last_used(a.file.info) < last_used(b.file.info);
+    const std::int64_t now = m_env->now_ns();
+    std::sort(items.begin(), items.end(), [now](const Item& a, const Item& b) {
+      return last_used(a.file.info, now) < last_used(b.file.info, now);
     });
     PruneReport report;
     std::uint64_t total = 0;
     for (const auto& it : items) total += it.file.info.size;
-    const std::int64_t now = m_env->now_ns();
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (progress && i % 64 == 0) progress(k_shards + (k_shards * i) / items.size(), 2 * k_shards);
       const auto& it = items[i];
-      const bool too_old = older_than_ns && now - last_used(it.file.info) > *older_than_ns;
+      const bool too_old = older_than_ns && now - last_used(it.file.info, now) > *older_than_ns;
       const bool too_big = max_size && total > *max_size;
       if (!too_old && !too_big) continue;
       auto removed = remove_if_same(it.shard, join_path(shard_dir(it.shard), it.file.name), it.file.info);
@@ -479,7 +481,22 @@ class FileStoreImpl final : public FileStore {
   };
 
   // Recency is the atime, which progcache stamps itself on hits (see get).
-  static std::int64_t last_used(const FileInfo& i) { return i.atime_ns; }
+  // A time more than a minute ahead of the clock is no evidence of use (a
+  // clock that jumped back, a planted date): such an entry counts as least
+  // recently used, so it cannot outlive entries used since.
+  static std::int64_t last_used(const FileInfo& i, std::int64_t now) {
+    return i.atime_ns > now + k_future_slack_ns ? 0 : i.atime_ns;
+  }
+  // A temp or quarantine file left by a crash: older than `stale`, or dated
+  // in the future (and so of unknown age).
+  static bool stale_temp(const FileInfo& i, std::int64_t now, std::int64_t stale) {
+    return now - i.mtime_ns > stale || i.mtime_ns > now + k_future_slack_ns;
+  }
+  // Should a hit re-stamp this entry's atime? Not more often than the
+  // granularity; always when the stamp is in the future.
+  bool needs_stamp(const FileInfo& i, std::int64_t now) const {
+    return now - i.atime_ns > m_opt.recency_granularity_ns || i.atime_ns > now + k_future_slack_ns;
+  }
 
   Status check_open() const {
     if (m_closed.load(std::memory_order_relaxed)) return failed_precondition("file store '" + m_root + "' is closed");
@@ -575,7 +592,7 @@ class FileStoreImpl final : public FileStore {
     }
     if (stamp) {
       const std::int64_t now = m_env->now_ns();
-      if (now - r.info.atime_ns > m_opt.recency_granularity_ns) m_env->set_atime(fd, now).ignore();
+      if (needs_stamp(r.info, now)) m_env->set_atime(fd, now).ignore();
     }
     r.entry = std::move(*decoded);
     return r;
@@ -665,7 +682,7 @@ class FileStoreImpl final : public FileStore {
       return damaged("metadata is not valid JSON");
     }
     const std::int64_t now = m_env->now_ns();
-    if (now - info->atime_ns > m_opt.recency_granularity_ns) m_env->set_atime(fd, now).ignore();
+    if (needs_stamp(*info, now)) m_env->set_atime(fd, now).ignore();
     return true;
   }
 
@@ -808,7 +825,7 @@ class FileStoreImpl final : public FileStore {
       auto info = m_env->lstat(path);
       if (!info.ok() || !info->is_regular()) continue;
       if (temp) {
-        if (now - info->mtime_ns > m_opt.stale_temp_ns) m_env->unlink(path).ignore();
+        if (stale_temp(*info, now, m_opt.stale_temp_ns)) m_env->unlink(path).ignore();
         continue;
       }
       bytes += static_cast<std::int64_t>(info->size);
@@ -874,8 +891,10 @@ class FileStoreImpl final : public FileStore {
       visited[best] = true;
       auto files = scan_shard(best, Reconcile::gross);
       if (!files.ok() || files->empty()) continue;
-      std::sort(files->begin(), files->end(),
-                [](const ScannedFile& a, const ScannedFile& b) { return last_used(a.info) < last_used(b.info); });
+      const std::int64_t now = m_env->now_ns();
+      std::sort(files->begin(), files->end(), [now](const ScannedFile& a, const ScannedFile& b) {
+        return last_used(a.info, now) < last_used(b.info, now);
+      });
       const std::size_t limit = std::max<std::size_t>(1, files->size() / 2);
       for (std::size_t i = 0; i < limit && over(k_low_water); ++i) {
         const auto& f = (*files)[i];
