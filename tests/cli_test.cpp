@@ -161,6 +161,19 @@ TEST_F(CliTest, ErrorsExitThree) {
   EXPECT_EQ(unsafe.code, 3);
   EXPECT_NE(unsafe.err.find("writable by group or others"), std::string::npos) << unsafe.err;
   EXPECT_EQ(std::count(unsafe.err.begin(), unsafe.err.end(), '\n'), 1);
+  // The state of the filesystem is an error (3), never a usage error (2):
+  // a root that is a file, a root that is a symlink loop.
+  auto file_root = run({"--dir", file("plain-file", "x"), "stats"});
+  EXPECT_EQ(file_root.code, 3) << file_root.err;
+  EXPECT_NE(file_root.err.find("not a directory"), std::string::npos) << file_root.err;
+  fs::create_directory_symlink(m_tmp.sub("loop"), m_tmp.sub("loop"));
+  auto loop_root = run({"--dir", m_tmp.sub("loop"), "stats"});
+  EXPECT_EQ(loop_root.code, 3) << loop_root.err;
+  // A size that cannot be meant is a usage error, and nothing is pruned.
+  ASSERT_EQ(run({"put", "keep-me", file("in.bin", "kept")}).code, 0);
+  auto tiny = run({"prune", "--max-size", "0.4"});
+  EXPECT_EQ(tiny.code, 2) << tiny.err;
+  EXPECT_EQ(run({"get", "keep-me"}).out, "kept");
 }
 
 TEST_F(CliTest, LsLongJsonAndStats) {

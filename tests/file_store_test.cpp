@@ -470,6 +470,53 @@ TEST_F(FileStoreTest, StaleAndFutureDatedTempsAreSweptFreshOnesKept) {
   EXPECT_TRUE(fs::exists(shard + "/.tmp.99999.2.2"));
 }
 
+TEST_F(FileStoreTest, VerifyReportsASymlinkedShardDirectoryAndRepairRemovesIt) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1, 0x10), make_entry("one")).ok());
+  ASSERT_TRUE(s->put(make_key(2, 0x20), make_entry("two")).ok());
+  // Shard 10 is swapped for a symlink to a directory holding a copy of it.
+  const std::string shard = m_tmp.sub("cache") + "/v1/10";
+  fs::rename(shard, m_tmp.sub("elsewhere"));
+  fs::create_directory_symlink(m_tmp.sub("elsewhere"), shard);
+  auto report = s->verify(Repair::no);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_EQ(report->problems[0].path, shard);
+  EXPECT_NE(report->problems[0].reason.find("symlink"), std::string::npos) << report->problems[0].reason;
+  // What the link leads to is not counted as stored here.
+  EXPECT_EQ(*s->count(), 1u);
+  auto repaired = s->verify(Repair::yes);
+  ASSERT_TRUE(repaired.ok());
+  ASSERT_EQ(repaired->problems.size(), 1u);
+  EXPECT_TRUE(repaired->problems[0].removed);
+  EXPECT_FALSE(fs::is_symlink(shard));
+  EXPECT_TRUE(fs::exists(m_tmp.sub("elsewhere")));  // the link's target is not ours to touch
+  EXPECT_TRUE(s->put(make_key(3, 0x10), make_entry("three")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(3, 0x10)))->view(), "three");
+}
+
+TEST_F(FileStoreTest, DirectoriesRemovedWhileOpenAreMadeAgainOnPut) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1, 0x10), make_entry("one")).ok());
+  fs::remove_all(m_tmp.sub("cache") + "/v1/10");  // one shard
+  ASSERT_TRUE(s->put(make_key(2, 0x10), make_entry("two")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(2, 0x10)))->view(), "two");
+  fs::remove_all(m_tmp.sub("cache"));  // the whole tree
+  ASSERT_TRUE(s->put(make_key(3, 0x10), make_entry("three")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(3, 0x10)))->view(), "three");
+  EXPECT_EQ(fs::status(m_tmp.sub("cache")).permissions() & fs::perms::all, fs::perms::owner_all);
+}
+
+TEST_F(FileStoreTest, VerifyZeroesTheCountersOfAShardWithNoDirectory) {
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1, 0x10), make_entry("one")).ok());
+  ASSERT_TRUE(s->put(make_key(2, 0x20), make_entry("two")).ok());
+  fs::remove_all(m_tmp.sub("cache") + "/v1/10");
+  ASSERT_TRUE(s->verify(Repair::no).ok());
+  EXPECT_EQ(*s->count(), 1u);
+  EXPECT_EQ(*s->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
+}
+
 TEST_F(FileStoreTest, VerifyListsDamageWithReasonsAndRepairRemovesIt) {
   auto s = open_store();
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry(std::string(500, 'a' + i))).ok());

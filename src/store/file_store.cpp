@@ -118,7 +118,7 @@ class FileStoreImpl final : public FileStore {
         count_miss();
         return std::optional<Entry>();
       }
-      if (fd.status().code() == Code::invalid_argument) {
+      if (fd.status().code() == Code::failed_precondition) {
         // ELOOP: a symlink where an entry belongs. Never followed; removed.
         auto info = m_env->lstat(path);
         if (info.ok()) remove_if_same(idx, path, *info).status().ignore();
@@ -163,7 +163,7 @@ class FileStoreImpl final : public FileStore {
     const std::string path = entry_path(key);
     auto fd = m_env->open_file(path, OpenMode::read, 0);
     if (!fd.ok()) {
-      if (fd.status().code() == Code::not_found || fd.status().code() == Code::invalid_argument) {
+      if (fd.status().code() == Code::not_found || fd.status().code() == Code::failed_precondition) {
         count_miss();
         return false;  // a symlink is left for get() or verify to remove
       }
@@ -197,9 +197,13 @@ class FileStoreImpl final : public FileStore {
                                            "' is not a private directory of this user; refusing to write"));
     }
     const std::string path = entry_path(key);
-    const std::string temp = temp_path(idx);
     std::optional<FileInfo> old;
-    Status st = write_file_atomic(m_env, path, temp, *encoded, m_file_perms, m_opt.durability, &old);
+    Status st = write_file_atomic(m_env, path, temp_path(idx), *encoded, m_file_perms, m_opt.durability, &old);
+    if (st.code() == Code::not_found && recreate_dirs(idx)) {
+      // The shard (or the whole tree) was removed while the store was open,
+      // by hand or by another tool: made again, as a fresh store would.
+      st = write_file_atomic(m_env, path, temp_path(idx), *encoded, m_file_perms, m_opt.durability, &old);
+    }
     if (!st.ok()) return count_error(st.with_context("storing entry " + key.hex()));
     // The entry count is exact (a new file is known by a non-replacing
     // rename); a replaced file's size can be stale if two processes replace
@@ -356,8 +360,23 @@ class FileStoreImpl final : public FileStore {
       const std::string dir = shard_dir(idx);
       auto files = m_env->list_dir(dir);
       if (!files.ok()) {
-        if (files.status().code() == Code::not_found) continue;
-        return files.status();
+        const Code code = files.status().code();
+        if (code != Code::not_found && code != Code::failed_precondition) return files.status();
+        // No shard directory, so nothing is stored here whatever the
+        // counters say. Something else in its place (a symlink, a file) is
+        // never followed: it is reported, and removed on repair.
+        if (auto info = m_env->lstat(dir); info.ok() && !info->is_dir()) {
+          VerifyProblem p{dir, info->is_symlink() ? "shard directory is a symlink (never followed)"
+                                                  : "shard directory is not a directory",
+                          false};
+          if (repair == Repair::yes) {
+            p.removed = m_env->unlink(dir).ok();
+            m_shard_ok[idx].store(false, std::memory_order_release);
+          }
+          report.problems.push_back(std::move(p));
+        }
+        reconcile_shard(idx, 0, 0);
+        continue;
       }
       std::int64_t bytes = 0, count = 0;
       for (const auto& f : *files) {
@@ -932,6 +951,14 @@ class FileStoreImpl final : public FileStore {
     return true;
   }
 
+  // Makes the root, the version directory and shard `idx` again after they
+  // were removed under an open store. false when any is unacceptable.
+  bool recreate_dirs(int idx) {
+    m_shard_ok[idx].store(false, std::memory_order_release);
+    if (!check_root().ok() || !ensure_dir(m_dir).ok()) return false;
+    return shard_checked(idx, /*create=*/true);
+  }
+
   [[nodiscard]] bool dir_acceptable(const FileInfo& info) const {
     if (info.is_symlink() || !info.is_dir()) return false;
     if (m_opt.sharing == Sharing::private_only) {
@@ -969,7 +996,7 @@ class FileStoreImpl final : public FileStore {
     }
     // The root itself may be a symlink the user chose; judge its target.
     PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->stat(m_root));
-    if (!info.is_dir()) return invalid_argument("cache root '" + m_root + "' is not a directory");
+    if (!info.is_dir()) return failed_precondition("cache root '" + m_root + "' is not a directory");
     if (m_opt.sharing == Sharing::private_only) {
       if (info.uid != ::geteuid()) {
         return permission_denied("cache root '" + m_root + "' is owned by uid " + std::to_string(info.uid) +

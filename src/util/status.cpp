@@ -52,8 +52,10 @@ Status errno_status(int err, std::string_view what, std::string_view path) {
     case ENOMEM:
     case EFBIG: code = Code::resource_exhausted; break;
     case EINVAL:
-    case ENAMETOOLONG:
-    case ELOOP: code = Code::invalid_argument; break;
+    case ENAMETOOLONG: code = Code::invalid_argument; break;
+    // A symlink met where O_NOFOLLOW forbids one: the state of the
+    // filesystem, not a bad argument.
+    case ELOOP: code = Code::failed_precondition; break;
     case ETIMEDOUT: code = Code::deadline_exceeded; break;
     case EAGAIN:
     case EBUSY:
