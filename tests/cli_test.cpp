@@ -319,6 +319,44 @@ TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughRemote) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err.find("pw-in-bad-url"), std::string::npos) << bad.err;
 }
+
+TEST_F(CliTest, RemotePasswordFromAFileAndWarningsForCommandLinesAndRefusals) {
+  if (testing::RedisServer::binary().empty()) GTEST_SKIP() << "redis-server not installed";
+  testing::RedisServer server({"--requirepass", "filed-secret"});
+  ASSERT_TRUE(server.running());
+  const std::string bare = "redis://127.0.0.1:" + std::to_string(server.port());
+  const std::string pw_file = file("remote-password", "filed-secret\n");
+  // The password from a file: nothing secret on the command line or in the
+  // environment, no warning, and the remote is written.
+  auto put = run({"--remote", bare, "put", "filed-key", file("v", "via the file")},
+                 {"PROGCACHE_REMOTE_PASSWORD_FILE=" + pw_file});
+  ASSERT_EQ(put.code, 0) << put.err;
+  EXPECT_EQ(put.err.find("warning"), std::string::npos) << put.err;
+  EXPECT_EQ(server.command({"DBSIZE"}).find("ERR"), std::string::npos);
+  auto config = run({"config"}, {"PROGCACHE_REMOTE_PASSWORD_FILE=" + pw_file, "PROGCACHE_REMOTE=" + bare});
+  EXPECT_NE(config.out.find("PROGCACHE_REMOTE_PASSWORD_FILE"), std::string::npos) << config.out;
+  EXPECT_EQ(config.out.find("filed-secret"), std::string::npos) << config.out;
+  // Read back on another machine through the file too.
+  auto get = run({"--dir", m_tmp.sub("machine2"), "--remote", bare, "get", "filed-key"},
+                 {"PROGCACHE_REMOTE_PASSWORD_FILE=" + pw_file});
+  ASSERT_EQ(get.code, 0) << get.err;
+  EXPECT_EQ(get.out, "via the file");
+  // A password on the command line works, with a warning that names the
+  // risk and never the password.
+  const std::string with_pw = "redis://:filed-secret@127.0.0.1:" + std::to_string(server.port());
+  auto visible = run({"--remote", with_pw, "get", "filed-key"});
+  EXPECT_EQ(visible.code, 0) << visible.err;
+  EXPECT_NE(visible.err.find("visible to every local user"), std::string::npos) << visible.err;
+  EXPECT_EQ(visible.err.find("filed-secret"), std::string::npos) << visible.err;
+  // No password, or a wrong one: the local tiers still serve, and the user
+  // is told that authentication failed.
+  for (const std::string& url : {bare, "redis://:wrong-one@127.0.0.1:" + std::to_string(server.port())}) {
+    auto refused = run({"--dir", m_tmp.sub("machine3"), "get", "filed-key"}, {"PROGCACHE_REMOTE=" + url});
+    EXPECT_EQ(refused.code, 1) << refused.err;  // a miss: the remote could not be asked
+    EXPECT_NE(refused.err.find("authentication failed"), std::string::npos) << refused.err;
+    EXPECT_EQ(refused.err.find("wrong-one"), std::string::npos) << refused.err;
+  }
+}
 #endif
 
 // ------------------------------------------------------------ compile

@@ -9,6 +9,9 @@
 //   PROGCACHE_DURABILITY   none (default) | fsync
 //   PROGCACHE_HMAC_KEY_FILE  file holding the signing key (never printed)
 //   PROGCACHE_REMOTE       comma-separated redis:// URLs (passwords never printed)
+//   PROGCACHE_REMOTE_PASSWORD_FILE  file holding the password for remote URLs
+//                          that carry none (never printed; preferred)
+//   PROGCACHE_REMOTE_PASSWORD  the same password, from the environment
 //   PROGCACHE_READONLY     1/true/yes: never write to the remote tier
 //
 // Command-line flags override the environment; the environment overrides
@@ -40,8 +43,11 @@ struct Config {
   Durability durability = Durability::none;
   std::string hmac_key;  // the key itself, loaded from the file
   std::vector<std::string> remote_urls;
+  std::string remote_password;  // for URLs that carry none
   bool read_only = false;
   std::vector<Setting> settings;
+  // Things the user should hear about (a password on the command line).
+  std::vector<std::string> warnings;
 
   // FileStoreOptions for this configuration.
   [[nodiscard]] FileStoreOptions file_store_options() const;

@@ -21,8 +21,11 @@
 // period, never a failed compile: garbage values are misses, counted as
 // corrupt.
 //
-// Passwords are never printed: RedisUrl::redacted() masks them, and every
-// error message uses the redacted form.
+// Passwords are never printed: RedisUrl::redacted() masks them, every error
+// message uses the redacted form, and a URL that fails to parse is shown with
+// everything up to its last '@' hidden. A password holding ',' (the URL
+// separator of PROGCACHE_REMOTE) must be percent-encoded, or given through
+// RedisStoreOptions::password.
 //
 // Thread safety: all stores here are thread-safe. Connections are pooled per
 // server and reused.
@@ -60,6 +63,9 @@ Result<RedisUrl> parse_redis_url(std::string_view url);
 
 struct RedisStoreOptions {
   std::vector<std::string> urls;  // one or more; keys are sharded across them
+  // Password for the URLs that carry none, so that it need not appear on a
+  // command line (see PROGCACHE_REMOTE_PASSWORD_FILE in config.h).
+  std::string password;
   bool read_only = false;         // puts, erases and clears are skipped (counted)
   EntryCodecOptions codec;        // signing key, as for the file store
   int breaker_failures = 3;
@@ -80,6 +86,7 @@ struct RemoteStats {
   std::uint64_t breaker_trips = 0;
   std::uint64_t dropped = 0;        // async puts dropped: queue full (tiered store)
   std::uint64_t read_only_skips = 0;
+  std::string last_error;  // the most recent timeout or failure ("" when none)
 };
 
 class RemoteStore : public Store {

@@ -127,12 +127,36 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
 #else
         return unavailable("PROGCACHE_REMOTE is set but this progcache was built without the Redis tier");
 #endif
+        if (overrides.remote && !parsed->password.empty()) {
+          c.warnings.push_back("the password in --remote is visible to every local user (ps, /proc); "
+                               "put it in a file named by PROGCACHE_REMOTE_PASSWORD_FILE instead");
+        }
         c.remote_urls.push_back(url);
       }
       c.settings.push_back({"PROGCACHE_REMOTE", shown.empty() ? "(none)" : shown, source});
     } else {
       c.settings.push_back({"PROGCACHE_REMOTE", "(none)", "default"});
     }
+  }
+  // Remote password, for URLs that carry none: from a file (never on a
+  // command line, never in the environment of child processes) or from the
+  // environment. Shown only as where it came from.
+  if (auto f = env("PROGCACHE_REMOTE_PASSWORD_FILE")) {
+    std::ifstream in(*f, std::ios::binary);
+    if (!in) return not_found("PROGCACHE_REMOTE_PASSWORD_FILE: cannot read '" + *f + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    c.remote_password = ss.str();
+    while (!c.remote_password.empty() && (c.remote_password.back() == '\n' || c.remote_password.back() == '\r')) {
+      c.remote_password.pop_back();
+    }
+    if (c.remote_password.empty()) return invalid_argument("PROGCACHE_REMOTE_PASSWORD_FILE: '" + *f + "' is empty");
+    c.settings.push_back({"PROGCACHE_REMOTE_PASSWORD_FILE", *f + " (password loaded, not shown)", "environment"});
+  } else if (auto pw = env("PROGCACHE_REMOTE_PASSWORD")) {
+    c.remote_password = *pw;
+    c.settings.push_back({"PROGCACHE_REMOTE_PASSWORD", "(set, not shown)", "environment"});
+  } else {
+    c.settings.push_back({"PROGCACHE_REMOTE_PASSWORD_FILE", "(unset)", "default"});
   }
   if (auto r = env("PROGCACHE_READONLY")) {
     c.read_only = truthy(*r);

@@ -61,13 +61,33 @@ std::string percent_decode(std::string_view s) {
 
 }  // namespace
 
+namespace {
+
+// The URL as error messages may show it. Credentials end at the last '@'
+// (a password may itself hold '@', '?', ':' or '/'), and all of them are
+// hidden. Without an '@', what follows the first ':' after the scheme is
+// hidden too: "redis://user:secret" (the '@' forgotten) or a fragment of a
+// password cut at a ',' must not be echoed either.
+std::string shown_url(std::string_view url) {
+  const auto scheme_end = url.find("://");
+  const std::size_t start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
+  const std::string_view scheme = url.substr(0, start);
+  const std::string_view rest = url.substr(start);
+  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
+    return std::string(scheme) + "<credentials>@" + std::string(rest.substr(at + 1));
+  }
+  if (const auto colon = rest.find(':'); colon != std::string_view::npos) {
+    return std::string(scheme) + std::string(rest.substr(0, colon)) + ":<hidden>";
+  }
+  return std::string(url);
+}
+
+}  // namespace
+
 Result<RedisUrl> parse_redis_url(std::string_view url) {
   RedisUrl u;
-  // Messages show the URL only up to the scheme: it may hold a password.
   const auto bad = [&](const std::string& why) {
-    const auto at = url.find('@');
-    std::string shown(at == std::string_view::npos ? url : "<credentials>@" + std::string(url.substr(at + 1)));
-    return invalid_argument("bad remote URL '" + shown + "': " + why);
+    return invalid_argument("bad remote URL '" + shown_url(url) + "': " + why);
   };
   std::string_view rest;
   bool is_unix = false;
@@ -79,11 +99,8 @@ Result<RedisUrl> parse_redis_url(std::string_view url) {
   } else {
     return bad("use redis://host[:port][/db] or redis+unix:///path");
   }
-  std::string_view query;
-  if (auto q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-  }
+  // Credentials first, up to the last '@', so that a '?' or '/' inside a
+  // password cannot be taken for the query or the database.
   if (auto at = rest.rfind('@'); at != std::string_view::npos) {
     const std::string_view cred = rest.substr(0, at);
     rest = rest.substr(at + 1);
@@ -93,6 +110,11 @@ Result<RedisUrl> parse_redis_url(std::string_view url) {
     } else {
       u.password = percent_decode(cred);  // redis://secret@host: a password alone
     }
+  }
+  std::string_view query;
+  if (auto q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
   }
   if (is_unix) {
     if (rest.empty() || rest[0] != '/') return bad("a unix socket URL needs an absolute path");
@@ -326,6 +348,7 @@ class Server {
     ++m_failures;
     std::lock_guard sl(stats_mu);
     (st.code() == Code::deadline_exceeded ? stats.timeouts : stats.failures)++;
+    stats.last_error = st.message();  // messages carry only redacted URLs
     if (m_failures == m_breaker_failures) {
       ++stats.breaker_trips;
       m_open_until = std::chrono::steady_clock::now() + m_backoff;
@@ -442,6 +465,7 @@ class RedisStore final : public RemoteStore {
     if (m_opt.urls.empty()) return invalid_argument("a remote store needs at least one URL");
     for (const auto& u : m_opt.urls) {
       PROGCACHE_ASSIGN_OR_RETURN(RedisUrl url, parse_redis_url(u));
+      if (url.password.empty()) url.password = m_opt.password;
       m_servers.push_back(
           std::make_unique<Server>(std::move(url), m_opt.max_value_bytes + k_reply_overhead, m_opt.max_idle_connections, m_opt.breaker_failures, m_opt.breaker_backoff));
     }
@@ -459,8 +483,8 @@ class RedisStore final : public RemoteStore {
           PROGCACHE_ASSIGN_OR_RETURN(Reply r, c.exec({"GET", rkey}));
           if (r->type == REDIS_REPLY_NIL) return {};
           if (r->type == REDIS_REPLY_ERROR) {
-            Status st = refused(s, "GET", r);
-            if (st.code() != Code::data_loss) return st;
+            Status why = refused(s, "GET", r);
+            if (why.code() != Code::data_loss) return why;
             corrupt = true;  // not an entry: a counted miss
             return {};
           }

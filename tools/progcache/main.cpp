@@ -64,7 +64,11 @@ pc::Result<pc::Config> load_config(const Globals& g) {
   if (g.have_dir) o.dir = g.dir;
   if (!g.max_size.empty()) o.max_size = g.max_size;
   if (!g.remote.empty()) o.remote = g.remote;
-  return pc::resolve_config(o);
+  auto c = pc::resolve_config(o);
+  if (c.ok()) {
+    for (const auto& w : c->warnings) std::cerr << "progcache: warning: " << w << "\n";
+  }
+  return c;
 }
 
 pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c) {
@@ -78,6 +82,7 @@ pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c) {
   if (c.remote_urls.empty()) return std::unique_ptr<pc::Store>(std::move(disk));
 #ifdef PROGCACHE_WITH_REDIS
   PROGCACHE_ASSIGN_OR_RETURN(auto remote, pc::make_redis_store({.urls = c.remote_urls,
+                                                                .password = c.remote_password,
                                                                 .read_only = c.read_only,
                                                                 .codec = {c.hmac_key}}));
   pc::TieredStoreOptions o;
@@ -86,6 +91,19 @@ pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c) {
   return std::unique_ptr<pc::Store>(pc::make_tiered_store(std::move(o)));
 #else
   return pc::unavailable("a remote tier is configured but this progcache was built without Redis support");
+#endif
+}
+
+// The tiered store treats a failing remote as a miss, so that an outage
+// never fails a command; the user still hears why the remote did not serve.
+void warn_remote(pc::Store* store) {
+#ifdef PROGCACHE_WITH_REDIS
+  auto* tiered = dynamic_cast<pc::TieredStore*>(store);
+  if (tiered == nullptr) return;
+  auto rs = tiered->remote_stats();
+  if (rs && !rs->last_error.empty()) std::cerr << "progcache: warning: remote tier: " << rs->last_error << "\n";
+#else
+  (void)store;
 #endif
 }
 
@@ -415,6 +433,10 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     emit("(link)", r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), failure,
          a.output);
   }
+  if (store) {
+    store->close().ignore();  // remote puts are flushed before the warning
+    warn_remote(store.get());
+  }
   if (a.json_out) std::cout << report.dump(2) << "\n";
   return rc;
 }
@@ -568,6 +590,7 @@ int main(int argc, char** argv) {
     arts.push_back({"code", pc::Bytes::adopt(std::move(*data))});
     pc::Status st = tiers->put(*key, pc::Entry(meta.dump(), std::move(arts)));
     if (st.ok()) st = tiers->close();
+    warn_remote(tiers);
     if (!st.ok()) return fail(st);
     std::cout << key->hex() << "\n";
     return k_exit_ok;
@@ -582,6 +605,7 @@ int main(int argc, char** argv) {
       return k_exit_miss;
     }
     auto entry = tiers->get(*key);
+    warn_remote(tiers);
     if (!entry.ok()) return fail(entry.status());
     if (!*entry) {
       std::cerr << "progcache: miss: no entry for key " << key->hex() << "\n";
@@ -611,6 +635,7 @@ int main(int argc, char** argv) {
     auto key = parse_key(key_text, string_key);
     if (!key.ok()) return fail(key.status());
     auto removed = tiers->erase(*key);
+    warn_remote(tiers);
     if (!removed.ok()) return fail(removed.status());
     if (!*removed) {
       std::cerr << "progcache: no entry for key " << key->hex() << "\n";
@@ -649,7 +674,7 @@ int main(int argc, char** argv) {
     json remote = json::array();
 #ifdef PROGCACHE_WITH_REDIS
     for (const auto& url : cfg->remote_urls) {
-      auto r = pc::make_redis_store({.urls = {url}, .read_only = true, .codec = {}});
+      auto r = pc::make_redis_store({.urls = {url}, .password = cfg->remote_password, .read_only = true, .codec = {}});
       json j{{"url", pc::parse_redis_url(url)->redacted()}};
       auto n = (*r)->count();
       auto b = n.ok() ? (*r)->size_bytes() : pc::Result<std::uint64_t>(n.status());
