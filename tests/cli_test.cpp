@@ -40,7 +40,8 @@ class CliTest : public ::testing::Test {
   // any `env` assignments ("NAME=value") prepended.
   CliRun run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
              const std::string& cwd = "") {
-    std::string cmd = (cwd.empty() ? "" : "cd " + quote(cwd) + " && ") + "env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE PROGCACHE_DIR=" +
+    // `timeout`: a hang fails the test (exit 124) instead of stalling the suite.
+    std::string cmd = (cwd.empty() ? "" : "cd " + quote(cwd) + " && ") + "timeout 120 env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE PROGCACHE_DIR=" +
                       quote(cache());
     for (const auto& e : env) cmd += " " + quote(e);
     cmd += " " + quote(PROGCACHE_CLI_PATH);
@@ -416,6 +417,33 @@ TEST_F(CliTest, CompileSeesAnEditedHeaderBesideTheSourceFromAnyDirectory) {
   EXPECT_NE(human.out.find(key), std::string::npos) << human.out;
   EXPECT_EQ(run({"get", key, "-o", m_tmp.sub("e.cubin")}).code, 0);
   EXPECT_EQ(testing::read_all(m_tmp.sub("e.cubin")), testing::read_all(m_tmp.sub("b.cubin")));
+}
+
+TEST_F(CliTest, PlantedMemosAreNeverAHangAndARefusedRootIsNotReadAtAll) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  const std::string src = file("plain.cu", "__global__ void plain(int* x) { x[0] = 7; }\n");
+  ASSERT_EQ(run({"compile", src, "--arch", "sm_80", "-o", m_tmp.sub("a.cubin")}).code, 0);
+  // Every compiler-identity memo becomes a FIFO: a reader that blocks on
+  // it hangs the compile (the harness's timeout would say 124).
+  std::vector<std::string> memos;
+  for (const auto& e : fs::directory_iterator(cache() + "/compilers")) memos.push_back(e.path().string());
+  ASSERT_FALSE(memos.empty());
+  for (const auto& m : memos) {
+    fs::remove(m);
+    ASSERT_EQ(::mkfifo(m.c_str(), 0600), 0);
+  }
+  auto second = run({"compile", file("other.cu", "__global__ void other() {}\n"), "--arch", "sm_80", "-o",
+                     m_tmp.sub("b.cubin")});
+  EXPECT_EQ(second.code, 0) << second.err;
+  // A refused root (open to others): the compile goes on without the cache
+  // and reads nothing from that directory: not its memos, not its locks.
+  fs::remove_all(cache() + "/locks");
+  fs::permissions(cache(), fs::perms::all);
+  auto refused = run({"compile", src, "--arch", "sm_80", "-o", m_tmp.sub("c.cubin")});
+  EXPECT_EQ(refused.code, 0) << refused.err;
+  EXPECT_NE(refused.err.find("compiling without the cache"), std::string::npos) << refused.err;
+  EXPECT_EQ(testing::read_all(m_tmp.sub("c.cubin")), testing::read_all(m_tmp.sub("a.cubin")));
+  EXPECT_FALSE(fs::exists(cache() + "/locks")) << "lock files were made in a refused root";
 }
 
 TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {

@@ -46,7 +46,10 @@ enum class OpenMode {
   read,          // O_RDONLY | O_NOFOLLOW
   create_new,    // O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
   read_write,    // O_RDWR | O_CREAT | O_NOFOLLOW (small control files)
+  read_follow,   // O_RDONLY, following symlinks (a user's headers and key files)
 };
+// Reads open with O_NONBLOCK too: a FIFO or device where a file was expected
+// must not block the open.
 
 enum class LockKind { shared, exclusive };
 enum class LockWait { block, try_only };
@@ -123,6 +126,14 @@ enum class Durability {
 Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
                          std::uint32_t perms, Durability durability,
                          std::optional<FileInfo>* replaced = nullptr);
+
+// The one whole-file reader for small files the library did not write itself
+// (memos, headers, key files): opened non-blocking, checked to be a regular
+// file on the open descriptor, so a FIFO or device is an error, never a
+// hang; invalid_argument for anything not a regular file, resource_exhausted
+// past `max_bytes`. `mode` is OpenMode::read or OpenMode::read_follow.
+Result<std::string> read_regular_file(Env* env, const std::string& path, std::uint64_t max_bytes,
+                                      OpenMode mode = OpenMode::read);
 
 // Returns `path` with a trailing '/' removed and `name` appended.
 std::string join_path(std::string_view dir, std::string_view name);

@@ -309,8 +309,10 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
   }
   LibraryIdentity id;
   bool found = false;
-  if (std::ifstream in(memo_path); in) {
-    auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  // Read without following links or blocking on a FIFO: the state
+  // directory may have been tampered with.
+  if (auto text = read_regular_file(Env::posix(), memo_path, 1 << 20); text.ok()) {
+    auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     // Every field is checked for its type: the file is on disk, and a
     // well-formed memo of the wrong shape must cost a library load, not the
     // process.

@@ -40,30 +40,12 @@ std::int64_t now_ns() {
   return ns_of(t);
 }
 
-// Reads a regular file whole. Never blocks on a FIFO or device: the type is
-// checked on the open descriptor, which is opened non-blocking.
+// Reads a header whole (following symlinks, as the compiler does); never
+// blocks on a FIFO or device.
 Result<std::string> read_regular(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return errno_status(errno, "cannot read header", path);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return errno_status(errno, "cannot stat header", path);
-  if (!S_ISREG(st.st_mode)) return invalid_argument("'" + path + "' is not a regular file");
-  if (st.st_size > k_max_header_bytes) return invalid_argument("header '" + path + "' is larger than 256 MiB");
-  std::string out(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno_status(errno, "cannot read header", path);
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  out.resize(done);
-  return out;
+  auto r = read_regular_file(Env::posix(), path, k_max_header_bytes, OpenMode::read_follow);
+  if (!r.ok()) return r.status().with_context("cannot read header");
+  return r;
 }
 
 void add_field(Sha256& sha, std::string_view tag, std::string_view value) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #ifdef PROGCACHE_WITH_REDIS
@@ -142,11 +141,9 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
   // command line, never in the environment of child processes) or from the
   // environment. Shown only as where it came from.
   if (auto f = env("PROGCACHE_REMOTE_PASSWORD_FILE")) {
-    std::ifstream in(*f, std::ios::binary);
-    if (!in) return not_found("PROGCACHE_REMOTE_PASSWORD_FILE: cannot read '" + *f + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    c.remote_password = ss.str();
+    auto text = read_regular_file(Env::posix(), *f, 1 << 16, OpenMode::read_follow);
+    if (!text.ok()) return text.status().with_context("PROGCACHE_REMOTE_PASSWORD_FILE");
+    c.remote_password = std::move(*text);
     while (!c.remote_password.empty() && (c.remote_password.back() == '\n' || c.remote_password.back() == '\r')) {
       c.remote_password.pop_back();
     }
@@ -166,11 +163,9 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
   }
   // Signing key: the file's path is shown, its content never.
   if (auto f = env("PROGCACHE_HMAC_KEY_FILE")) {
-    std::ifstream in(*f, std::ios::binary);
-    if (!in) return not_found("PROGCACHE_HMAC_KEY_FILE: cannot read key file '" + *f + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    c.hmac_key = ss.str();
+    auto text = read_regular_file(Env::posix(), *f, 1 << 16, OpenMode::read_follow);
+    if (!text.ok()) return text.status().with_context("PROGCACHE_HMAC_KEY_FILE: cannot read the key file");
+    c.hmac_key = std::move(*text);
     while (!c.hmac_key.empty() && (c.hmac_key.back() == '\n' || c.hmac_key.back() == '\r')) c.hmac_key.pop_back();
     if (c.hmac_key.size() < 16) {
       return invalid_argument("PROGCACHE_HMAC_KEY_FILE: key in '" + *f + "' is shorter than 16 bytes");

@@ -23,6 +23,29 @@ std::string join_path(std::string_view dir, std::string_view name) {
   return out;
 }
 
+Result<std::string> read_regular_file(Env* env, const std::string& path, std::uint64_t max_bytes, OpenMode mode) {
+  PROGCACHE_ASSIGN_OR_RETURN(const int fd, env->open_file(path, mode, 0));
+  struct Closer {
+    Env* env;
+    int fd;
+    ~Closer() { env->close_file(fd).ignore(); }
+  } closer{env, fd};
+  PROGCACHE_ASSIGN_OR_RETURN(const FileInfo info, env->fstat(fd));
+  if (!info.is_regular()) return invalid_argument("'" + path + "' is not a regular file");
+  if (info.size > max_bytes) {
+    return resource_exhausted("'" + path + "' is larger than " + std::to_string(max_bytes) + " bytes");
+  }
+  std::string out(static_cast<std::size_t>(info.size), '\0');
+  std::size_t done = 0;
+  while (done < out.size()) {
+    PROGCACHE_ASSIGN_OR_RETURN(const std::size_t n, env->pread(fd, out.data() + done, out.size() - done, done));
+    if (n == 0) break;
+    done += n;
+  }
+  out.resize(done);  // a file that shrank meanwhile: what was there
+  return out;
+}
+
 Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
                          std::uint32_t perms, Durability durability, std::optional<FileInfo>* replaced) {
   auto fd = env->open_file(temp_path, OpenMode::create_new, perms);
@@ -99,6 +122,7 @@ class PosixEnv final : public Env {
       // O_NONBLOCK: a FIFO or device where a file was expected must not
       // block the open (it changes nothing for regular files).
       case OpenMode::read: flags |= O_RDONLY | O_NONBLOCK; break;
+      case OpenMode::read_follow: flags = O_CLOEXEC | O_RDONLY | O_NONBLOCK | O_NOCTTY; break;
       case OpenMode::create_new: flags |= O_WRONLY | O_CREAT | O_EXCL; break;
       case OpenMode::read_write: flags |= O_RDWR | O_CREAT; break;
     }

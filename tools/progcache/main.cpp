@@ -313,18 +313,36 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
   opts.insert(opts.begin(), "-arch=" + arch);
 
   std::unique_ptr<pc::Store> store;
-  if (!cfg.disabled) {
+  // Lock files and memos live in the cache root, unless the root was
+  // refused (foreign-owned, open to others): then nothing of it is read,
+  // and they live in a private directory of this run's, removed at exit.
+  std::string state_dir = cfg.dir;
+  struct PrivateState {
+    std::string dir;
+    ~PrivateState() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } private_state;
+  const auto use_private_state = [&] {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "progcache-state-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) != nullptr) private_state.dir = state_dir = tmpl;
+  };
+  if (cfg.disabled) {
+    use_private_state();  // bypass the cache entirely: its directory too
+  } else {
     auto s = open_data_store(cfg);
     if (!s.ok()) {
       // A cache that cannot open must not stop a compile.
       std::cerr << "progcache: warning: compiling without the cache: " << s.status().to_string() << "\n";
+      use_private_state();
     } else {
       store = std::move(*s);
     }
   }
   pc::CompileOptions co;
   co.cache = store.get();
-  co.state_dir = cfg.dir;
+  co.state_dir = state_dir;
 
   json report = json::array();
   int rc = k_exit_ok;
