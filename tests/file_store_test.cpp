@@ -345,6 +345,52 @@ TEST_F(FileStoreTest, OthersWritableRootIsRefusedUnlessGroupModeAllows) {
   EXPECT_EQ(FileStore::open({.root = root, .sharing = Sharing::group}).status().code(), Code::permission_denied);
 }
 
+TEST_F(FileStoreTest, ARootUnderADirectoryOthersCanWriteIsRefusedUnlessItIsSticky) {
+  // Whoever can write the parent can rename the root aside and plant a
+  // tree of their own under a running process: refused at open.
+  const std::string parent = m_tmp.sub("parent");
+  fs::create_directories(parent + "/cache");
+  ::chmod((parent + "/cache").c_str(), 0700);
+  ::chmod(parent.c_str(), 0777);
+  auto s = FileStore::open({.root = parent + "/cache"});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::permission_denied);
+  EXPECT_NE(s.status().message().find(parent), std::string::npos) << s.status().message();
+  // Reached through a symlink in a safe directory, it is judged where it is.
+  fs::create_directory_symlink(parent + "/cache", m_tmp.sub("link"));
+  EXPECT_EQ(FileStore::open({.root = m_tmp.sub("link")}).status().code(), Code::permission_denied);
+  // Sticky (as /tmp): only the root's owner may rename it there. Accepted.
+  ::chmod(parent.c_str(), 01777);
+  auto sticky = FileStore::open({.root = parent + "/cache"});
+  ASSERT_TRUE(sticky.ok()) << sticky.status().to_string();
+  // Group-writable parent: refused privately, accepted in group mode;
+  // others-writable: refused in both.
+  ::chmod(parent.c_str(), 0770);
+  EXPECT_EQ(FileStore::open({.root = parent + "/cache"}).status().code(), Code::permission_denied);
+  ::chmod((parent + "/cache").c_str(), 02770);
+  EXPECT_TRUE(FileStore::open({.root = parent + "/cache", .sharing = Sharing::group}).ok());
+  ::chmod(parent.c_str(), 0777);
+  EXPECT_EQ(FileStore::open({.root = parent + "/cache", .sharing = Sharing::group}).status().code(),
+            Code::permission_denied);
+}
+
+TEST_F(FileStoreTest, ARootUnderADirectoryOwnedBySomeoneElseIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create a directory owned by another user";
+  // The parent belongs to uid 65534, who could otherwise `mv cache old;
+  // mv planted cache` while this process serves from it.
+  const std::string parent = m_tmp.sub("theirs");
+  fs::create_directories(parent + "/cache");
+  ::chmod((parent + "/cache").c_str(), 0700);
+  ::chmod(parent.c_str(), 0755);
+  ASSERT_EQ(::chown(parent.c_str(), 65534, 65534), 0);
+  auto s = FileStore::open({.root = parent + "/cache"});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::permission_denied);
+  EXPECT_NE(s.status().message().find("owned by uid 65534"), std::string::npos) << s.status().message();
+  ASSERT_EQ(::chown(parent.c_str(), 0, 0), 0);
+  EXPECT_TRUE(FileStore::open({.root = parent + "/cache"}).ok());
+}
+
 TEST_F(FileStoreTest, ForeignOwnedRootIsRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to create a directory owned by another user";
   const std::string root = m_tmp.sub("foreign");

@@ -505,9 +505,14 @@ TEST_F(TieredTest, AFullRemoteQueueDropsAndCountsAndCloseFlushes) {
   auto rs = t->remote_stats();
   ASSERT_TRUE(rs.has_value());
   EXPECT_GT(rs->dropped, 0u);
-  // Every put is accounted for: written, dropped at the queue, or failed at the remote.
+  // Every put is accounted for: written, dropped at the queue, or failed at
+  // the remote. A SET that timed out on the client may still have been
+  // applied once the server resumed, so it can count as both written and
+  // failed; never as neither, and nothing dropped is ever written.
   const auto remote_errors = t->tier_stats().back().stats.errors;
-  EXPECT_EQ(std::stoull(server.command({"DBSIZE"})) + rs->dropped + remote_errors, 50u);
+  const auto written = std::stoull(server.command({"DBSIZE"}));
+  EXPECT_GE(written + rs->dropped + remote_errors, 50u);
+  EXPECT_LE(written + rs->dropped, 50u);
 }
 
 TEST_F(TieredTest, TwoMachinesShareCompilesThroughRedisAndSurviveItsOutage) {

@@ -1012,6 +1012,45 @@ class FileStoreImpl final : public FileStore {
     } else if ((info.mode & 002) != 0) {
       return permission_denied("cache root '" + m_root + "' is writable by others; refusing it even in group mode");
     }
+    return check_ancestors();
+  }
+
+  // Whoever can rename the cache root, or any directory above it, can move
+  // it aside under a running process and put a tree of their own in its
+  // place. So, as OpenSSH's StrictModes does, every directory on the way to
+  // the root (as written and as resolved through symlinks) must be owned by
+  // root or by this user, and writable by nobody else unless it is sticky
+  // (as /tmp is: only an entry's owner may rename it there). Group mode
+  // trusts the group: it checks only that no ancestor is open to others.
+  Status check_ancestors() {
+    const std::uint32_t me = ::geteuid();
+    auto judge = [&](const std::filesystem::path& dir) -> Status {
+      PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->stat(dir.string()));
+      const bool sticky = (info.mode & S_ISVTX) != 0;
+      const std::uint32_t foreign_write = m_opt.sharing == Sharing::private_only ? 022 : 002;
+      if ((info.mode & foreign_write) != 0 && !sticky) {
+        return permission_denied("'" + dir.string() + "', above the cache root '" + m_root +
+                                 "', is writable by " + (m_opt.sharing == Sharing::private_only ? "group or " : "") +
+                                 "others (and not sticky): they could move the root aside and plant programs. "
+                                 "Use a cache directory under one only you (or root) can write");
+      }
+      if (m_opt.sharing == Sharing::private_only && info.uid != 0 && info.uid != me) {
+        return permission_denied("'" + dir.string() + "', above the cache root '" + m_root + "', is owned by uid " +
+                                 std::to_string(info.uid) +
+                                 ": its owner could move the root aside and plant programs. Use a cache "
+                                 "directory under one only you (or root) own");
+      }
+      return {};
+    };
+    std::error_code ec;
+    const std::filesystem::path written = std::filesystem::absolute(m_root, ec).lexically_normal();
+    const std::filesystem::path resolved = std::filesystem::canonical(m_root, ec);
+    for (const auto& chain : {written, ec ? written : resolved}) {
+      for (auto d = chain.parent_path(); !d.empty(); d = d.parent_path()) {
+        PROGCACHE_TRY(judge(d));
+        if (d == d.root_path()) break;
+      }
+    }
     return {};
   }
 
