@@ -112,6 +112,36 @@ TEST_F(CliTest, OutputIsNeverRenamedOverADeviceOrALink) {
   EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
 }
 
+TEST_F(CliTest, OutputModesFollowTheUmaskAndAnExistingFileKeepsItsOwn) {
+  ASSERT_EQ(run({"put", "mode-key", file("in.bin", "payload")}).code, 0);
+  const mode_t old_mask = ::umask(077);  // inherited by the CLI
+  auto fresh = run({"get", "mode-key", "-o", m_tmp.sub("new.bin")});
+  ::umask(old_mask);
+  ASSERT_EQ(fresh.code, 0) << fresh.err;
+  struct stat st {};
+  ASSERT_EQ(::stat(m_tmp.sub("new.bin").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "a new output ignored the umask";
+  // An existing file is replaced with its own mode, never widened.
+  file("existing.bin", "old");
+  ::chmod(m_tmp.sub("existing.bin").c_str(), 0640);
+  ASSERT_EQ(run({"get", "mode-key", "-o", m_tmp.sub("existing.bin")}).code, 0);
+  ASSERT_EQ(::stat(m_tmp.sub("existing.bin").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  EXPECT_EQ(testing::read_all(m_tmp.sub("existing.bin")), "payload");
+}
+
+TEST_F(CliTest, AWritableOutputInADirectoryThatIsNotIsWrittenInPlace) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes any directory: needs an ordinary user";
+  ASSERT_EQ(run({"put", "inplace-key", file("in.bin", "payload")}).code, 0);
+  fs::create_directories(m_tmp.sub("locked"));
+  file("locked/out.bin", "old");
+  ::chmod(m_tmp.sub("locked").c_str(), 0500);
+  auto r = run({"get", "inplace-key", "-o", m_tmp.sub("locked/out.bin")});
+  ::chmod(m_tmp.sub("locked").c_str(), 0700);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(testing::read_all(m_tmp.sub("locked/out.bin")), "payload");
+}
+
 TEST_F(CliTest, PutRefusesUnreadableInputAndStoresNothing) {
   // Reading /proc/self/mem at offset 0 fails with EIO: the input error is an
   // error, never a shorter (here empty) value stored with exit 0.

@@ -216,10 +216,31 @@ pc::Status write_output(const std::string& path, std::string_view data) {
     if (::close(fd) != 0 && s.ok()) s = pc::errno_status(errno, "cannot write", target);
     return s;
   }
+  // The mode a user expects: an existing file keeps its own; a new one gets
+  // 0666 less the umask, as any tool's output would.
+  const bool exists = (st.st_mode & 07777) != 0 || ::access(target.c_str(), F_OK) == 0;
+  std::uint32_t mode = 0;
+  if (exists) {
+    mode = st.st_mode & 07777;
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
   const auto slash = target.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash);
   const std::string temp = pc::join_path(dir, ".progcache-out." + std::to_string(::getpid()));
-  return pc::write_file_atomic(pc::Env::posix(), target, temp, data, 0644, pc::Durability::none);
+  pc::Status published = pc::write_file_atomic(pc::Env::posix(), target, temp, data, mode, pc::Durability::none);
+  if (published.code() == pc::Code::permission_denied && exists && ::access(target.c_str(), W_OK) == 0) {
+    // A file the user may write in a directory they may not: written in
+    // place (not atomically), as cp would.
+    const int fd = ::open(target.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return pc::errno_status(errno, "cannot open output", target);
+    pc::Status s = write_all_to(fd, data, target);
+    if (::close(fd) != 0 && s.ok()) s = pc::errno_status(errno, "cannot write", target);
+    return s;
+  }
+  return published;
 }
 
 json stats_json(const pc::StoreStats& s) {
