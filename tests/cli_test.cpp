@@ -529,6 +529,16 @@ TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
   auto nolib = run({"compile", file("ok4.cu", k_kernel), "--arch", "sm_80"}, {"PROGCACHE_NVRTC=/nonexistent/libnvrtc.so"});
   EXPECT_EQ(nolib.code, 3);
   EXPECT_NE(nolib.err.find("/nonexistent/libnvrtc.so"), std::string::npos) << nolib.err;
+  // A source that cannot be read whole is an error, never a shorter
+  // program compiled and stored: a directory, and a read that fails (EIO).
+  fs::create_directories(m_tmp.sub("dir.cu"));
+  auto dir = run({"compile", m_tmp.sub("dir.cu"), "--arch", "sm_80"});
+  EXPECT_EQ(dir.code, 3) << dir.err;
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+  fs::create_symlink("/proc/self/mem", m_tmp.sub("mem.cu"));
+  auto eio = run({"compile", m_tmp.sub("mem.cu"), "--arch", "sm_80"});
+  EXPECT_EQ(eio.code, 3) << eio.err;
+  EXPECT_NE(eio.err.find("error reading"), std::string::npos) << eio.err;
   auto st = nlohmann::json::parse(run({"stats", "--json"}).out);
   EXPECT_EQ(st["entries"], 0);
 }
