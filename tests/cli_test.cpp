@@ -313,6 +313,9 @@ TEST_F(CliTest, EntryCapFromEnvironmentIsEnforced) {
   auto st = nlohmann::json::parse(run({"stats", "--json"}, {"PROGCACHE_MAX_ENTRIES=5"}).out);
   EXPECT_LE(st["entries"].get<int>(), 5);
   EXPECT_EQ(st["max_entries"], 5);
+  // On disk, not only in the accounting.
+  EXPECT_LE(testing::entry_files_on_disk(cache()), 5u);
+  EXPECT_EQ(st["entries"].get<std::size_t>(), testing::entry_files_on_disk(cache()));
 }
 
 #ifdef PROGCACHE_WITH_REDIS

@@ -59,14 +59,6 @@ std::unique_ptr<FileStore> open_or_die(const FileStoreOptions& o) {
   return std::move(*s);
 }
 
-std::size_t files_on_disk(const std::string& root) {
-  std::size_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(root + "/v1")) {
-    if (e.is_regular_file() && e.path().filename().string().size() == 62) ++n;
-  }
-  return n;
-}
-
 TEST(FileStoreMultiProcess, ManyWritersOfOneKeyNeverExposeATornEntry) {
   testing::TempDir tmp;
   const FileStoreOptions opt{.root = tmp.sub("cache")};
@@ -86,7 +78,7 @@ TEST(FileStoreMultiProcess, ManyWritersOfOneKeyNeverExposeATornEntry) {
   EXPECT_EQ(*s->count(), 1u);
   EXPECT_TRUE(payload_ok((*s->get_bytes(make_key(1)))->view(), 1));
   EXPECT_EQ(s->host_stats().corrupt_dropped, 0u);
-  EXPECT_EQ(files_on_disk(opt.root), 1u);
+  EXPECT_EQ(testing::entry_files_on_disk(opt.root), 1u);
 }
 
 TEST(FileStoreMultiProcess, DistinctKeysFromManyProcessesAreAllKept) {
@@ -105,7 +97,7 @@ TEST(FileStoreMultiProcess, DistinctKeysFromManyProcessesAreAllKept) {
   EXPECT_EQ(bad, 0);
   auto s = open_or_die(opt);
   EXPECT_EQ(*s->count(), 8u * per);
-  EXPECT_EQ(files_on_disk(opt.root), 8u * per);
+  EXPECT_EQ(testing::entry_files_on_disk(opt.root), 8u * per);
   for (int id = 0; id < 8 * per; ++id) {
     auto g = s->get_bytes(make_key(id));
     ASSERT_TRUE(g.ok() && g->has_value()) << id;
@@ -137,11 +129,15 @@ TEST(FileStoreMultiProcess, TheCapHoldsUnderConcurrentWritersAndReaders) {
   EXPECT_EQ(bad, 0);
   auto s = open_or_die(opt);
   EXPECT_LE(*s->size_bytes(), cap);
+  // What the disk holds, before verify recounts anything: under the cap,
+  // and what the accounting says.
+  EXPECT_LE(testing::entry_bytes_on_disk(opt.root), cap) << "over the cap on disk";
+  EXPECT_EQ(*s->size_bytes(), testing::entry_bytes_on_disk(opt.root));
   auto report = s->verify(Repair::no);
   ASSERT_TRUE(report.ok());
   EXPECT_TRUE(report->problems.empty());
   // verify reconciled the counters with the files; they were already right.
-  EXPECT_EQ(*s->count(), files_on_disk(opt.root));
+  EXPECT_EQ(*s->count(), testing::entry_files_on_disk(opt.root));
   EXPECT_LE(*s->size_bytes(), cap);
   EXPECT_GT(s->host_stats().evictions, 0u);
   EXPECT_EQ(s->host_stats().corrupt_dropped, 0u);

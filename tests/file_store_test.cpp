@@ -26,6 +26,8 @@ using testing::FaultEnv;
 using testing::make_entry;
 using testing::make_key;
 using testing::Op;
+using testing::entry_bytes_on_disk;
+using testing::entry_files_on_disk;
 using testing::TempDir;
 
 class FileStoreTest : public ::testing::Test {
@@ -35,16 +37,6 @@ class FileStoreTest : public ::testing::Test {
     auto s = FileStore::open(o);
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     return s.ok() ? std::move(*s) : nullptr;
-  }
-
-  // Number of entry files on disk (not temps, not control files).
-  std::size_t files_on_disk(const std::string& root) {
-    std::size_t n = 0;
-    for (const auto& e : fs::recursive_directory_iterator(root + "/v1")) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file() && name.size() == 62) ++n;
-    }
-    return n;
   }
 
   std::size_t temps_on_disk(const std::string& root) {
@@ -117,16 +109,7 @@ TEST_F(FileStoreTest, ReplaceEraseClearAndAccounting) {
   ASSERT_TRUE(s->clear().ok());
   EXPECT_EQ(*s->count(), 0u);
   EXPECT_EQ(*s->size_bytes(), 0u);
-  EXPECT_EQ(files_on_disk(m_tmp.sub("cache")), 0u);
-}
-
-// Bytes of entry files on disk, what the user's disk actually holds.
-std::uint64_t entry_bytes_on_disk(const std::string& root) {
-  std::uint64_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(root + "/v1")) {
-    if (e.is_regular_file() && e.path().filename().string().size() == 62) n += e.file_size();
-  }
-  return n;
+  EXPECT_EQ(entry_files_on_disk(m_tmp.sub("cache")), 0u);
 }
 
 TEST_F(FileStoreTest, DamagedCounterHealsAndNeverEvictsEverything) {
@@ -143,7 +126,7 @@ TEST_F(FileStoreTest, DamagedCounterHealsAndNeverEvictsEverything) {
   ::close(fd);
   ASSERT_TRUE(s->put(make_key(100), make_entry(std::string(1000, 'b'))).ok());
   // Nothing was evicted for it, and the size reported is the size on disk.
-  EXPECT_EQ(files_on_disk(m_tmp.sub("cache")), 21u);
+  EXPECT_EQ(entry_files_on_disk(m_tmp.sub("cache")), 21u);
   EXPECT_EQ(*s->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
   EXPECT_EQ(s->stats().evictions, 0u);
 }
@@ -181,7 +164,7 @@ TEST_F(FileStoreTest, AccountingEqualsTheDiskAfterRacingReplacementsAndRemovals)
   for (auto& th : threads) th.join();
   auto s = open_store();
   EXPECT_EQ(*s->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
-  EXPECT_EQ(*s->count(), files_on_disk(m_tmp.sub("cache")));
+  EXPECT_EQ(*s->count(), entry_files_on_disk(m_tmp.sub("cache")));
 }
 
 TEST_F(FileStoreTest, PersistsAcrossOpensAndRebuildsLostAccounting) {
@@ -493,8 +476,10 @@ TEST_F(FileStoreTest, ByteCapHoldsAndAccountingMatchesTheFiles) {
   auto s = open_store({.max_size_bytes = cap});
   for (int i = 0; i < 400; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry(std::string(900, 'x'))).ok());
   EXPECT_LE(*s->size_bytes(), cap);
+  EXPECT_LE(entry_bytes_on_disk(m_tmp.sub("cache")), cap) << "over the cap on disk";
+  EXPECT_EQ(*s->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
   EXPECT_GT(s->stats().evictions, 0u);
-  EXPECT_EQ(*s->count(), files_on_disk(m_tmp.sub("cache")));
+  EXPECT_EQ(*s->count(), entry_files_on_disk(m_tmp.sub("cache")));
   // The most recent entry survived.
   EXPECT_TRUE((*s->get(make_key(399))).has_value());
 }
@@ -773,10 +758,10 @@ TEST_F(FileStoreTest, EvictionFaultsLoseNothingCommittedBeyondTheVictims) {
   env.fail(Op::list_dir, EIO, 0, /*sticky=*/true);  // the eviction scan cannot run
   ASSERT_TRUE(s->put(make_key(10), make_entry("v")).ok());  // the put itself still succeeds
   env.clear_faults();
-  EXPECT_EQ(files_on_disk(m_tmp.sub("cache")), 11u);
+  EXPECT_EQ(entry_files_on_disk(m_tmp.sub("cache")), 11u);
   ASSERT_TRUE(s->put(make_key(11), make_entry("v")).ok());  // now trims
   EXPECT_LE(*s->count(), 10u);
-  EXPECT_EQ(*s->count(), files_on_disk(m_tmp.sub("cache")));
+  EXPECT_EQ(*s->count(), entry_files_on_disk(m_tmp.sub("cache")));
   EXPECT_TRUE((*s->get(make_key(11))).has_value());
 }
 

@@ -62,4 +62,27 @@ void write_all(const std::string& path, std::string_view data) {
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
 }
 
+namespace {
+template <typename Fn>
+void for_each_entry_file(const std::string& root, Fn&& fn) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(root + "/v1", ec)) {
+    if (e.is_regular_file() && e.path().filename().string().size() == 62) fn(e);
+  }
+}
+}  // namespace
+
+std::size_t entry_files_on_disk(const std::string& root) {
+  std::size_t n = 0;
+  for_each_entry_file(root, [&](const auto&) { ++n; });
+  return n;
+}
+
+std::uint64_t entry_bytes_on_disk(const std::string& root) {
+  std::uint64_t n = 0;
+  for_each_entry_file(root, [&](const auto& e) { n += e.file_size(); });
+  return n;
+}
+
 }  // namespace progcache::testing

@@ -33,6 +33,12 @@ std::string make_payload(std::size_t size, std::uint64_t seed);
 Entry make_entry(std::string_view payload);
 
 std::string read_all(const std::string& path);
+
+// What a file store rooted at `root` holds on disk, counted from the files
+// themselves (entry files only: no temps, no control files): the truth the
+// store's accounting and caps are checked against.
+std::size_t entry_files_on_disk(const std::string& root);
+std::uint64_t entry_bytes_on_disk(const std::string& root);
 void write_all(const std::string& path, std::string_view data);
 
 }  // namespace progcache::testing
