@@ -89,6 +89,51 @@ TEST_F(SourceDepsTest, QuotedHeaderBesideTheSourceEditIsSeen) {
   EXPECT_FALSE(compile_matches_fresh(p)) << "edited header served from the cache";
 }
 
+TEST_F(SourceDepsTest, IncludesSpelledWithCommentsDigraphsAndSplicesAreSeen) {
+  // Each spelling the preprocessor accepts for one #include: comments
+  // before, inside and after the '#', the '%:' digraph, a line splice, a
+  // block comment spanning lines. Each header edit must be a miss.
+  const std::vector<std::pair<std::string, std::string>> spellings = {
+      {"comment_before", "/**/#include \"val_a.h\""},
+      {"comment_inside", "#/**/include \"val_b.h\""},
+      {"digraph", "%:include \"val_c.h\""},
+      {"splice", "#inc\\\nlude \"val_d.h\""},
+      {"multiline_comment", "/* a comment\n   over lines */ #include \"val_e.h\""},
+      {"line_comment_after", "#include \"val_f.h\" // trailing /* not a comment start"},
+  };
+  char which = 'a';
+  for (const auto& [label, include] : spellings) {
+    const std::string header = std::string("src/val_") + which++ + ".h";
+    write_all(m_tmp.sub(header), "#define V 1\n");
+    const Program p = program(include, m_tmp.sub("src/" + label + ".cu"));
+    EXPECT_FALSE(compile_matches_fresh(p)) << label;
+    EXPECT_TRUE(compile_matches_fresh(p)) << label << ": unchanged headers must hit";
+    write_all(m_tmp.sub(header), "#define V 2\n");
+    EXPECT_FALSE(compile_matches_fresh(p)) << label << ": an edited header was served from the cache";
+  }
+}
+
+TEST_F(SourceDepsTest, IncludeLookalikesInsideLiteralsAndCommentsAreNotIncludes) {
+  // Text that only looks like an include (in a string, a raw string, a
+  // comment, after a digit separator) neither breaks the scan nor stops
+  // the real include below it from being seen.
+  write_all(m_tmp.sub("src/real.h"), "#define V 1\n");
+  const std::string code =
+      "__device__ int lookalikes() {\n"
+      "  const char* s = \"/* not a comment\";\n"
+      "  const char* r = R\"x(\n#include \"absent_raw.h\"\n)x\";\n"
+      "  // #include \"absent_comment.h\"\n"
+      "  const int n = 1'000'000; const char q = '\\'';\n"
+      "  return s[0] + r[0] + n + q;\n"
+      "}\n"
+      "#include \"real.h\"\n";
+  const Program p = program(code, m_tmp.sub("src/lookalikes.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("src/real.h"), "#define V 2\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "the include after the lookalikes was missed";
+}
+
 TEST_F(SourceDepsTest, QuotedHeaderThroughTheWorkingDirectory) {
   // A program name without a directory: NVRTC looks in the working directory.
   write_all(m_tmp.sub("src/val.h"), "#define V 3\n");

@@ -55,6 +55,10 @@ void add_field(Sha256& sha, std::string_view tag, std::string_view value) {
   sha.update(value);
 }
 
+// The scan memo's format. 2: directives found on logical lines (comments,
+// literals and digraphs understood); memos of version 1 may lack some.
+constexpr int k_memo_version = 2;
+
 enum class Operand { quoted, angled, computed };
 struct Directive {
   Operand kind;
@@ -77,33 +81,128 @@ Directive read_operand(std::string_view s, std::size_t i, int line) {
   return {Operand::computed, std::string(s.substr(i)), line};
 }
 
-// Every include-like operand in `text`, whatever preprocessor branch it sits
-// in (a superset of what the compiler reads). Lines continued with a
-// backslash are joined first.
-std::vector<Directive> directives(std::string_view text) {
-  std::vector<Directive> out;
-  int line_no = 0;
-  std::string line;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    ++line_no;
-    const int first_line = line_no;
-    line.clear();
-    while (pos < text.size()) {
-      std::size_t end = text.find('\n', pos);
-      if (end == std::string_view::npos) end = text.size();
-      std::string_view part = text.substr(pos, end - pos);
-      if (!part.empty() && part.back() == '\r') part.remove_suffix(1);
-      pos = end + 1;
-      if (!part.empty() && part.back() == '\\') {
-        line.append(part.substr(0, part.size() - 1));
-        ++line_no;
+// A logical line, as the preprocessor sees it: after line splices are joined
+// and every comment has become one space (translation phases 2 and 3).
+struct LogicalLine {
+  std::string text;
+  int line;  // the physical line it starts on
+};
+
+// Splits `text` into logical lines. String and character literals (raw
+// strings included) pass through untouched, so "/*" inside one opens no
+// comment; a block comment's newlines vanish with it, as the standard says,
+// so a '#' after "/* ... */" on a later line is not at the start of one.
+// A quote after a digit run is a digit separator (1'000), not a literal.
+std::vector<LogicalLine> logical_lines(std::string_view text) {
+  // Phase 2: join splices, drop the '\r' of CRLF, and remember on which
+  // physical line each remaining character stood.
+  std::string src;
+  std::vector<int> line_of;
+  src.reserve(text.size());
+  line_of.reserve(text.size());
+  int phys = 1;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\\') {
+      std::size_t j = i + 1;
+      if (j < text.size() && text[j] == '\r') ++j;
+      if (j < text.size() && text[j] == '\n') {
+        i = j;
+        ++phys;
         continue;
       }
-      line.append(part);
-      break;
     }
-    const std::string_view l = line;
+    if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
+    src.push_back(c);
+    line_of.push_back(phys);
+    if (c == '\n') ++phys;
+  }
+  // Phase 3: comments, literals, lines.
+  std::vector<LogicalLine> out;
+  LogicalLine cur{"", 1};
+  bool fresh = true;  // no character of `cur` seen yet
+  auto put = [&](char c, std::size_t at) {
+    if (fresh) {
+      cur.line = line_of[at];
+      fresh = false;
+    }
+    cur.text.push_back(c);
+  };
+  std::size_t run_start = std::string::npos;  // start of the identifier or number run before i
+  for (std::size_t i = 0; i < src.size();) {
+    const char c = src[i];
+    if (c == '\n') {
+      out.push_back(std::move(cur));
+      cur = LogicalLine{"", 1};
+      fresh = true;
+      run_start = std::string::npos;
+      ++i;
+      continue;
+    }
+    if (c == '/' && i + 1 < src.size() && src[i + 1] == '/') {
+      while (i < src.size() && src[i] != '\n') ++i;  // to the end of the line
+      put(' ', i - 1);
+      run_start = std::string::npos;
+      continue;
+    }
+    if (c == '/' && i + 1 < src.size() && src[i + 1] == '*') {
+      const std::size_t start = i;
+      const std::size_t end = src.find("*/", i + 2);
+      i = end == std::string::npos ? src.size() : end + 2;
+      put(' ', start);
+      run_start = std::string::npos;
+      continue;
+    }
+    if (c == '"' || (c == '\'' && !(run_start != std::string::npos &&
+                                     std::isdigit(static_cast<unsigned char>(src[run_start])) != 0))) {
+      const std::string_view prefix =
+          run_start == std::string::npos ? std::string_view() : std::string_view(src).substr(run_start, i - run_start);
+      const bool raw = c == '"' && (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
+      std::size_t end = std::string::npos;
+      if (raw) {
+        const std::size_t open = src.find('(', i + 1);
+        if (open != std::string::npos && open - i - 1 <= 16) {
+          const std::string close = ")" + src.substr(i + 1, open - i - 1) + "\"";
+          const std::size_t found = src.find(close, open + 1);
+          if (found != std::string::npos) end = found + close.size();
+        }
+      } else {
+        for (std::size_t j = i + 1; j < src.size() && src[j] != '\n'; ++j) {
+          if (src[j] == '\\') {
+            ++j;
+          } else if (src[j] == c) {
+            end = j + 1;
+            break;
+          }
+        }
+      }
+      if (end == std::string::npos) end = std::min(src.size(), src.find('\n', i));  // unterminated
+      // A raw string may span lines: its newlines belong to the literal.
+      for (std::size_t j = i; j < end; ++j) put(src[j] == '\n' ? ' ' : src[j], j);
+      i = end;
+      run_start = std::string::npos;
+      continue;
+    }
+    if (is_ident(c) || (c == '\'' && run_start != std::string::npos)) {
+      if (run_start == std::string::npos) run_start = i;
+    } else {
+      run_start = std::string::npos;
+    }
+    put(c, i);
+    ++i;
+  }
+  if (!fresh) out.push_back(std::move(cur));
+  return out;
+}
+
+// Every include-like operand in `text`, whatever preprocessor branch it sits
+// in (a superset of what the compiler reads), found on logical lines: after
+// splices and comments, with '%:' (the digraph) standing for '#'.
+std::vector<Directive> directives(std::string_view text) {
+  std::vector<Directive> out;
+  for (const LogicalLine& ll : logical_lines(text)) {
+    const std::string_view l = ll.text;
+    const int first_line = ll.line;
     // __has_include(...) may appear anywhere on a line (#if, #elif, macros).
     for (std::size_t at = l.find("__has_include"); at != std::string_view::npos;
          at = l.find("__has_include", at + 1)) {
@@ -113,10 +212,15 @@ std::vector<Directive> directives(std::string_view text) {
       if (i < l.size() && l[i] == '(') out.push_back(read_operand(l, i + 1, first_line));
     }
     std::size_t i = 0;
-    while (i < l.size() && (l[i] == ' ' || l[i] == '\t')) ++i;
-    if (i >= l.size() || l[i] != '#') continue;
-    ++i;
-    while (i < l.size() && (l[i] == ' ' || l[i] == '\t')) ++i;
+    while (i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v')) ++i;
+    if (i < l.size() && l[i] == '#') {
+      ++i;
+    } else if (l.substr(i).starts_with("%:")) {
+      i += 2;
+    } else {
+      continue;
+    }
+    while (i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v')) ++i;
     std::size_t j = i;
     while (j < l.size() && is_ident(l[j])) ++j;
     const std::string_view word = l.substr(i, j - i);
@@ -243,7 +347,7 @@ class ScanMemo {
                      {"sha256", to_hex(f.sha256)},
                      {"includes", std::move(incs)}};
     }
-    const nlohmann::json doc{{"version", 1}, {"files", std::move(files)}};
+    const nlohmann::json doc{{"version", k_memo_version}, {"files", std::move(files)}};
     Env* env = Env::posix();
     const std::string path = join_path(m_dir, "deps-memo.json");
     if (Status s = env->mkdir(m_dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return;
@@ -264,7 +368,7 @@ class ScanMemo {
     auto text = read_regular(join_path(m_dir, "deps-memo.json"));
     if (!text.ok()) return;
     const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!doc.is_object() || doc.value("version", nlohmann::json()) != 1) return;
+    if (!doc.is_object() || doc.value("version", nlohmann::json()) != k_memo_version) return;
     auto files = doc.find("files");
     if (files == doc.end() || !files->is_object()) return;
     for (const auto& [path, f] : files->items()) {
