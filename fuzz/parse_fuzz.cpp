@@ -24,7 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     while (digits < in.size() && in[digits] >= '0' && in[digits] <= '9') ++digits;
     if (digits > 0 && digits <= 12 && (digits == in.size() || in[digits] != '.')) {
       const unsigned long long base = std::stoull(std::string(in.substr(0, digits)));
-      const char u = digits < in.size() ? static_cast<char>(in[digits] | 0x20) : 'b';
+      std::size_t at = digits;
+      while (at < in.size() && in[at] == ' ') ++at;  // "1 G" is 1 GiB
+      const char u = at < in.size() ? static_cast<char>(in[at] | 0x20) : 'b';
       const int shift = u == 'k' ? 10 : u == 'm' ? 20 : u == 'g' ? 30 : u == 't' ? 40 : 0;
       const unsigned __int128 want = static_cast<unsigned __int128>(base) << shift;
       if (want != *s) __builtin_trap();

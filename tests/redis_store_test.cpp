@@ -64,7 +64,8 @@ TEST(RedisUrl, ParsesEveryFormAndNeverShowsThePassword) {
   EXPECT_EQ(v6->port, 7000);
   EXPECT_EQ(parse_redis_url("redis://h").value().port, 6379);
   for (const char* bad : {"http://h", "redis://", "redis://h:0", "redis://h:99999", "redis://h/x", "redis://h?ttl=-1",
-                          "redis://h?bogus=1", "redis+unix://relative", "redis://h?timeout"}) {
+                          "redis://h?bogus=1", "redis+unix://relative", "redis://h?timeout", "redis://h?db=3010030100",
+                          "redis://h/3010030100"}) {
     auto r = parse_redis_url(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), Code::invalid_argument);

@@ -125,7 +125,7 @@ Result<RedisUrl> parse_redis_url(std::string_view url) {
       hostport = rest.substr(0, slash);
       std::int64_t db = 0;
       const auto dbs = rest.substr(slash + 1);
-      if (!dbs.empty() && (!parse_int(dbs, &db) || db < 0 || db > 1000)) return bad("database must be a number");
+      if (!dbs.empty() && (!parse_int(dbs, &db) || db < 0 || db > 1000)) return bad("db must be a number from 0 to 1000");
       u.db = static_cast<int>(db);
     }
     if (hostport.starts_with("[")) {  // [::1]:6379
@@ -171,7 +171,7 @@ Result<RedisUrl> parse_redis_url(std::string_view url) {
       if (!parse_int(v, &n) || n <= 0) return bad("connect_timeout must be positive milliseconds");
       u.connect_timeout = std::chrono::milliseconds(n);
     } else if (k == "db") {
-      if (!parse_int(v, &n) || n < 0) return bad("db must be a number");
+      if (!parse_int(v, &n) || n < 0 || n > 1000) return bad("db must be a number from 0 to 1000");
       u.db = static_cast<int>(n);
     } else {
       return bad("unknown parameter '" + std::string(k) + "' (prefix, ttl, timeout, connect_timeout, db)");
