@@ -484,6 +484,22 @@ TEST_F(FileStoreTest, ByteCapHoldsAndAccountingMatchesTheFiles) {
   EXPECT_TRUE((*s->get(make_key(399))).has_value());
 }
 
+TEST_F(FileStoreTest, ClearRemovesEveryEntryButSparesTempsOfPutsInFlight) {
+  auto s = open_store();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->put(make_key(i, 0x10), make_entry("e")).ok());
+  // Another process's put, half-written: its temp must survive the clear,
+  // or that put fails (or publishes nothing) for no fault of its own.
+  const std::string shard = m_tmp.sub("cache") + "/v1/10";
+  testing::write_all(shard + "/.tmp.4242.1.1", "being written right now");
+  testing::write_all(shard + "/.tmp.4242.2.2", "abandoned long ago");
+  set_times(shard + "/.tmp.4242.2.2", ::time(nullptr) - 7200);
+  ASSERT_TRUE(s->clear().ok());
+  EXPECT_EQ(entry_files_on_disk(m_tmp.sub("cache")), 0u);
+  EXPECT_EQ(*s->count(), 0u);
+  EXPECT_TRUE(fs::exists(shard + "/.tmp.4242.1.1"));
+  EXPECT_FALSE(fs::exists(shard + "/.tmp.4242.2.2"));
+}
+
 TEST_F(FileStoreTest, StaleAndFutureDatedTempsAreSweptFreshOnesKept) {
   auto s = open_store();
   ASSERT_TRUE(s->put(make_key(1, 0x10), make_entry("x")).ok());

@@ -140,6 +140,13 @@ def test_file_cache_cap_evicts(tmp_path):
     assert c.stats()["bytes_stored"] <= 64 * 1024
     assert c.stats()["evictions"] > 0
     assert c.get("99") is not None
+    # On disk, not only in the accounting: the entry files (64 hex digits
+    # split as shard/name) add up to no more than the cap, and to what the
+    # cache reports.
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "cap").rglob("*")
+                  if p.is_file() and len(p.name) == 62 and len(p.parent.name) == 2)
+    assert on_disk <= 64 * 1024
+    assert on_disk == c.stats()["bytes_stored"]
 
 
 def test_threads_hammering_one_cache(cache):
