@@ -60,6 +60,18 @@ class FileStoreTest : public ::testing::Test {
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW), 0);
   }
 
+  // A store capped at 4 entries holding keys 1..4 of shard 0x42, their ages
+  // set explicitly: 1 oldest ... 4 newest (1000 s ago and after).
+  std::unique_ptr<FileStore> four_aged_entries_in_one_shard(FaultEnv& env) {
+    auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 4, .env = &env, .recency_granularity_ns = 0});
+    const std::int64_t now_s = env.now_ns() / 1'000'000'000;
+    for (int i = 1; i <= 4; ++i) {
+      EXPECT_TRUE(s->put(make_key(i, 0x42), make_entry("e" + std::to_string(i))).ok());
+      set_times(s->entry_path(make_key(i, 0x42)), now_s - 1000 + i);
+    }
+    return s;
+  }
+
   TempDir m_tmp;
 };
 
@@ -400,13 +412,7 @@ TEST_F(FileStoreTest, RootThatIsAFileIsAClearError) {
 
 TEST_F(FileStoreTest, EvictionIsLeastRecentlyUsedFirstAndDeterministic) {
   FaultEnv env;
-  auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 4, .env = &env, .recency_granularity_ns = 0});
-  const std::int64_t now_s = env.now_ns() / 1'000'000'000;
-  // Five keys in one shard, with ages set explicitly: 1 oldest ... 4 newest.
-  for (int i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(s->put(make_key(i, 0x42), make_entry("e" + std::to_string(i))).ok());
-    set_times(s->entry_path(make_key(i, 0x42)), now_s - 1000 + i);
-  }
+  auto s = four_aged_entries_in_one_shard(env);
   ASSERT_TRUE((*s->get(make_key(1, 0x42))).has_value());  // a hit makes 1 the most recent
   ASSERT_TRUE(s->put(make_key(5, 0x42), make_entry("e5")).ok());
   // Over the cap (5 > 4): trimmed to 90% of it (3 entries), oldest first: 2, 3.
@@ -421,12 +427,8 @@ TEST_F(FileStoreTest, EvictionIsLeastRecentlyUsedFirstAndDeterministic) {
 
 TEST_F(FileStoreTest, AFutureDatedEntryDoesNotOutliveEntriesUsedSince) {
   FaultEnv env;
-  auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 4, .env = &env, .recency_granularity_ns = 0});
+  auto s = four_aged_entries_in_one_shard(env);
   const std::int64_t now_s = env.now_ns() / 1'000'000'000;
-  for (int i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(s->put(make_key(i, 0x42), make_entry("e" + std::to_string(i))).ok());
-    set_times(s->entry_path(make_key(i, 0x42)), now_s - 1000 + i);
-  }
   // Key 4 claims to have been used ten years from now.
   set_times(s->entry_path(make_key(4, 0x42)), now_s + 10 * 365 * 86400);
   ASSERT_TRUE(s->put(make_key(5, 0x42), make_entry("e5")).ok());

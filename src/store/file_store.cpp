@@ -723,13 +723,19 @@ class FileStoreImpl final : public FileStore {
   // Moves whatever is at `path` out under a unique quarantine name (ours
   // alone), measures it, removes it and charges exactly that. false when
   // nothing was there.
+  // Moves `path` to the fresh quarantine name `q`: false when nothing was
+  // there. The one first step of every removal.
+  Result<bool> move_to_quarantine(const std::string& path, const std::string& q) {
+    Status st = m_env->rename(path, q);
+    if (st.ok()) return true;
+    if (st.code() == Code::not_found) return false;
+    return st;
+  }
+
   Result<bool> take_out(int idx, const std::string& path) {
     const std::string q = quarantine_path(idx);
-    Status st = m_env->rename(path, q);
-    if (!st.ok()) {
-      if (st.code() == Code::not_found) return false;
-      return st;
-    }
+    PROGCACHE_ASSIGN_OR_RETURN(const bool there, move_to_quarantine(path, q));
+    if (!there) return false;
     auto moved = m_env->lstat(q);
     if (moved.ok() && moved->is_regular()) charge(idx, -static_cast<std::int64_t>(moved->size), -1);
     Status unlinked = m_env->unlink(q);
@@ -751,11 +757,8 @@ class FileStoreImpl final : public FileStore {
 
   Result<bool> remove_if_same(int idx, const std::string& path, const FileInfo& expected) {
     const std::string q = quarantine_path(idx);
-    Status st = m_env->rename(path, q);
-    if (!st.ok()) {
-      if (st.code() == Code::not_found) return false;
-      return st;
-    }
+    PROGCACHE_ASSIGN_OR_RETURN(const bool there, move_to_quarantine(path, q));
+    if (!there) return false;
     auto moved = m_env->lstat(q);
     if (moved.ok() && moved->same_file(expected)) {
       Status unlinked = m_env->unlink(q);
