@@ -207,6 +207,21 @@ TEST_F(CliTest, ErrorsExitThree) {
   EXPECT_EQ(run({"get", "keep-me"}).out, "kept");
 }
 
+TEST_F(CliTest, AGroupSharedRootIsUsableWithPrivacyAsTheDefault) {
+  fs::create_directories(m_tmp.sub("team"));
+  ::chmod(m_tmp.sub("team").c_str(), 02770);
+  auto refused = run({"--dir", m_tmp.sub("team"), "put", "k", file("v", "shared")});
+  EXPECT_EQ(refused.code, 3);
+  EXPECT_NE(refused.err.find("writable by group or others"), std::string::npos) << refused.err;
+  auto put = run({"--dir", m_tmp.sub("team"), "put", "k", file("v2", "shared")}, {"PROGCACHE_SHARING=group"});
+  ASSERT_EQ(put.code, 0) << put.err;
+  auto get = run({"--dir", m_tmp.sub("team"), "get", "k"}, {"PROGCACHE_SHARING=group"});
+  EXPECT_EQ(get.out, "shared");
+  auto config = run({"config"}, {"PROGCACHE_SHARING=group"});
+  EXPECT_NE(config.out.find("PROGCACHE_SHARING"), std::string::npos) << config.out;
+  EXPECT_EQ(run({"stats"}, {"PROGCACHE_SHARING=world"}).code, 2);
+}
+
 TEST_F(CliTest, LsLongJsonAndStats) {
   ASSERT_EQ(run({"put", "a", file("a", "AAAA")}).code, 0);
   ASSERT_EQ(run({"put", "b", file("b", "BB")}).code, 0);

@@ -7,6 +7,8 @@
 //   PROGCACHE_MAX_ENTRIES  entry cap of the disk tier (default: none)
 //   PROGCACHE_DISABLE      1/true/yes: bypass the cache entirely
 //   PROGCACHE_DURABILITY   none (default) | fsync
+//   PROGCACHE_SHARING      private (default) | group: a group-writable root
+//                          (setgid 2770, entries 0660) shared by a team
 //   PROGCACHE_HMAC_KEY_FILE  file holding the signing key (never printed)
 //   PROGCACHE_REMOTE       comma-separated redis:// URLs (passwords never printed)
 //   PROGCACHE_REMOTE_PASSWORD_FILE  file holding the password for remote URLs
@@ -41,6 +43,7 @@ struct Config {
   std::optional<std::uint64_t> max_entries;
   bool disabled = false;
   Durability durability = Durability::none;
+  Sharing sharing = Sharing::private_only;
   std::string hmac_key;  // the key itself, loaded from the file
   std::vector<std::string> remote_urls;
   std::string remote_password;  // for URLs that carry none

@@ -46,6 +46,14 @@ def _value(value: Any) -> bytes:
         f"cache values are bytes, bytearray, memoryview or an ObjectCode, not {type(value).__name__}")
 
 
+def _sharing(value: Optional[str]) -> str:
+    if value is None:
+        value = os.environ.get("PROGCACHE_SHARING", "private")
+    if value not in ("private", "group"):
+        raise ValueError(f"sharing must be 'private' or 'group', not {value!r}")
+    return value
+
+
 def _cap(value: Any, name: str = "max_size_bytes") -> Optional[int]:
     if value is None:
         return None
@@ -167,21 +175,24 @@ class FileStreamProgramCache(_StoreCache):
     """A directory shared safely by every process of the host.
 
     ``path`` defaults to ``$PROGCACHE_DIR``, else ``$XDG_CACHE_HOME/progcache``,
-    else ``~/.cache/progcache``. ``max_size_bytes`` caps the directory (default
-    10 GiB); entries are evicted least recently used first. ``durability`` is
-    "none" (default; survives process crashes) or "fsync" (also power loss;
-    default from ``$PROGCACHE_DURABILITY``).
+    else ``~/.cache/progcache``. ``max_size_bytes`` caps the directory (None,
+    the default, is no cap, as in cuda.core); entries are evicted least
+    recently used first. ``durability`` is "none" (default; survives process
+    crashes) or "fsync" (also power loss; default from
+    ``$PROGCACHE_DURABILITY``). ``sharing`` is "private" (default) or "group"
+    (a group-writable root a team shares; default from ``$PROGCACHE_SHARING``).
     """
 
     def __init__(self, path: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
-                 durability: Optional[str] = None) -> None:
+                 durability: Optional[str] = None, sharing: Optional[str] = None) -> None:
         root = os.fspath(path) if path is not None else _core.default_cache_root()
         self.path = root
         if durability is None:
             durability = os.environ.get("PROGCACHE_DURABILITY", "none")
         if durability not in ("none", "fsync"):
             raise ValueError(f"durability must be 'none' or 'fsync', not {durability!r}")
-        self._bind(_core.open_file_store(root, _cap(max_size_bytes), None, durability == "fsync", _hmac_key()))
+        self._bind(_core.open_file_store(root, _cap(max_size_bytes), None, durability == "fsync", _hmac_key(),
+                                         _sharing(sharing)))
 
 
 class RedisProgramCache(_StoreCache):
@@ -204,7 +215,7 @@ class TieredProgramCache(_StoreCache):
 
     def __init__(self, path: Union[str, os.PathLike, None] = None, *, urls: Union[str, Iterable[str], None] = None,
                  max_size_bytes: Optional[int] = None, memory_size_bytes: Optional[int] = 256 << 20,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, sharing: Optional[str] = None) -> None:
         if urls is None:
             urls = [u for u in os.environ.get("PROGCACHE_REMOTE", "").split(",") if u]
         urls = [urls] if isinstance(urls, str) else list(urls)
@@ -213,7 +224,8 @@ class TieredProgramCache(_StoreCache):
         root = os.fspath(path) if path is not None else _core.default_cache_root()
         self.path = root
         self._bind(_core.open_tiered_store(_cap(memory_size_bytes, "memory_size_bytes"), root,
-                                           _cap(max_size_bytes), urls, bool(read_only), _hmac_key()))
+                                           _cap(max_size_bytes), urls, bool(read_only), _hmac_key(),
+                                           _sharing(sharing)))
 
 
 def _register_with_cuda_core() -> bool:

@@ -133,15 +133,23 @@ def _meta_json(metadata: Any) -> str:
 
 class CubinCache:
     """Process-local memory plus optional disk persistence (one atomic entry
-    per key under ``cache_dir``, default ``<progcache root>/pyptx``).
-    Thread-safe."""
+    per key under ``cache_dir``, default ``$PYPTX_CACHE_DIR``, else
+    ``<progcache root>/pyptx``, capped at 10 GiB). Thread-safe."""
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, enable_disk: bool = True) -> None:
         self._lock = threading.Lock()
         self._memory: dict[str, CacheEntry] = {}
-        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(
-            _core.default_cache_root(), "pyptx")
-        self._disk = _core.open_file_store(self.cache_dir, None, None, False, "") if enable_disk else None
+        if cache_dir is None:
+            cache_dir = os.environ.get("PYPTX_CACHE_DIR") or os.path.join(_core.default_cache_root(), "pyptx")
+        self.cache_dir = os.fspath(cache_dir)
+        self._disk = (_core.open_file_store(self.cache_dir, _core.DEFAULT_MAX_SIZE, None, False, "")
+                      if enable_disk else None)
+
+    def __contains__(self, key: CacheKey) -> bool:
+        """pyptx's membership test: memory, then disk. (The program caches
+        have none, as in cuda.core: there, check-then-read races other
+        processes; here a False only costs a compile.)"""
+        return self.get(key) is not None
 
     def get(self, key: CacheKey) -> Optional[CacheEntry]:
         h = key.hash()
@@ -247,7 +255,8 @@ class KernelCache:
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None) -> None:
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(
             _core.default_cache_root(), "kernels")
-        self._store = _core.open_file_store(self.cache_dir, max_size_bytes, None, False, "")
+        self._store = _core.open_file_store(
+            self.cache_dir, _core.DEFAULT_MAX_SIZE if max_size_bytes is None else max_size_bytes, None, False, "")
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._mu = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}

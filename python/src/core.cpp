@@ -278,13 +278,20 @@ class StoreHandle {
   pc::FileStore* m_file;  // when the store is a FileStore (for host stats, root)
 };
 
+pc::Sharing sharing_of(const std::string& sharing) {
+  if (sharing == "group") return pc::Sharing::group;
+  if (sharing == "private") return pc::Sharing::private_only;
+  throw nb::value_error(("sharing must be 'private' or 'group', not '" + sharing + "'").c_str());
+}
+
+// max_size None is no cap, as in cuda.core's caches.
 std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optional<std::uint64_t> max_size,
                                              std::optional<std::uint64_t> max_entries, bool fsync,
-                                             const std::string& hmac_key) {
+                                             const std::string& hmac_key, const std::string& sharing) {
   pc::FileStoreOptions o;
   o.root = root;
-  o.max_size_bytes = max_size ? max_size : pc::k_default_max_size;
-  if (max_size && *max_size == 0) o.max_size_bytes.reset();
+  o.max_size_bytes = max_size;
+  o.sharing = sharing_of(sharing);
   o.max_entries = max_entries;
   o.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
   o.codec.hmac_key = hmac_key;
@@ -334,7 +341,9 @@ NB_MODULE(_core, m) {
       .def("close", &StoreHandle::close);
 
   m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
-        nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = "");
+        nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = "",
+        nb::arg("sharing") = "private");
+  m.attr("DEFAULT_MAX_SIZE") = pc::k_default_max_size;
   m.def("default_cache_root", []() { return pc::default_cache_root(); });
 
 #ifdef PROGCACHE_WITH_REDIS
@@ -344,18 +353,19 @@ NB_MODULE(_core, m) {
   }, nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = "");
   m.def("open_tiered_store", [](std::optional<std::uint64_t> memory_bytes, const std::string& root,
                                 std::optional<std::uint64_t> max_size, const std::vector<std::string>& urls,
-                                bool read_only, const std::string& hmac_key) {
+                                bool read_only, const std::string& hmac_key, const std::string& sharing) {
     pc::TieredStoreOptions o;
     if (!memory_bytes || *memory_bytes > 0) o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
     pc::FileStoreOptions fo;
     fo.root = root;
-    fo.max_size_bytes = max_size ? max_size : pc::k_default_max_size;
+    fo.max_size_bytes = max_size;  // None: no cap
+    fo.sharing = sharing_of(sharing);
     fo.codec.hmac_key = hmac_key;
     o.disk = unwrap(pc::FileStore::open(fo));
     if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key);
     return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)));
   }, nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
-        nb::arg("read_only") = false, nb::arg("hmac_key") = "");
+        nb::arg("read_only") = false, nb::arg("hmac_key") = "", nb::arg("sharing") = "private");
 #else
   m.attr("HAVE_REDIS") = false;
 #endif

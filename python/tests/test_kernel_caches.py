@@ -50,6 +50,19 @@ def test_cubin_cache_memory_then_disk_one_atomic_entry(tmp_path):
     assert CubinCache(tmp_path / "pyptx").get(key) is None
 
 
+def test_cubin_cache_membership_and_pyptx_cache_dir(tmp_path, monkeypatch):
+    key = CacheKey("k", {"N": 8}, [], "sm_90")
+    monkeypatch.setenv("PYPTX_CACHE_DIR", str(tmp_path / "from-env"))
+    c = CubinCache()
+    assert c.cache_dir == str(tmp_path / "from-env")
+    assert key not in c
+    c.put(CacheEntry(key, "ptx", b"\x7fELF"))
+    assert key in c
+    # Another process (a fresh cache on the same directory) sees it on disk.
+    assert key in CubinCache()
+    assert CacheKey("k", {"N": 9}, [], "sm_90") not in CubinCache()
+
+
 def test_cubin_cache_without_disk(tmp_path):
     key = CacheKey("k", {}, [], "sm_90")
     c = CubinCache(tmp_path / "nodisk", enable_disk=False)

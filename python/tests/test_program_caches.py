@@ -191,6 +191,31 @@ def test_foreign_writable_root_is_refused(tmp_path):
         FileStreamProgramCache(root)
 
 
+def test_group_shared_root_is_usable_when_asked_for(tmp_path, monkeypatch):
+    # A team's root: group-writable and setgid. Refused by default (as a
+    # private cache must be), usable with sharing="group" or
+    # PROGCACHE_SHARING=group; entries then are group-readable.
+    root = tmp_path / "team"
+    root.mkdir()
+    os.chmod(root, 0o2770)
+    with pytest.raises(PermissionError, match="writable by group or others"):
+        FileStreamProgramCache(root)
+    with FileStreamProgramCache(root, sharing="group") as c:
+        c["k"] = b"shared"
+        assert c["k"] == b"shared"
+    entries = [p for p in root.rglob("*") if p.is_file() and len(p.name) == 62]
+    assert entries and all(p.stat().st_mode & 0o777 == 0o660 for p in entries)
+    monkeypatch.setenv("PROGCACHE_SHARING", "group")
+    with FileStreamProgramCache(root) as c:
+        assert c["k"] == b"shared"
+    with pytest.raises(ValueError, match="sharing"):
+        FileStreamProgramCache(root, sharing="world")
+    # Others-writable stays refused even in group mode.
+    os.chmod(root, 0o2777)
+    with pytest.raises(PermissionError):
+        FileStreamProgramCache(root, sharing="group")
+
+
 def test_cuda_core_registration_when_available():
     try:
         from cuda.core.utils import ProgramCacheResource

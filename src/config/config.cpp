@@ -33,6 +33,7 @@ FileStoreOptions Config::file_store_options() const {
   o.max_size_bytes = max_size_bytes;
   o.max_entries = max_entries;
   o.durability = durability;
+  o.sharing = sharing;
   o.codec.hmac_key = hmac_key;
   return o;
 }
@@ -105,6 +106,15 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
     c.settings.push_back({"PROGCACHE_DURABILITY", *d, "environment"});
   } else {
     c.settings.push_back({"PROGCACHE_DURABILITY", "none", "default"});
+  }
+  // Sharing: private (the default) or group, for a root a team shares.
+  if (auto v = env("PROGCACHE_SHARING")) {
+    if (*v == "group") c.sharing = Sharing::group;
+    else if (*v == "private") c.sharing = Sharing::private_only;
+    else return invalid_argument("PROGCACHE_SHARING: invalid value '" + *v + "': use private or group");
+    c.settings.push_back({"PROGCACHE_SHARING", *v, "environment"});
+  } else {
+    c.settings.push_back({"PROGCACHE_SHARING", "private", "default"});
   }
   // Remote tier: URLs are validated here; only their redacted form is shown.
   {

@@ -31,6 +31,10 @@ bool split_number(std::string_view text, double* number, std::string_view* unit)
   return true;
 }
 
+// 128-bit arithmetic keeps the size parser exact; __extension__ marks the
+// GCC/Clang type as deliberate under -Wpedantic.
+__extension__ typedef unsigned __int128 u128;
+
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -75,8 +79,8 @@ Result<std::uint64_t> parse_size(std::string_view text) {
   const auto too_large = [&] {
     return invalid_argument("size '" + std::string(text) + "' is too large (the limit is 8 EiB - 1)");
   };
-  constexpr unsigned __int128 k_limit = static_cast<unsigned __int128>(INT64_MAX);
-  unsigned __int128 n = 0;
+  constexpr u128 k_limit = static_cast<u128>(INT64_MAX);
+  u128 n = 0;
   for (char c : whole) {
     n = n * 10 + static_cast<unsigned>(c - '0');
     if (n > k_limit) return too_large();
@@ -85,7 +89,7 @@ Result<std::uint64_t> parse_size(std::string_view text) {
   if (n > k_limit) return too_large();
   // The fraction, rounded down to whole bytes: digits past the 20th cannot
   // change the result for units up to 2^40.
-  unsigned __int128 num = 0, den = 1;
+  u128 num = 0, den = 1;
   for (std::size_t k = 0; k < frac.size() && k < 20; ++k) {
     num = num * 10 + static_cast<unsigned>(frac[k] - '0');
     den *= 10;
