@@ -542,6 +542,9 @@ TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
   auto missing = run({"compile", m_tmp.sub("absent.cu"), "--arch", "sm_80"});
   EXPECT_EQ(missing.code, 3);
   EXPECT_NE(missing.err.find("absent.cu"), std::string::npos);
+  auto nvvm = run({"compile", file("ir.nvvm", "; ModuleID = 'x'\n"), "--arch", "sm_80"});
+  EXPECT_EQ(nvvm.code, 2) << nvvm.err;
+  EXPECT_NE(nvvm.err.find("NVVM IR"), std::string::npos) << nvvm.err;
   auto no_arch = run({"compile", file("ok3.cu", k_kernel)});
   EXPECT_EQ(no_arch.code, 2);
   auto nolib = run({"compile", file("ok4.cu", k_kernel), "--arch", "sm_80"}, {"PROGCACHE_NVRTC=/nonexistent/libnvrtc.so"});

@@ -259,7 +259,13 @@ pc::Result<pc::CodeType> code_type_of(const std::string& path) {
   const std::string ext = std::filesystem::path(path).extension().string();
   if (ext == ".cu" || ext == ".cuh" || ext == ".cpp" || ext == ".cxx" || ext == ".cc") return pc::CodeType::cxx;
   if (ext == ".ptx") return pc::CodeType::ptx;
-  if (ext == ".ltoir" || ext == ".lto" || ext == ".nvvm") return pc::CodeType::ltoir;
+  if (ext == ".ltoir" || ext == ".lto") return pc::CodeType::ltoir;
+  if (ext == ".nvvm" || ext == ".ll" || ext == ".bc") {
+    // NVVM IR is compiled by libNVVM, which progcache does not drive; it is
+    // not LTO-IR, and passing it to the linker as such would fail or worse.
+    return pc::invalid_argument("'" + path + "' is NVVM IR, which progcache cannot compile (libNVVM is not "
+                                "supported); use .cu (CUDA C++), .ptx or .ltoir");
+  }
   return pc::invalid_argument("cannot tell the code type of '" + path +
                               "' from its extension: use .cu (CUDA C++), .ptx or .ltoir");
 }
