@@ -568,8 +568,10 @@ class FileStoreImpl final : public FileStore {
     // The header and artifact table first: a file named like an entry but
     // holding anything else (a 2 GiB sparse file, say) is judged on its first
     // bytes and never read whole.
+    // The bytes read to judge the header are kept: a small entry is read by
+    // that one pread, a large one by one more for the rest.
+    std::string head(std::min<std::uint64_t>(r.info.size, 4096), '\0');
     {
-      std::string head(std::min<std::uint64_t>(r.info.size, 4096), '\0');
       PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_env->pread(fd, head.data(), head.size(), 0));
       head.resize(got);
       Status layout = entry_table_end(head).status();
@@ -590,7 +592,8 @@ class FileStoreImpl final : public FileStore {
     }
     char* buf = nullptr;
     Bytes data = Bytes::allocate(r.info.size, &buf);
-    std::uint64_t done = 0;
+    std::memcpy(buf, head.data(), head.size());
+    std::uint64_t done = head.size();
     while (done < r.info.size) {
       PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, m_env->pread(fd, buf + done, r.info.size - done, done));
       if (n == 0) break;
