@@ -25,6 +25,9 @@ constexpr int k_shards = 256;
 constexpr std::uint64_t k_acct_magic = 0x31544e43434350ULL;  // "PCCCNT1"
 constexpr std::uint64_t k_acct_version = 1;
 constexpr std::uint64_t k_max_entry_file = std::uint64_t{8} << 30;
+// Entry files up to this size are read whole in one go; larger ones have
+// their header checked first.
+constexpr std::uint64_t k_read_whole_up_to = std::uint64_t{1} << 20;
 // How far ahead of the clock a file time may be before it is distrusted.
 constexpr std::int64_t k_future_slack_ns = std::int64_t{60} * 1000000000;
 constexpr std::string_view k_temp_prefix = ".tmp.";
@@ -565,13 +568,13 @@ class FileStoreImpl final : public FileStore {
       r.reason = "file of " + std::to_string(r.info.size) + " bytes is larger than any entry";
       return r;
     }
-    // The header and artifact table first: a file named like an entry but
-    // holding anything else (a 2 GiB sparse file, say) is judged on its first
-    // bytes and never read whole.
-    // The bytes read to judge the header are kept: a small entry is read by
-    // that one pread, a large one by one more for the rest.
-    std::string head(std::min<std::uint64_t>(r.info.size, 4096), '\0');
-    {
+    // A file named like an entry may hold anything (a 2 GiB sparse file,
+    // say): past 1 MiB, its header and artifact table are judged on its
+    // first bytes before the rest is read, so junk costs 4 KiB, not its size.
+    // Smaller files are read whole at once, and decode_entry judges them.
+    std::string head;
+    if (r.info.size > k_read_whole_up_to) {
+      head.resize(4096);
       PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_env->pread(fd, head.data(), head.size(), 0));
       head.resize(got);
       Status layout = entry_table_end(head).status();
@@ -592,7 +595,7 @@ class FileStoreImpl final : public FileStore {
     }
     char* buf = nullptr;
     Bytes data = Bytes::allocate(r.info.size, &buf);
-    std::memcpy(buf, head.data(), head.size());
+    if (!head.empty()) std::memcpy(buf, head.data(), head.size());
     std::uint64_t done = head.size();
     while (done < r.info.size) {
       PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, m_env->pread(fd, buf + done, r.info.size - done, done));
