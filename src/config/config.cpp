@@ -19,6 +19,29 @@ std::optional<std::string> env(const char* name) {
   return std::string(v);
 }
 
+// A setting that takes one of a few words from the environment, the first
+// being the default: parsed into `*out` and recorded with its source.
+template <typename E>
+Status word_setting(Config& c, const char* name, std::initializer_list<std::pair<std::string_view, E>> words,
+                    E* out) {
+  auto v = env(name);
+  if (!v) {
+    *out = words.begin()->second;
+    c.settings.push_back({name, std::string(words.begin()->first), "default"});
+    return {};
+  }
+  std::string choices;
+  for (const auto& [word, value] : words) {
+    if (*v == word) {
+      *out = value;
+      c.settings.push_back({name, *v, "environment"});
+      return {};
+    }
+    choices += (choices.empty() ? "" : " or ") + std::string(word);
+  }
+  return invalid_argument(std::string(name) + ": invalid value '" + *v + "': use " + choices);
+}
+
 }  // namespace
 
 bool truthy(std::string_view value) {
@@ -98,24 +121,11 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
   } else {
     c.settings.push_back({"PROGCACHE_DISABLE", "no", "default"});
   }
-  // Durability.
-  if (auto d = env("PROGCACHE_DURABILITY")) {
-    if (*d == "fsync") c.durability = Durability::fsync;
-    else if (*d == "none") c.durability = Durability::none;
-    else return invalid_argument("PROGCACHE_DURABILITY: invalid value '" + *d + "': use none or fsync");
-    c.settings.push_back({"PROGCACHE_DURABILITY", *d, "environment"});
-  } else {
-    c.settings.push_back({"PROGCACHE_DURABILITY", "none", "default"});
-  }
-  // Sharing: private (the default) or group, for a root a team shares.
-  if (auto v = env("PROGCACHE_SHARING")) {
-    if (*v == "group") c.sharing = Sharing::group;
-    else if (*v == "private") c.sharing = Sharing::private_only;
-    else return invalid_argument("PROGCACHE_SHARING: invalid value '" + *v + "': use private or group");
-    c.settings.push_back({"PROGCACHE_SHARING", *v, "environment"});
-  } else {
-    c.settings.push_back({"PROGCACHE_SHARING", "private", "default"});
-  }
+  PROGCACHE_TRY(word_setting(c, "PROGCACHE_DURABILITY", {{"none", Durability::none}, {"fsync", Durability::fsync}},
+                             &c.durability));
+  // Group: a group-writable root that a team shares.
+  PROGCACHE_TRY(word_setting(c, "PROGCACHE_SHARING", {{"private", Sharing::private_only}, {"group", Sharing::group}},
+                             &c.sharing));
   // Remote tier: URLs are validated here; only their redacted form is shown.
   {
     std::optional<std::string> text = overrides.remote;
