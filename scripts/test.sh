@@ -32,7 +32,9 @@ if [[ "$tree_before" != "$tree_after" ]]; then
   diff <(echo "$tree_before") <(echo "$tree_after") >&2 || true
   exit 1
 fi
-python3 -m pytest -q python/tests
+# The CLI the suite compares keys with (one program, one key through every route).
+case "$build_dir" in /*) cli="$build_dir/progcache" ;; *) cli="$PWD/$build_dir/progcache" ;; esac
+PROGCACHE_CLI="$cli" python3 -m pytest -q python/tests
 if [[ "${PROGCACHE_QUICK:-0}" != "1" ]]; then
   bash scripts/sanitize.sh asan tsan
   bash scripts/fuzz.sh "${PROGCACHE_FUZZ_SECONDS:-20}"

@@ -365,8 +365,13 @@ TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {
   p.code = ".version 8.0\n.target sm_80\n.address_size 64\n";
   p.code_type = CodeType::ptx;
   p.options = {"-arch=sm_80"};
-  auto r = program_key(p, TargetType::cubin);
+  auto r = compile(p, TargetType::cubin);
+  // A key without the library exists (cuda.core's contract) and never
+  // equals the key made with it.
+  auto key_without = program_key(p, TargetType::cubin);
   ::unsetenv("PROGCACHE_NVJITLINK");
+  ASSERT_TRUE(key_without.ok()) << key_without.status().to_string();
+  if (auto key_with = program_key(p, TargetType::cubin); key_with.ok()) EXPECT_NE(*key_with, *key_without);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::unavailable);
   EXPECT_NE(r.status().message().find("/nonexistent/libnvJitLink.so.13"), std::string::npos);
@@ -379,6 +384,25 @@ TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {
   }
   EXPECT_TRUE(toolkit);
   EXPECT_TRUE(wheels_or_system);
+}
+
+TEST(CompileLibraries, NvvmAndPtxToPtxAreKeyedButNotCompiled) {
+  Program nvvm;
+  nvvm.code = "nvvm ir";
+  nvvm.code_type = CodeType::nvvm;
+  EXPECT_TRUE(program_key(nvvm, TargetType::ptx).ok());
+  auto r = compile(nvvm, TargetType::ptx);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::invalid_argument);
+  EXPECT_NE(r.status().message().find("libNVVM"), std::string::npos);
+  Program ptx;
+  ptx.code = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  ptx.code_type = CodeType::ptx;
+  ptx.options = {"-arch=sm_80"};
+  EXPECT_TRUE(program_key(ptx, TargetType::ptx).ok());
+  auto r2 = compile(ptx, TargetType::ptx);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("PTX compiles to cubin"), std::string::npos);
 }
 
 TEST(FingerprintDirectories, AnyHeaderChangeChangesTheDigest) {

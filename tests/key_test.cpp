@@ -41,6 +41,9 @@ TEST(Key, UserKeysStringAndBytesAreOneKeyAndHexIsTakenLiterally) {
   EXPECT_EQ(key_from_user(k.hex()), k);          // 64 hex digits: the key itself
   EXPECT_NE(key_from_string(k.hex()), k);        // forced hashing differs
   EXPECT_NE(key_from_user("a"), key_from_user("b"));
+  EXPECT_EQ(key_from_user(k.view()), k);         // 32 bytes: the raw key, as Python's key functions return it
+  EXPECT_NE(key_from_user(k.view().substr(0, 31)), k);
+  EXPECT_NE(key_from_user(std::string(k.view()) + "x"), k);  // any other length is hashed
 }
 
 TEST(KeyBuilder, LengthFramingPreventsConcatenationCollisions) {
@@ -170,18 +173,59 @@ TEST(ProgramKey, SideEffectOptionsAreAlwaysRefused) {
   }
 }
 
-TEST(ProgramKey, ImpossibleCodeTargetPairsAreRefused) {
+TEST(ProgramKey, CodeTargetPairsFollowCudaCoresTable) {
   auto in = base_inputs();
-  in.code_type = CodeType::ptx;
-  in.target = TargetType::ltoir;
+  const auto ok = [&](CodeType c, TargetType t) {
+    in.code_type = c;
+    in.target = t;
+    return make_program_cache_key(in).ok();
+  };
+  EXPECT_TRUE(ok(CodeType::ptx, TargetType::cubin));
+  EXPECT_TRUE(ok(CodeType::ptx, TargetType::ptx));
+  EXPECT_FALSE(ok(CodeType::ptx, TargetType::ltoir));
   EXPECT_EQ(make_program_cache_key(in).status().code(), Code::invalid_argument);
+  EXPECT_TRUE(ok(CodeType::ltoir, TargetType::cubin));
+  EXPECT_FALSE(ok(CodeType::ltoir, TargetType::ltoir));
+  EXPECT_TRUE(ok(CodeType::nvvm, TargetType::ptx));
+  EXPECT_TRUE(ok(CodeType::nvvm, TargetType::ltoir));
+  EXPECT_FALSE(ok(CodeType::nvvm, TargetType::cubin));
+}
+
+TEST(ProgramKey, CodeTypesAndTargetsParseInAnyCase) {
+  EXPECT_EQ(*parse_code_type("PTX"), CodeType::ptx);
+  EXPECT_EQ(*parse_code_type("C++"), CodeType::cxx);
+  EXPECT_EQ(*parse_code_type("NVVM"), CodeType::nvvm);
+  EXPECT_EQ(*parse_target_type("CUBIN"), TargetType::cubin);
+  EXPECT_FALSE(parse_code_type("fortran").ok());
+}
+
+TEST(ProgramKey, NvvmInputsAreKeyedAndLibdeviceNeedsADigest) {
+  auto in = base_inputs();
+  in.code_type = CodeType::nvvm;
   in.target = TargetType::ptx;
-  EXPECT_FALSE(make_program_cache_key(in).ok());
+  const Key plain = *make_program_cache_key(in);
+  in.use_libdevice = true;
+  EXPECT_EQ(make_program_cache_key(in).status().code(), Code::invalid_argument);
+  in.extra_digest = "libdevice digest";
+  const Key with_lib = *make_program_cache_key(in);
+  in.use_libdevice = false;
+  EXPECT_NE(*make_program_cache_key(in), with_lib);
+  in.extra_digest.reset();
+  in.nvvm_extra_sources = {{"a", "1"}, {"b", "2"}};
+  const Key ab = *make_program_cache_key(in);
+  in.nvvm_extra_sources = {{"b", "2"}, {"a", "1"}};
+  const Key ba = *make_program_cache_key(in);
+  EXPECT_NE(ab, ba);  // module order can change which definition wins
+  EXPECT_NE(ab, plain);
+  in.nvvm_extra_sources.clear();
+  in.compiler.nvvm_fingerprint = "another libNVVM";
+  EXPECT_NE(*make_program_cache_key(in), plain);
+  // Other code types have no NVVM inputs.
+  in.code_type = CodeType::cxx;
   in.target = TargetType::cubin;
-  EXPECT_TRUE(make_program_cache_key(in).ok());
-  in.code_type = CodeType::ltoir;
-  in.target = TargetType::ltoir;
-  EXPECT_FALSE(make_program_cache_key(in).ok());
+  in.use_libdevice = true;
+  in.extra_digest = "d";
+  EXPECT_EQ(make_program_cache_key(in).status().code(), Code::invalid_argument);
 }
 
 TEST(ProgramKey, MissingOptionValueAndEmptyDigestAreErrors) {

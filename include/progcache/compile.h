@@ -53,6 +53,10 @@ struct Program {
   // Fingerprint of files the key cannot see (include dirs, PCH); required
   // when options read files (-I, -include).
   std::optional<std::string> extra_digest;
+  // NVVM IR only (keyed, not compiled: see program_key): further named
+  // modules in link order, and whether libdevice is linked.
+  std::vector<InMemoryHeader> nvvm_extra_sources;
+  bool use_libdevice = false;
 };
 
 // The compiled result, equal whether it came from the compiler or the cache.
@@ -107,7 +111,11 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
                            CompileFailure* failure = nullptr);
 
 // The key compile() would use, without compiling (the identity memo may load
-// the compiler once, the first time a library file is seen).
+// the compiler once, the first time a library file is seen). Also keys what
+// compile() does not run but cuda.core's make_program_cache_key accepts: NVVM
+// IR (libNVVM's file digest is the compiler identity) and PTX → PTX. Where a
+// compiler library is not found the key carries a fixed "not found" identity
+// instead of failing, so it never equals a key made with the library.
 Result<Key> program_key(const Program& program, TargetType target, const CompileOptions& options = {});
 
 // The compilers progcache would use, and where they were found.

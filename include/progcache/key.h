@@ -6,8 +6,9 @@
 //   * make_program_cache_key(): the inputs of an NVRTC / nvJitLink compile,
 //     with options canonicalised and unsafe options refused;
 //   * KernelKey: pyptx's CacheKey(fn_id, template_kwargs, input_shapes, arch).
-// `key_from_user()` turns what a user types (64 hex digits, or any string)
-// into a Key, so "k" (str) and b"k" (bytes) name one entry.
+// `key_from_user()` turns what a user gives (a raw 32-byte digest, 64 hex
+// digits, or any other string) into a Key, so "k" (str) and b"k" (bytes)
+// name one entry, and a digest and its hex spelling name the same one.
 //
 // Encoding (schema 1). Every field is: a one-byte type tag, the label as
 // u64-LE length + bytes, then the value. Values: string 's' / bytes 'b':
@@ -59,9 +60,11 @@ struct KeyHash {
   std::size_t operator()(const Key& k) const noexcept { return static_cast<std::size_t>(k.prefix64()); }
 };
 
-// Turns a user-supplied key into a Key: exactly 64 hex digits are taken as
-// the key itself; anything else (any bytes, any UTF-8 string) is hashed with
-// SHA-256 (key_from_string). Never fails.
+// Turns a user-supplied key into a Key: exactly 32 bytes are the key itself
+// (the digest make_program_cache_key returns), exactly 64 hex digits are its
+// hex spelling; anything else (any bytes, any UTF-8 string) is hashed with
+// SHA-256 (key_from_string). The three forms cannot collide unless SHA-256
+// does. Never fails.
 Key key_from_user(std::string_view text);
 // Always hashes `text` (domain "user", field "key"), even 64 hex digits.
 Key key_from_string(std::string_view text);
@@ -121,15 +124,17 @@ class KeyBuilder {
 
 inline constexpr std::uint32_t k_key_schema_version = 1;
 
-// What the program is written in.
-enum class CodeType { cxx, ptx, ltoir };
+// What the program is written in. NVVM IR is keyed (cuda.core's contract)
+// but not compiled: progcache does not drive libNVVM.
+enum class CodeType { cxx, ptx, ltoir, nvvm };
 // What the compile produces.
 enum class TargetType { ptx, cubin, ltoir, fatbin };
 
-std::string_view code_type_name(CodeType t);     // "c++", "ptx", "ltoir"
+std::string_view code_type_name(CodeType t);     // "c++", "ptx", "ltoir", "nvvm"
 std::string_view target_type_name(TargetType t);  // "ptx", "cubin", "ltoir", "fatbin"
-// Accepts cuda.core's spellings ("c++", "cxx", "cuda", "ptx", "ltoir", "nvvm"
-// is refused). Errors name the value and the accepted ones.
+// Accepts cuda.core's spellings in any case ("c++", "PTX", "nvvm") and
+// progcache's ("cxx", "cuda", "ltoir"). Errors name the value and the
+// accepted ones.
 Result<CodeType> parse_code_type(std::string_view s);
 Result<TargetType> parse_target_type(std::string_view s);
 
@@ -141,6 +146,9 @@ struct CompilerIdentity {
   std::string nvrtc_fingerprint;  // build fingerprint of libnvrtc (see compile layer)
   std::string nvjitlink_version;  // "13.0"
   std::string driver_version;     // only where the driver compiles
+  // For NVVM IR: the SHA-256 of the libNVVM file, or a fixed "not found"
+  // marker (a key made without libNVVM never equals one made with it).
+  std::string nvvm_fingerprint;
 };
 
 struct InMemoryHeader {
@@ -168,6 +176,11 @@ struct ProgramKeyInputs {
   // Further inputs for several-module links (PTX / LTO-IR); each is hashed in
   // order after `code`.
   std::vector<std::string_view> extra_inputs;
+  // NVVM only: further named modules, hashed in the order given (NVVM
+  // module linking is order-dependent), and whether libdevice is linked
+  // (which reads a file the key cannot see: extra_digest is then required).
+  std::vector<InMemoryHeader> nvvm_extra_sources;
+  bool use_libdevice = false;
 };
 
 // One option in its canonical spelling: "--gpu-architecture=sm_90" whether it
@@ -179,8 +192,10 @@ Result<std::vector<std::string>> canonicalize_options(const std::vector<std::str
                                                       bool have_extra_digest);
 
 // Derives the program key. Fails with invalid_argument for refused options
-// for duplicate header names with different contents, and for impossible
-// code/target pairs (PTX → LTO-IR, anything → PTX from PTX, ...).
+// for duplicate header names with different contents, and for code/target
+// pairs no compiler produces. Pairs (cuda.core's table, plus LTO-IR):
+// C++ → ptx, cubin, ltoir, fatbin; PTX → cubin, ptx; LTO-IR → cubin, ptx;
+// NVVM → ptx, ltoir.
 Result<Key> make_program_cache_key(const ProgramKeyInputs& in);
 
 // pyptx-shaped kernel specialisation key. template_kwargs is a map, so the

@@ -42,7 +42,8 @@ class TieredProgramCache(_ProgramCache):
     def stats(self) -> dict[str, int]: ...
 
 def make_program_cache_key(*, code: Union[str, bytes], code_type: str, options: Any, target_type: str,
-                           name_expressions: Sequence[str] = ..., extra_digest: Optional[bytes] = ...) -> bytes: ...
+                           name_expressions: Sequence[Union[str, bytes]] = ..., extra_digest: Optional[bytes] = ...,
+                           name: Optional[str] = ...) -> bytes: ...
 
 class CompileError(RuntimeError):
     log: str
@@ -51,14 +52,14 @@ class CompileError(RuntimeError):
 class CompiledProgram:
     code: bytes
     code_type: str
-    symbol_mapping: dict[str, str]
+    symbol_mapping: dict[Union[str, bytes], str]
     log: str
     from_cache: bool
-    key: str
+    key: bytes
 
 def compile_stats() -> dict[str, int]: ...
 def compile(code: Union[str, bytes], code_type: str = ..., target: str = ..., options: Any = ...,
-            name_expressions: Iterable[str] = ..., cache: Any = ..., *, name: str = ...,
+            name_expressions: Iterable[Union[str, bytes]] = ..., cache: Any = ..., *, name: Optional[str] = ...,
             extra_digest: Optional[bytes] = ...) -> CompiledProgram: ...
 
 class CacheKey:

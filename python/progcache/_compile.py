@@ -9,60 +9,173 @@ from . import _core
 from ._caches import FileStreamProgramCache, InMemoryProgramCache, _StoreCache
 
 
-def _options_list(options: Any) -> list[str]:
-    """A list of strings, or an object with ``as_bytes(...)`` like cuda.core's
-    ProgramOptions (its NUL-separated or list-of-bytes output)."""
-    if options is None:
-        return []
-    if hasattr(options, "as_bytes"):
-        raw = options.as_bytes("nvrtc") if _takes_arg(options.as_bytes) else options.as_bytes()
-        if isinstance(raw, (bytes, bytearray)):
-            return [p.decode() for p in bytes(raw).split(b"\0") if p]
-        return [p.decode() if isinstance(p, (bytes, bytearray)) else str(p) for p in raw]
-    if isinstance(options, (str, bytes)):
-        raise TypeError("options must be a sequence of strings, not a single string")
+# ProgramOptions fields that reach nvJitLink when the program is PTX (or
+# LTO-IR): cuda.core's Linker reads only these, so NVRTC-only fields
+# (include_path, pch, ...) must neither change nor refuse a PTX key. `name`
+# is keyed on its own; `time` and `no_cache` change only the log.
+_LINKER_FIELDS = ("arch", "max_register_count", "link_time_optimization", "debug", "lineinfo", "ftz", "prec_div",
+                  "prec_sqrt", "fma", "split_compile", "ptxas_options")
+# ProgramOptions fields with compile-time side effects (they write files).
+_SIDE_EFFECT_FIELDS = ("create_pch", "time", "fdevice_time_trace")
+
+
+def _strings(words: Any, what: str) -> list[str]:
+    if isinstance(words, (str, bytes, bytearray)):
+        raise TypeError(f"{what} must be a sequence of strings, not a single string")
     out = []
-    for o in options:
-        if isinstance(o, bytes):
-            o = o.decode()
-        if not isinstance(o, str):
-            raise TypeError(f"options must be strings, not {type(o).__name__}")
-        out.append(o)
+    for w in words:
+        if isinstance(w, bytes):
+            w = w.decode()
+        if not isinstance(w, str):
+            raise TypeError(f"{what} must be strings, not {type(w).__name__}")
+        out.append(w)
     return out
 
 
-def _takes_arg(fn) -> bool:
+def _takes_target(fn) -> bool:
     try:
         import inspect
-        return len(inspect.signature(fn).parameters) >= 1
+        return len(inspect.signature(fn).parameters) >= 2
     except (TypeError, ValueError):
         return False
 
 
-def _code_bytes(code: Union[str, bytes, bytearray, memoryview]) -> bytes:
+def _as_bytes(options: Any, backend: str, target: str) -> list[str]:
+    raw = options.as_bytes(backend, target) if _takes_target(options.as_bytes) else options.as_bytes(backend)
+    if isinstance(raw, (bytes, bytearray)):
+        return [p.decode() for p in bytes(raw).split(b"\0") if p]
+    return _strings(raw, "options")
+
+
+def _linker_words(options: Any, target: str) -> list[str]:
+    """The nvJitLink flags cuda.core's Linker would pass for PTX input."""
+    try:
+        from cuda.core import LinkerOptions
+    except ImportError:  # an options object of cuda.core's shape, without cuda.core
+        return _as_bytes(options, "nvrtc", target)
+    fields = {f: getattr(options, f) for f in _LINKER_FIELDS if getattr(options, f, None) is not None}
+    return _strings(LinkerOptions(**fields).as_bytes("nvjitlink"), "options")
+
+
+class _Inputs:
+    """One program's inputs, judged by cuda.core's rules, in the form the C++
+    core keys and compiles (both through progcache::program_key)."""
+
+    __slots__ = ("code", "code_type", "target", "options", "names", "name", "extra_digest", "nvvm_sources",
+                 "use_libdevice")
+
+
+def _inputs(code: Any, code_type: Any, target: Any, options: Any, name_expressions: Any, name: Optional[str],
+            extra_digest: Any, *, strict: bool) -> _Inputs:
+    """``strict``: make_program_cache_key's contract (cuda.core's exception
+    types; bytes code only for NVVM). compile() is lenient about bytes code."""
+    if not isinstance(code_type, str):
+        raise TypeError(f"code_type must be str, not {type(code_type).__name__}")
+    if not isinstance(target, str):
+        raise TypeError(f"target_type must be str, not {type(target).__name__}")
+    code_type, target = code_type.lower(), target.lower()
+    if code_type in ("cxx", "cuda", "cu"):
+        code_type = "c++"
+    if target not in ("ptx", "cubin", "ltoir"):
+        raise ValueError(f"target_type={target!r} is not supported by the program cache (ptx, cubin or ltoir)")
+    if extra_digest is not None:
+        if not isinstance(extra_digest, (bytes, bytearray, memoryview)):
+            raise TypeError("extra_digest must be bytes or None")
+        extra_digest = bytes(extra_digest)
+    i = _Inputs()
+    i.code_type, i.target, i.extra_digest = code_type, target, extra_digest
+    i.nvvm_sources, i.use_libdevice = [], False
+
     if isinstance(code, str):
-        return code.encode("utf-8")
-    if isinstance(code, (bytes, bytearray, memoryview)):
-        return bytes(code)
-    raise TypeError(f"code must be str or bytes, not {type(code).__name__}")
+        i.code = code.encode("utf-8")
+    elif isinstance(code, (bytes, bytearray, memoryview)):
+        if strict and code_type in ("c++", "ptx"):
+            raise TypeError(f"code must be str for code_type={code_type!r}; bytes are accepted only for NVVM IR "
+                            "(and LTO-IR)")
+        i.code = bytes(code)
+    else:
+        raise TypeError(f"code must be str or bytes, not {type(code).__name__}")
+
+    structured = options is not None and hasattr(options, "as_bytes")
+    if options is None:
+        words: list[str] = []
+    elif structured:
+        extra_sources = getattr(options, "extra_sources", None)
+        if extra_sources is not None and code_type != "nvvm":
+            raise ValueError(f"extra_sources is only valid for code_type='nvvm', not {code_type!r}")
+        if code_type == "c++":
+            side = [f for f in _SIDE_EFFECT_FIELDS if getattr(options, f, None) is not None]
+            if side:
+                raise ValueError(f"options with compile-time side effects ({', '.join(side)}) cannot be cached: "
+                                 "a cache hit skips the compile, so the files they write would not appear")
+            words = _as_bytes(options, "nvrtc", target)
+        elif code_type == "nvvm":
+            words = _as_bytes(options, "nvvm", target)
+            i.use_libdevice = bool(getattr(options, "use_libdevice", None))
+            for item in extra_sources or ():
+                if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                    raise TypeError("extra_sources must be (name, source) pairs")
+                src_name, src = item
+                src = src.encode("utf-8") if isinstance(src, str) else src
+                if not isinstance(src_name, str) or not isinstance(src, (bytes, bytearray)):
+                    raise TypeError("extra_sources must be (str name, str or bytes source) pairs")
+                i.nvvm_sources.append((src_name, bytes(src)))
+        else:
+            words = _linker_words(options, target)
+        if name is None:
+            name = getattr(options, "name", None) or "default_program"
+    else:
+        words = _strings(options, "options")
+    i.options = words
+    if name is None:
+        name = "program"
+    if not isinstance(name, str):
+        raise TypeError(f"the program name must be str, not {type(name).__name__}")
+    if strict and code_type == "c++" and extra_digest is None and ("/" in name or "\\" in name):
+        raise ValueError(f"program name {name!r} has a directory component: NVRTC resolves quoted includes "
+                         "there; pass an extra_digest that fingerprints what it makes visible (or use "
+                         "progcache.compile(), which scans it)")
+    i.name = name
+
+    names = []
+    for n in name_expressions:
+        if isinstance(n, bytes):
+            n = n.decode("utf-8")
+        elif not isinstance(n, str):
+            raise TypeError(f"name_expressions elements must be str or bytes, not {type(n).__name__}")
+        names.append(n)
+    # cuda.core's PTX and NVVM paths ignore name expressions: they must not
+    # change those keys (compile() refuses them there).
+    i.names = names if (code_type == "c++" or not strict) else []
+    return i
+
+
+def _key_of(i: _Inputs) -> bytes:
+    return _core.program_key(i.code, i.code_type, i.target, i.options, i.names, i.name, i.extra_digest,
+                             i.nvvm_sources, i.use_libdevice, os.fspath(_core.default_cache_root()))
 
 
 def make_program_cache_key(*, code: Union[str, bytes], code_type: str, options: Any, target_type: str,
-                           name_expressions: Sequence[str] = (), extra_digest: Optional[bytes] = None) -> bytes:
-    """The cache key of a compile, as bytes (64 hex digits).
+                           name_expressions: Sequence[Union[str, bytes]] = (), extra_digest: Optional[bytes] = None,
+                           name: Optional[str] = None) -> bytes:
+    """The cache key of a compile: a 32-byte SHA-256 digest, the same key
+    progcache.compile() uses for the same program (``key.hex()`` is what the
+    CLI prints and ``progcache get`` takes).
 
-    Options are canonicalised (``-arch sm_90`` == ``--gpu-architecture=sm_90``).
-    Refused with ValueError: options that read files the key cannot see
-    (``-I``, ``-include``, ``--use-pch``) without ``extra_digest``; options with
-    side effects (``--create-pch``, ``--time``); impossible code/target pairs.
+    cuda.core's contract: ``options`` is a ``cuda.core.ProgramOptions`` (or
+    any object with ``as_bytes``) or a list of option strings; code types
+    ``c++``, ``ptx``, ``nvvm`` (and progcache's ``ltoir``) in any case;
+    targets ``ptx``, ``cubin``, ``ltoir``. TypeError: bytes code for c++ or
+    PTX, a ``bytearray`` or non-string name expression. ValueError: an
+    unsupported code/target pair, side-effect options (``create_pch``,
+    ``time``, ``fdevice_time_trace``), ``extra_sources`` outside NVVM,
+    ``use_libdevice`` or a program name with a directory without
+    ``extra_digest``. Unlike cuda.core, include paths and pre-includes need
+    no ``extra_digest``: the headers they reach are scanned into the key.
+    ``name`` (progcache's addition) defaults to ``options.name``.
     """
-    if extra_digest is not None and not isinstance(extra_digest, (bytes, bytearray)):
-        raise TypeError("extra_digest must be bytes or None")
-    names = list(name_expressions)
-    if not all(isinstance(n, str) for n in names):
-        raise TypeError("name_expressions must be strings")
-    return _core.make_program_cache_key(_code_bytes(code), code_type, _options_list(options), target_type, names,
-                                        None if extra_digest is None else bytes(extra_digest))
+    return _key_of(_inputs(code, code_type, target_type, options, name_expressions, name, extra_digest,
+                           strict=True))
 
 
 class CompileError(RuntimeError):
@@ -76,11 +189,12 @@ class CompileError(RuntimeError):
 
 class CompiledProgram:
     """What compile() returns: ``code`` (bytes), ``symbol_mapping`` (name
-    expression → lowered name), ``log``, ``from_cache``, ``key``."""
+    expression → lowered name), ``log``, ``from_cache``, ``key`` (the 32-byte
+    key, as make_program_cache_key returns it)."""
 
     __slots__ = ("code", "code_type", "symbol_mapping", "log", "from_cache", "key")
 
-    def __init__(self, code: bytes, code_type: str, symbol_mapping: dict, log: str, from_cache: bool, key: str):
+    def __init__(self, code: bytes, code_type: str, symbol_mapping: dict, log: str, from_cache: bool, key: bytes):
         self.code = code
         self.code_type = code_type
         self.symbol_mapping = symbol_mapping
@@ -104,11 +218,13 @@ def compile_stats() -> dict:
 
 
 def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubin", options: Any = (),
-            name_expressions: Iterable[str] = (), cache: Any = None, *, name: str = "program",
+            name_expressions: Iterable[str] = (), cache: Any = None, *, name: Optional[str] = None,
             extra_digest: Optional[bytes] = None) -> CompiledProgram:
     """Compiles through progcache's cache (None: no cache; a progcache cache
-    object; or True for the default FileStreamProgramCache). The GIL is
-    released while compiling and while reading or writing the cache."""
+    object; or True for the default FileStreamProgramCache). ``options`` as
+    for make_program_cache_key, whose key the result carries (``key``, 32
+    bytes). ``name`` defaults to ``options.name``, else "program". The GIL
+    is released while compiling and while reading or writing the cache."""
     store = None
     state_dir = _core.default_cache_root()
     if cache is True:
@@ -123,11 +239,19 @@ def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
                         "TieredProgramCache (an InMemoryProgramCache can be filled with its result)")
     elif cache is not None:
         raise TypeError(f"cache must be a progcache cache, True or None, not {type(cache).__name__}")
-    opts = _options_list(options)
-    ok, a, log, symbols, from_cache, key = _core.compile(_code_bytes(code), code_type, target, opts,
-                                                         list(name_expressions), name,
-                                                         None if extra_digest is None else bytes(extra_digest),
-                                                         store, os.fspath(state_dir))
+    name_expressions = list(name_expressions)
+    i = _inputs(code, code_type, target, options, name_expressions, name, extra_digest, strict=False)
+    if i.code_type == "nvvm":
+        raise ValueError("NVVM IR is compiled by libNVVM, which progcache does not drive: compile it with "
+                         "cuda.core and cache the bytes under make_program_cache_key(...)")
+    ok, a, log, symbols, from_cache, key = _core.compile(i.code, i.code_type, i.target, i.options, i.names, i.name,
+                                                         i.extra_digest, store, os.fspath(state_dir))
     if not ok:
-        raise CompileError(a, log, opts)
-    return CompiledProgram(a, target, dict(symbols), log, bool(from_cache), key)
+        raise CompileError(a, log, i.options)
+    # The mapping is keyed by the name expressions as the caller gave them
+    # (bytes stay bytes), as cuda.core's ObjectCode.symbol_mapping is.
+    mapping = dict(symbols)
+    for n in name_expressions:
+        if isinstance(n, bytes) and n.decode("utf-8") in mapping:
+            mapping[n] = mapping.pop(n.decode("utf-8"))
+    return CompiledProgram(a, i.target, mapping, log, bool(from_cache), key)

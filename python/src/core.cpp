@@ -307,7 +307,6 @@ std::unique_ptr<pc::RemoteStore> open_redis(const std::vector<std::string>& urls
 }
 #endif
 
-std::vector<std::string> options_of(const std::vector<std::string>& options) { return options; }
 
 pc::CodeType code_type_of(const std::string& s) { return unwrap(pc::parse_code_type(s)); }
 pc::TargetType target_of(const std::string& s) { return unwrap(pc::parse_target_type(s)); }
@@ -370,26 +369,41 @@ NB_MODULE(_core, m) {
   m.attr("HAVE_REDIS") = false;
 #endif
 
+  // The key of one program, through the same library function compile()
+  // uses (pc::program_key): the compiler identity, the program name and the
+  // scan of every file the compiler can read are in it. 32 raw bytes.
   m.def(
-      "make_program_cache_key",
-      [](const nb::bytes& code, const std::string& code_type, const std::vector<std::string>& options,
-         const std::string& target_type, const std::vector<std::string>& name_expressions,
-         std::optional<nb::bytes> extra_digest) {
-        pc::ProgramKeyInputs in;
-        in.code = view_of(code);
-        in.code_type = code_type_of(code_type);
-        in.target = target_of(target_type);
-        in.options = options_of(options);
-        in.name_expressions = name_expressions;
-        if (extra_digest) in.extra_digest = std::string(view_of(*extra_digest));
-        // Keys made by hand carry the compiler identity when NVRTC is found,
-        // so they match what compile() would use; none otherwise.
-        if (auto info = pc::compiler_info(); info.ok()) in.compiler = info->identity;
-        const pc::Key k = unwrap(pc::make_program_cache_key(in));
-        return nb::bytes(k.hex().data(), 64);
+      "program_key",
+      [](const nb::bytes& code, const std::string& code_type, const std::string& target,
+         const std::vector<std::string>& options, const std::vector<std::string>& name_expressions,
+         const std::string& name, std::optional<nb::bytes> extra_digest,
+         const std::vector<std::pair<std::string, nb::bytes>>& nvvm_extra_sources, bool use_libdevice,
+         const std::string& state_dir) {
+        pc::Program p;
+        p.code = std::string(view_of(code));
+        p.code_type = code_type_of(code_type);
+        p.options = options;
+        p.name_expressions = name_expressions;
+        p.name = name;
+        if (extra_digest) p.extra_digest = std::string(view_of(*extra_digest));
+        for (const auto& [src_name, src] : nvvm_extra_sources) {
+          p.nvvm_extra_sources.push_back({src_name, std::string(view_of(src))});
+        }
+        p.use_libdevice = use_libdevice;
+        const pc::TargetType t = target_of(target);
+        pc::CompileOptions o;
+        o.state_dir = state_dir;
+        pc::Result<pc::Key> k = pc::Status();
+        {
+          nb::gil_scoped_release release;  // the header scan reads files
+          k = pc::program_key(p, t, o);
+        }
+        const pc::Key key = unwrap(std::move(k));
+        return nb::bytes(key.bytes.data(), key.bytes.size());
       },
-      nb::arg("code"), nb::arg("code_type"), nb::arg("options"), nb::arg("target_type"),
-      nb::arg("name_expressions"), nb::arg("extra_digest").none());
+      nb::arg("code"), nb::arg("code_type"), nb::arg("target"), nb::arg("options"), nb::arg("name_expressions"),
+      nb::arg("name"), nb::arg("extra_digest").none(), nb::arg("nvvm_extra_sources"), nb::arg("use_libdevice"),
+      nb::arg("state_dir"));
 
   m.def("kernel_key", [](const std::string& fn_id, const std::string& canonical_kwargs,
                          const std::vector<std::pair<std::vector<std::int64_t>, std::string>>& shapes,
@@ -447,7 +461,8 @@ NB_MODULE(_core, m) {
           }
           raise(r.status());
         }
-        return nb::make_tuple(true, to_bytes(r->code), r->log, r->symbol_mapping, r->from_cache, r->key.hex());
+        return nb::make_tuple(true, to_bytes(r->code), r->log, r->symbol_mapping, r->from_cache,
+                              nb::bytes(r->key.bytes.data(), r->key.bytes.size()));
       },
       nb::arg("code"), nb::arg("code_type"), nb::arg("target"), nb::arg("options"), nb::arg("name_expressions"),
       nb::arg("name"), nb::arg("extra_digest").none(), nb::arg("cache").none(), nb::arg("state_dir"));

@@ -61,9 +61,18 @@ std::vector<std::string> jitlink_options(const std::vector<std::string>& opts, c
   return out;
 }
 
-Status check_program(const Program& p, TargetType target) {
-  if (target == TargetType::fatbin) {
+// What any key needs; `for_compile` adds what this library's compilers can
+// run (program_key also keys inputs cuda.core's contract accepts).
+Status check_program(const Program& p, TargetType target, bool for_compile) {
+  if (for_compile && p.code_type == CodeType::nvvm) {
+    return invalid_argument("NVVM IR is compiled by libNVVM, which progcache does not drive; compile it "
+                            "elsewhere (cuda.core's Program) and cache the result under program_key()'s key");
+  }
+  if (for_compile && target == TargetType::fatbin) {
     return invalid_argument("target fatbin is not supported: compile to cubin per architecture (or ptx)");
+  }
+  if (for_compile && p.code_type == CodeType::ptx && target == TargetType::ptx) {
+    return invalid_argument("nvJitLink emits PTX only from LTO-IR: PTX compiles to cubin");
   }
   if (p.code_type != CodeType::cxx && !p.name_expressions.empty()) {
     return invalid_argument("name expressions need C++ source; " + std::string(code_type_name(p.code_type)) +
@@ -76,17 +85,28 @@ Status check_program(const Program& p, TargetType target) {
   return {};
 }
 
-Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o) {
+// The identity of the compiler that would run. `tolerate_missing` (keys
+// only): a library that is not found gives a fixed marker instead of an
+// error, so the key exists but never equals one made with the library.
+Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o, bool tolerate_missing) {
   CompilerIdentity id;
   const std::string dir = state_dir_of(o);
-  if (uses_nvrtc(p)) {
-    PROGCACHE_ASSIGN_OR_RETURN(std::string path, cuda::locate("nvrtc"));
-    PROGCACHE_ASSIGN_OR_RETURN(auto li, cuda::identity("nvrtc", path, dir));
+  const std::string_view library =
+      uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
+  cuda::LibraryIdentity li;
+  if (auto path = cuda::locate(library); path.ok()) {
+    PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
+  } else if (tolerate_missing || library == "nvvm") {
+    li.fingerprint = "lib" + std::string(library) + " not found";
+  } else {
+    return path.status();
+  }
+  if (library == "nvrtc") {
     id.nvrtc_version = li.version;
     id.nvrtc_fingerprint = li.fingerprint;
+  } else if (library == "nvvm") {
+    id.nvvm_fingerprint = li.fingerprint;
   } else {
-    PROGCACHE_ASSIGN_OR_RETURN(std::string path, cuda::locate("nvJitLink"));
-    PROGCACHE_ASSIGN_OR_RETURN(auto li, cuda::identity("nvJitLink", path, dir));
     // The fingerprint field names NVRTC for C++ programs and nvJitLink here.
     id.nvjitlink_version = li.version;
     id.nvrtc_fingerprint = li.fingerprint;
@@ -116,6 +136,8 @@ Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity&
   in.name = p.name;
   in.compiler = id;
   for (const auto& m : p.link_inputs) in.extra_inputs.push_back(m);
+  in.nvvm_extra_sources = p.nvvm_extra_sources;
+  in.use_libdevice = p.use_libdevice;
   return make_program_cache_key(in);
 }
 
@@ -461,16 +483,16 @@ CompileStats compile_stats() {
 }
 
 Result<Key> program_key(const Program& program, TargetType target, const CompileOptions& options) {
-  PROGCACHE_TRY(check_program(program, target));
-  PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
+  PROGCACHE_TRY(check_program(program, target, /*for_compile=*/false));
+  PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/true));
   PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
   return key_for(program, target, id, deps);
 }
 
 Result<ObjectCode> compile(const Program& program, TargetType target, const CompileOptions& options,
                            CompileFailure* failure) {
-  PROGCACHE_TRY(check_program(program, target));
-  PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options));
+  PROGCACHE_TRY(check_program(program, target, /*for_compile=*/true));
+  PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/false));
   PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
   PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id, deps));
   if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);

@@ -36,8 +36,12 @@ const LibrarySpec& spec_of(std::string_view library) {
                                  {"libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so"},
                                  {"cu13/lib", "nvjitlink/lib"}};
   static const LibrarySpec k_cuda{"cuda", "PROGCACHE_LIBCUDA", {"libcuda.so.1", "libcuda.so"}, {}};
+  // libNVVM is only fingerprinted (for NVVM IR keys), never loaded.
+  static const LibrarySpec k_nvvm{"nvvm", "PROGCACHE_LIBNVVM", {"libnvvm.so.4", "libnvvm.so"},
+                                  {"cu13/nvvm/lib64", "cuda_nvcc/nvvm/lib64"}};
   if (library == "nvrtc") return k_nvrtc;
   if (library == "nvJitLink") return k_jit;
+  if (library == "nvvm") return k_nvvm;
   return k_cuda;
 }
 
@@ -79,10 +83,12 @@ std::vector<std::string> library_search_paths(std::string_view library) {
   const auto& spec = cuda::spec_of(library);
   std::vector<std::string> dirs;
   if (auto v = cuda::getenv_str(std::string(spec.override_var).c_str()); !v.empty()) return {v};
+  // libNVVM sits in the toolkit's nvvm/ directory, not beside libnvrtc.
+  const std::string sub = library == "nvvm" ? "/nvvm" : "";
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
     if (auto v = cuda::getenv_str(var); !v.empty()) {
-      dirs.push_back(v + "/lib64");
-      dirs.push_back(v + "/lib");
+      dirs.push_back(v + sub + "/lib64");
+      dirs.push_back(v + sub + "/lib");
     }
   }
   if (library == "cuda") {
@@ -92,7 +98,7 @@ std::vector<std::string> library_search_paths(std::string_view library) {
       dirs.emplace_back(d);
     }
   } else {
-    dirs.emplace_back("/usr/local/cuda/lib64");
+    dirs.emplace_back("/usr/local/cuda" + sub + "/lib64");
   }
   std::stringstream ld(cuda::getenv_str("LD_LIBRARY_PATH"));
   for (std::string item; std::getline(ld, item, ':');) {
@@ -266,6 +272,8 @@ Result<LibraryIdentity> load_identity(std::string_view library, const std::strin
     int major = 0, minor = 0;
     api->version(&major, &minor);
     id.version = std::to_string(major) + "." + std::to_string(minor);
+  } else if (library == "nvvm") {
+    // Not loaded: the file's digest below identifies it.
   } else {
     PROGCACHE_ASSIGN_OR_RETURN(const NvJitLink* api, nvjitlink());
     unsigned major = 0, minor = 0;

@@ -39,6 +39,7 @@ std::uint64_t Key::prefix64() const {
 }
 
 Key key_from_user(std::string_view text) {
+  if (text.size() == 32) return *Key::from_raw(text);
   if (text.size() == 64) {
     auto k = Key::from_hex(text);
     if (k.ok()) return *k;
@@ -162,6 +163,7 @@ std::string_view code_type_name(CodeType t) {
     case CodeType::cxx: return "c++";
     case CodeType::ptx: return "ptx";
     case CodeType::ltoir: return "ltoir";
+    case CodeType::nvvm: return "nvvm";
   }
   return "?";
 }
@@ -176,19 +178,33 @@ std::string_view target_type_name(TargetType t) {
   return "?";
 }
 
-Result<CodeType> parse_code_type(std::string_view s) {
+namespace {
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+}  // namespace
+
+// Case-insensitive, as cuda.core's Program lower-cases both.
+Result<CodeType> parse_code_type(std::string_view written) {
+  const std::string s = ascii_lower(written);
   if (s == "c++" || s == "cxx" || s == "cuda" || s == "cu") return CodeType::cxx;
   if (s == "ptx") return CodeType::ptx;
   if (s == "ltoir" || s == "lto-ir" || s == "lto") return CodeType::ltoir;
-  return invalid_argument("unknown code type '" + std::string(s) + "': use c++, ptx or ltoir");
+  if (s == "nvvm") return CodeType::nvvm;
+  return invalid_argument("unknown code type '" + std::string(written) + "': use c++, ptx, ltoir or nvvm");
 }
 
-Result<TargetType> parse_target_type(std::string_view s) {
+Result<TargetType> parse_target_type(std::string_view written) {
+  const std::string s = ascii_lower(written);
   if (s == "ptx") return TargetType::ptx;
   if (s == "cubin") return TargetType::cubin;
   if (s == "ltoir" || s == "lto-ir") return TargetType::ltoir;
   if (s == "fatbin") return TargetType::fatbin;
-  return invalid_argument("unknown target '" + std::string(s) + "': use ptx, cubin, ltoir or fatbin");
+  return invalid_argument("unknown target '" + std::string(written) + "': use ptx, cubin, ltoir or fatbin");
 }
 
 // ---------------------------------------------------------------- options
@@ -373,18 +389,29 @@ Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   const bool allowed = [&] {
     switch (in.code_type) {
       case CodeType::cxx: return true;
-      case CodeType::ptx: return in.target == TargetType::cubin;
+      case CodeType::ptx:
       case CodeType::ltoir: return in.target == TargetType::cubin || in.target == TargetType::ptx;
+      case CodeType::nvvm: return in.target == TargetType::ptx || in.target == TargetType::ltoir;
     }
     return false;
   }();
   if (!allowed) {
     return invalid_argument("cannot compile code type '" + std::string(code_type_name(in.code_type)) +
                             "' to target '" + std::string(target_type_name(in.target)) +
-                            "': PTX compiles to cubin, LTO-IR to cubin or ptx, C++ to any target");
+                            "': PTX and LTO-IR compile to cubin or ptx, NVVM IR to ptx or ltoir, C++ to any "
+                            "target");
   }
   if (in.extra_digest && in.extra_digest->empty()) {
     return invalid_argument("extra_digest is empty: pass a real fingerprint or none");
+  }
+  if (in.code_type != CodeType::nvvm && (!in.nvvm_extra_sources.empty() || in.use_libdevice)) {
+    return invalid_argument("extra sources and libdevice are NVVM inputs; code type '" +
+                            std::string(code_type_name(in.code_type)) + "' has none");
+  }
+  if (in.use_libdevice && !in.extra_digest) {
+    return invalid_argument(
+        "use_libdevice links libdevice bitcode the key cannot see: pass an extra_digest that fingerprints "
+        "the libdevice file, or turn use_libdevice off");
   }
   PROGCACHE_ASSIGN_OR_RETURN(
       auto opts, canonicalize_options(in.options, in.extra_digest.has_value() || in.source_deps_digest.has_value()));
@@ -422,6 +449,17 @@ Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   b.add_string("nvrtc_fingerprint", in.compiler.nvrtc_fingerprint);
   b.add_string("nvjitlink_version", in.compiler.nvjitlink_version);
   b.add_string("driver_version", in.compiler.driver_version);
+  // NVVM fields are written only for NVVM IR, so the keys of every other
+  // code type are what they were before NVVM was keyed.
+  if (in.code_type == CodeType::nvvm) {
+    b.add_string("nvvm_fingerprint", in.compiler.nvvm_fingerprint);
+    b.add(std::string_view("nvvm_extra_sources_count"), KeyValue(std::uint64_t{in.nvvm_extra_sources.size()}));
+    for (const auto& src : in.nvvm_extra_sources) {
+      b.add_string("nvvm_extra_source_name", src.name);
+      b.add_bytes("nvvm_extra_source", src.content);
+    }
+    b.add_bool("use_libdevice", in.use_libdevice);
+  }
   return b.finish();
 }
 

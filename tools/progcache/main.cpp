@@ -47,11 +47,13 @@ int fail(const pc::Status& st) {
   return st.code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
 }
 
-// KEY is 64 hex digits (the key itself) or any other string, which is hashed.
-// A 64-character KEY that is not hex is almost certainly a mistyped key, so it
-// is refused rather than silently hashed.
+// KEY is 64 hex digits (the key itself) or any other string, mapped as the
+// library maps keys (key_from_user: 32 bytes are a raw key, others hashed), so
+// the CLI and Python name one entry alike. A 64-character KEY that is not hex
+// is almost certainly a mistyped key, so it is refused rather than hashed.
 pc::Result<pc::Key> parse_key(const std::string& text, bool as_string) {
-  if (as_string || text.size() != 64) return pc::key_from_string(text);
+  if (as_string) return pc::key_from_string(text);
+  if (text.size() != 64) return pc::key_from_user(text);
   auto k = pc::Key::from_hex(text);
   if (!k.ok()) {
     return pc::invalid_argument(k.status().message() + " (a 64-character KEY must be hex; pass --string to hash it)");
@@ -491,7 +493,9 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
 int main(int argc, char** argv) {
   CLI::App app{"progcache: a cache for compiled GPU programs.\n\n"
                "KEY arguments are either exactly 64 hex digits (the key itself, as printed by\n"
-               "'progcache ls') or any other string, which is hashed (SHA-256) into a key.\n"
+               "'progcache ls' and 'compile'), or a string: 32 bytes are taken as a raw key\n"
+               "(as Python's make_program_cache_key returns), any other length is hashed\n"
+               "(SHA-256) into a key.\n\n"
                "Exit codes: 0 ok, 1 miss, 2 usage error, 3 error.",
                "progcache"};
   app.set_version_flag("--version", std::string("progcache ") + PROGCACHE_VERSION_STRING);
