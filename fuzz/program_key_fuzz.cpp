@@ -32,10 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   ProgramKeyInputs in;
   in.code = "__global__ void k() {}";
-  in.code_type = static_cast<CodeType>((data[0] >> 1) % 3);
+  in.code_type = static_cast<CodeType>((data[0] >> 1) % 4);  // c++, ptx, ltoir, nvvm
   in.target = static_cast<TargetType>((data[0] >> 3) % 4);
   in.options = options;
   if (digest) in.extra_digest = "d";
+  in.use_libdevice = (data[0] & 0x40) != 0;
   auto k1 = make_program_cache_key(in);
   auto k2 = make_program_cache_key(in);
   if (k1.ok() != k2.ok() || (k1.ok() && *k1 != *k2)) __builtin_trap();  // deterministic

@@ -211,8 +211,9 @@ struct KernelKey {
   std::string arch;
 
   [[nodiscard]] Key key() const;
-  // Hex form, as pyptx's CacheKey.hash().
-  [[nodiscard]] std::string hash() const { return key().hex(); }
+  // pyptx's CacheKey.hash() form: 32 hex digits (the first 128 bits of the
+  // key). Stores use the whole key().
+  [[nodiscard]] std::string hash() const { return key().hex().substr(0, 32); }
 };
 
 }  // namespace progcache

@@ -24,38 +24,11 @@ from . import _core
 
 
 # ---------------------------------------------------------------- typed values
-
-def _canon(value: Any) -> Any:
-    """A JSON-able, typed, canonical form of a key value."""
-    if value is None:
-        return ["n"]
-    if isinstance(value, bool):  # before int: bool is an int subclass
-        return ["B", value]
-    if isinstance(value, int):
-        return ["i", str(value)]
-    if isinstance(value, float):
-        return ["f", value.hex()]  # exact bits, -0.0 != 0.0
-    if isinstance(value, str):
-        return ["s", value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return ["b", bytes(value).hex()]
-    if isinstance(value, (list, tuple)):
-        return ["l", [_canon(v) for v in value]]
-    if isinstance(value, dict):
-        items = []
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"mapping keys in cache keys must be str, not {type(k).__name__}")
-            items.append([k, _canon(v)])
-        return ["m", sorted(items, key=lambda kv: kv[0])]
-    dtype_name = getattr(value, "dtype", None)
-    raise TypeError(
-        f"cannot put a {type(value).__name__} into a cache key: use int, float, bool, str, bytes, None, "
-        f"or lists/tuples/dicts of them" + (" (pass the dtype's name)" if dtype_name is not None else ""))
-
-
-def _canonical_json(value: Any) -> bytes:
-    return json.dumps(_canon(value), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+#
+# Key values are converted by the C++ core (progcache::KeyValue): None, bool,
+# int (64-bit), float (exact bits, -0.0 != 0.0), str, bytes, lists/tuples and
+# str-keyed dicts. Anything else raises TypeError instead of being
+# stringified; "1" and 1 are different keys.
 
 
 def _kwargs_items(template_kwargs: Any) -> dict:
@@ -78,9 +51,10 @@ def _kwargs_items(template_kwargs: Any) -> dict:
 
 class CacheKey:
     """Identifies one kernel specialisation: CacheKey(fn_id, template_kwargs,
-    input_shapes, arch). ``hash()`` is a stable SHA-256 hex digest."""
+    input_shapes, arch). ``hash()`` is pyptx's form: 32 hex digits of a
+    SHA-256 digest; ``digest()`` is the whole 32-byte key the stores use."""
 
-    __slots__ = ("fn_id", "template_kwargs", "input_shapes", "arch", "_hash")
+    __slots__ = ("fn_id", "template_kwargs", "input_shapes", "arch", "_digest")
 
     def __init__(self, fn_id: str, template_kwargs: Any = (), input_shapes: Any = (), arch: str = "") -> None:
         if not isinstance(fn_id, str) or not isinstance(arch, str):
@@ -99,17 +73,21 @@ class CacheKey:
         self.template_kwargs = tuple(sorted(kwargs.items()))
         self.input_shapes = tuple(shapes)
         self.arch = arch
-        self._hash = _core.kernel_key(fn_id, _canonical_json(kwargs).decode("utf-8"),
-                                      [(list(s), d) for s, d in shapes], arch)
+        self._digest = _core.kernel_key(fn_id, kwargs, [(list(s), d) for s, d in shapes], arch)
 
     def hash(self) -> str:
-        return self._hash
+        """pyptx's form: the first 128 bits of the key as 32 hex digits."""
+        return self._digest[:16].hex()
+
+    def digest(self) -> bytes:
+        """The whole key (32 bytes), under which the caches store the entry."""
+        return self._digest
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, CacheKey) and other._hash == self._hash
+        return isinstance(other, CacheKey) and other._digest == self._digest
 
     def __hash__(self) -> int:
-        return hash(self._hash)
+        return hash(self._digest)
 
     def __repr__(self) -> str:
         return f"CacheKey({self.fn_id!r}, {self.template_kwargs!r}, {self.input_shapes!r}, {self.arch!r})"
@@ -138,7 +116,7 @@ class CubinCache:
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, enable_disk: bool = True) -> None:
         self._lock = threading.Lock()
-        self._memory: dict[str, CacheEntry] = {}
+        self._memory: dict[bytes, CacheEntry] = {}
         if cache_dir is None:
             cache_dir = os.environ.get("PYPTX_CACHE_DIR") or os.path.join(_core.default_cache_root(), "pyptx")
         self.cache_dir = os.fspath(cache_dir)
@@ -152,12 +130,12 @@ class CubinCache:
         return self.get(key) is not None
 
     def get(self, key: CacheKey) -> Optional[CacheEntry]:
-        h = key.hash()
+        h = key.digest()
         with self._lock:
             e = self._memory.get(h)
         if e is not None or self._disk is None:
             return e
-        found = self._disk.get_entry(h.encode())
+        found = self._disk.get_entry(h)
         if found is None:
             return None
         meta_json, artifacts = found
@@ -179,7 +157,7 @@ class CubinCache:
     def put(self, entry: CacheEntry) -> None:
         if not isinstance(entry, CacheEntry):
             raise TypeError("put() takes a CacheEntry")
-        h = entry.key.hash()
+        h = entry.key.digest()
         meta = _meta_json({"fn_id": entry.key.fn_id, "arch": entry.key.arch, "metadata": entry.metadata})
         with self._lock:
             self._memory[h] = entry
@@ -187,7 +165,7 @@ class CubinCache:
             arts = [("ptx", entry.ptx_source.encode("utf-8"))]
             if entry.cubin_bytes is not None:
                 arts.append(("cubin", bytes(entry.cubin_bytes)))
-            self._disk.put_entry(h.encode(), meta, arts)
+            self._disk.put_entry(h, meta, arts)
 
     def clear(self, *, disk: bool = False) -> None:
         with self._lock:
@@ -263,9 +241,11 @@ class KernelCache:
         self.builds = 0  # builds run by this process (observable in tests)
 
     def key_of(self, func: Callable, args: tuple, kwargs: dict, target: str) -> str:
-        ident = _function_identity(func)
-        payload = _canonical_json({"func": ident, "args": list(args), "kwargs": kwargs, "target": target})
-        return hashlib.sha256(b"progcache-kernel\0" + payload).hexdigest()
+        """The key (64 hex digits) of one build: the function's identity and
+        the typed arguments, through the library's KeyBuilder."""
+        fields = [("func", _function_identity(func)), ("args", list(args)), ("kwargs", dict(kwargs)),
+                  ("target", target)]
+        return _core.typed_key("tilelang-kernel", fields).hex()
 
     def _load(self, key: str) -> Optional[CachedKernel]:
         found = self._store.get_entry(key.encode())

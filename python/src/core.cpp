@@ -309,6 +309,53 @@ std::unique_ptr<pc::RemoteStore> open_redis(const std::vector<std::string>& urls
 
 
 pc::CodeType code_type_of(const std::string& s) { return unwrap(pc::parse_code_type(s)); }
+
+// A Python value as a typed key value: None, bool, int (64-bit), float (by
+// its exact bits), str, bytes-like, lists/tuples and str-keyed dicts of
+// them. Anything else is a TypeError, never its repr: a stringified object
+// can name two different values alike.
+pc::KeyValue key_value_of(nb::handle v, int depth = 0) {
+  if (depth > 64) throw nb::value_error("a cache-key value is nested more than 64 deep");
+  if (v.is_none()) return pc::KeyValue(pc::KeyValue::None{});
+  if (PyBool_Check(v.ptr())) return pc::KeyValue(v.ptr() == Py_True);
+  if (PyLong_Check(v.ptr())) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow == 0) return pc::KeyValue(i);
+    const unsigned long long u = PyLong_AsUnsignedLongLong(v.ptr());
+    if (!PyErr_Occurred()) return pc::KeyValue(u);
+    PyErr_Clear();
+    throw nb::type_error("an int in a cache key must fit in 64 bits (pass it as a str)");
+  }
+  if (PyFloat_Check(v.ptr())) return pc::KeyValue(PyFloat_AsDouble(v.ptr()));
+  if (nb::isinstance<nb::str>(v)) return pc::KeyValue(nb::cast<std::string>(v));
+  if (PyBytes_Check(v.ptr())) {
+    return pc::KeyValue::bytes(std::string(PyBytes_AsString(v.ptr()), static_cast<std::size_t>(PyBytes_Size(v.ptr()))));
+  }
+  if (PyByteArray_Check(v.ptr()) || PyMemoryView_Check(v.ptr())) {
+    nb::object b = nb::steal(PyBytes_FromObject(v.ptr()));
+    if (!b.is_valid()) throw nb::python_error();
+    return key_value_of(b, depth + 1);
+  }
+  if (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
+    pc::KeyValue::List out;
+    for (nb::handle item : v) out.push_back(key_value_of(item, depth + 1));
+    return pc::KeyValue(std::move(out));
+  }
+  if (PyDict_Check(v.ptr())) {
+    pc::KeyValue::Map out;
+    for (auto [k, item] : nb::borrow<nb::dict>(v)) {
+      if (!nb::isinstance<nb::str>(k)) throw nb::type_error("mapping keys in cache keys must be str");
+      out.emplace(nb::cast<std::string>(k), key_value_of(item, depth + 1));
+    }
+    return pc::KeyValue(std::move(out));
+  }
+  const bool has_dtype = PyObject_HasAttrString(v.ptr(), "dtype") != 0;
+  throw nb::type_error((std::string("cannot put a ") + Py_TYPE(v.ptr())->tp_name +
+                        " into a cache key: use int, float, bool, str, bytes, None, or lists/tuples/dicts of them" +
+                        (has_dtype ? " (pass the dtype's name)" : ""))
+                           .c_str());
+}
 pc::TargetType target_of(const std::string& s) { return unwrap(pc::parse_target_type(s)); }
 
 }  // namespace
@@ -405,23 +452,30 @@ NB_MODULE(_core, m) {
       nb::arg("name"), nb::arg("extra_digest").none(), nb::arg("nvvm_extra_sources"), nb::arg("use_libdevice"),
       nb::arg("state_dir"));
 
-  m.def("kernel_key", [](const std::string& fn_id, const std::string& canonical_kwargs,
+  // pyptx's CacheKey, through the library's KernelKey: typed values, the
+  // kwargs a map (order never matters). 32 raw bytes.
+  m.def("kernel_key", [](const std::string& fn_id, const nb::dict& template_kwargs,
                          const std::vector<std::pair<std::vector<std::int64_t>, std::string>>& shapes,
                          const std::string& arch) {
-    // kwargs arrive as canonical JSON (sorted keys, typed) from the Python
-    // layer, which refuses unknown types; hashed as bytes under their label.
-    pc::KeyBuilder b("pyptx-kernel");
-    b.add_string("fn_id", fn_id);
-    b.add_bytes("template_kwargs", canonical_kwargs);
-    pc::KeyValue::List sl;
-    for (const auto& [shape, dtype] : shapes) {
-      pc::KeyValue::List dims;
-      for (auto d : shape) dims.emplace_back(static_cast<long long>(d));
-      sl.emplace_back(pc::KeyValue::List{pc::KeyValue(std::move(dims)), pc::KeyValue(dtype)});
+    pc::KernelKey k;
+    k.fn_id = fn_id;
+    for (auto [name, value] : template_kwargs) {
+      if (!nb::isinstance<nb::str>(name)) throw nb::type_error("template kwarg names must be str");
+      k.template_kwargs.emplace(nb::cast<std::string>(name), key_value_of(value));
     }
-    b.add("input_shapes", pc::KeyValue(std::move(sl)));
-    b.add_string("arch", arch);
-    return b.finish().hex();
+    for (const auto& [shape, dtype] : shapes) k.input_shapes.push_back({shape, dtype});
+    k.arch = arch;
+    const pc::Key key = k.key();
+    return nb::bytes(key.bytes.data(), key.bytes.size());
+  });
+
+  // Any caller-defined identity (tilelang-style kernel builds): labelled,
+  // typed fields under a domain, through the library's KeyBuilder.
+  m.def("typed_key", [](const std::string& domain, const std::vector<std::pair<std::string, nb::handle>>& fields) {
+    pc::KeyBuilder b(domain);
+    for (const auto& [label, value] : fields) b.add(label, key_value_of(value));
+    const pc::Key key = b.finish();
+    return nb::bytes(key.bytes.data(), key.bytes.size());
   });
 
   m.def("compile_stats", []() {
