@@ -425,6 +425,54 @@ TEST_F(FileStoreTest, EvictionIsLeastRecentlyUsedFirstAndDeterministic) {
   EXPECT_EQ(*s->count(), 3u);
 }
 
+TEST_F(FileStoreTest, WithFewEntriesEvictionIsLeastRecentlyUsedAcrossShards) {
+  // 100 entries in 100 shards, one per second of age, into a store that
+  // holds 19: what survives is the newest, whatever shard it is in, and an
+  // entry read since survives its elders.
+  FaultEnv env;
+  auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 19, .env = &env, .recency_granularity_ns = 0});
+  const std::int64_t now_s = env.now_ns() / 1'000'000'000;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(s->put(make_key(i, i), make_entry("e" + std::to_string(i))).ok());
+    set_times(s->entry_path(make_key(i, i)), now_s - 1000 + i);
+  }
+  const auto present = [&](int i) { return fs::exists(s->entry_path(make_key(i, i))); };
+  int survivors = 0, newest_evicted = -1, oldest_survivor = 100;
+  for (int i = 0; i < 100; ++i) {
+    if (present(i)) {
+      ++survivors;
+      oldest_survivor = std::min(oldest_survivor, i);
+    } else {
+      newest_evicted = i;
+    }
+  }
+  EXPECT_LE(survivors, 19);
+  EXPECT_GE(survivors, 17);
+  EXPECT_LT(newest_evicted, oldest_survivor) << "an entry survived one used after it";
+  EXPECT_TRUE(present(99));
+  EXPECT_EQ(static_cast<std::uint64_t>(survivors), entry_files_on_disk(m_tmp.sub("cache")));
+  // A hit makes the oldest survivor the most recent: the next evictions
+  // take the ones after it.
+  ASSERT_TRUE((*s->get(make_key(oldest_survivor, oldest_survivor))).has_value());
+  for (int i = 100; i < 104; ++i) {
+    ASSERT_TRUE(s->put(make_key(i, i), make_entry("e" + std::to_string(i))).ok());
+    set_times(s->entry_path(make_key(i, i)), now_s + (i - 100));
+  }
+  EXPECT_TRUE(present(oldest_survivor));
+  EXPECT_FALSE(present(oldest_survivor + 1));
+}
+
+TEST_F(FileStoreTest, ANewEntryNeverEvictsItself) {
+  // A cap of one entry: each put must evict the previous entry, never the
+  // one it wrote, in whichever shards the two land.
+  auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 1, .recency_granularity_ns = 0});
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(s->put(make_key(i, (i * 37) % 256), make_entry("e" + std::to_string(i))).ok());
+    EXPECT_TRUE((*s->get(make_key(i, (i * 37) % 256))).has_value()) << "put " << i << " evicted itself";
+    EXPECT_EQ(entry_files_on_disk(m_tmp.sub("cache")), 1u);
+  }
+}
+
 TEST_F(FileStoreTest, AFutureDatedEntryDoesNotOutliveEntriesUsedSince) {
   FaultEnv env;
   auto s = four_aged_entries_in_one_shard(env);

@@ -34,6 +34,12 @@ constexpr std::string_view k_temp_prefix = ".tmp.";
 constexpr std::string_view k_quarantine_prefix = ".q.";
 // Trimming goes below the cap by this fraction so one scan pays for many puts.
 constexpr double k_low_water = 0.9;
+// Up to this many entries a trim scans every shard and removes in exact
+// least-recently-used order (a few thousand stats, once per tenth of the cap
+// written). Above it each trim visits the fullest shards and removes the
+// older half of each: constant work per put, LRU within a shard, and across
+// shards as close to LRU as the keys are uniform (they are digests).
+constexpr std::int64_t k_exact_lru_entries = 4096;
 
 // The shared counters. Lives at offset 0 of <root>/v1/accounting, mapped
 // MAP_SHARED by every process; all fields are updated with atomic adds through
@@ -220,7 +226,9 @@ class FileStoreImpl final : public FileStore {
     charge(idx, dbytes, dcount);
     m_puts.fetch_add(1, std::memory_order_relaxed);
     atomic_add(m_acct->puts, 1);
-    maybe_trim();
+    // The entry just written is the most recently used: a trim it causes
+    // never removes it.
+    maybe_trim(Written{idx, path.substr(path.size() - 62)});
     return {};
   }
 
@@ -878,7 +886,12 @@ class FileStoreImpl final : public FileStore {
            static_cast<double>(total_count()) > fraction * static_cast<double>(*m_opt.max_entries);
   }
 
-  void maybe_trim() {
+  struct Written {
+    int shard = -1;
+    std::string name;  // file name within the shard
+  };
+
+  void maybe_trim(const Written& written) {
     // The re-check after unlocking closes a race: a put that found the lock
     // held just before the holder finished would otherwise leave the store
     // over its cap until the next put.
@@ -889,18 +902,45 @@ class FileStoreImpl final : public FileStore {
       if (!local.owns_lock()) return;
       auto got = m_env->lock(m_evict_fd, LockKind::exclusive, LockWait::try_only);
       if (!got.ok() || !*got) return;  // another process is trimming
-      trim_to_low_water();
+      trim_to_low_water(written);
       m_env->unlock(m_evict_fd).ignore();
       if (!m_trim_progress) return;  // nothing removable (e.g. files of another user)
     }
   }
 
-  // Requires the eviction lock. Visits shards fullest first; in each, removes
-  // the least recently used entries (at most half the shard per visit) until
-  // the totals are under the low-water mark. Work per put stays constant as
-  // the store grows: a scan of S files removes up to S/2 of them.
-  void trim_to_low_water() {
+  // Requires the eviction lock. Removes least recently used entries until
+  // the totals are under the low-water mark, never `written`. Small stores:
+  // every shard scanned, exact LRU order. Large stores: shards visited
+  // fullest first, in each the least recently used (at most half the shard
+  // per visit); work per put stays constant as the store grows: a scan of S
+  // files removes up to S/2 of them.
+  void trim_to_low_water(const Written& written) {
     m_trim_progress = false;
+    const auto evict = [&](int shard, const ScannedFile& f) {
+      if (shard == written.shard && f.name == written.name) return;
+      auto removed = remove_if_same(shard, join_path(shard_dir(shard), f.name), f.info);
+      if (removed.ok() && *removed) {
+        m_trim_progress = true;
+        charge(shard, -static_cast<std::int64_t>(f.info.size), -1);
+        m_evictions.fetch_add(1, std::memory_order_relaxed);
+        atomic_add(m_acct->evictions, 1);
+      }
+    };
+    const std::int64_t now = m_env->now_ns();
+    const auto older = [now](const ScannedFile& a, const ScannedFile& b) {
+      return last_used(a.info, now) < last_used(b.info, now);
+    };
+    if (total_count() <= k_exact_lru_entries) {
+      std::vector<std::pair<int, ScannedFile>> all;
+      for (int idx = 0; idx < k_shards; ++idx) {
+        auto files = scan_shard(idx, Reconcile::gross);
+        if (!files.ok()) continue;
+        for (auto& f : *files) all.emplace_back(idx, std::move(f));
+      }
+      std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return older(a.second, b.second); });
+      for (std::size_t i = 0; i < all.size() && over(k_low_water); ++i) evict(all[i].first, all[i].second);
+      return;
+    }
     const bool by_count = m_opt.max_entries.has_value() &&
                           (!m_opt.max_size_bytes || over_entries_more());
     std::array<bool, k_shards> visited{};
@@ -919,21 +959,9 @@ class FileStoreImpl final : public FileStore {
       visited[best] = true;
       auto files = scan_shard(best, Reconcile::gross);
       if (!files.ok() || files->empty()) continue;
-      const std::int64_t now = m_env->now_ns();
-      std::sort(files->begin(), files->end(), [now](const ScannedFile& a, const ScannedFile& b) {
-        return last_used(a.info, now) < last_used(b.info, now);
-      });
+      std::sort(files->begin(), files->end(), older);
       const std::size_t limit = std::max<std::size_t>(1, files->size() / 2);
-      for (std::size_t i = 0; i < limit && over(k_low_water); ++i) {
-        const auto& f = (*files)[i];
-        auto removed = remove_if_same(best, join_path(shard_dir(best), f.name), f.info);
-        if (removed.ok() && *removed) {
-          m_trim_progress = true;
-          charge(best, -static_cast<std::int64_t>(f.info.size), -1);
-          m_evictions.fetch_add(1, std::memory_order_relaxed);
-          atomic_add(m_acct->evictions, 1);
-        }
-      }
+      for (std::size_t i = 0; i < limit && over(k_low_water); ++i) evict(best, (*files)[i]);
     }
   }
 
