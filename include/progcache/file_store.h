@@ -116,6 +116,9 @@ class FileStore : public Store {
   [[nodiscard]] virtual const std::string& root() const = 0;
   // Path where `key`'s entry lives.
   [[nodiscard]] virtual std::string entry_path(const Key& key) const = 0;
+  // The caps this store enforces (nullopt: none), as opened.
+  [[nodiscard]] virtual std::optional<std::uint64_t> max_size_bytes() const = 0;
+  [[nodiscard]] virtual std::optional<std::uint64_t> max_entries() const = 0;
   // A hit's primary artifact read straight into memory the caller provides:
   // `alloc(n)` is called once with the payload size and returns where to put
   // it (a Python bytes object, say), so a hit costs one allocation and no

@@ -154,6 +154,12 @@ class _StoreCache(_ProgramCache):
     def stats(self) -> dict:
         return dict(self._store.stats())
 
+    @property
+    def max_size_bytes(self) -> Optional[int]:
+        """The byte cap the disk tier enforces, as the library applied it
+        (None: no cap, or no disk tier)."""
+        return self._store.max_size_bytes()
+
     def close(self) -> None:
         if not self._closed:
             self._store.close()

@@ -148,12 +148,14 @@ class MemoryCache {
 // ---------------------------------------------------------------- stores
 
 // A progcache Store (file, redis or tiered) as seen from Python. Keys are
-// the caller's bytes, mapped with key_from_user (64 hex digits are taken as
-// the key itself, anything else is hashed), like the CLI.
+// the caller's bytes, mapped with key_from_user (32 bytes are the key itself,
+// 64 hex digits its hex spelling, anything else is hashed), like the CLI.
 class StoreHandle {
  public:
-  explicit StoreHandle(std::unique_ptr<pc::Store> s, pc::FileStore* file = nullptr)
-      : m_store(std::move(s)), m_file(file) {}
+  // `file`: the store is this FileStore (fast reads, host stats, root).
+  // `disk`: the FileStore tier inside it, for its caps (tiered stores).
+  explicit StoreHandle(std::unique_ptr<pc::Store> s, pc::FileStore* file = nullptr, pc::FileStore* disk = nullptr)
+      : m_store(std::move(s)), m_file(file), m_disk(disk != nullptr ? disk : file) {}
 
   pc::Store* store() {
     if (!m_store) throw std::runtime_error("cache is closed");
@@ -263,6 +265,10 @@ class StoreHandle {
   }
 
   std::string root() const { return m_file != nullptr ? m_file->root() : std::string(); }
+  // The disk tier's byte cap as the library applies it (None: no cap).
+  std::optional<std::uint64_t> max_size_bytes() const {
+    return m_disk != nullptr ? m_disk->max_size_bytes() : std::nullopt;
+  }
 
   void close() {
     if (m_store) {
@@ -270,12 +276,13 @@ class StoreHandle {
       m_store->close().ignore();
     }
     m_store.reset();
-    m_file = nullptr;
+    m_file = m_disk = nullptr;
   }
 
  private:
   std::unique_ptr<pc::Store> m_store;
   pc::FileStore* m_file;  // when the store is a FileStore (for host stats, root)
+  pc::FileStore* m_disk;  // the disk tier, owned by m_store
 };
 
 pc::Sharing sharing_of(const std::string& sharing) {
@@ -384,6 +391,7 @@ NB_MODULE(_core, m) {
       .def("size_bytes", &StoreHandle::size_bytes)
       .def("stats", &StoreHandle::stats)
       .def("root", &StoreHandle::root)
+      .def("max_size_bytes", &StoreHandle::max_size_bytes)
       .def("close", &StoreHandle::close);
 
   m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
@@ -407,9 +415,11 @@ NB_MODULE(_core, m) {
     fo.max_size_bytes = max_size;  // None: no cap
     fo.sharing = sharing_of(sharing);
     fo.codec.hmac_key = hmac_key;
-    o.disk = unwrap(pc::FileStore::open(fo));
+    std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
+    pc::FileStore* disk = fs.get();
+    o.disk = std::move(fs);
     if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key);
-    return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)));
+    return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)), nullptr, disk);
   }, nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
         nb::arg("read_only") = false, nb::arg("hmac_key") = "", nb::arg("sharing") = "private");
 #else

@@ -1,6 +1,7 @@
 """cuda.core's ProgramCacheResource contract, on every progcache cache."""
 import os
 import threading
+import time
 
 import pytest
 
@@ -147,6 +148,48 @@ def test_file_cache_cap_evicts(tmp_path):
                   if p.is_file() and len(p.name) == 62 and len(p.parent.name) == 2)
     assert on_disk <= 64 * 1024
     assert on_disk == c.stats()["bytes_stored"]
+
+
+def test_file_cache_evicts_least_recently_used_first_with_few_entries(tmp_path):
+    """100 entries of one size into a cache that holds 19: the newest
+    survive, wherever they land, and a read keeps an old entry alive."""
+    root = tmp_path / "lru"
+    c = FileStreamProgramCache(root, max_size_bytes=None)
+    keys = [bytes([i]) * 32 for i in range(100)]  # 32-byte keys are the keys themselves
+
+    def path(k):
+        h = k.hex()
+        return root / "v1" / h[:2] / h[2:]
+
+    c[keys[0]] = b"x" * 2000
+    entry_size = path(keys[0]).stat().st_size
+    c.close()
+    c = FileStreamProgramCache(root, max_size_bytes=19 * entry_size)
+    now = time.time()
+    for i, k in enumerate(keys):
+        c[k] = b"x" * 2000
+        os.utime(path(k), (now - 1000 + i, now - 1000 + i))  # entry i used i seconds after entry 0
+    alive = [i for i, k in enumerate(keys) if path(k).exists()]
+    assert 17 <= len(alive) <= 19
+    assert alive == list(range(100 - len(alive), 100)), f"survivors {alive} are not the newest"
+    on_disk = sum(path(keys[i]).stat().st_size for i in alive)
+    assert on_disk <= 19 * entry_size
+    # A hit on the oldest survivor makes it the most recently used.
+    oldest = alive[0]
+    assert c.get(keys[oldest]) is not None
+    for j in range(3):
+        k = bytes([200 + j]) * 32
+        c[k] = b"x" * 2000
+    assert path(keys[oldest]).exists() and not path(keys[oldest + 1]).exists()
+
+
+def test_file_cache_none_is_no_cap_and_a_number_is_the_cap(tmp_path):
+    # What the library applies, read back from the opened store.
+    assert FileStreamProgramCache(tmp_path / "a", max_size_bytes=None).max_size_bytes is None
+    assert FileStreamProgramCache(tmp_path / "b").max_size_bytes is None
+    assert FileStreamProgramCache(tmp_path / "c", max_size_bytes=12345).max_size_bytes == 12345
+    assert progcache.TieredProgramCache(tmp_path / "d", max_size_bytes=None).max_size_bytes is None
+    assert progcache.TieredProgramCache(tmp_path / "e", max_size_bytes=777).max_size_bytes == 777
 
 
 def test_threads_hammering_one_cache(cache):

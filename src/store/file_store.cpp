@@ -326,6 +326,8 @@ class FileStoreImpl final : public FileStore {
 
   [[nodiscard]] std::string name() const override { return "file"; }
   [[nodiscard]] const std::string& root() const override { return m_root; }
+  [[nodiscard]] std::optional<std::uint64_t> max_size_bytes() const override { return m_opt.max_size_bytes; }
+  [[nodiscard]] std::optional<std::uint64_t> max_entries() const override { return m_opt.max_entries; }
 
   [[nodiscard]] std::string entry_path(const Key& key) const override {
     const std::string hex = key.hex();
