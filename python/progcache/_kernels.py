@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from . import _core
+from ._caches import _cap, _hmac_key, _sharing
 
 
 # ---------------------------------------------------------------- typed values
@@ -114,13 +115,17 @@ class CubinCache:
     per key under ``cache_dir``, default ``$PYPTX_CACHE_DIR``, else
     ``<progcache root>/pyptx``, capped at 10 GiB). Thread-safe."""
 
-    def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, enable_disk: bool = True) -> None:
+    def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, enable_disk: bool = True, *,
+                 sharing: Optional[str] = None) -> None:
         self._lock = threading.Lock()
         self._memory: dict[bytes, CacheEntry] = {}
         if cache_dir is None:
             cache_dir = os.environ.get("PYPTX_CACHE_DIR") or os.path.join(_core.default_cache_root(), "pyptx")
         self.cache_dir = os.fspath(cache_dir)
-        self._disk = (_core.open_file_store(self.cache_dir, _core.DEFAULT_MAX_SIZE, None, False, "")
+        # Signed with PROGCACHE_HMAC_KEY_FILE's key and shared as
+        # PROGCACHE_SHARING says, like the program caches.
+        self._disk = (_core.open_file_store(self.cache_dir, _core.DEFAULT_MAX_SIZE, None, False, _hmac_key(),
+                                            _sharing(sharing))
                       if enable_disk else None)
 
     def __contains__(self, key: CacheKey) -> bool:
@@ -230,11 +235,14 @@ class KernelCache:
     of a process share one build; processes of a host serialise on a per-key
     lock file and look again before building."""
 
-    def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None) -> None:
+    def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
+                 sharing: Optional[str] = None) -> None:
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(
             _core.default_cache_root(), "kernels")
+        self._sharing = _sharing(sharing)
         self._store = _core.open_file_store(
-            self.cache_dir, _core.DEFAULT_MAX_SIZE if max_size_bytes is None else max_size_bytes, None, False, "")
+            self.cache_dir, _core.DEFAULT_MAX_SIZE if max_size_bytes is None else _cap(max_size_bytes), None, False,
+            _hmac_key(), self._sharing)
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._mu = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}
@@ -276,7 +284,7 @@ class KernelCache:
             hit = self._load(key)
             if hit is not None:
                 return hit
-            os.makedirs(self._locks_dir, mode=0o700, exist_ok=True)
+            os.makedirs(self._locks_dir, mode=0o2770 if self._sharing == "group" else 0o700, exist_ok=True)
             with open(os.path.join(self._locks_dir, key + ".lock"), "a+b") as lf:
                 fcntl.flock(lf, fcntl.LOCK_EX)  # processes; released if the holder dies
                 try:

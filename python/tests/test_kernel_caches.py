@@ -160,3 +160,38 @@ def test_editing_a_builder_invalidates_its_entries(tmp_path):
     exec("def f(n):\n    return {'v': b'two'}\n", ns2)
     # Same qualified name, different code objects: different keys.
     assert kc.key_of(ns1["f"], (1,), {}, "auto") != kc.key_of(ns2["f"], (1,), {}, "auto")
+
+
+def test_kernel_caches_sign_with_the_hmac_key_and_share_by_group(tmp_path, monkeypatch):
+    """CubinCache and KernelCache follow PROGCACHE_HMAC_KEY_FILE and
+    PROGCACHE_SHARING as the program caches do: an entry not signed with
+    this key is a miss, and a group-writable root is usable when asked for."""
+    key_a, key_b = tmp_path / "a.key", tmp_path / "b.key"
+    key_a.write_bytes(b"a" * 32)
+    key_b.write_bytes(b"b" * 32)
+    key = CacheKey("k", {"N": 1}, [], "sm_90")
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(key_a))
+    CubinCache(tmp_path / "pyptx").put(CacheEntry(key, "ptx", b"\x7fELF"))
+    assert CubinCache(tmp_path / "pyptx").get(key) is not None
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(key_b))
+    assert CubinCache(tmp_path / "pyptx").get(key) is None  # signed with another key: a miss
+
+    def build(n):
+        return {"kernel.cubin": b"\x7fELF" + bytes([n])}
+
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(key_a))
+    kc = KernelCache(tmp_path / "kernels")
+    kc.cached(build, 1)
+    assert KernelCache(tmp_path / "kernels").cached(build, 1).from_cache
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(key_b))
+    assert not KernelCache(tmp_path / "kernels").cached(build, 1).from_cache
+
+    monkeypatch.delenv("PROGCACHE_HMAC_KEY_FILE")
+    shared = tmp_path / "team"
+    shared.mkdir(mode=0o770)
+    os.chmod(shared, 0o2770)
+    with pytest.raises(PermissionError):
+        KernelCache(shared)
+    KernelCache(shared, sharing="group").cached(build, 2)
+    monkeypatch.setenv("PROGCACHE_SHARING", "group")
+    assert CubinCache(shared / "pyptx").get(key) is None and KernelCache(shared).cached(build, 2).from_cache
