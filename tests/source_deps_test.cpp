@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "progcache/compile.h"
@@ -302,6 +303,104 @@ TEST_F(SourceDepsTest, ScanMemoNeverServesAnEditedHeader) {
   EXPECT_TRUE(compile_matches_fresh(p));
   write_all(m_tmp.sub("src/val.h"), "#define V 26\n");
   EXPECT_FALSE(compile_matches_fresh(p)) << "the scan memo served an edited header";
+}
+
+// The manifest (what a scan consulted, re-checked by stat on the next
+// lookup) is written only when everything it records has been unchanged for
+// two seconds, so these scenarios are set up first, left to settle once, and
+// then each is compiled (a manifest is written), hit (the manifest is
+// used), changed, and compiled again: the result must equal a fresh compile.
+TEST_F(SourceDepsTest, TheManifestNeverServesAStaleHit) {
+  struct Scenario {
+    std::string label;
+    Program program;
+    std::function<void()> change;
+  };
+  std::vector<Scenario> scenarios;
+  const auto dir = [&](const std::string& s, const std::string& rel) { return m_tmp.sub(s + "/" + rel); };
+
+  // 1. A header beside the source, edited to the same size.
+  fs::create_directories(dir("m1", "src"));
+  write_all(dir("m1", "src/val.h"), "#define V 31\n");
+  scenarios.push_back({"edited header", program("#include \"val.h\"", dir("m1", "src/k.cu")),
+                       [&] { write_all(dir("m1", "src/val.h"), "#define V 32\n"); }});
+  // 2. A header created earlier in the search path shadows the one used.
+  fs::create_directories(dir("m2", "src"));
+  fs::create_directories(dir("m2", "inc"));
+  write_all(dir("m2", "inc/val.h"), "#define V 33\n");
+  Program p2 = program("#include \"val.h\"", dir("m2", "src/k.cu"));
+  p2.options.push_back("-I" + dir("m2", "inc"));
+  scenarios.push_back({"shadowing header", p2, [&] { write_all(dir("m2", "src/val.h"), "#define V 34\n"); }});
+  // 3. A shadowing header in a directory that did not exist.
+  fs::create_directories(dir("m3", "src"));
+  fs::create_directories(dir("m3", "inc/sub"));
+  write_all(dir("m3", "inc/sub/val.h"), "#define V 35\n");
+  Program p3 = program("#include \"sub/val.h\"", dir("m3", "src/k.cu"));
+  p3.options.push_back("-I" + dir("m3", "inc"));
+  scenarios.push_back({"shadowing header in a new directory", p3, [&] {
+                         fs::create_directories(dir("m3", "src/sub"));
+                         write_all(dir("m3", "src/sub/val.h"), "#define V 36\n");
+                       }});
+  // 4. A symbolic link re-pointed at another header of the same size.
+  fs::create_directories(dir("m4", "src"));
+  fs::create_directories(dir("m4", "real"));
+  write_all(dir("m4", "real/a.h"), "#define V 37\n");
+  write_all(dir("m4", "real/b.h"), "#define V 38\n");
+  fs::create_symlink(dir("m4", "real/a.h"), dir("m4", "src/val.h"));
+  scenarios.push_back({"re-pointed link", program("#include \"val.h\"", dir("m4", "src/k.cu")), [&] {
+                         fs::remove(dir("m4", "src/val.h"));
+                         fs::create_symlink(dir("m4", "real/b.h"), dir("m4", "src/val.h"));
+                       }});
+  // 5. A computed include fingerprints its -I directory whole: a file added
+  //    deep inside it changes the key.
+  fs::create_directories(dir("m5", "src"));
+  fs::create_directories(dir("m5", "inc/deep/er"));
+  write_all(dir("m5", "inc/val.h"), "#define V 39\n");
+  write_all(dir("m5", "inc/pick.h"), "#define HEADER <val.h>\n#include HEADER\n");
+  write_all(dir("m5", "inc/deep/er/other.h"), "\n");
+  Program p5 = program("#include <pick.h>", dir("m5", "src/k.cu"));
+  p5.options.push_back("-I" + dir("m5", "inc"));
+  scenarios.push_back({"file added in a fingerprinted tree", p5,
+                       [&] { write_all(dir("m5", "inc/deep/er/new.h"), "\n"); }});
+  // 6. A header through the working directory, the same program text run
+  //    from another directory with another val.h.
+  fs::create_directories(dir("m6", "a"));
+  fs::create_directories(dir("m6", "b"));
+  write_all(dir("m6", "a/val.h"), "#define V 40\n");
+  write_all(dir("m6", "b/val.h"), "#define V 41\n");
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const auto manifests = [&] {
+    std::size_t n = 0;
+    if (fs::exists(m_tmp.sub("cache/deps"))) {
+      for ([[maybe_unused]] const auto& e : fs::directory_iterator(m_tmp.sub("cache/deps"))) ++n;
+    }
+    return n;
+  };
+  for (auto& sc : scenarios) {
+    const std::size_t before = manifests();
+    EXPECT_FALSE(compile_matches_fresh(sc.program)) << sc.label;
+    EXPECT_GT(manifests(), before) << sc.label << ": no manifest written";
+    EXPECT_TRUE(compile_matches_fresh(sc.program)) << sc.label << ": unchanged headers must hit";
+    sc.change();
+    EXPECT_FALSE(compile_matches_fresh(sc.program)) << sc.label << ": the manifest served a stale hit";
+  }
+  {
+    CwdGuard in_a(dir("m6", "a"));
+    const Program p = program("#include \"val.h\"", "k.cu");
+    EXPECT_FALSE(compile_matches_fresh(p));
+    EXPECT_TRUE(compile_matches_fresh(p));
+    CwdGuard in_b(dir("m6", "b"));
+    EXPECT_FALSE(compile_matches_fresh(p)) << "a manifest made in another directory was used";
+  }
+  // Damaged manifests are ignored: the scan runs and the answer is right.
+  ASSERT_GT(manifests(), 0u);
+  for (const auto& e : fs::directory_iterator(m_tmp.sub("cache/deps"))) {
+    std::string bytes = testing::read_all(e.path().string());
+    bytes[bytes.size() / 2] ^= 0x5a;
+    write_all(e.path().string(), bytes);
+  }
+  for (auto& sc : scenarios) EXPECT_TRUE(compile_matches_fresh(sc.program)) << sc.label << " (damaged manifest)";
 }
 
 TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {

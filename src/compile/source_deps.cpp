@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <cctype>
 #include <cerrno>
 #include <ctime>
@@ -406,10 +408,273 @@ class ScanMemo {
   bool m_loaded = false;                       // GUARDED_BY(m_mu)
 };
 
+
+// ---------------------------------------------------------------- manifest
+//
+// What a scan consulted, so the next lookup of the same program can check
+// it with stats alone instead of scanning again (ccache's direct mode, for a
+// compiler that reports no dependencies). Recorded after a full scan: every
+// header found (its stat identity), every directory fingerprinted whole and
+// every file below it, and for each place looked at and found empty, the
+// nearest directory that exists (an entry created there changes the
+// directory's mtime and ctime). A lookup whose every check holds returns the
+// recorded digest; any difference, or a damaged manifest, means a full scan.
+// Nothing changed in the last two seconds is recorded (a change within one
+// timestamp tick would keep its stat): such a scan writes no manifest.
+
+using detail::SourceDeps;
+
+// One stat-level fact about a path.
+struct Check {
+  std::string path;  // as the scan used it (relative to the working directory, or absolute)
+  bool exists = true;
+  FileStamp stamp;
+  std::uint32_t type = 0;  // st_mode & S_IFMT
+};
+
+class CheckLog {
+ public:
+  void exists(const std::string& path, const struct stat& st) {
+    m_checks.push_back({path, true, stamp_of(st), static_cast<std::uint32_t>(st.st_mode & S_IFMT)});
+  }
+  void absent(const std::string& path) { m_checks.push_back({path, false, {}, 0}); }
+  // A place found empty: the nearest directory above it that exists stands
+  // for it (its mtime and ctime change when an entry is made in it).
+  void empty_place(const std::string& path) {
+    std::string dir = path;
+    for (int depth = 0; depth < 256; ++depth) {
+      dir = parent_of(dir);
+      if (dir.empty()) dir = ".";
+      struct stat st {};
+      if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        exists(dir, st);
+        return;
+      }
+      if (dir == "." || dir == "/") break;
+    }
+    m_broken = true;  // nothing above it exists: record nothing
+  }
+  bool broken() const { return m_broken; }
+  const std::vector<Check>& checks() const { return m_checks; }
+
+ private:
+  std::vector<Check> m_checks;
+  bool m_broken = false;
+};
+
+class Manifest {
+ public:
+  static constexpr std::uint32_t k_magic = 0x4d44'4350;  // "PCDM"
+  static constexpr std::uint32_t k_version = 1;
+
+  // The manifest of one program: everything the scan's answer depends on
+  // besides the files themselves.
+  static std::string key_of(const Program& p, const std::vector<std::string>& canonical_options) {
+    Sha256 sha;
+    add_field(sha, "deps-manifest", std::to_string(k_version));
+    std::string cwd(4096, '\0');
+    if (::getcwd(cwd.data(), cwd.size()) != nullptr) cwd.resize(std::strlen(cwd.c_str()));
+    else cwd = "?";
+    add_field(sha, "cwd", cwd);
+    add_field(sha, "name", p.name);
+    add_field(sha, "code", p.code);
+    for (const auto& o : canonical_options) add_field(sha, "option", o);
+    for (const auto& h : p.headers) {
+      add_field(sha, "header", h.name);
+      add_field(sha, "content", h.content);
+    }
+    return digest_hex(sha.finish());
+  }
+
+  // The recorded answer when every check still holds.
+  static std::optional<SourceDeps> check(const std::string& state_dir, const std::string& key) {
+    if (state_dir.empty()) return std::nullopt;
+    auto text = read_regular_file(Env::posix(), path_of(state_dir, key), k_max_bytes);
+    if (!text.ok()) return std::nullopt;
+    return verify(*text);
+  }
+
+  // Best effort: a manifest that cannot be written costs the next lookup a scan.
+  static void write(const std::string& state_dir, const std::string& key, const SourceDeps& deps,
+                    const CheckLog& log) {
+    if (state_dir.empty() || log.broken()) return;
+    const std::int64_t now = now_ns();
+    // Grouped by directory, so a check opens each directory once.
+    std::map<std::string, std::map<std::string, const Check*>> groups;
+    for (const Check& c : log.checks()) {
+      if (c.exists && (now - c.stamp.mtime < k_recent_ns || now - c.stamp.ctime < k_recent_ns)) return;
+      std::string dir, name;
+      if (c.exists && c.type == S_IFDIR) {
+        dir = c.path;  // a directory stands for itself: its own identity
+      } else {
+        dir = parent_of(c.path);
+        if (dir.empty()) dir = ".";
+        const auto slash = c.path.rfind('/');
+        name = slash == std::string::npos ? c.path : c.path.substr(slash + 1);
+        if (name.empty() || name == "." || name == "..") return;  // cannot be checked by name: no manifest
+      }
+      auto [it, inserted] = groups[dir].emplace(name, &c);
+      if (!inserted && !same(*it->second, c)) return;  // changed during the scan: no manifest
+    }
+    std::string out;
+    put32(out, k_magic);
+    put32(out, k_version);
+    put_str(out, deps.digest);
+    put32(out, static_cast<std::uint32_t>(deps.files.size()));
+    for (const auto& f : deps.files) put_str(out, f);
+    put32(out, static_cast<std::uint32_t>(groups.size()));
+    for (const auto& [dir, entries] : groups) {
+      put_str(out, dir);
+      put32(out, static_cast<std::uint32_t>(entries.size()));
+      for (const auto& [name, c] : entries) {
+        put_str(out, name);
+        out.push_back(c->exists ? 1 : 0);
+        put64(out, c->stamp.dev);
+        put64(out, c->stamp.ino);
+        put64(out, static_cast<std::uint64_t>(c->stamp.size));
+        put64(out, static_cast<std::uint64_t>(c->stamp.mtime));
+        put64(out, static_cast<std::uint64_t>(c->stamp.ctime));
+        put32(out, c->type);
+      }
+    }
+    put64(out, xxh3_64(out));
+    Env* env = Env::posix();
+    const std::string dir = join_path(state_dir, "deps");
+    for (const std::string& d : {state_dir, dir}) {
+      if (Status st = env->mkdir(d, 0700); !st.ok() && st.code() != Code::failed_precondition) return;
+    }
+    const std::string path = path_of(state_dir, key);
+    write_file_atomic(env, path, path + ".tmp." + std::to_string(::getpid()), out, 0600, Durability::none).ignore();
+    bound(dir);
+  }
+
+ private:
+  static constexpr std::uint64_t k_max_bytes = std::uint64_t{64} << 20;
+  static constexpr std::size_t k_max_manifests = 4096;
+
+  static std::string path_of(const std::string& state_dir, const std::string& key) {
+    return join_path(join_path(state_dir, "deps"), key);
+  }
+
+  static bool same(const Check& a, const Check& b) {
+    return a.exists == b.exists && (!a.exists || (a.stamp == b.stamp && a.type == b.type));
+  }
+
+  static void put32(std::string& o, std::uint32_t v) { o.append(reinterpret_cast<const char*>(&v), 4); }
+  static void put64(std::string& o, std::uint64_t v) { o.append(reinterpret_cast<const char*>(&v), 8); }
+  static void put_str(std::string& o, std::string_view s) {
+    put32(o, static_cast<std::uint32_t>(s.size()));
+    o.append(s);
+  }
+
+  // Reads what write() wrote, every length checked against what is left.
+  class Reader {
+   public:
+    explicit Reader(std::string_view s) : m_s(s) {}
+    bool u8(std::uint8_t& v) { return raw(&v, 1); }
+    bool u32(std::uint32_t& v) { return raw(&v, 4); }
+    bool u64(std::uint64_t& v) { return raw(&v, 8); }
+    bool str(std::string& v) {
+      std::uint32_t n = 0;
+      if (!u32(n) || n > m_s.size() - m_at) return false;
+      v.assign(m_s.substr(m_at, n));
+      m_at += n;
+      return true;
+    }
+    bool done() const { return m_at == m_s.size(); }
+
+   private:
+    bool raw(void* dst, std::size_t n) {
+      if (n > m_s.size() - m_at) return false;
+      std::memcpy(dst, m_s.data() + m_at, n);
+      m_at += n;
+      return true;
+    }
+    std::string_view m_s;
+    std::size_t m_at = 0;
+  };
+
+  static std::optional<SourceDeps> verify(std::string_view text) {
+    if (text.size() < 8 + 8) return std::nullopt;
+    std::uint64_t sum = 0;
+    std::memcpy(&sum, text.data() + text.size() - 8, 8);
+    const std::string_view body = text.substr(0, text.size() - 8);
+    if (xxh3_64(body) != sum) return std::nullopt;  // damaged
+    Reader r(body);
+    std::uint32_t magic = 0, version = 0, n_files = 0, n_dirs = 0;
+    SourceDeps deps;
+    if (!r.u32(magic) || !r.u32(version) || magic != k_magic || version != k_version || !r.str(deps.digest) ||
+        !r.u32(n_files)) {
+      return std::nullopt;
+    }
+    for (std::uint32_t i = 0; i < n_files; ++i) {
+      std::string f;
+      if (!r.str(f)) return std::nullopt;
+      deps.files.push_back(std::move(f));
+    }
+    if (!r.u32(n_dirs)) return std::nullopt;
+    for (std::uint32_t d = 0; d < n_dirs; ++d) {
+      std::string dir;
+      std::uint32_t n = 0;
+      if (!r.str(dir) || !r.u32(n)) return std::nullopt;
+      const int dfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (dfd < 0) return std::nullopt;
+      struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+      } closer{dfd};
+      for (std::uint32_t i = 0; i < n; ++i) {
+        std::string name;
+        std::uint8_t exists = 0;
+        std::uint64_t dev = 0, ino = 0, size = 0, mtime = 0, ctime = 0;
+        std::uint32_t type = 0;
+        if (!r.str(name) || !r.u8(exists) || !r.u64(dev) || !r.u64(ino) || !r.u64(size) || !r.u64(mtime) ||
+            !r.u64(ctime) || !r.u32(type)) {
+          return std::nullopt;
+        }
+        struct stat st {};
+        const int rc = name.empty() ? ::fstat(dfd, &st) : ::fstatat(dfd, name.c_str(), &st, 0);
+        if (exists == 0) {
+          if (rc == 0 || (errno != ENOENT && errno != ENOTDIR)) return std::nullopt;
+          continue;
+        }
+        const FileStamp want{dev, ino, static_cast<std::int64_t>(size), static_cast<std::int64_t>(mtime),
+                             static_cast<std::int64_t>(ctime)};
+        if (rc != 0 || !(stamp_of(st) == want) || (st.st_mode & S_IFMT) != type) return std::nullopt;
+      }
+    }
+    if (!r.done()) return std::nullopt;
+    return deps;
+  }
+
+  // Keeps the directory to k_max_manifests files, now and then: past it, the
+  // oldest written go first.
+  static void bound(const std::string& dir) {
+    static std::atomic<unsigned> writes{0};
+    if (writes.fetch_add(1) % 32 != 0) return;
+    auto names = Env::posix()->list_dir(dir);
+    if (!names.ok() || names->size() <= k_max_manifests) return;
+    std::vector<std::pair<std::int64_t, std::string>> by_age;
+    for (const auto& e : *names) {
+      struct stat st {};
+      const std::string path = join_path(dir, e.name);
+      if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) by_age.emplace_back(ns_of(st.st_mtim), path);
+    }
+    std::sort(by_age.begin(), by_age.end());
+    const std::size_t keep = k_max_manifests * 3 / 4;
+    for (std::size_t i = 0; i + keep < by_age.size(); ++i) ::unlink(by_age[i].second.c_str());
+  }
+};
+
 class Scanner {
  public:
-  Scanner(const Program& p, std::vector<std::string> include_dirs, bool no_source_include, ScanMemo& memo)
-      : m_program(p), m_include_dirs(std::move(include_dirs)), m_no_source_include(no_source_include), m_memo(memo) {
+  Scanner(const Program& p, std::vector<std::string> include_dirs, bool no_source_include, ScanMemo& memo,
+          CheckLog& log)
+      : m_program(p),
+        m_include_dirs(std::move(include_dirs)),
+        m_no_source_include(no_source_include),
+        m_memo(memo),
+        m_log(log) {
     for (const auto& d : m_include_dirs) m_covered.push_back(normal(d));
   }
 
@@ -463,10 +728,12 @@ class Scanner {
     if (::stat(path.c_str(), &st) != 0) {
       if (errno == ENOENT || errno == ENOTDIR) {
         add_field(m_sha, "absent", key);
+        m_log.empty_place(key);
         return {};
       }
       return errno_status(errno, "cannot look for header", path);
     }
+    m_log.exists(key, st);
     if (!S_ISREG(st.st_mode)) {
       // A directory or a FIFO where a header could be: the compiler cannot
       // use it; record its kind, never open it.
@@ -512,6 +779,7 @@ class Scanner {
   std::vector<std::string> m_covered;
   bool m_no_source_include;
   ScanMemo& m_memo;
+  CheckLog& m_log;
   bool m_needs_trees = false;
   std::set<std::string> m_seen;
   std::set<std::string> m_memory_seen;
@@ -522,7 +790,7 @@ class Scanner {
 // One line per file below `dir` (symbolic links followed, each directory
 // visited once): relative path, type, size, mtime, ctime, device, inode; a
 // file changed in the last two seconds adds its content digest.
-Status fingerprint_tree(const std::string& dir, Sha256& sha) {
+Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nullptr) {
   std::vector<std::string> lines;
   std::set<std::pair<dev_t, ino_t>> visited;
   const std::int64_t now = now_ns();
@@ -531,6 +799,7 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha) {
   if (::stat(dir.c_str(), &root) != 0) return errno_status(errno, "cannot read include directory", dir);
   if (!S_ISDIR(root.st_mode)) return invalid_argument("include directory '" + dir + "' is not a directory");
   visited.insert({root.st_dev, root.st_ino});
+  if (log != nullptr) log->exists(normal(dir, /*keep_dotdot=*/true), root);
   while (!stack.empty()) {
     const std::string rel = stack.back();
     stack.pop_back();
@@ -548,10 +817,13 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha) {
       if (name == "." || name == "..") continue;
       std::string child_rel = rel.empty() ? std::string(name) : rel + "/" + std::string(name);
       struct stat st {};
+      const std::string child_path = normal(join(dir, child_rel), /*keep_dotdot=*/true);
       if (::fstatat(dfd, ent->d_name, &st, 0) != 0) {
         lines.push_back(child_rel + "|dangling");  // a broken link: the compiler finds nothing there
+        if (log != nullptr) log->absent(child_path);
         continue;
       }
+      if (log != nullptr) log->exists(child_path, st);
       if (S_ISDIR(st.st_mode)) {
         if (visited.insert({st.st_dev, st.st_ino}).second) stack.push_back(child_rel);
         lines.push_back(child_rel + "|dir");
@@ -595,8 +867,11 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
     else if (o.starts_with("--pre-include=")) pre_includes.push_back(o.substr(14));
     else if (o == "--no-source-include") no_source_include = true;
   }
+  const std::string manifest_key = Manifest::key_of(p, opts);
+  if (auto known = Manifest::check(state_dir, manifest_key)) return std::move(*known);
   ScanMemo& memo = ScanMemo::for_dir(state_dir);
-  Scanner scanner(p, include_dirs, no_source_include, memo);
+  CheckLog log;
+  Scanner scanner(p, include_dirs, no_source_include, memo, log);
   add_field(scanner.sha(), "deps-v1", "");
   // A pre-include is looked for as written (relative to the working
   // directory) and in each -I directory.
@@ -616,13 +891,14 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
       for (std::size_t j = 0; j < include_dirs.size(); ++j) {
         nested |= j != i && norm[j] != norm[i] && under(norm[i], norm[j]);
       }
-      if (!nested) PROGCACHE_TRY(fingerprint_tree(include_dirs[i], scanner.sha()));
+      if (!nested) PROGCACHE_TRY(fingerprint_tree(include_dirs[i], scanner.sha(), &log));
     }
   }
   memo.save();
   SourceDeps out;
   out.digest = digest_hex(scanner.sha().finish());
   out.files = scanner.take_files();
+  Manifest::write(state_dir, manifest_key, out, log);
   return out;
 }
 
