@@ -755,6 +755,9 @@ class FileStoreImpl final : public FileStore {
     auto moved = m_env->lstat(q);
     if (moved.ok() && moved->is_regular()) charge(idx, -static_cast<std::int64_t>(moved->size), -1);
     Status unlinked = m_env->unlink(q);
+    // Gone already (a sweep of another process took the quarantine file):
+    // removed all the same.
+    if (unlinked.code() == Code::not_found) return true;
     if (!unlinked.ok() && moved.ok() && moved->is_regular()) {
       // Could not delete it: put it back, counted again, rather than leave
       // it hidden under a quarantine name.
@@ -771,14 +774,23 @@ class FileStoreImpl final : public FileStore {
                                          std::to_string(rng() & 0xffffffffu));
   }
 
+  // Removes the entry at `path` if it is still the file `expected`
+  // describes. true: it was removed and the caller charges it. A file that
+  // left the path and vanished in between (its quarantine name swept by
+  // another process) counts as removed: it is gone from the disk.
   Result<bool> remove_if_same(int idx, const std::string& path, const FileInfo& expected) {
     const std::string q = quarantine_path(idx);
     PROGCACHE_ASSIGN_OR_RETURN(const bool there, move_to_quarantine(path, q));
     if (!there) return false;
     auto moved = m_env->lstat(q);
+    if (!moved.ok() && moved.status().code() == Code::not_found) {
+      // Swept before we could look: it was at the path, so it was counted.
+      charge(idx, -static_cast<std::int64_t>(expected.size), -1);
+      return false;
+    }
     if (moved.ok() && moved->same_file(expected)) {
       Status unlinked = m_env->unlink(q);
-      if (unlinked.ok()) return true;
+      if (unlinked.ok() || unlinked.code() == Code::not_found) return true;
       // Could not delete it: put it back rather than leave it hidden under
       // a quarantine name (unless a newer entry took its place meanwhile).
       if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
@@ -786,11 +798,10 @@ class FileStoreImpl final : public FileStore {
     }
     // Not the file the caller meant (a newer entry took its place): put it
     // back. If yet another entry is there now, this one is removed, and
-    // charged, as take_out would.
-    if (!m_env->rename_noreplace(q, path).ok()) {
-      if (moved.ok() && moved->is_regular() && m_env->unlink(q).ok()) {
-        charge(idx, -static_cast<std::int64_t>(moved->size), -1);
-      }
+    // charged, as take_out would; so is one swept meanwhile.
+    if (Status back = m_env->rename_noreplace(q, path); !back.ok()) {
+      const bool gone = back.code() == Code::not_found || m_env->unlink(q).ok();
+      if (moved.ok() && moved->is_regular() && gone) charge(idx, -static_cast<std::int64_t>(moved->size), -1);
     }
     return false;
   }
@@ -830,14 +841,19 @@ class FileStoreImpl final : public FileStore {
     yes,
   };
 
+  // A counter slightly below zero is not damage: a remover can charge an
+  // entry before the put that published it has charged it (the put charges
+  // after its rename). Resetting such a shard to a listing would then let
+  // the late charge count a file that is gone.
   static bool grossly_off(std::int64_t counted_bytes, std::int64_t counted, std::int64_t bytes, std::int64_t count) {
-    return counted_bytes < 0 || counted < 0 || std::abs(counted - count) > 8 + count / 4 ||
+    return std::abs(counted - count) > 8 + count / 4 ||
            std::abs(counted_bytes - bytes) > bytes / 4 + (std::int64_t{4} << 20);
   }
 
   // Lists shard idx's entry files (lstat'ed), sweeping stale temps on the
   // way, and reconciles the shard's counters as `reconcile` says.
-  Result<std::vector<ScannedFile>> scan_shard(int idx, Reconcile reconcile) {
+  // `sweep`: also remove stale temp and quarantine files on the way.
+  Result<std::vector<ScannedFile>> scan_shard(int idx, Reconcile reconcile, bool sweep = true) {
     std::vector<ScannedFile> out;
     const std::string dir = shard_dir(idx);
     auto files = m_env->list_dir(dir);
@@ -863,7 +879,7 @@ class FileStoreImpl final : public FileStore {
       auto info = m_env->lstat(path);
       if (!info.ok() || !info->is_regular()) continue;
       if (temp) {
-        if (stale_temp(*info, now, m_opt.stale_temp_ns)) m_env->unlink(path).ignore();
+        if (sweep && stale_temp(*info, now, m_opt.stale_temp_ns)) m_env->unlink(path).ignore();
         continue;
       }
       bytes += static_cast<std::int64_t>(info->size);
@@ -935,7 +951,11 @@ class FileStoreImpl final : public FileStore {
     if (total_count() <= k_exact_lru_entries) {
       std::vector<std::pair<int, ScannedFile>> all;
       for (int idx = 0; idx < k_shards; ++idx) {
-        auto files = scan_shard(idx, Reconcile::gross);
+        // Counts are exact: a shard counted empty holds nothing (a damaged
+        // counter is not zero, so its shard is visited and healed).
+        if (atomic_load(m_acct->shards[idx].count) == 0 && atomic_load(m_acct->shards[idx].bytes) == 0) continue;
+        // Temps are left to the per-shard scans, as often as before.
+        auto files = scan_shard(idx, Reconcile::gross, /*sweep=*/false);
         if (!files.ok()) continue;
         for (auto& f : *files) all.emplace_back(idx, std::move(f));
       }

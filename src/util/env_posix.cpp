@@ -60,12 +60,17 @@ Status write_file_atomic(Env* env, const std::string& path, const std::string& t
       st = env->rename(temp_path, path);
     } else {
       replaced->reset();
-      st = env->rename_noreplace(temp_path, path);
-      if (st.code() == Code::failed_precondition) {  // the path exists: replace it
-        // Exchange, so the replaced file lands under our temp name, ours
-        // alone: what it held is measured exactly, never guessed from an
-        // lstat another writer may have outdated. Readers see the old entry
-        // or the new one throughout.
+      // New entry: a non-replacing rename. Existing entry: an exchange, so
+      // the replaced file lands under our temp name, ours alone: what it
+      // held is measured exactly, never guessed from an lstat another writer
+      // may have outdated. Readers see the old entry or the new one
+      // throughout. When the entry comes and goes between the two (other
+      // writers, eviction), try again: a plain rename here could replace a
+      // file nobody measured, and its charge would never be taken back.
+      st = Status(Code::failed_precondition, "not tried");
+      for (int attempt = 0; attempt < 16 && st.code() == Code::failed_precondition; ++attempt) {
+        st = env->rename_noreplace(temp_path, path);
+        if (st.code() != Code::failed_precondition) break;  // done, or a real error
         Status ex = env->rename_exchange(temp_path, path);
         if (ex.ok()) {
           auto old = env->lstat(temp_path);
@@ -73,7 +78,7 @@ Status write_file_atomic(Env* env, const std::string& path, const std::string& t
           env->unlink(temp_path).ignore();  // a leftover is a stale temp, swept later
           st = Status();
         } else if (ex.code() == Code::not_found) {
-          st = env->rename(temp_path, path);  // the old entry went meanwhile: nothing replaced
+          st = Status(Code::failed_precondition, "the entry went meanwhile");  // try the new-entry rename again
         } else if (ex.code() == Code::unavailable) {
           auto old = env->lstat(path);  // no exchange on this filesystem: the lstat is a best guess
           if (old.ok()) *replaced = *old;
