@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-for tool in ccache hyperfine; do
+for tool in ccache hyperfine strace; do
   command -v "$tool" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$tool" >/dev/null; }
 done
 bash scripts/build.sh
@@ -38,6 +38,24 @@ pc="$PWD/$build/progcache"
     "$pc compile saxpy.cu --arch sm_90 -std=c++17" \
     "ccache nvcc -c -arch=sm_90 -std=c++17 saxpy.cu -o saxpy.o" \
     "$pc --version") | tee "$out/cli.txt"
+rm -rf "$work"
+
+echo "== whole process, a kernel that includes CUB: progcache compile warm hit vs ccache nvcc -c warm hit"
+# progcache checks its include manifest (every file of the -I tree, by stat);
+# ccache in direct mode checks its manifest of the headers nvcc read.
+work=$(mktemp -d)
+cp examples/kernels/cub_scan.cu "$work/"
+echo 'template __global__ void block_prefix_sum<128, 4>(const int*, int*);' >> "$work/cub_scan.cu"
+export PROGCACHE_DIR="$work/pc" CCACHE_DIR="$work/ccache"
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+export PATH="$cuda/bin:$PATH"
+pc_cmd="$pc compile cub_scan.cu --arch sm_90 -std=c++17 -I $cuda/include/cccl -I $cuda/include -o k.cubin"
+cc_cmd="ccache nvcc -c -arch=sm_90 -std=c++17 cub_scan.cu -o k.o"
+(cd "$work" && $pc_cmd >/dev/null && sleep 3 && $pc_cmd >/dev/null && $cc_cmd && $cc_cmd &&
+  echo "headers nvcc reads: $(nvcc -std=c++17 -arch=sm_90 -M cub_scan.cu | grep -c '\.')" &&
+  echo "progcache manifest records: $(strace -f -e trace=newfstatat,fstat $pc_cmd 2>&1 >/dev/null | grep -c stat)" &&
+  hyperfine -N --warmup 5 --runs 60 --export-json "$outabs/hyperfine_cub.json" "$pc_cmd" "$cc_cmd") |
+  tee "$out/cli_cub.txt"
 rm -rf "$work"
 
 echo "== remote tier: Redis over loopback vs local disk"

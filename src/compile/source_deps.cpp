@@ -867,8 +867,13 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
     else if (o.starts_with("--pre-include=")) pre_includes.push_back(o.substr(14));
     else if (o == "--no-source-include") no_source_include = true;
   }
-  const std::string manifest_key = Manifest::key_of(p, opts);
-  if (auto known = Manifest::check(state_dir, manifest_key)) return std::move(*known);
+  // A program that includes nothing is scanned faster than a manifest is
+  // read: manifests are for programs with headers.
+  const bool includes = !pre_includes.empty() || !directives(p.code).empty();
+  const std::string manifest_key = includes ? Manifest::key_of(p, opts) : std::string();
+  if (includes) {
+    if (auto known = Manifest::check(state_dir, manifest_key)) return std::move(*known);
+  }
   ScanMemo& memo = ScanMemo::for_dir(state_dir);
   CheckLog log;
   Scanner scanner(p, include_dirs, no_source_include, memo, log);
@@ -898,7 +903,7 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
   SourceDeps out;
   out.digest = digest_hex(scanner.sha().finish());
   out.files = scanner.take_files();
-  Manifest::write(state_dir, manifest_key, out, log);
+  if (includes) Manifest::write(state_dir, manifest_key, out, log);
   return out;
 }
 
