@@ -238,6 +238,10 @@ def test_one_program_one_key_through_every_route(tmp_path, monkeypatch):
     report = report[0] if isinstance(report, list) else report
     assert report["key"] == first.key.hex()
     assert (tmp_path / "k.cubin").read_bytes() == first.code  # the CLI served Python's entry
+    got = subprocess.run([cli_path, "--dir", str(tmp_path / "c"), "get", first.key.hex(), "-o", str(tmp_path / "g")],
+                         capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "g").read_bytes() == first.code  # the printed key is usable as `progcache get KEY`
 
     (inc / "val.h").write_text("#define VAL 2\n")
     edited = progcache.compile(code, "c++", "cubin", opts, cache=cache, name="k.cu")
