@@ -602,6 +602,10 @@ TEST_F(FileStoreTest, DirectoriesRemovedWhileOpenAreMadeAgainOnPut) {
   ASSERT_TRUE(s->put(make_key(3, 0x10), make_entry("three")).ok());
   EXPECT_EQ((*s->get_bytes(make_key(3, 0x10)))->view(), "three");
   EXPECT_EQ(fs::status(m_tmp.sub("cache")).permissions() & fs::perms::all, fs::perms::owner_all);
+  // A shard this store never wrote to, after the whole tree went again.
+  fs::remove_all(m_tmp.sub("cache"));
+  ASSERT_TRUE(s->put(make_key(4, 0x20), make_entry("four")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(4, 0x20)))->view(), "four");
 }
 
 TEST_F(FileStoreTest, VerifyZeroesTheCountersOfAShardWithNoDirectory) {

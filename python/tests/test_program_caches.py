@@ -192,6 +192,23 @@ def test_file_cache_none_is_no_cap_and_a_number_is_the_cap(tmp_path):
     assert progcache.TieredProgramCache(tmp_path / "e", max_size_bytes=777).max_size_bytes == 777
 
 
+def test_file_cache_directories_removed_while_open_are_made_again(tmp_path):
+    """As in cuda.core: removing the cache directory (or a shard of it) under
+    an open cache costs the entries, never the next write."""
+    import shutil
+    root = tmp_path / "gone"
+    c = FileStreamProgramCache(root)
+    c["a"] = b"1"
+    shutil.rmtree(root)
+    assert c.get("a") is None
+    c["b"] = b"2"
+    assert c["b"] == b"2" and FileStreamProgramCache(root)["b"] == b"2"
+    shard = next(p for p in (root / "v1").iterdir() if p.is_dir())
+    shutil.rmtree(shard)
+    c["c"] = b"3"
+    assert c["c"] == b"3"
+
+
 def test_threads_hammering_one_cache(cache):
     errors = []
 

@@ -201,7 +201,9 @@ class FileStoreImpl final : public FileStore {
     auto encoded = encode_entry(key, entry, m_env->now_ns(), m_opt.codec);
     if (!encoded.ok()) return encoded.status();
     const int idx = key.bytes[0];
-    if (!shard_checked(idx, /*create=*/true)) {
+    // A shard never used by this process whose parents were removed under
+    // the open store is made again with them, as a fresh store would.
+    if (!shard_checked(idx, /*create=*/true) && !recreate_dirs(idx)) {
       return count_error(permission_denied("shard directory '" + shard_dir(idx) +
                                            "' is not a private directory of this user; refusing to write"));
     }
