@@ -46,9 +46,21 @@ def _value(value: Any) -> bytes:
         f"cache values are bytes, bytearray, memoryview or an ObjectCode, not {type(value).__name__}")
 
 
-def _sharing(value: Optional[str]) -> str:
+def _config() -> dict:
+    """The configuration as the library resolves it for every front end (the
+    CLI's variables, parser and errors: ValueError naming a bad variable).
+    Read at each cache's construction."""
+    return _core.resolve_config()
+
+
+# "Not given": the configuration decides (cuda.core's default where the
+# environment says nothing).
+_UNSET: Any = object()
+
+
+def _sharing(value: Optional[str], config: Optional[dict] = None) -> str:
     if value is None:
-        value = os.environ.get("PROGCACHE_SHARING", "private")
+        value = (config or _config())["sharing"]
     if value not in ("private", "group"):
         raise ValueError(f"sharing must be 'private' or 'group', not {value!r}")
     return value
@@ -166,72 +178,141 @@ class _StoreCache(_ProgramCache):
         super().close()
 
 
-def _hmac_key() -> str:
-    path = os.environ.get("PROGCACHE_HMAC_KEY_FILE")
-    if not path:
+def _hmac_key(config: Optional[dict] = None) -> bytes:
+    """PROGCACHE_HMAC_KEY_FILE's key, as bytes (b"" when unset)."""
+    return (config or _config())["hmac_key"]
+
+
+class _NullStore:
+    """What a cache binds to when PROGCACHE_DISABLE is set: every read
+    misses, writes are dropped, and the cache directory is never touched."""
+
+    def get(self, key: bytes) -> None:
+        return None
+
+    def put(self, key: bytes, value: bytes) -> None:
+        return None
+
+    def get_entry(self, key: bytes) -> None:
+        return None
+
+    def put_entry(self, key: bytes, metadata: str, artifacts: list) -> None:
+        return None
+
+    def erase(self, key: bytes) -> bool:
+        return False
+
+    def count(self) -> int:
+        return 0
+
+    def clear(self) -> None:
+        return None
+
+    def stats(self) -> dict:
+        return {}
+
+    def max_size_bytes(self) -> None:
+        return None
+
+    def root(self) -> str:
         return ""
-    with open(path, "rb") as f:
-        key = f.read().rstrip(b"\r\n")
-    if len(key) < 16:
-        raise ValueError(f"PROGCACHE_HMAC_KEY_FILE: key in {path!r} is shorter than 16 bytes")
-    return key.decode("latin-1")
+
+    def close(self) -> None:
+        return None
 
 
 class FileStreamProgramCache(_StoreCache):
     """A directory shared safely by every process of the host.
 
-    ``path`` defaults to ``$PROGCACHE_DIR``, else ``$XDG_CACHE_HOME/progcache``,
-    else ``~/.cache/progcache``. ``max_size_bytes`` caps the directory (None,
-    the default, is no cap, as in cuda.core); entries are evicted least
-    recently used first. ``durability`` is "none" (default; survives process
-    crashes) or "fsync" (also power loss; default from
-    ``$PROGCACHE_DURABILITY``). ``sharing`` is "private" (default) or "group"
-    (a group-writable root a team shares; default from ``$PROGCACHE_SHARING``).
+    Settings not given come from the library's configuration, as for the
+    CLI: ``path`` from ``$PROGCACHE_DIR`` (else ``$XDG_CACHE_HOME/progcache``,
+    else ``~/.cache/progcache``); ``max_size_bytes`` from
+    ``$PROGCACHE_MAX_SIZE`` when set, else None, no cap, as in cuda.core (an
+    explicit None is no cap whatever the environment says); the entry cap from
+    ``$PROGCACHE_MAX_ENTRIES``; ``durability`` ("none" survives process
+    crashes, "fsync" power loss too) from ``$PROGCACHE_DURABILITY``;
+    ``sharing`` ("private", or "group" for a group-writable root a team
+    shares) from ``$PROGCACHE_SHARING``; entries are signed with
+    ``$PROGCACHE_HMAC_KEY_FILE``'s key. With ``$PROGCACHE_DISABLE`` set the
+    cache holds nothing and its directory is not touched. Entries are evicted
+    least recently used first.
     """
 
-    def __init__(self, path: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
+    def __init__(self, path: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = _UNSET,
                  durability: Optional[str] = None, sharing: Optional[str] = None) -> None:
-        root = os.fspath(path) if path is not None else _core.default_cache_root()
+        cfg = _config()
+        root = os.fspath(path) if path is not None else cfg["dir"]
         self.path = root
         if durability is None:
-            durability = os.environ.get("PROGCACHE_DURABILITY", "none")
+            durability = "fsync" if cfg["fsync"] else "none"
         if durability not in ("none", "fsync"):
             raise ValueError(f"durability must be 'none' or 'fsync', not {durability!r}")
-        self._bind(_core.open_file_store(root, _cap(max_size_bytes), None, durability == "fsync", _hmac_key(),
-                                         _sharing(sharing)))
+        cap = _configured_cap(max_size_bytes, cfg)
+        sharing = _sharing(sharing, cfg)
+        if cfg["disabled"]:
+            self._bind(_NullStore())
+            return
+        self._bind(_core.open_file_store(root, cap, cfg["max_entries"], durability == "fsync", cfg["hmac_key"],
+                                         sharing))
+
+
+def _configured_cap(value: Any, cfg: dict) -> Optional[int]:
+    """An explicit cap (None: none); not given: PROGCACHE_MAX_SIZE when the
+    environment sets it, else none (cuda.core's default)."""
+    if value is _UNSET:
+        return cfg["max_size_bytes"] if cfg["sources"].get("PROGCACHE_MAX_SIZE") != "default" else None
+    return _cap(value)
 
 
 class RedisProgramCache(_StoreCache):
     """The Redis tier alone: ``urls`` is one ``redis://`` URL or several
-    (keys are sharded across them)."""
+    (keys are sharded across them). The password for URLs that carry none
+    comes from ``$PROGCACHE_REMOTE_PASSWORD_FILE`` (or
+    ``$PROGCACHE_REMOTE_PASSWORD``); ``read_only`` not given comes from
+    ``$PROGCACHE_READONLY``."""
 
-    def __init__(self, urls: Union[str, Iterable[str]], *, read_only: bool = False) -> None:
+    def __init__(self, urls: Union[str, Iterable[str]], *, read_only: Optional[bool] = None) -> None:
         if not _core.HAVE_REDIS:
             raise RuntimeError("this progcache was built without the Redis tier")
         urls = [urls] if isinstance(urls, str) else list(urls)
         if not urls or not all(isinstance(u, str) for u in urls):
             raise TypeError("urls must be a redis:// URL or a list of them")
-        self._bind(_core.open_redis_store(urls, bool(read_only), _hmac_key()))
+        cfg = _config()
+        if cfg["disabled"]:
+            self._bind(_NullStore())
+            return
+        ro = cfg["read_only"] if read_only is None else bool(read_only)
+        self._bind(_core.open_redis_store(urls, ro, cfg["hmac_key"], cfg["remote_password"]))
 
 
 class TieredProgramCache(_StoreCache):
     """Memory → disk → Redis. Lower-tier hits fill the tiers above; writes go
     to memory and disk at once and to Redis in the background (flushed on
-    close)."""
+    close). Settings not given come from the configuration as for
+    FileStreamProgramCache; ``urls`` from ``$PROGCACHE_REMOTE`` (its password
+    from ``$PROGCACHE_REMOTE_PASSWORD_FILE``), ``read_only`` from
+    ``$PROGCACHE_READONLY``."""
 
     def __init__(self, path: Union[str, os.PathLike, None] = None, *, urls: Union[str, Iterable[str], None] = None,
-                 max_size_bytes: Optional[int] = None, memory_size_bytes: Optional[int] = 256 << 20,
-                 read_only: bool = False, sharing: Optional[str] = None) -> None:
+                 max_size_bytes: Optional[int] = _UNSET, memory_size_bytes: Optional[int] = 256 << 20,
+                 read_only: Optional[bool] = None, sharing: Optional[str] = None) -> None:
+        cfg = _config()
         if urls is None:
-            urls = [u for u in os.environ.get("PROGCACHE_REMOTE", "").split(",") if u]
+            urls = list(cfg["remote_urls"])
         urls = [urls] if isinstance(urls, str) else list(urls)
         if urls and not _core.HAVE_REDIS:
             raise RuntimeError("this progcache was built without the Redis tier")
-        root = os.fspath(path) if path is not None else _core.default_cache_root()
+        root = os.fspath(path) if path is not None else cfg["dir"]
         self.path = root
-        self._bind(_core.open_tiered_store(_cap(memory_size_bytes, "memory_size_bytes"), root,
-                                           _cap(max_size_bytes), urls, bool(read_only), _hmac_key(),
-                                           _sharing(sharing)))
+        cap = _configured_cap(max_size_bytes, cfg)
+        memory = _cap(memory_size_bytes, "memory_size_bytes")
+        sharing = _sharing(sharing, cfg)
+        if cfg["disabled"]:
+            self._bind(_NullStore())
+            return
+        ro = cfg["read_only"] if read_only is None else bool(read_only)
+        self._bind(_core.open_tiered_store(memory, root, cap, urls, ro, cfg["hmac_key"], sharing, cfg["max_entries"],
+                                           cfg["fsync"], cfg["remote_password"]))
 
 
 def _register_with_cuda_core() -> bool:

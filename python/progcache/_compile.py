@@ -6,7 +6,26 @@ import os
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from . import _core
-from ._caches import FileStreamProgramCache, InMemoryProgramCache, _StoreCache
+from ._caches import FileStreamProgramCache, InMemoryProgramCache, _NullStore, _StoreCache, _config
+
+_private_state: Optional[str] = None
+
+
+def _state_dir() -> str:
+    """Where compile() keeps its memos and locks: the cache root, or, with
+    PROGCACHE_DISABLE set, a private directory of this process's (the cache
+    root is not touched at all, as with the CLI)."""
+    global _private_state
+    cfg = _config()
+    if not cfg["disabled"]:
+        return cfg["dir"]
+    if _private_state is None:
+        import atexit
+        import shutil
+        import tempfile
+        _private_state = tempfile.mkdtemp(prefix="progcache-state-")
+        atexit.register(shutil.rmtree, _private_state, True)
+    return _private_state
 
 
 # ProgramOptions fields that reach nvJitLink when the program is PTX (or
@@ -152,7 +171,7 @@ def _inputs(code: Any, code_type: Any, target: Any, options: Any, name_expressio
 
 def _key_of(i: _Inputs) -> bytes:
     return _core.program_key(i.code, i.code_type, i.target, i.options, i.names, i.name, i.extra_digest,
-                             i.nvvm_sources, i.use_libdevice, os.fspath(_core.default_cache_root()))
+                             i.nvvm_sources, i.use_libdevice, _state_dir())
 
 
 def make_program_cache_key(*, code: Union[str, bytes], code_type: str, options: Any, target_type: str,
@@ -221,17 +240,19 @@ def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
             name_expressions: Iterable[str] = (), cache: Any = None, *, name: Optional[str] = None,
             extra_digest: Optional[bytes] = None) -> CompiledProgram:
     """Compiles through progcache's cache (None: no cache; a progcache cache
-    object; or True for the default FileStreamProgramCache). ``options`` as
+    object; or True for the default FileStreamProgramCache; with
+    ``$PROGCACHE_DISABLE`` set nothing is cached). ``options`` as
     for make_program_cache_key, whose key the result carries (``key``, 32
     bytes). ``name`` defaults to ``options.name``, else "program". The GIL
     is released while compiling and while reading or writing the cache."""
     store = None
-    state_dir = _core.default_cache_root()
+    state_dir = _state_dir()
     if cache is True:
         cache = FileStreamProgramCache()
     if isinstance(cache, _StoreCache):
-        store = cache._store
-        root = store.root()
+        # With PROGCACHE_DISABLE the caches hold nothing: compile uncached.
+        store = None if isinstance(cache._store, _NullStore) else cache._store
+        root = store.root() if store is not None else ""
         if root:
             state_dir = root
     elif isinstance(cache, InMemoryProgramCache):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from . import _core
-from ._caches import _cap, _hmac_key, _sharing
+from ._caches import _cap, _config, _sharing
 
 
 # ---------------------------------------------------------------- typed values
@@ -113,20 +113,24 @@ def _meta_json(metadata: Any) -> str:
 class CubinCache:
     """Process-local memory plus optional disk persistence (one atomic entry
     per key under ``cache_dir``, default ``$PYPTX_CACHE_DIR``, else
-    ``<progcache root>/pyptx``, capped at 10 GiB). Thread-safe."""
+    ``<progcache root>/pyptx``, capped by ``$PROGCACHE_MAX_SIZE``, 10 GiB by
+    default). Thread-safe. With ``$PROGCACHE_DISABLE`` set it holds nothing."""
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, enable_disk: bool = True, *,
                  sharing: Optional[str] = None) -> None:
+        cfg = _config()
         self._lock = threading.Lock()
         self._memory: dict[bytes, CacheEntry] = {}
+        self._disabled = cfg["disabled"]
         if cache_dir is None:
-            cache_dir = os.environ.get("PYPTX_CACHE_DIR") or os.path.join(_core.default_cache_root(), "pyptx")
+            cache_dir = os.environ.get("PYPTX_CACHE_DIR") or os.path.join(cfg["dir"], "pyptx")
         self.cache_dir = os.fspath(cache_dir)
-        # Signed with PROGCACHE_HMAC_KEY_FILE's key and shared as
-        # PROGCACHE_SHARING says, like the program caches.
-        self._disk = (_core.open_file_store(self.cache_dir, _core.DEFAULT_MAX_SIZE, None, False, _hmac_key(),
-                                            _sharing(sharing))
-                      if enable_disk else None)
+        sharing = _sharing(sharing, cfg)
+        # Capped, signed and shared as the configuration says, like the
+        # program caches.
+        self._disk = (_core.open_file_store(self.cache_dir, cfg["max_size_bytes"], cfg["max_entries"], cfg["fsync"],
+                                            cfg["hmac_key"], sharing)
+                      if enable_disk and not self._disabled else None)
 
     def __contains__(self, key: CacheKey) -> bool:
         """pyptx's membership test: memory, then disk. (The program caches
@@ -135,6 +139,8 @@ class CubinCache:
         return self.get(key) is not None
 
     def get(self, key: CacheKey) -> Optional[CacheEntry]:
+        if self._disabled:
+            return None
         h = key.digest()
         with self._lock:
             e = self._memory.get(h)
@@ -162,6 +168,8 @@ class CubinCache:
     def put(self, entry: CacheEntry) -> None:
         if not isinstance(entry, CacheEntry):
             raise TypeError("put() takes a CacheEntry")
+        if self._disabled:
+            return
         h = entry.key.digest()
         meta = _meta_json({"fn_id": entry.key.fn_id, "arch": entry.key.arch, "metadata": entry.metadata})
         with self._lock:
@@ -237,12 +245,14 @@ class KernelCache:
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
                  sharing: Optional[str] = None) -> None:
-        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(
-            _core.default_cache_root(), "kernels")
-        self._sharing = _sharing(sharing)
-        self._store = _core.open_file_store(
-            self.cache_dir, _core.DEFAULT_MAX_SIZE if max_size_bytes is None else _cap(max_size_bytes), None, False,
-            _hmac_key(), self._sharing)
+        cfg = _config()
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(cfg["dir"], "kernels")
+        self._sharing = _sharing(sharing, cfg)
+        # With PROGCACHE_DISABLE every call builds and nothing is stored.
+        self._disabled = cfg["disabled"]
+        self._store = None if self._disabled else _core.open_file_store(
+            self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
+            cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing)
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._mu = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}
@@ -275,6 +285,8 @@ class KernelCache:
         ``func(*args, **kwargs)``) on a miss. The builder returns a dict of
         named artifacts (bytes or str), or (artifacts, metadata)."""
         key = self.key_of(func, args, kwargs, target)
+        if self._disabled:
+            return self._build(func, args, kwargs, target, build, key, store=False)
         hit = self._load(key)
         if hit is not None:
             return hit
@@ -291,30 +303,37 @@ class KernelCache:
                     hit = self._load(key)
                     if hit is not None:
                         return hit
-                    result = build(func, *args, target=target, **kwargs) if build else func(*args, **kwargs)
-                    self.builds += 1
-                    artifacts, metadata = result if isinstance(result, tuple) else (result, {})
-                    if not isinstance(artifacts, dict) or not artifacts:
-                        raise TypeError("a kernel build must return a non-empty dict of named artifacts")
-                    arts = []
-                    for name, data in artifacts.items():
-                        if isinstance(data, str):
-                            data = data.encode("utf-8")
-                        if not isinstance(data, (bytes, bytearray, memoryview)):
-                            raise TypeError(f"artifact {name!r} is {type(data).__name__}, not bytes or str")
-                        arts.append((str(name), bytes(data)))
-                    self._store.put_entry(key.encode(), _meta_json(metadata), arts)
-                    return CachedKernel(dict(arts), json.loads(_meta_json(metadata)), False, key)
+                    return self._build(func, args, kwargs, target, build, key, store=True)
                 finally:
                     fcntl.flock(lf, fcntl.LOCK_UN)
+
+    def _build(self, func: Callable, args: tuple, kwargs: dict, target: str, build: Optional[Callable], key: str,
+               *, store: bool) -> CachedKernel:
+        result = build(func, *args, target=target, **kwargs) if build else func(*args, **kwargs)
+        self.builds += 1
+        artifacts, metadata = result if isinstance(result, tuple) else (result, {})
+        if not isinstance(artifacts, dict) or not artifacts:
+            raise TypeError("a kernel build must return a non-empty dict of named artifacts")
+        arts = []
+        for name, data in artifacts.items():
+            if isinstance(data, str):
+                data = data.encode("utf-8")
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise TypeError(f"artifact {name!r} is {type(data).__name__}, not bytes or str")
+            arts.append((str(name), bytes(data)))
+        meta = _meta_json(metadata)
+        if store:
+            self._store.put_entry(key.encode(), meta, arts)
+        return CachedKernel(dict(arts), json.loads(meta), False, key)
 
     def clear_cache(self) -> None:
         """Removes every kernel this cache holds; nothing outside its own
         directory is touched."""
-        self._store.clear()
+        if self._store is not None:
+            self._store.clear()
 
     def __len__(self) -> int:
-        return self._store.count()
+        return 0 if self._store is None else self._store.count()
 
 
 _default_kernel_cache: Optional[KernelCache] = None

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "progcache/compile.h"
+#include "progcache/config.h"
 #include "progcache/file_store.h"
 #include "progcache/key.h"
 #include "progcache/memory_store.h"
@@ -294,14 +295,14 @@ pc::Sharing sharing_of(const std::string& sharing) {
 // max_size None is no cap, as in cuda.core's caches.
 std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optional<std::uint64_t> max_size,
                                              std::optional<std::uint64_t> max_entries, bool fsync,
-                                             const std::string& hmac_key, const std::string& sharing) {
+                                             const nb::bytes& hmac_key, const std::string& sharing) {
   pc::FileStoreOptions o;
   o.root = root;
   o.max_size_bytes = max_size;
   o.sharing = sharing_of(sharing);
   o.max_entries = max_entries;
   o.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
-  o.codec.hmac_key = hmac_key;
+  o.codec.hmac_key = std::string(view_of(hmac_key));
   auto fs = unwrap(pc::FileStore::open(o));
   pc::FileStore* raw = fs.get();
   return std::make_unique<StoreHandle>(std::move(fs), raw);
@@ -309,8 +310,9 @@ std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optio
 
 #ifdef PROGCACHE_WITH_REDIS
 std::unique_ptr<pc::RemoteStore> open_redis(const std::vector<std::string>& urls, bool read_only,
-                                            const std::string& hmac_key) {
-  return unwrap(pc::make_redis_store({.urls = urls, .read_only = read_only, .codec = {hmac_key}}));
+                                            const nb::bytes& hmac_key, const std::string& password) {
+  return unwrap(pc::make_redis_store(
+      {.urls = urls, .password = password, .read_only = read_only, .codec = {std::string(view_of(hmac_key))}}));
 }
 #endif
 
@@ -395,33 +397,65 @@ NB_MODULE(_core, m) {
       .def("close", &StoreHandle::close);
 
   m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
-        nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = "",
+        nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = nb::bytes(""),
         nb::arg("sharing") = "private");
   m.attr("DEFAULT_MAX_SIZE") = pc::k_default_max_size;
   m.def("default_cache_root", []() { return pc::default_cache_root(); });
+  // The library's configuration, resolved from the environment by the same
+  // code as the CLI's (ValueError naming a bad variable). Secrets are
+  // returned for use, and masked in `settings`.
+  m.def("resolve_config", []() {
+    const pc::Config c = unwrap(pc::resolve_config());
+    nb::dict d;
+    d["dir"] = c.dir;
+    d["max_size_bytes"] = c.max_size_bytes ? nb::cast(*c.max_size_bytes) : nb::none();
+    d["max_entries"] = c.max_entries ? nb::cast(*c.max_entries) : nb::none();
+    d["disabled"] = c.disabled;
+    d["fsync"] = c.durability == pc::Durability::fsync;
+    d["sharing"] = c.sharing == pc::Sharing::group ? "group" : "private";
+    d["hmac_key"] = nb::bytes(c.hmac_key.data(), c.hmac_key.size());
+    d["remote_urls"] = c.remote_urls;
+    d["remote_password"] = c.remote_password;
+    d["read_only"] = c.read_only;
+    nb::dict sources;
+    nb::list settings;
+    for (const auto& s : c.settings) {
+      sources[s.name.c_str()] = s.source;
+      settings.append(nb::make_tuple(s.name, s.value, s.source));
+    }
+    d["sources"] = sources;
+    d["settings"] = settings;
+    d["warnings"] = c.warnings;
+    return d;
+  });
 
 #ifdef PROGCACHE_WITH_REDIS
   m.attr("HAVE_REDIS") = true;
-  m.def("open_redis_store", [](const std::vector<std::string>& urls, bool read_only, const std::string& hmac_key) {
-    return std::make_unique<StoreHandle>(open_redis(urls, read_only, hmac_key));
-  }, nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = "");
+  m.def("open_redis_store", [](const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key,
+                               const std::string& password) {
+    return std::make_unique<StoreHandle>(open_redis(urls, read_only, hmac_key, password));
+  }, nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("password") = "");
   m.def("open_tiered_store", [](std::optional<std::uint64_t> memory_bytes, const std::string& root,
                                 std::optional<std::uint64_t> max_size, const std::vector<std::string>& urls,
-                                bool read_only, const std::string& hmac_key, const std::string& sharing) {
+                                bool read_only, const nb::bytes& hmac_key, const std::string& sharing,
+                                std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password) {
     pc::TieredStoreOptions o;
     if (!memory_bytes || *memory_bytes > 0) o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
     pc::FileStoreOptions fo;
     fo.root = root;
     fo.max_size_bytes = max_size;  // None: no cap
+    fo.max_entries = max_entries;
+    fo.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
     fo.sharing = sharing_of(sharing);
-    fo.codec.hmac_key = hmac_key;
+    fo.codec.hmac_key = std::string(view_of(hmac_key));
     std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
     pc::FileStore* disk = fs.get();
     o.disk = std::move(fs);
-    if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key);
+    if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key, password);
     return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)), nullptr, disk);
   }, nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
-        nb::arg("read_only") = false, nb::arg("hmac_key") = "", nb::arg("sharing") = "private");
+        nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("sharing") = "private",
+        nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "");
 #else
   m.attr("HAVE_REDIS") = false;
 #endif

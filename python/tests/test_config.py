@@ -1,0 +1,133 @@
+"""Python reads progcache's configuration through the library, as the CLI
+does: every PROGCACHE_* variable means the same in both front ends."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+import progcache
+from conftest import requires_nvrtc
+from progcache import CacheEntry, CacheKey, CubinCache, FileStreamProgramCache, KernelCache
+
+
+def test_disable_bypasses_every_cache_and_never_touches_the_root(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    monkeypatch.setenv("PROGCACHE_DIR", str(root))
+    monkeypatch.setenv("PROGCACHE_DISABLE", "1")
+    c = FileStreamProgramCache()
+    c["k"] = b"v"
+    assert c.get("k") is None and len(c) == 0
+    t = progcache.TieredProgramCache()
+    t["k"] = b"v"
+    assert t.get("k") is None
+    key = CacheKey("f", {}, [], "sm_90")
+    cc = CubinCache()
+    cc.put(CacheEntry(key, "ptx", b"\x7fELF"))
+    assert cc.get(key) is None and key not in cc
+    kc = KernelCache()
+    for _ in range(2):
+        assert not kc.cached(lambda: {"k.cubin": b"x"}).from_cache
+    assert kc.builds == 2
+    assert not root.exists(), "a disabled cache wrote into its root"
+
+
+@requires_nvrtc
+def test_disable_makes_compile_uncached(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    monkeypatch.setenv("PROGCACHE_DIR", str(root))
+    monkeypatch.setenv("PROGCACHE_DISABLE", "yes")
+    src = 'extern "C" __global__ void k(int* x) { x[0] = 7; }'
+    before = progcache.compile_stats()["compiles"]
+    for _ in range(2):
+        r = progcache.compile(src, "c++", "cubin", ["-arch=sm_80"], cache=True)
+        assert not r.from_cache
+    assert progcache.compile_stats()["compiles"] - before == 2
+    assert not root.exists()
+
+
+def test_caps_come_from_the_environment_unless_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROGCACHE_MAX_SIZE", "3M")
+    assert FileStreamProgramCache(tmp_path / "a").max_size_bytes == 3 * 1024 * 1024
+    assert FileStreamProgramCache(tmp_path / "b", max_size_bytes=None).max_size_bytes is None  # explicit: no cap
+    assert FileStreamProgramCache(tmp_path / "c", max_size_bytes=4096).max_size_bytes == 4096
+    assert progcache.TieredProgramCache(tmp_path / "d").max_size_bytes == 3 * 1024 * 1024
+    monkeypatch.delenv("PROGCACHE_MAX_SIZE")
+    assert FileStreamProgramCache(tmp_path / "e").max_size_bytes is None  # cuda.core's default
+    monkeypatch.setenv("PROGCACHE_MAX_ENTRIES", "5")
+    c = FileStreamProgramCache(tmp_path / "f")
+    for i in range(20):
+        c[str(i)] = b"x" * 100
+    files = [p for p in (tmp_path / "f").rglob("*") if p.is_file() and len(p.name) == 62]
+    assert len(files) <= 5 and len(c) == len(files)
+
+
+def test_a_bad_setting_is_an_error_naming_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROGCACHE_MAX_SIZE", "10Q")
+    with pytest.raises(ValueError, match="PROGCACHE_MAX_SIZE"):
+        FileStreamProgramCache(tmp_path / "a")
+    monkeypatch.delenv("PROGCACHE_MAX_SIZE")
+    monkeypatch.setenv("PROGCACHE_DURABILITY", "sometimes")
+    with pytest.raises(ValueError, match="PROGCACHE_DURABILITY"):
+        FileStreamProgramCache(tmp_path / "b")
+
+
+def test_hmac_key_bytes_are_used_as_they_are(tmp_path, monkeypatch):
+    """A key file holding non-ASCII bytes signs entries the CLI can read."""
+    key_file = tmp_path / "k.key"
+    key_file.write_bytes(bytes(range(200, 232)))
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(key_file))
+    c = FileStreamProgramCache(tmp_path / "c")
+    c["k"] = b"signed"
+    here = os.path.dirname(os.path.abspath(__file__))
+    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(here, "..", "..", "build", "progcache"))
+    if not os.access(cli, os.X_OK):
+        pytest.skip("the progcache CLI is not built (set PROGCACHE_CLI)")
+    got = subprocess.run([cli, "--dir", str(tmp_path / "c"), "get", "k", "-o", "-"], capture_output=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == b"signed"
+
+
+@pytest.fixture
+def redis_with_password(tmp_path):
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(binary):
+        pytest.skip("redis-server not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--requirepass", "s3cret-pw", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                break
+        except OSError:
+            time.sleep(0.02)
+    time.sleep(0.1)
+    yield f"redis://127.0.0.1:{port}"
+    proc.kill()
+    proc.wait()
+
+
+def test_remote_password_file_reaches_the_python_caches(tmp_path, monkeypatch, redis_with_password):
+    if not progcache._core.HAVE_REDIS:
+        pytest.skip("built without the Redis tier")
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret-pw\n")
+    monkeypatch.setenv("PROGCACHE_REMOTE_PASSWORD_FILE", str(pw))
+    r = progcache.RedisProgramCache(redis_with_password)
+    r["k"] = b"through the password"
+    assert r["k"] == b"through the password"
+    monkeypatch.setenv("PROGCACHE_REMOTE", redis_with_password)
+    t = progcache.TieredProgramCache(tmp_path / "tiered")
+    assert t["k"] == b"through the password"  # found in the remote tier
+    monkeypatch.delenv("PROGCACHE_REMOTE_PASSWORD_FILE")
+    # Without the password: the tiered cache misses (a remote failure costs a
+    # miss); the remote-only cache says why.
+    assert progcache.TieredProgramCache(tmp_path / "fresh").get("k") is None
+    with pytest.raises(PermissionError, match="authentication failed"):
+        progcache.RedisProgramCache(redis_with_password).get("k")
