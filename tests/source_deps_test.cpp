@@ -403,6 +403,131 @@ TEST_F(SourceDepsTest, TheManifestNeverServesAStaleHit) {
   for (auto& sc : scenarios) EXPECT_TRUE(compile_matches_fresh(sc.program)) << sc.label << " (damaged manifest)";
 }
 
+TEST_F(SourceDepsTest, ADanglingLinkOnTheSearchPathIsNeverTrustedToStayEmpty) {
+  // A dangling link can come to lead somewhere without any directory the
+  // manifest records changing: such a program is scanned on every lookup.
+  fs::create_directories(m_tmp.sub("d/src"));
+  fs::create_directories(m_tmp.sub("d/base/sub"));
+  fs::create_directories(m_tmp.sub("d/elsewhere"));
+  write_all(m_tmp.sub("d/base/v.h"), "#define V 51\n");
+  write_all(m_tmp.sub("d/base/sub/w.h"), "#define W 1\n");
+  fs::create_directory_symlink(m_tmp.sub("d/elsewhere/real"), m_tmp.sub("d/inc"));     // dangling
+  fs::create_directory_symlink(m_tmp.sub("d/elsewhere/sub"), m_tmp.sub("d/src/sub"));  // dangling
+  Program p = program("#include <v.h>\n#include \"sub/w.h\"", m_tmp.sub("d/src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("d/inc"));
+  p.options.push_back("-I" + m_tmp.sub("d/base"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  fs::create_directories(m_tmp.sub("d/elsewhere/real"));
+  write_all(m_tmp.sub("d/elsewhere/real/v.h"), "#define V 52\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "a header behind a link that was dangling was missed";
+  fs::create_directories(m_tmp.sub("d/elsewhere/sub"));
+  write_all(m_tmp.sub("d/elsewhere/sub/w.h"), "#define W 2\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "a quoted header behind a link that was dangling was missed";
+}
+
+TEST_F(SourceDepsTest, IncludeDirectoriesAreComparedByWhereTheyLead) {
+  // "i1/sub/../y" with i1/sub a link to far/x is far/y, not inside i1: it
+  // must be fingerprinted on its own.
+  fs::create_directories(m_tmp.sub("r/far/x"));
+  fs::create_directories(m_tmp.sub("r/far/y"));
+  fs::create_directories(m_tmp.sub("r/i1"));
+  write_all(m_tmp.sub("r/far/y/v.h"), "#define V 53\n");
+  fs::create_directory_symlink(m_tmp.sub("r/far/x"), m_tmp.sub("r/i1/sub"));
+  write_all(m_tmp.sub("r/i1/a.h"), "#define H <v.h>\n#include H\n");
+  Program p = program("#include <a.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("r/i1"));
+  p.options.push_back("-I" + m_tmp.sub("r/i1/sub/../y"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("r/far/y/v.h"), "#define V 54\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "an include directory reached through a link was not fingerprinted";
+  // A computed include in a file reached the same way is outside every -I
+  // directory, and refused.
+  fs::create_directories(m_tmp.sub("r/far/z"));
+  write_all(m_tmp.sub("r/far/z/b.h"), "#define H \"w.h\"\n#include H\n");
+  write_all(m_tmp.sub("r/far/z/w.h"), "#define V 55\n");
+  Program q = program("#include \"" + m_tmp.sub("r/i1/sub/../z/b.h") + "\"", m_tmp.sub("src/q.cu"));
+  q.options.push_back("-I" + m_tmp.sub("r/i1"));
+  EXPECT_EQ(compile(q, TargetType::ptx, m_opts).status().code(), Code::invalid_argument);
+  // And "./a.h" is inside "-I .".
+  CwdGuard cwd(m_tmp.sub("r/i1"));
+  Program dot = program("#include \"a.h\"", "k.cu");
+  dot.options.push_back("-I.");
+  dot.options.push_back("-I" + m_tmp.sub("r/far/y"));
+  EXPECT_TRUE(compile(dot, TargetType::ptx, m_opts).ok());
+}
+
+TEST_F(SourceDepsTest, IncludesNamedThroughTrigraphsAndHasIncludeAliasesAreSeen) {
+  write_all(m_tmp.sub("src/v.h"), "#define V 56\n");
+  Program p = program("??=include \"v.h\"", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-std=c++14");  // NVRTC replaces trigraphs here
+  EXPECT_FALSE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("src/v.h"), "#define V 57\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "an include spelled with a trigraph was missed";
+  // __has_include through a macro cannot be followed: refused outside -I.
+  const Program alias = program("#define HI __has_include\n#if HI(\"v.h\")\n#endif\n#define V 1",
+                                m_tmp.sub("src/alias.cu"));
+  auto r = compile(alias, TargetType::ptx, m_opts);
+  EXPECT_EQ(r.status().code(), Code::invalid_argument) << r.status().to_string();
+}
+
+TEST_F(SourceDepsTest, APtxasOptionsFileIsRefusedWithoutADigest) {
+  write_all(m_tmp.sub("src/opts.txt"), "-O0\n");
+  Program p = program("#define V 58", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-Xptxas=--options-file=" + m_tmp.sub("src/opts.txt"));
+  auto r = compile(p, TargetType::cubin, m_opts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::invalid_argument);
+  EXPECT_NE(r.status().message().find("options from a file"), std::string::npos) << r.status().message();
+}
+
+TEST_F(SourceDepsTest, DebugInformationKeysTheWorkingDirectory) {
+  // -G and -lineinfo write the working directory into the object code.
+  fs::create_directories(m_tmp.sub("cw1"));
+  fs::create_directories(m_tmp.sub("cw2"));
+  Program p = program("#define V 59", "k.cu");
+  p.options.push_back("-lineinfo");
+  std::string k1, k2;
+  {
+    CwdGuard in1(m_tmp.sub("cw1"));
+    EXPECT_FALSE(compile_matches_fresh(p));
+    k1 = program_key(p, TargetType::ptx, m_opts)->hex();
+  }
+  {
+    CwdGuard in2(m_tmp.sub("cw2"));
+    EXPECT_FALSE(compile_matches_fresh(p)) << "debug information of another directory was served";
+    k2 = program_key(p, TargetType::ptx, m_opts)->hex();
+  }
+  EXPECT_NE(k1, k2);
+  // Without debug information the directory is not in the key.
+  Program plain = program("#define V 59", "k.cu");
+  std::string p1, p2;
+  {
+    CwdGuard in1(m_tmp.sub("cw1"));
+    p1 = program_key(plain, TargetType::ptx, m_opts)->hex();
+  }
+  {
+    CwdGuard in2(m_tmp.sub("cw2"));
+    p2 = program_key(plain, TargetType::ptx, m_opts)->hex();
+  }
+  EXPECT_EQ(p1, p2);
+}
+
+TEST_F(SourceDepsTest, FingerprintedTreesTolerateDanglingLinksAndMissingDirectories) {
+  write_all(m_tmp.sub("inc/m.h"), "#define V 60\n");
+  write_all(m_tmp.sub("inc/c.h"), "#define H <m.h>\n#include H\n");
+  fs::create_symlink(m_tmp.sub("nowhere"), m_tmp.sub("inc/zz-dangling"));
+  Program p = program("#include <c.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  p.options.push_back("-I" + m_tmp.sub("not-there"));  // NVRTC skips it
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  fs::create_directories(m_tmp.sub("not-there"));
+  write_all(m_tmp.sub("not-there/extra.h"), "\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "a directory created on the include path was not seen";
+}
+
 TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {
   write_all(m_tmp.sub("src/val.h"), "#define V 27\n");
   const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));

@@ -181,6 +181,10 @@ struct ProgramKeyInputs {
   // (which reads a file the key cannot see: extra_digest is then required).
   std::vector<InMemoryHeader> nvvm_extra_sources;
   bool use_libdevice = false;
+  // The compiler's working directory. NVRTC writes it into the debug
+  // information of -G and -lineinfo compiles, so for those it is keyed
+  // (and only for those: other outputs do not depend on it).
+  std::string working_directory;
 };
 
 // One option in its canonical spelling: "--gpu-architecture=sm_90" whether it

@@ -138,6 +138,8 @@ Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity&
   for (const auto& m : p.link_inputs) in.extra_inputs.push_back(m);
   in.nvvm_extra_sources = p.nvvm_extra_sources;
   in.use_libdevice = p.use_libdevice;
+  std::error_code ec;
+  in.working_directory = std::filesystem::current_path(ec).string();
   return make_program_cache_key(in);
 }
 

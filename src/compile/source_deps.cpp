@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <cctype>
+#include <climits>
 #include <cerrno>
 #include <ctime>
 #include <set>
@@ -59,7 +60,8 @@ void add_field(Sha256& sha, std::string_view tag, std::string_view value) {
 
 // The scan memo's format. 2: directives found on logical lines (comments,
 // literals and digraphs understood); memos of version 1 may lack some.
-constexpr int k_memo_version = 2;
+// 3: trigraphs, and __has_include named through a macro.
+constexpr int k_memo_version = 3;
 
 enum class Operand { quoted, angled, computed };
 struct Directive {
@@ -200,7 +202,7 @@ std::vector<LogicalLine> logical_lines(std::string_view text) {
 // Every include-like operand in `text`, whatever preprocessor branch it sits
 // in (a superset of what the compiler reads), found on logical lines: after
 // splices and comments, with '%:' (the digraph) standing for '#'.
-std::vector<Directive> directives(std::string_view text) {
+std::vector<Directive> directives_of(std::string_view text) {
   std::vector<Directive> out;
   for (const LogicalLine& ll : logical_lines(text)) {
     const std::string_view l = ll.text;
@@ -211,7 +213,13 @@ std::vector<Directive> directives(std::string_view text) {
       std::size_t i = at + std::string_view("__has_include").size();
       if (l.substr(i).starts_with("_next")) i += 5;
       while (i < l.size() && (l[i] == ' ' || l[i] == '\t')) ++i;
-      if (i < l.size() && l[i] == '(') out.push_back(read_operand(l, i + 1, first_line));
+      if (i < l.size() && l[i] == '(') {
+        out.push_back(read_operand(l, i + 1, first_line));
+      } else {
+        // Not called here: named through a macro (#define HAS __has_include),
+        // so its operands cannot be told apart. As for #include MACRO.
+        out.push_back({Operand::computed, "__has_include", first_line});
+      }
     }
     std::size_t i = 0;
     while (i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v')) ++i;
@@ -230,6 +238,37 @@ std::vector<Directive> directives(std::string_view text) {
       Directive d = read_operand(l, j, first_line);
       if (d.kind != Operand::computed || !d.name.empty()) out.push_back(std::move(d));
     }
+  }
+  return out;
+}
+
+// Trigraphs (??= for #, ??/ for a backslash, ...), which NVRTC replaces
+// under -std=c++03, c++11 and c++14.
+std::string replace_trigraphs(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '?' && i + 2 < text.size() && text[i + 1] == '?') {
+      static constexpr std::string_view from = "=/'()!<>-", to = "#\\^[]|{}~";
+      if (const auto k = from.find(text[i + 2]); k != std::string_view::npos) {
+        out.push_back(to[k]);
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+// The directives with trigraphs read both ways, united: whether they are
+// replaced depends on the language standard, and reading them the wrong way
+// could hide an include (a "??/" ending a comment would splice the next line
+// into it).
+std::vector<Directive> directives(std::string_view text) {
+  std::vector<Directive> out = directives_of(text);
+  if (text.find("??") != std::string_view::npos) {
+    for (auto& d : directives_of(replace_trigraphs(text))) out.push_back(std::move(d));
   }
   return out;
 }
@@ -266,6 +305,14 @@ std::string normal(std::string_view p, bool keep_dotdot = false) {
     out.append(parts[k]);
   }
   return out.empty() ? "." : out;
+}
+
+// The path with every symbolic link and '..' resolved (realpath), or its
+// textual normal form when it does not exist.
+std::string real_or_normal(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) != nullptr) return buf;
+  return normal(path);
 }
 
 std::string parent_of(const std::string& file) {
@@ -441,16 +488,26 @@ class CheckLog {
   // A place found empty: the nearest directory above it that exists stands
   // for it (its mtime and ctime change when an entry is made in it).
   void empty_place(const std::string& path) {
-    std::string dir = path;
+    std::string child = path;
     for (int depth = 0; depth < 256; ++depth) {
-      dir = parent_of(dir);
+      std::string dir = parent_of(child);
       if (dir.empty()) dir = ".";
       struct stat st {};
       if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        // The entry under it that the path goes through must not exist: a
+        // dangling link, or a link to a file, can come to lead somewhere
+        // without the directory changing. Then no manifest: every lookup
+        // scans.
+        struct stat link {};
+        if (::lstat(child.c_str(), &link) == 0) {
+          m_broken = true;
+          return;
+        }
         exists(dir, st);
         return;
       }
       if (dir == "." || dir == "/") break;
+      child = dir;
     }
     m_broken = true;  // nothing above it exists: record nothing
   }
@@ -472,6 +529,9 @@ class Manifest {
   static std::string key_of(const Program& p, const std::vector<std::string>& canonical_options) {
     Sha256 sha;
     add_field(sha, "deps-manifest", std::to_string(k_version));
+    // The rules that found the includes: a manifest of an older scanner
+    // must not vouch for what a newer one would find.
+    add_field(sha, "scanner", std::to_string(k_memo_version));
     std::string cwd(4096, '\0');
     if (::getcwd(cwd.data(), cwd.size()) != nullptr) cwd.resize(std::strlen(cwd.c_str()));
     else cwd = "?";
@@ -675,7 +735,7 @@ class Scanner {
         m_no_source_include(no_source_include),
         m_memo(memo),
         m_log(log) {
-    for (const auto& d : m_include_dirs) m_covered.push_back(normal(d));
+    for (const auto& d : m_include_dirs) m_covered.push_back(real_or_normal(d));
   }
 
   // Scans `text`, the content of `file` (the program itself when `is_source`).
@@ -769,8 +829,10 @@ class Scanner {
   std::vector<std::string> take_files() { return std::move(m_files); }
 
  private:
+  // On resolved paths: "inc/link/../x" names wherever the link leads, and
+  // "./a.h" lies under ".".
   bool covered(const std::string& file) const {
-    const std::string n = normal(file);
+    const std::string n = real_or_normal(file);
     return std::any_of(m_covered.begin(), m_covered.end(), [&](const std::string& d) { return under(n, d); });
   }
 
@@ -796,7 +858,14 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
   const std::int64_t now = now_ns();
   std::vector<std::string> stack{""};
   struct stat root {};
-  if (::stat(dir.c_str(), &root) != 0) return errno_status(errno, "cannot read include directory", dir);
+  if (::stat(dir.c_str(), &root) != 0) {
+    if (errno != ENOENT && errno != ENOTDIR) return errno_status(errno, "cannot read include directory", dir);
+    // NVRTC skips an include directory that is not there: so does the
+    // fingerprint, and one created later changes it.
+    add_field(sha, "tree-absent", dir);
+    if (log != nullptr) log->empty_place(normal(dir, /*keep_dotdot=*/true));
+    return {};
+  }
   if (!S_ISDIR(root.st_mode)) return invalid_argument("include directory '" + dir + "' is not a directory");
   visited.insert({root.st_dev, root.st_ino});
   if (log != nullptr) log->exists(normal(dir, /*keep_dotdot=*/true), root);
@@ -821,6 +890,7 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
       if (::fstatat(dfd, ent->d_name, &st, 0) != 0) {
         lines.push_back(child_rel + "|dangling");  // a broken link: the compiler finds nothing there
         if (log != nullptr) log->absent(child_path);
+        errno = 0;  // readdir's end is told by errno: this failure is not its
         continue;
       }
       if (log != nullptr) log->exists(child_path, st);
@@ -890,7 +960,7 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
   if (scanner.needs_trees()) {
     // A directory inside another is covered by the outer one's fingerprint.
     std::vector<std::string> norm;
-    for (const auto& d : include_dirs) norm.push_back(normal(d));
+    for (const auto& d : include_dirs) norm.push_back(real_or_normal(d));
     for (std::size_t i = 0; i < include_dirs.size(); ++i) {
       bool nested = false;
       for (std::size_t j = 0; j < include_dirs.size(); ++j) {

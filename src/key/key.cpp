@@ -365,6 +365,7 @@ Result<std::vector<std::string>> canonicalize_options(const std::vector<std::str
     if (spec->policy == Policy::refused || (spec->policy == Policy::needs_digest && !have_extra_digest)) {
       return refusal(*spec, tok);
     }
+
     std::string canonical = "--" + std::string(spec->long_name);
     if (spec->arity == Arity::value) {
       if (!value) {
@@ -415,6 +416,16 @@ Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   }
   PROGCACHE_ASSIGN_OR_RETURN(
       auto opts, canonicalize_options(in.options, in.extra_digest.has_value() || in.source_deps_digest.has_value()));
+  // ptxas can read further options from a file, which no scan covers: only
+  // a caller's extra_digest can vouch for it.
+  for (const auto& o : opts) {
+    if (o.starts_with("--ptxas-options=") && !in.extra_digest &&
+        (o.find("options-file") != std::string::npos || o.find("-optf") != std::string::npos)) {
+      return invalid_argument("option '" + o +
+                              "' makes ptxas read options from a file the cache key cannot see; pass the options "
+                              "themselves, or an extra_digest that fingerprints the file");
+    }
+  }
 
   std::set<std::string> names(in.name_expressions.begin(), in.name_expressions.end());
   std::map<std::string, std::string> headers;
@@ -449,6 +460,12 @@ Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   b.add_string("nvrtc_fingerprint", in.compiler.nvrtc_fingerprint);
   b.add_string("nvjitlink_version", in.compiler.nvjitlink_version);
   b.add_string("driver_version", in.compiler.driver_version);
+  if (in.code_type == CodeType::cxx &&
+      std::any_of(opts.begin(), opts.end(), [](const std::string& o) {
+        return o.starts_with("--device-debug") || o.starts_with("--generate-line-info");
+      })) {
+    b.add_string("working_directory", in.working_directory);
+  }
   // NVVM fields are written only for NVVM IR, so the keys of every other
   // code type are what they were before NVVM was keyed.
   if (in.code_type == CodeType::nvvm) {
