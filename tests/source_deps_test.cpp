@@ -400,7 +400,9 @@ TEST_F(SourceDepsTest, TheManifestNeverServesAStaleHit) {
     bytes[bytes.size() / 2] ^= 0x5a;
     write_all(e.path().string(), bytes);
   }
-  for (auto& sc : scenarios) EXPECT_TRUE(compile_matches_fresh(sc.program)) << sc.label << " (damaged manifest)";
+  // (Hit or miss depends on timing: a file changed less than two seconds
+  // before a scan is fingerprinted by content too. The answer must be right.)
+  for (auto& sc : scenarios) compile_matches_fresh(sc.program);
 }
 
 TEST_F(SourceDepsTest, ADanglingLinkOnTheSearchPathIsNeverTrustedToStayEmpty) {
@@ -521,6 +523,9 @@ TEST_F(SourceDepsTest, FingerprintedTreesTolerateDanglingLinksAndMissingDirector
   Program p = program("#include <c.h>", m_tmp.sub("src/k.cu"));
   p.options.push_back("-I" + m_tmp.sub("inc"));
   p.options.push_back("-I" + m_tmp.sub("not-there"));  // NVRTC skips it
+  // Settled, so the tree's fingerprint is by stat alone and the second
+  // lookup hits however slowly it runs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   EXPECT_FALSE(compile_matches_fresh(p));
   EXPECT_TRUE(compile_matches_fresh(p));
   fs::create_directories(m_tmp.sub("not-there"));
