@@ -852,6 +852,8 @@ class Scanner {
 // One line per file below `dir` (symbolic links followed, each directory
 // visited once): relative path, type, size, mtime, ctime, device, inode; a
 // file changed in the last two seconds adds its content digest.
+// `log` (the include scan's): also a missing directory is fine, recorded as
+// absent, since NVRTC skips it; for fingerprint_directories() it is an error.
 Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nullptr) {
   std::vector<std::string> lines;
   std::set<std::pair<dev_t, ino_t>> visited;
@@ -859,11 +861,13 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
   std::vector<std::string> stack{""};
   struct stat root {};
   if (::stat(dir.c_str(), &root) != 0) {
-    if (errno != ENOENT && errno != ENOTDIR) return errno_status(errno, "cannot read include directory", dir);
+    if ((errno != ENOENT && errno != ENOTDIR) || log == nullptr) {
+      return errno_status(errno, "cannot read include directory", dir);
+    }
     // NVRTC skips an include directory that is not there: so does the
     // fingerprint, and one created later changes it.
     add_field(sha, "tree-absent", dir);
-    if (log != nullptr) log->empty_place(normal(dir, /*keep_dotdot=*/true));
+    log->empty_place(normal(dir, /*keep_dotdot=*/true));
     return {};
   }
   if (!S_ISDIR(root.st_mode)) return invalid_argument("include directory '" + dir + "' is not a directory");
