@@ -474,6 +474,24 @@ TEST_F(SourceDepsTest, IncludesNamedThroughTrigraphsAndHasIncludeAliasesAreSeen)
   EXPECT_EQ(r.status().code(), Code::invalid_argument) << r.status().to_string();
 }
 
+TEST_F(SourceDepsTest, AComputedIncludeOfAMacroNamingAPathOutsideTheIncludePathIsSeen) {
+  // The -I fingerprint covers what a computed include can reach inside -I;
+  // a macro whose body is a header name is also looked for as an include,
+  // so a path leading out of -I (relative or absolute) is seen.
+  fs::create_directories(m_tmp.sub("outside"));
+  write_all(m_tmp.sub("outside/v.h"), "#define V 61\n");
+  write_all(m_tmp.sub("outside/w.h"), "#define W 1\n");
+  write_all(m_tmp.sub("inc/a.h"), "#define H \"../outside/v.h\"\n#include H\n#define HW <" + m_tmp.sub("outside/w.h") +
+                                      ">\n#include HW\n");
+  Program p = program("#include <a.h>", m_tmp.sub("src/k.cu"));
+  p.options.push_back("-I" + m_tmp.sub("inc"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("outside/v.h"), "#define V 62\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "a header named by a macro, outside -I, was missed";
+  write_all(m_tmp.sub("outside/w.h"), "#define W 2\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "a header named by a macro with an absolute path was missed";
+}
+
 TEST_F(SourceDepsTest, APtxasOptionsFileIsRefusedWithoutADigest) {
   write_all(m_tmp.sub("src/opts.txt"), "-O0\n");
   Program p = program("#define V 58", m_tmp.sub("src/k.cu"));

@@ -60,8 +60,9 @@ void add_field(Sha256& sha, std::string_view tag, std::string_view value) {
 
 // The scan memo's format. 2: directives found on logical lines (comments,
 // literals and digraphs understood); memos of version 1 may lack some.
-// 3: trigraphs, and __has_include named through a macro.
-constexpr int k_memo_version = 3;
+// 3: trigraphs, and __has_include named through a macro. 4: macros whose
+// body is a header name.
+constexpr int k_memo_version = 4;
 
 enum class Operand { quoted, angled, computed };
 struct Directive {
@@ -237,6 +238,21 @@ std::vector<Directive> directives_of(std::string_view text) {
     if (word == "include" || word == "include_next" || word == "import") {
       Directive d = read_operand(l, j, first_line);
       if (d.kind != Operand::computed || !d.name.empty()) out.push_back(std::move(d));
+    } else if (word == "define") {
+      // A macro whose whole body is a header name ("x.h" or <x.h>) is what a
+      // computed include usually expands to: its operand is looked for as
+      // if included, so a path that leads outside every -I directory is
+      // seen too. Any other such macro costs a few probes of absent paths.
+      std::size_t k = j;
+      while (k < l.size() && (l[k] == ' ' || l[k] == '\t')) ++k;
+      while (k < l.size() && is_ident(l[k])) ++k;  // the macro's name
+      if (k < l.size() && l[k] == '(') continue;   // function-like: its body is not one name
+      Directive d = read_operand(l, k, first_line);
+      if (d.kind == Operand::computed || d.name.empty()) continue;
+      const std::size_t close = l.find(d.kind == Operand::quoted ? '"' : '>', l.find_first_of("\"<", k) + 1);
+      std::size_t rest = close + 1;
+      while (rest < l.size() && (l[rest] == ' ' || l[rest] == '\t')) ++rest;
+      if (rest >= l.size()) out.push_back(std::move(d));
     }
   }
   return out;
