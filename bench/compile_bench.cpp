@@ -7,9 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "progcache/compile.h"
 #include "progcache/file_store.h"
@@ -70,13 +69,16 @@ void register_all() {
     auto prog = program_of(job, arch);
     if (!prog) continue;
     const std::string name = prog->name;
-    benchmark::RegisterBenchmark(("cold/" + name).c_str(), [p = *prog](benchmark::State& st) {
-      pc::CompileOptions o{.state_dir = state};
-      for (auto _ : st) {
-        auto r = pc::compile(p, pc::TargetType::cubin, o);
-        if (!r.ok()) st.SkipWithError(r.status().to_string().c_str());
-      }
-    })->Unit(benchmark::kMillisecond)->Iterations(3);
+    benchmark::RegisterBenchmark(("cold/" + name).c_str(),
+                                 [p = *prog](benchmark::State& st) {
+                                   pc::CompileOptions o{.state_dir = state};
+                                   for (auto _ : st) {
+                                     auto r = pc::compile(p, pc::TargetType::cubin, o);
+                                     if (!r.ok()) st.SkipWithError(r.status().to_string().c_str());
+                                   }
+                                 })
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3);
     benchmark::RegisterBenchmark(("warm_memory/" + name).c_str(), [p = *prog](benchmark::State& st) {
       auto mem = std::move(*pc::make_memory_store());
       pc::CompileOptions o{.cache = mem.get(), .state_dir = state};

@@ -2,10 +2,9 @@
 // disk store, at 4 KiB, 64 KiB and 1 MiB; and 8 processes reading from one
 // Redis at once. Needs PROGCACHE_BENCH_REDIS=redis://127.0.0.1:PORT
 // (scripts/bench.sh starts a server).
+#include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -23,7 +22,9 @@ std::string redis_url() {
   return u != nullptr ? u : "";
 }
 
-pc::Key key_n(int n) { return pc::KeyBuilder("remote-bench").add_int("n", n).finish(); }
+pc::Key key_n(int n) {
+  return pc::KeyBuilder("remote-bench").add_int("n", n).finish();
+}
 
 void BM_RemoteHit(benchmark::State& state) {
   if (redis_url().empty()) {

@@ -4,11 +4,10 @@
 //   put, cap active   at 1 000 and at 100 000 entries (eviction running)
 //   key derivation    vs  bare SHA-256 of the same 1 MiB source
 // scripts/bench_ratios.py turns the JSON output into medians and ratios.
+#include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -26,12 +25,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-pc::Key key_n(std::uint64_t n) { return pc::KeyBuilder("bench").add_int("n", static_cast<std::int64_t>(n)).finish(); }
+pc::Key key_n(std::uint64_t n) {
+  return pc::KeyBuilder("bench").add_int("n", static_cast<std::int64_t>(n)).finish();
+}
 
 std::string bench_dir(const std::string& name) {
   const char* base = std::getenv("PROGCACHE_BENCH_DIR");
-  std::string dir = std::string(base != nullptr ? base : "/tmp") + "/progcache-bench-" + name + "-" +
-                    std::to_string(::getpid());
+  std::string dir =
+      std::string(base != nullptr ? base : "/tmp") + "/progcache-bench-" + name + "-" + std::to_string(::getpid());
   fs::remove_all(dir);
   return dir;
 }

@@ -31,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const unsigned __int128 want = static_cast<unsigned __int128>(base) << shift;
       if (want != *s) __builtin_trap();
     }
-  } else if (s.status().message().find(in.substr(0, 16)) == std::string_view::npos && in.find('\0') == std::string_view::npos) {
+  } else if (s.status().message().find(in.substr(0, 16)) == std::string_view::npos &&
+             in.find('\0') == std::string_view::npos) {
     __builtin_trap();  // the error must name the text
   }
   auto d = parse_duration(in);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: install what is missing, build, and run every
-# test: the unit, integration, multi-process, crash and CLI suites (ctest);
+# test: the C++ style check (scripts/format.sh); the unit, integration,
+# multi-process, crash and CLI suites (ctest);
 # the same suites again under ASan+UBSan and under TSan; and a short run of
 # each libFuzzer target.
 #
@@ -8,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/format.sh
 bash scripts/build.sh
 (cd "${PROGCACHE_BUILD_DIR:-build}" && ctest --output-on-failure -j "${PROGCACHE_JOBS:-2}")
 # The README's first command's main job, on the build above: every example

@@ -1,13 +1,12 @@
 // Runs the real `progcache` binary in a temp directory.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "testing/test_util.h"
 #ifdef PROGCACHE_WITH_REDIS
@@ -28,8 +27,10 @@ struct CliRun {
 std::string quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
+    if (c == '\'')
+      q += "'\\''";
+    else
+      q += c;
   }
   return q + "'";
 }
@@ -41,8 +42,10 @@ class CliTest : public ::testing::Test {
   CliRun run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
              const std::string& cwd = "") {
     // `timeout`: a hang fails the test (exit 124) instead of stalling the suite.
-    std::string cmd = (cwd.empty() ? "" : "cd " + quote(cwd) + " && ") + "timeout 120 env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE PROGCACHE_DIR=" +
-                      quote(cache());
+    std::string cmd =
+        (cwd.empty() ? "" : "cd " + quote(cwd) + " && ") +
+        "timeout 120 env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE PROGCACHE_DIR=" +
+        quote(cache());
     for (const auto& e : env) cmd += " " + quote(e);
     cmd += " " + quote(PROGCACHE_CLI_PATH);
     for (const auto& a : args) cmd += " " + quote(a);
@@ -264,7 +267,8 @@ TEST_F(CliTest, VerifyFindsDamageAndRepairRemovesIt) {
 }
 
 TEST_F(CliTest, PruneAndClear) {
-  for (int i = 0; i < 6; ++i) ASSERT_EQ(run({"put", "k" + std::to_string(i), file("f", std::string(1000, 'x'))}).code, 0);
+  for (int i = 0; i < 6; ++i)
+    ASSERT_EQ(run({"put", "k" + std::to_string(i), file("f", std::string(1000, 'x'))}).code, 0);
   auto p = run({"prune", "--max-size", "3K"});
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_NE(p.out.find("removed"), std::string::npos);
@@ -341,7 +345,8 @@ TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughRemote) {
   const std::string url = "redis://:cli-secret-pw@127.0.0.1:" + std::to_string(server.port());
   ASSERT_EQ(run({"--remote", url, "put", "shared-key", file("v", "from machine one")}).code, 0);
   // Another machine: another cache directory, the same Redis.
-  auto get = run({"--dir", m_tmp.sub("machine2"), "get", "shared-key", "-o", m_tmp.sub("o")}, {"PROGCACHE_REMOTE=" + url});
+  auto get =
+      run({"--dir", m_tmp.sub("machine2"), "get", "shared-key", "-o", m_tmp.sub("o")}, {"PROGCACHE_REMOTE=" + url});
   ASSERT_EQ(get.code, 0) << get.err;
   EXPECT_EQ(testing::read_all(m_tmp.sub("o")), "from machine one");
   // Backfilled into machine 2's disk: a hit without the remote now.
@@ -357,13 +362,16 @@ TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughRemote) {
   EXPECT_NE(config.out.find(":***@127.0.0.1"), std::string::npos) << config.out;
   // Read-only consumers never write.
   ASSERT_EQ(run({"--dir", m_tmp.sub("machine3"), "put", "ro-key", file("w", "x")},
-                {"PROGCACHE_REMOTE=" + url, "PROGCACHE_READONLY=1"}).code, 0);
+                {"PROGCACHE_REMOTE=" + url, "PROGCACHE_READONLY=1"})
+                .code,
+            0);
   EXPECT_EQ(server.command({"AUTH", "cli-secret-pw"}), "OK");
   // A dead remote: local tiers go on; a malformed URL is a usage error.
   server.kill();
   auto down = run({"--dir", m_tmp.sub("machine4"), "put", "k", file("z", "local")}, {"PROGCACHE_REMOTE=" + url});
   EXPECT_EQ(down.code, 0) << down.err;
-  EXPECT_EQ(run({"--dir", m_tmp.sub("machine4"), "get", "k", "-o", m_tmp.sub("o3")}, {"PROGCACHE_REMOTE=" + url}).code, 0);
+  EXPECT_EQ(run({"--dir", m_tmp.sub("machine4"), "get", "k", "-o", m_tmp.sub("o3")}, {"PROGCACHE_REMOTE=" + url}).code,
+            0);
   auto bad = run({"stats"}, {"PROGCACHE_REMOTE=redis://user:pw-in-bad-url@host:notaport"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err.find("pw-in-bad-url"), std::string::npos) << bad.err;
@@ -480,8 +488,8 @@ TEST_F(CliTest, PlantedMemosAreNeverAHangAndARefusedRootIsNotReadAtAll) {
     fs::remove(m);
     ASSERT_EQ(::mkfifo(m.c_str(), 0600), 0);
   }
-  auto second = run({"compile", file("other.cu", "__global__ void other() {}\n"), "--arch", "sm_80", "-o",
-                     m_tmp.sub("b.cubin")});
+  auto second =
+      run({"compile", file("other.cu", "__global__ void other() {}\n"), "--arch", "sm_80", "-o", m_tmp.sub("b.cubin")});
   EXPECT_EQ(second.code, 0) << second.err;
   // A refused root (open to others): the compile goes on without the cache
   // and reads nothing from that directory: not its memos, not its locks.
@@ -497,8 +505,17 @@ TEST_F(CliTest, PlantedMemosAreNeverAHangAndARefusedRootIsNotReadAtAll) {
 TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
   const std::string src = file("scale.cu", k_kernel);
-  const std::vector<std::string> args = {"compile", src, "--arch", "sm_80", "-std=c++17", "-DUNUSED=1",
-                                         "--name-expr", "scale<float>", "--json", "-o", m_tmp.sub("scale.cubin")};
+  const std::vector<std::string> args = {"compile",
+                                         src,
+                                         "--arch",
+                                         "sm_80",
+                                         "-std=c++17",
+                                         "-DUNUSED=1",
+                                         "--name-expr",
+                                         "scale<float>",
+                                         "--json",
+                                         "-o",
+                                         m_tmp.sub("scale.cubin")};
   auto cold = run(args);
   ASSERT_EQ(cold.code, 0) << cold.err;
   auto cj = nlohmann::json::parse(cold.out);
@@ -506,7 +523,9 @@ TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {
   EXPECT_EQ(cj[0]["hit"], false);
   EXPECT_EQ(cj[0]["symbols"]["scale<float>"], "_Z5scaleIfEvPT_S0_i");
   const std::string cubin = testing::read_all(m_tmp.sub("scale.cubin"));
-  EXPECT_EQ(cubin.substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(cubin.substr(0, 4),
+            "\x7f"
+            "ELF");
   fs::remove(m_tmp.sub("scale.cubin"));
   // The warm run must not load NVRTC at all: the dynamic loader reports
   // every library it opens when LD_DEBUG=libs.
@@ -522,8 +541,8 @@ TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {
   ASSERT_EQ(run({"get", cj[0]["key"].get<std::string>(), "-o", m_tmp.sub("raw.cubin")}).code, 0);
   EXPECT_EQ(testing::read_all(m_tmp.sub("raw.cubin")), cubin);
   // -arch=sm_80 and --arch sm_80 and -arch sm_80 are one key.
-  auto alt = run({"compile", src, "-arch", "sm_80", "-std=c++17", "-DUNUSED=1", "--name-expr", "scale<float>",
-                  "--json"});
+  auto alt =
+      run({"compile", src, "-arch", "sm_80", "-std=c++17", "-DUNUSED=1", "--name-expr", "scale<float>", "--json"});
   ASSERT_EQ(alt.code, 0) << alt.err;
   EXPECT_EQ(nlohmann::json::parse(alt.out)[0]["hit"], true);
 }
@@ -547,7 +566,8 @@ TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
   EXPECT_NE(nvvm.err.find("NVVM IR"), std::string::npos) << nvvm.err;
   auto no_arch = run({"compile", file("ok3.cu", k_kernel)});
   EXPECT_EQ(no_arch.code, 2);
-  auto nolib = run({"compile", file("ok4.cu", k_kernel), "--arch", "sm_80"}, {"PROGCACHE_NVRTC=/nonexistent/libnvrtc.so"});
+  auto nolib =
+      run({"compile", file("ok4.cu", k_kernel), "--arch", "sm_80"}, {"PROGCACHE_NVRTC=/nonexistent/libnvrtc.so"});
   EXPECT_EQ(nolib.code, 3);
   EXPECT_NE(nolib.err.find("/nonexistent/libnvrtc.so"), std::string::npos) << nolib.err;
   // A source that cannot be read whole is an error, never a shorter
@@ -567,13 +587,16 @@ TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
 TEST_F(CliTest, CompileLinksAnLtoIrPair) {
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
   const std::string a = file("a.cu", "extern \"C\" __device__ float f(float x) { return x + 1; }");
-  const std::string b = file("b.cu", "extern \"C\" __device__ float f(float);\n"
-                                     "extern \"C\" __global__ void k(float* x) { x[0] = f(x[0]); }");
+  const std::string b = file("b.cu",
+                             "extern \"C\" __device__ float f(float);\n"
+                             "extern \"C\" __global__ void k(float* x) { x[0] = f(x[0]); }");
   auto r = run({"compile", b, a, "--link", "--arch", "sm_80", "-rdc=true", "-o", m_tmp.sub("linked.cubin"), "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j.size(), 3u);  // two LTO-IR compiles and the link
-  EXPECT_EQ(testing::read_all(m_tmp.sub("linked.cubin")).substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(testing::read_all(m_tmp.sub("linked.cubin")).substr(0, 4),
+            "\x7f"
+            "ELF");
   auto warm = nlohmann::json::parse(run({"compile", b, a, "--link", "--arch", "sm_80", "-rdc=true", "--json"}).out);
   for (const auto& e : warm) EXPECT_EQ(e["hit"], true);
 }

@@ -4,10 +4,9 @@
 #include "progcache/compile.h"
 
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <thread>
@@ -37,9 +36,9 @@ bool have_nvrtc(std::string* why) {
   return info.ok() && !info->nvrtc_path.empty();
 }
 
-#define REQUIRE_NVRTC()                                       \
-  do {                                                        \
-    std::string why;                                          \
+#define REQUIRE_NVRTC()                                         \
+  do {                                                          \
+    std::string why;                                            \
     if (!have_nvrtc(&why)) GTEST_SKIP() << "no NVRTC: " << why; \
   } while (false)
 
@@ -74,7 +73,9 @@ TEST_F(CompileTest, CxxToCubinAndPtxWithSymbolMapping) {
   REQUIRE_NVRTC();
   auto cubin = compile(saxpy_program(salt()), TargetType::cubin, m_opts);
   ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
-  EXPECT_EQ(cubin->code.view().substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(cubin->code.view().substr(0, 4),
+            "\x7f"
+            "ELF");
   EXPECT_EQ(cubin->kind, TargetType::cubin);
   EXPECT_FALSE(cubin->from_cache);
   ASSERT_EQ(cubin->symbol_mapping.size(), 2u);
@@ -188,7 +189,9 @@ TEST_F(CompileTest, CacheWriteFailureNeverLosesTheCompile) {
   const auto before = compile_stats().cache_errors;
   auto r = compile(saxpy_program(salt()), TargetType::cubin, {.cache = s->get(), .state_dir = m_tmp.sub("faulty")});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r->code.view().substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(r->code.view().substr(0, 4),
+            "\x7f"
+            "ELF");
   EXPECT_EQ(compile_stats().cache_errors, before + 1);
   EXPECT_EQ(*(*s)->count(), 0u);
 }
@@ -225,7 +228,9 @@ TEST_F(CompileTest, ThreadsShareOneInFlightCompile) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(compile_stats().compiles, before.compiles + 1);
   for (const auto& r : results) EXPECT_EQ(r, results[0]);
-  EXPECT_EQ(results[0].substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(results[0].substr(0, 4),
+            "\x7f"
+            "ELF");
 }
 
 TEST_F(CompileTest, EightProcessesCompileAnUncachedKernelExactlyOnce) {
@@ -251,8 +256,10 @@ TEST_F(CompileTest, EightProcessesCompileAnUncachedKernelExactlyOnce) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    if (code == 10) ++compiled;
-    else if (code != 0) ++failed;
+    if (code == 10)
+      ++compiled;
+    else if (code != 0)
+      ++failed;
   }
   EXPECT_EQ(failed, 0);
   EXPECT_EQ(compiled, 1);
@@ -260,7 +267,9 @@ TEST_F(CompileTest, EightProcessesCompileAnUncachedKernelExactlyOnce) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ((*s)->host_stats().puts, 1u);  // one compile, one store
   const std::string first = testing::read_all(m_tmp.sub("out0"));
-  EXPECT_EQ(first.substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(first.substr(0, 4),
+            "\x7f"
+            "ELF");
   for (int i = 1; i < 8; ++i) EXPECT_EQ(testing::read_all(m_tmp.sub("out" + std::to_string(i))), first) << i;
 }
 
@@ -271,8 +280,9 @@ TEST_F(CompileTest, PtxAndAnLtoIrPairLinkThroughNvJitLink) {
   a.options = {"-arch=sm_80", "-rdc=true"};
   a.name = "a.cu";
   Program b;
-  b.code = "extern \"C\" __device__ float twice(float);\n"
-           "extern \"C\" __global__ void k(float* x) { x[0] = twice(x[0]); }";
+  b.code =
+      "extern \"C\" __device__ float twice(float);\n"
+      "extern \"C\" __global__ void k(float* x) { x[0] = twice(x[0]); }";
   b.options = a.options;
   b.name = "b.cu";
   auto la = compile(a, TargetType::ltoir, m_opts);
@@ -287,7 +297,9 @@ TEST_F(CompileTest, PtxAndAnLtoIrPairLinkThroughNvJitLink) {
   link.name = "link";
   auto linked = compile(link, TargetType::cubin, m_opts);
   ASSERT_TRUE(linked.ok()) << linked.status().to_string();
-  EXPECT_EQ(linked->code.view().substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(linked->code.view().substr(0, 4),
+            "\x7f"
+            "ELF");
   EXPECT_FALSE(linked->compiler.nvjitlink_version.empty());
   EXPECT_TRUE(compile(link, TargetType::cubin, m_opts)->from_cache);
   // PTX through nvJitLink.
@@ -299,7 +311,9 @@ TEST_F(CompileTest, PtxAndAnLtoIrPairLinkThroughNvJitLink) {
   from_ptx.options = {"-arch", "sm_80"};
   auto cubin = compile(from_ptx, TargetType::cubin, m_opts);
   ASSERT_TRUE(cubin.ok()) << cubin.status().to_string();
-  EXPECT_EQ(cubin->code.view().substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(cubin->code.view().substr(0, 4),
+            "\x7f"
+            "ELF");
   // An unresolved symbol is a link error with the log.
   Program lonely = link;
   lonely.link_inputs.clear();
@@ -335,7 +349,10 @@ TEST_F(CompileTest, WrongTypedMetadataIsAMissNeverACrash) {
     ASSERT_TRUE(m_store->put(*key, Entry(meta, std::move(arts))).ok());
     auto r = compile(p, TargetType::cubin, m_opts);
     ASSERT_TRUE(r.ok()) << meta << ": " << r.status().to_string();
-    EXPECT_EQ(r->code.view().substr(0, 4), "\x7f""ELF") << meta;
+    EXPECT_EQ(r->code.view().substr(0, 4),
+              "\x7f"
+              "ELF")
+        << meta;
   }
 }
 
@@ -448,8 +465,8 @@ TEST_F(CompileTest, LoadsTheCachedCubinAndLaunchesAKernel) {
   using Alloc = int (*)(unsigned long long*, std::size_t);
   using HtoD = int (*)(unsigned long long, const void*, std::size_t);
   using DtoH = int (*)(void*, unsigned long long, std::size_t);
-  using Launch = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
-                         void**);
+  using Launch =
+      int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
   using Sync = int (*)();
   using Free = int (*)(unsigned long long);
   auto alloc = reinterpret_cast<Alloc>(::dlsym(lib, "cuMemAlloc_v2"));
@@ -484,7 +501,9 @@ TEST(Loader, ReportsUnavailableWithoutAGpu) {
   std::string why;
   if (gpu_available(&why)) GTEST_SKIP() << "a GPU is present; this checks the no-GPU path";
   ObjectCode oc;
-  oc.code = Bytes::copy_of("\x7f""ELF");
+  oc.code = Bytes::copy_of(
+      "\x7f"
+      "ELF");
   oc.kind = TargetType::cubin;
   auto k = get_kernel(oc, "k");
   ASSERT_FALSE(k.ok());

@@ -3,7 +3,6 @@
 // with its reason; every damaged entry is then a miss, counted and removed;
 // every undamaged one still hits with its own bytes.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -19,7 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 using testing::make_key;
 
-std::string payload(int i) { return testing::make_payload(200 + (i * 37) % 3000, static_cast<std::uint64_t>(i)); }
+std::string payload(int i) {
+  return testing::make_payload(200 + (i * 37) % 3000, static_cast<std::uint64_t>(i));
+}
 
 TEST(Corruption, EveryDamagedEntryIsFoundServedAsAMissCountedAndRemoved) {
   testing::TempDir tmp;

@@ -12,7 +12,9 @@ namespace {
 
 constexpr std::int64_t k_t0 = 1'700'000'000'000'000'000;
 
-Key golden_key() { return KeyBuilder("golden").add_string("name", "saxpy").finish(); }
+Key golden_key() {
+  return KeyBuilder("golden").add_string("name", "saxpy").finish();
+}
 
 Entry golden_entry() {
   std::string cubin;

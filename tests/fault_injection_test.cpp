@@ -31,7 +31,9 @@ struct Case {
   bool short_write = false;
 };
 
-std::string payload(int i, int version) { return "entry " + std::to_string(i) + " v" + std::to_string(version) + std::string(500 + i, 'x'); }
+std::string payload(int i, int version) {
+  return "entry " + std::to_string(i) + " v" + std::to_string(version) + std::string(500 + i, 'x');
+}
 
 std::size_t temps(const std::string& root) {
   std::size_t n = 0;
@@ -56,8 +58,12 @@ TEST_P(FaultMatrix, ClearStatusNoTempsNothingCommittedLost) {
   const Case c = GetParam();
   FaultEnv env;
   const std::string root = m_tmp.sub("cache");
-  auto opened = FileStore::open({.root = root, .max_size_bytes = std::nullopt, .max_entries = 12,
-                                 .durability = Durability::fsync, .env = &env, .recency_granularity_ns = 0});
+  auto opened = FileStore::open({.root = root,
+                                 .max_size_bytes = std::nullopt,
+                                 .max_entries = 12,
+                                 .durability = Durability::fsync,
+                                 .env = &env,
+                                 .recency_granularity_ns = 0});
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   auto& s = *opened;
   // Committed before any fault: keys 0..9 at version 1.
@@ -107,7 +113,9 @@ TEST_P(FaultMatrix, ClearStatusNoTempsNothingCommittedLost) {
     p.options = {"-arch=sm_80"};
     auto r = compile(p, TargetType::cubin, {.cache = s.get(), .state_dir = m_tmp.sub("state")});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
-    EXPECT_EQ(r->code.view().substr(0, 4), "\x7f""ELF");
+    EXPECT_EQ(r->code.view().substr(0, 4),
+              "\x7f"
+              "ELF");
   }
   EXPECT_GE(env.fired(), 1u) << "the fault never fired: the matrix does not reach " << testing::op_name(c.op);
 
@@ -147,9 +155,10 @@ TEST_P(FaultMatrix, ClearStatusNoTempsNothingCommittedLost) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
-  const std::vector<Op> ops = {Op::open_create, Op::write, Op::fsync, Op::close, Op::rename_noreplace, Op::rename, Op::rename_exchange,
-                               Op::fsync_dir, Op::fchmod, Op::open_read, Op::fstat, Op::pread, Op::set_atime,
-                               Op::list_dir, Op::lstat, Op::unlink};
+  const std::vector<Op> ops = {Op::open_create,      Op::write,     Op::fsync,           Op::close,
+                               Op::rename_noreplace, Op::rename,    Op::rename_exchange, Op::fsync_dir,
+                               Op::fchmod,           Op::open_read, Op::fstat,           Op::pread,
+                               Op::set_atime,        Op::list_dir,  Op::lstat,           Op::unlink};
   for (Op op : ops) {
     for (int err : {ENOSPC, EIO, EACCES, EROFS, EMFILE}) out.push_back({op, err});
   }
@@ -160,7 +169,11 @@ std::vector<Case> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(AllCalls, FaultMatrix, ::testing::ValuesIn(all_cases()), [](const auto& param_info) {
   const Case& c = param_info.param;
-  const char* e = c.err == ENOSPC ? "ENOSPC" : c.err == EIO ? "EIO" : c.err == EACCES ? "EACCES" : c.err == EROFS ? "EROFS" : "EMFILE";
+  const char* e = c.err == ENOSPC   ? "ENOSPC"
+                  : c.err == EIO    ? "EIO"
+                  : c.err == EACCES ? "EACCES"
+                  : c.err == EROFS  ? "EROFS"
+                                    : "EMFILE";
   return std::string(testing::op_name(c.op)) + "_" + e + (c.short_write ? "_short" : "");
 });
 

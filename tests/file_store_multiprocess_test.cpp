@@ -1,9 +1,8 @@
 // Several real processes (fork) on one store: same key, distinct keys, a cap
 // under concurrent writers, and readers that check every byte they get.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <functional>
@@ -120,8 +119,10 @@ TEST(FileStoreMultiProcess, TheCapHoldsUnderConcurrentWritersAndReaders) {
         if (!s->put_bytes(make_key(id), Bytes::copy_of(p)).ok()) ++errors;
       } else {
         auto g = s->get_bytes(make_key(id));
-        if (!g.ok()) ++errors;
-        else if (g->has_value() && !payload_ok((*g)->view(), id)) ++errors;
+        if (!g.ok())
+          ++errors;
+        else if (g->has_value() && !payload_ok((*g)->view(), id))
+          ++errors;
       }
     }
     return errors;

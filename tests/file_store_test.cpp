@@ -1,19 +1,18 @@
 #include "progcache/file_store.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
-#include <thread>
 #include <set>
+#include <thread>
 
 #include "testing/fault_env.h"
 #include "testing/test_util.h"
@@ -22,12 +21,12 @@ namespace progcache {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::entry_bytes_on_disk;
+using testing::entry_files_on_disk;
 using testing::FaultEnv;
 using testing::make_entry;
 using testing::make_key;
 using testing::Op;
-using testing::entry_bytes_on_disk;
-using testing::entry_files_on_disk;
 using testing::TempDir;
 
 class FileStoreTest : public ::testing::Test {
@@ -775,23 +774,23 @@ TEST_P(FileStorePutFaultTest, FailedPutLeavesNoTempAndKeepsTheOldEntry) {
   EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "after");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Faults, FileStorePutFaultTest,
-    ::testing::Values(PutFault{Op::open_create, ENOSPC, false, Code::resource_exhausted},
-                      PutFault{Op::open_create, EACCES, false, Code::permission_denied},
-                      PutFault{Op::open_create, EROFS, false, Code::permission_denied},
-                      PutFault{Op::open_create, EMFILE, false, Code::resource_exhausted},
-                      PutFault{Op::write, ENOSPC, true, Code::resource_exhausted},
-                      PutFault{Op::write, EIO, false, Code::internal},
-                      PutFault{Op::fsync, EIO, false, Code::internal},
-                      PutFault{Op::close, EIO, false, Code::internal},
-                      PutFault{Op::rename_exchange, EIO, false, Code::internal},
-                      PutFault{Op::rename_exchange, ENOSPC, false, Code::resource_exhausted},
-                      PutFault{Op::fsync_dir, EIO, false, Code::internal}),
-    [](const auto& param_info) {
-      const PutFault& f = param_info.param;
-      return std::string(testing::op_name(f.op)) + "_" + std::to_string(f.err) + (f.short_write ? "_short" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Faults, FileStorePutFaultTest,
+                         ::testing::Values(PutFault{Op::open_create, ENOSPC, false, Code::resource_exhausted},
+                                           PutFault{Op::open_create, EACCES, false, Code::permission_denied},
+                                           PutFault{Op::open_create, EROFS, false, Code::permission_denied},
+                                           PutFault{Op::open_create, EMFILE, false, Code::resource_exhausted},
+                                           PutFault{Op::write, ENOSPC, true, Code::resource_exhausted},
+                                           PutFault{Op::write, EIO, false, Code::internal},
+                                           PutFault{Op::fsync, EIO, false, Code::internal},
+                                           PutFault{Op::close, EIO, false, Code::internal},
+                                           PutFault{Op::rename_exchange, EIO, false, Code::internal},
+                                           PutFault{Op::rename_exchange, ENOSPC, false, Code::resource_exhausted},
+                                           PutFault{Op::fsync_dir, EIO, false, Code::internal}),
+                         [](const auto& param_info) {
+                           const PutFault& f = param_info.param;
+                           return std::string(testing::op_name(f.op)) + "_" + std::to_string(f.err) +
+                                  (f.short_write ? "_short" : "");
+                         });
 
 TEST_F(FileStoreTest, ReadFaultsAreErrorsNotCorruption) {
   FaultEnv env;
@@ -825,7 +824,7 @@ TEST_F(FileStoreTest, EvictionFaultsLoseNothingCommittedBeyondTheVictims) {
   FaultEnv env;
   auto s = open_store({.max_size_bytes = std::nullopt, .max_entries = 10, .env = &env});
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry("v")).ok());
-  env.fail(Op::list_dir, EIO, 0, /*sticky=*/true);  // the eviction scan cannot run
+  env.fail(Op::list_dir, EIO, 0, /*sticky=*/true);          // the eviction scan cannot run
   ASSERT_TRUE(s->put(make_key(10), make_entry("v")).ok());  // the put itself still succeeds
   env.clear_faults();
   EXPECT_EQ(entry_files_on_disk(m_tmp.sub("cache")), 11u);

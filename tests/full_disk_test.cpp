@@ -4,11 +4,10 @@
 // shows as a signal instead of killing the test runner. Skips, saying why,
 // where mounting a tmpfs is not permitted (it needs root or CAP_SYS_ADMIN).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstring>
@@ -28,8 +27,10 @@ namespace fs = std::filesystem;
 std::string quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
+    if (c == '\'')
+      q += "'\\''";
+    else
+      q += c;
   }
   return q + "'";
 }
@@ -147,7 +148,9 @@ TEST_F(FullDiskTest, CliPutFailsWithAnErrorAndCompileStillCompiles) {
   testing::write_all(m_tmp.sub("k.cu"), "__global__ void k(int* x) { x[0] = 1; }\n");
   const int comp = cli("compile " + quote(m_tmp.sub("k.cu")) + " --arch sm_80 -o " + quote(m_tmp.sub("k.cubin")));
   EXPECT_EQ(comp, 0) << testing::read_all(m_tmp.sub("err"));
-  EXPECT_EQ(testing::read_all(m_tmp.sub("k.cubin")).substr(0, 4), "\x7f""ELF");
+  EXPECT_EQ(testing::read_all(m_tmp.sub("k.cubin")).substr(0, 4),
+            "\x7f"
+            "ELF");
 }
 
 }  // namespace

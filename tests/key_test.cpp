@@ -38,10 +38,10 @@ TEST(Key, UserKeysStringAndBytesAreOneKeyAndHexIsTakenLiterally) {
   const std::string s = "k";
   EXPECT_EQ(key_from_user(s), key_from_user(std::string_view("k", 1)));
   const Key k = key_from_user("some kernel");
-  EXPECT_EQ(key_from_user(k.hex()), k);          // 64 hex digits: the key itself
-  EXPECT_NE(key_from_string(k.hex()), k);        // forced hashing differs
+  EXPECT_EQ(key_from_user(k.hex()), k);    // 64 hex digits: the key itself
+  EXPECT_NE(key_from_string(k.hex()), k);  // forced hashing differs
   EXPECT_NE(key_from_user("a"), key_from_user("b"));
-  EXPECT_EQ(key_from_user(k.view()), k);         // 32 bytes: the raw key, as Python's key functions return it
+  EXPECT_EQ(key_from_user(k.view()), k);  // 32 bytes: the raw key, as Python's key functions return it
   EXPECT_NE(key_from_user(k.view().substr(0, 31)), k);
   EXPECT_NE(key_from_user(std::string(k.view()) + "x"), k);  // any other length is hashed
 }
@@ -99,7 +99,8 @@ TEST(ProgramKey, EquivalentOptionSpellingsGiveOneKey) {
     in.options = opts;
     EXPECT_EQ(key_of(in), k) << opts[0];
   }
-  auto canon = canonicalize_options({"-DFOO=1", "-D", "BAR", "--define-macro=BAZ", "-use_fast_math", "-lineinfo"}, false);
+  auto canon =
+      canonicalize_options({"-DFOO=1", "-D", "BAR", "--define-macro=BAZ", "-use_fast_math", "-lineinfo"}, false);
   ASSERT_TRUE(canon.ok());
   EXPECT_EQ(*canon, (std::vector<std::string>{"--define-macro=FOO=1", "--define-macro=BAR", "--define-macro=BAZ",
                                               "--use_fast_math", "--generate-line-info"}));
@@ -110,11 +111,17 @@ TEST(ProgramKey, EveryInputChangesTheKey) {
   std::vector<std::function<void(ProgramKeyInputs&)>> edits = {
       [](auto& in) { in.code = "extern \"C\" __global__ void k(float* x) { x[0] = 2; }"; },
       [](auto& in) { in.target = TargetType::ptx; },
-      [](auto& in) { in.options = {"-arch=sm_80", "-std=c++17"}; },
+      [](auto& in) {
+        in.options = {"-arch=sm_80", "-std=c++17"};
+      },
       [](auto& in) { in.options.push_back("--use_fast_math"); },
-      [](auto& in) { in.options = {"-std=c++17", "-arch=sm_90"}; },  // order is kept: -D/-U order matters
+      [](auto& in) {
+        in.options = {"-std=c++17", "-arch=sm_90"};
+      },  // order is kept: -D/-U order matters
       [](auto& in) { in.name_expressions = {"k"}; },
-      [](auto& in) { in.headers = {{"a.h", "int a;"}}; },
+      [](auto& in) {
+        in.headers = {{"a.h", "int a;"}};
+      },
       [](auto& in) { in.extra_digest = "abc"; },
       [](auto& in) { in.name = "other.cu"; },
       [](auto& in) { in.compiler.nvrtc_version = "12.9"; },
@@ -143,11 +150,10 @@ TEST(ProgramKey, NameExpressionsAndHeadersAreSortedAndDeduplicated) {
 }
 
 TEST(ProgramKey, FileReadingOptionsNeedAnExtraDigest) {
-  for (const std::vector<std::string>& opts : {std::vector<std::string>{"-I/usr/include/foo"},
-                                               std::vector<std::string>{"-I", "inc"},
-                                               std::vector<std::string>{"--include-path=inc"},
-                                               std::vector<std::string>{"-include", "pre.h"},
-                                               std::vector<std::string>{"--use-pch=x.pch"}}) {
+  for (const std::vector<std::string>& opts :
+       {std::vector<std::string>{"-I/usr/include/foo"}, std::vector<std::string>{"-I", "inc"},
+        std::vector<std::string>{"--include-path=inc"}, std::vector<std::string>{"-include", "pre.h"},
+        std::vector<std::string>{"--use-pch=x.pch"}}) {
     auto in = base_inputs();
     in.options = opts;
     auto k = make_program_cache_key(in);

@@ -2,9 +2,8 @@
 // started and stopped by the tests (skipped when redis-server is absent).
 #include "progcache/redis_store.h"
 
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -28,8 +27,8 @@ using testing::make_entry;
 using testing::make_key;
 using testing::RedisServer;
 
-#define REQUIRE_REDIS()                                                          \
-  do {                                                                           \
+#define REQUIRE_REDIS()                                                              \
+  do {                                                                               \
     if (RedisServer::binary().empty()) GTEST_SKIP() << "redis-server not installed"; \
   } while (false)
 
@@ -41,7 +40,8 @@ std::unique_ptr<RemoteStore> redis(const std::vector<std::string>& urls, RedisSt
 }
 
 TEST(RedisUrl, ParsesEveryFormAndNeverShowsThePassword) {
-  auto u = parse_redis_url("redis://alice:s3cret%21@cache.example:6380/2?prefix=ci:&ttl=60&timeout=50&connect_timeout=75");
+  auto u =
+      parse_redis_url("redis://alice:s3cret%21@cache.example:6380/2?prefix=ci:&ttl=60&timeout=50&connect_timeout=75");
   ASSERT_TRUE(u.ok()) << u.status().to_string();
   EXPECT_EQ(u->host, "cache.example");
   EXPECT_EQ(u->port, 6380);
@@ -87,9 +87,9 @@ TEST(RedisUrl, PasswordsHoldingSeparatorsParseAndNeverLeakIntoErrors) {
   EXPECT_EQ(odd->prefix, "x:");
   // Malformed URLs whose messages once echoed part of the password; the last
   // is what splitting PROGCACHE_REMOTE at a ',' inside a password leaves.
-  for (const char* url : {"redis://:p@SECRETAT@127.0.0.1:notaport", "redis://pw?SECRETQ@127.0.0.1:99999",
-                          "redis://user:SECRETNOAT", "redis://:pa,SECRETCOMMA@h", "redis://:paSECRETFRAG",
-                          "SECRETCOMMA@127.0.0.1"}) {
+  for (const char* url :
+       {"redis://:p@SECRETAT@127.0.0.1:notaport", "redis://pw?SECRETQ@127.0.0.1:99999", "redis://user:SECRETNOAT",
+        "redis://:pa,SECRETCOMMA@h", "redis://:paSECRETFRAG", "SECRETCOMMA@127.0.0.1"}) {
     auto r = parse_redis_url(url);
     if (r.ok()) continue;  // parsed: nothing is shown
     EXPECT_EQ(r.status().message().find("SECRET"), std::string::npos) << url << " -> " << r.status().message();
@@ -111,7 +111,9 @@ TEST(RedisStore, RoundTripsBinaryEntriesWithPrefixNamespacing) {
   ASSERT_TRUE(server.running());
   auto a = redis({server.url("prefix=a:")});
   auto b = redis({server.url("prefix=b:")});
-  std::string binary = "\x7f" "ELF";
+  std::string binary =
+      "\x7f"
+      "ELF";
   binary += std::string("\0\0\x01\xff", 4) + testing::make_payload(100000, 9);
   ASSERT_TRUE(a->put_bytes(make_key(1), Bytes::copy_of(binary)).ok());
   auto got = a->get_bytes(make_key(1));
@@ -299,7 +301,6 @@ TEST(RedisStore, WrongPasswordIsAClearErrorWithoutThePassword) {
   EXPECT_EQ((*right->get_bytes(make_key(1)))->view(), "authed");
 }
 
-
 // A server on a loopback port that speaks just enough RESP to misbehave:
 // each connection runs `serve(fd, stop)` on its own thread. For the faults a
 // real redis-server cannot be made to show (a trickled reply, a cursor that
@@ -420,7 +421,8 @@ TEST(RedisDeadline, AScanCursorThatNeverEndsIsBoundedByTheAdminTimeout) {
       if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) return;
     }
   });
-  auto s = redis({server.url("timeout=200")}, {.breaker_failures = 1000000, .admin_timeout = std::chrono::milliseconds(300)});
+  auto s = redis({server.url("timeout=200")},
+                 {.breaker_failures = 1000000, .admin_timeout = std::chrono::milliseconds(300)});
   const auto t0 = std::chrono::steady_clock::now();
   auto n = s->count();
   auto bytes = s->size_bytes();

@@ -4,10 +4,9 @@
 // the program name) and asserts that the cached result equals a fresh
 // compile of the same program now (cache off), so a stale hit fails the
 // test whatever the implementation. Needs NVRTC; skips without it.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -360,8 +359,8 @@ TEST_F(SourceDepsTest, TheManifestNeverServesAStaleHit) {
   write_all(dir("m5", "inc/deep/er/other.h"), "\n");
   Program p5 = program("#include <pick.h>", dir("m5", "src/k.cu"));
   p5.options.push_back("-I" + dir("m5", "inc"));
-  scenarios.push_back({"file added in a fingerprinted tree", p5,
-                       [&] { write_all(dir("m5", "inc/deep/er/new.h"), "\n"); }});
+  scenarios.push_back(
+      {"file added in a fingerprinted tree", p5, [&] { write_all(dir("m5", "inc/deep/er/new.h"), "\n"); }});
   // 6. A header through the working directory, the same program text run
   //    from another directory with another val.h.
   fs::create_directories(dir("m6", "a"));
@@ -468,8 +467,8 @@ TEST_F(SourceDepsTest, IncludesNamedThroughTrigraphsAndHasIncludeAliasesAreSeen)
   write_all(m_tmp.sub("src/v.h"), "#define V 57\n");
   EXPECT_FALSE(compile_matches_fresh(p)) << "an include spelled with a trigraph was missed";
   // __has_include through a macro cannot be followed: refused outside -I.
-  const Program alias = program("#define HI __has_include\n#if HI(\"v.h\")\n#endif\n#define V 1",
-                                m_tmp.sub("src/alias.cu"));
+  const Program alias =
+      program("#define HI __has_include\n#if HI(\"v.h\")\n#endif\n#define V 1", m_tmp.sub("src/alias.cu"));
   auto r = compile(alias, TargetType::ptx, m_opts);
   EXPECT_EQ(r.status().code(), Code::invalid_argument) << r.status().to_string();
 }
@@ -481,8 +480,8 @@ TEST_F(SourceDepsTest, AComputedIncludeOfAMacroNamingAPathOutsideTheIncludePathI
   fs::create_directories(m_tmp.sub("outside"));
   write_all(m_tmp.sub("outside/v.h"), "#define V 61\n");
   write_all(m_tmp.sub("outside/w.h"), "#define W 1\n");
-  write_all(m_tmp.sub("inc/a.h"), "#define H \"../outside/v.h\"\n#include H\n#define HW <" + m_tmp.sub("outside/w.h") +
-                                      ">\n#include HW\n");
+  write_all(m_tmp.sub("inc/a.h"),
+            "#define H \"../outside/v.h\"\n#include H\n#define HW <" + m_tmp.sub("outside/w.h") + ">\n#include HW\n");
   Program p = program("#include <a.h>", m_tmp.sub("src/k.cu"));
   p.options.push_back("-I" + m_tmp.sub("inc"));
   EXPECT_FALSE(compile_matches_fresh(p));

@@ -65,7 +65,7 @@ struct ObjectCode {
   TargetType kind = TargetType::cubin;
   std::string name;
   std::map<std::string, std::string> symbol_mapping;  // name expression -> lowered name
-  std::string log;                                     // compiler log (may be empty)
+  std::string log;                                    // compiler log (may be empty)
   CompilerIdentity compiler;
   Key key;
   bool from_cache = false;
@@ -80,12 +80,12 @@ struct CompileFailure {
 
 // Process-wide counters (all compile() calls of this process).
 struct CompileStats {
-  std::uint64_t compiles = 0;        // compiler invocations that succeeded
-  std::uint64_t compile_errors = 0;  // compiler invocations that failed
-  std::uint64_t hits = 0;            // served from the cache
-  std::uint64_t shared_waits = 0;    // waited for another thread's compile of the same key
-  std::uint64_t lock_waits = 0;      // waited for another process's compile of the same key
-  std::uint64_t cache_errors = 0;    // cache lookups or stores that failed (compile still returned)
+  std::uint64_t compiles = 0;         // compiler invocations that succeeded
+  std::uint64_t compile_errors = 0;   // compiler invocations that failed
+  std::uint64_t hits = 0;             // served from the cache
+  std::uint64_t shared_waits = 0;     // waited for another thread's compile of the same key
+  std::uint64_t lock_waits = 0;       // waited for another process's compile of the same key
+  std::uint64_t cache_errors = 0;     // cache lookups or stores that failed (compile still returned)
   std::uint64_t unstable_inputs = 0;  // compiles not stored: a header changed while the compiler ran
 };
 CompileStats compile_stats();

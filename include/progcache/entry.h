@@ -104,8 +104,7 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
 // Decodes and verifies. data_loss (with the reason) for anything damaged or
 // inconsistent, including a key echo that differs from `expected_key`;
 // permission_denied for a missing or wrong signature when a key is set.
-Result<Entry> decode_entry(const Bytes& data, const Key& expected_key,
-                           const EntryCodecOptions& options = {});
+Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const EntryCodecOptions& options = {});
 
 // Reads only the fixed header (no checksum): the echoed key and creation time,
 // for listing. data_loss when the buffer is not an entry header.

@@ -43,10 +43,10 @@ struct DirEntry {
 };
 
 enum class OpenMode {
-  read,          // O_RDONLY | O_NOFOLLOW
-  create_new,    // O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
-  read_write,    // O_RDWR | O_CREAT | O_NOFOLLOW (small control files)
-  read_follow,   // O_RDONLY, following symlinks (a user's headers and key files)
+  read,         // O_RDONLY | O_NOFOLLOW
+  create_new,   // O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
+  read_write,   // O_RDWR | O_CREAT | O_NOFOLLOW (small control files)
+  read_follow,  // O_RDONLY, following symlinks (a user's headers and key files)
 };
 // Reads open with O_NONBLOCK too: a FIFO or device where a file was expected
 // must not block the open.
@@ -124,8 +124,7 @@ enum class Durability {
 // its size): the rename is first tried without replacing, which makes "was
 // this a new file?" exact even when several processes publish one path.
 Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
-                         std::uint32_t perms, Durability durability,
-                         std::optional<FileInfo>* replaced = nullptr);
+                         std::uint32_t perms, Durability durability, std::optional<FileInfo>* replaced = nullptr);
 
 // The one whole-file reader for small files the library did not write itself
 // (memos, headers, key files): opened non-blocking, checked to be a regular

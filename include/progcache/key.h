@@ -42,9 +42,7 @@ struct Key {
   std::array<std::uint8_t, 32> bytes{};
 
   [[nodiscard]] std::string hex() const;
-  [[nodiscard]] std::string_view view() const {
-    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-  }
+  [[nodiscard]] std::string_view view() const { return {reinterpret_cast<const char*>(bytes.data()), bytes.size()}; }
   // Parses exactly 64 hex digits.
   static Result<Key> from_hex(std::string_view hex);
   // Requires raw.size() == 32.
@@ -84,19 +82,19 @@ struct KeyValue {
   std::variant<None, bool, std::int64_t, std::uint64_t, double, std::string, Blob, List, Map> v;
 
   KeyValue() = default;
-  KeyValue(None n) : v(n) {}                   // NOLINT
-  KeyValue(bool b) : v(b) {}                   // NOLINT
-  KeyValue(int i) : v(std::int64_t{i}) {}      // NOLINT
-  KeyValue(long i) : v(std::int64_t{i}) {}     // NOLINT
-  KeyValue(long long i) : v(std::int64_t{i}) {}  // NOLINT
+  KeyValue(None n) : v(n) {}                               // NOLINT
+  KeyValue(bool b) : v(b) {}                               // NOLINT
+  KeyValue(int i) : v(std::int64_t{i}) {}                  // NOLINT
+  KeyValue(long i) : v(std::int64_t{i}) {}                 // NOLINT
+  KeyValue(long long i) : v(std::int64_t{i}) {}            // NOLINT
   KeyValue(unsigned long long u) : v(std::uint64_t{u}) {}  // NOLINT
-  KeyValue(unsigned long u) : v(std::uint64_t{u}) {}  // NOLINT
-  KeyValue(double d) : v(d) {}                 // NOLINT
-  KeyValue(std::string s) : v(std::move(s)) {}  // NOLINT
-  KeyValue(const char* s) : v(std::string(s)) {}  // NOLINT
-  KeyValue(Blob b) : v(std::move(b)) {}        // NOLINT
-  KeyValue(List l) : v(std::move(l)) {}        // NOLINT
-  KeyValue(Map m) : v(std::move(m)) {}         // NOLINT
+  KeyValue(unsigned long u) : v(std::uint64_t{u}) {}       // NOLINT
+  KeyValue(double d) : v(d) {}                             // NOLINT
+  KeyValue(std::string s) : v(std::move(s)) {}             // NOLINT
+  KeyValue(const char* s) : v(std::string(s)) {}           // NOLINT
+  KeyValue(Blob b) : v(std::move(b)) {}                    // NOLINT
+  KeyValue(List l) : v(std::move(l)) {}                    // NOLINT
+  KeyValue(Map m) : v(std::move(m)) {}                     // NOLINT
   static KeyValue bytes(std::string data) { return KeyValue(Blob{std::move(data)}); }
 };
 
@@ -130,7 +128,7 @@ enum class CodeType { cxx, ptx, ltoir, nvvm };
 // What the compile produces.
 enum class TargetType { ptx, cubin, ltoir, fatbin };
 
-std::string_view code_type_name(CodeType t);     // "c++", "ptx", "ltoir", "nvvm"
+std::string_view code_type_name(CodeType t);      // "c++", "ptx", "ltoir", "nvvm"
 std::string_view target_type_name(TargetType t);  // "ptx", "cubin", "ltoir", "fatbin"
 // Accepts cuda.core's spellings in any case ("c++", "PTX", "nvvm") and
 // progcache's ("cxx", "cuda", "ltoir"). Errors name the value and the
@@ -192,8 +190,7 @@ struct ProgramKeyInputs {
 // Options that read files the key cannot see (include paths, pre-includes,
 // PCH use) are refused unless `have_extra_digest`; options with side effects
 // (creating a PCH, timing files) are always refused. Messages say what to do.
-Result<std::vector<std::string>> canonicalize_options(const std::vector<std::string>& options,
-                                                      bool have_extra_digest);
+Result<std::vector<std::string>> canonicalize_options(const std::vector<std::string>& options, bool have_extra_digest);
 
 // Derives the program key. Fails with invalid_argument for refused options
 // for duplicate header names with different contents, and for code/target

@@ -43,7 +43,7 @@
 namespace progcache {
 
 struct RedisUrl {
-  std::string host;       // empty for unix sockets
+  std::string host;  // empty for unix sockets
   int port = 6379;
   std::string unix_path;  // set for redis+unix://
   std::string user;
@@ -66,8 +66,8 @@ struct RedisStoreOptions {
   // Password for the URLs that carry none, so that it need not appear on a
   // command line (see PROGCACHE_REMOTE_PASSWORD_FILE in config.h).
   std::string password;
-  bool read_only = false;         // puts, erases and clears are skipped (counted)
-  EntryCodecOptions codec;        // signing key, as for the file store
+  bool read_only = false;   // puts, erases and clears are skipped (counted)
+  EntryCodecOptions codec;  // signing key, as for the file store
   int breaker_failures = 3;
   std::chrono::milliseconds breaker_backoff{5000};
   int max_idle_connections = 8;  // per server
@@ -81,10 +81,10 @@ struct RedisStoreOptions {
 // Per-server counters, beyond StoreStats.
 struct RemoteStats {
   std::uint64_t timeouts = 0;
-  std::uint64_t failures = 0;       // errors other than timeouts
-  std::uint64_t skipped = 0;        // calls not made because a breaker was open
+  std::uint64_t failures = 0;  // errors other than timeouts
+  std::uint64_t skipped = 0;   // calls not made because a breaker was open
   std::uint64_t breaker_trips = 0;
-  std::uint64_t dropped = 0;        // async puts dropped: queue full (tiered store)
+  std::uint64_t dropped = 0;  // async puts dropped: queue full (tiered store)
   std::uint64_t read_only_skips = 0;
   std::string last_error;  // the most recent timeout or failure ("" when none)
 };
@@ -102,8 +102,8 @@ Result<std::unique_ptr<RemoteStore>> make_redis_store(const RedisStoreOptions& o
 // ---------------------------------------------------------------- tiered
 
 struct TieredStoreOptions {
-  std::unique_ptr<Store> memory;  // may be null
-  std::unique_ptr<Store> disk;    // may be null
+  std::unique_ptr<Store> memory;        // may be null
+  std::unique_ptr<Store> disk;          // may be null
   std::unique_ptr<RemoteStore> remote;  // may be null
   // Remote puts go through a bounded queue served by one background thread;
   // when it is full, new puts are dropped and counted.

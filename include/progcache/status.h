@@ -21,16 +21,16 @@ namespace progcache {
 // (they are exposed to Python and printed in JSON).
 enum class Code : int {
   ok = 0,
-  invalid_argument = 1,    // the caller passed something unusable
-  not_found = 2,           // a thing that must exist does not (a miss is NOT this)
-  data_loss = 3,           // stored bytes are damaged, truncated or foreign
-  unavailable = 4,         // a resource (remote, compiler library) cannot be reached
-  deadline_exceeded = 5,   // a timeout passed
-  permission_denied = 6,   // the OS or a policy (foreign-owned root) refused
-  resource_exhausted = 7,  // disk full, too many files, over a quota
-  compile_error = 8,       // the compiler rejected the program (log attached)
-  internal = 9,            // a bug or an OS failure with no better code
-  failed_precondition = 10 // the system is not in a state that allows this
+  invalid_argument = 1,     // the caller passed something unusable
+  not_found = 2,            // a thing that must exist does not (a miss is NOT this)
+  data_loss = 3,            // stored bytes are damaged, truncated or foreign
+  unavailable = 4,          // a resource (remote, compiler library) cannot be reached
+  deadline_exceeded = 5,    // a timeout passed
+  permission_denied = 6,    // the OS or a policy (foreign-owned root) refused
+  resource_exhausted = 7,   // disk full, too many files, over a quota
+  compile_error = 8,        // the compiler rejected the program (log attached)
+  internal = 9,             // a bug or an OS failure with no better code
+  failed_precondition = 10  // the system is not in a state that allows this
 };
 
 // Returns the snake_case name of `code` ("data_loss", ...).
@@ -65,22 +65,42 @@ class [[nodiscard]] Status {
 // This is the one place errno is interpreted.
 Status errno_status(int err, std::string_view what, std::string_view path = {});
 
-inline Status invalid_argument(std::string msg) { return {Code::invalid_argument, std::move(msg)}; }
-inline Status data_loss(std::string msg) { return {Code::data_loss, std::move(msg)}; }
-inline Status not_found(std::string msg) { return {Code::not_found, std::move(msg)}; }
-inline Status internal_error(std::string msg) { return {Code::internal, std::move(msg)}; }
-inline Status permission_denied(std::string msg) { return {Code::permission_denied, std::move(msg)}; }
-inline Status unavailable(std::string msg) { return {Code::unavailable, std::move(msg)}; }
-inline Status failed_precondition(std::string msg) { return {Code::failed_precondition, std::move(msg)}; }
-inline Status deadline_exceeded(std::string msg) { return {Code::deadline_exceeded, std::move(msg)}; }
-inline Status resource_exhausted(std::string msg) { return {Code::resource_exhausted, std::move(msg)}; }
-inline Status compile_error(std::string msg) { return {Code::compile_error, std::move(msg)}; }
+inline Status invalid_argument(std::string msg) {
+  return {Code::invalid_argument, std::move(msg)};
+}
+inline Status data_loss(std::string msg) {
+  return {Code::data_loss, std::move(msg)};
+}
+inline Status not_found(std::string msg) {
+  return {Code::not_found, std::move(msg)};
+}
+inline Status internal_error(std::string msg) {
+  return {Code::internal, std::move(msg)};
+}
+inline Status permission_denied(std::string msg) {
+  return {Code::permission_denied, std::move(msg)};
+}
+inline Status unavailable(std::string msg) {
+  return {Code::unavailable, std::move(msg)};
+}
+inline Status failed_precondition(std::string msg) {
+  return {Code::failed_precondition, std::move(msg)};
+}
+inline Status deadline_exceeded(std::string msg) {
+  return {Code::deadline_exceeded, std::move(msg)};
+}
+inline Status resource_exhausted(std::string msg) {
+  return {Code::resource_exhausted, std::move(msg)};
+}
+inline Status compile_error(std::string msg) {
+  return {Code::compile_error, std::move(msg)};
+}
 
 // A value of type T, or the Status explaining why there is none.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : m_value(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : m_value(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : m_value(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(m_value).ok()) {
       m_value = Status(Code::internal, "Result constructed from an ok Status without a value");
@@ -106,9 +126,13 @@ class [[nodiscard]] Result {
 };
 
 namespace detail {
-inline Status to_status(const Status& s) { return s; }
+inline Status to_status(const Status& s) {
+  return s;
+}
 template <typename T>
-Status to_status(const Result<T>& r) { return r.status(); }
+Status to_status(const Result<T>& r) {
+  return r.status();
+}
 }  // namespace detail
 
 }  // namespace progcache
@@ -118,12 +142,12 @@ Status to_status(const Result<T>& r) { return r.status(); }
 
 // Evaluates `expr` (a Status or Result) and returns its Status on failure.
 #define PROGCACHE_TRY(expr) PROGCACHE_TRY_IMPL(PROGCACHE_CONCAT(progcache_try_, __LINE__), expr)
-#define PROGCACHE_TRY_IMPL(tmp, expr)                   \
-  do {                                                  \
-    auto&& tmp = (expr);                                \
-    if (!tmp.ok()) {                                    \
-      return ::progcache::detail::to_status(tmp);       \
-    }                                                   \
+#define PROGCACHE_TRY_IMPL(tmp, expr)             \
+  do {                                            \
+    auto&& tmp = (expr);                          \
+    if (!tmp.ok()) {                              \
+      return ::progcache::detail::to_status(tmp); \
+    }                                             \
   } while (false)
 
 // `PROGCACHE_ASSIGN_OR_RETURN(auto x, f());` — declares x from a Result or

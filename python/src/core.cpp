@@ -34,7 +34,8 @@ namespace {
 // subclasses or RuntimeError, with progcache's message.
 [[noreturn]] void raise(const pc::Status& st) {
   switch (st.code()) {
-    case pc::Code::invalid_argument: throw nb::value_error(st.message().c_str());
+    case pc::Code::invalid_argument:
+      throw nb::value_error(st.message().c_str());
     case pc::Code::permission_denied: {
       PyErr_SetString(PyExc_PermissionError, st.message().c_str());
       throw nb::python_error();
@@ -50,7 +51,8 @@ namespace {
       PyErr_SetString(PyExc_OSError, st.to_string().c_str());
       throw nb::python_error();
     }
-    default: throw std::runtime_error(st.to_string());
+    default:
+      throw std::runtime_error(st.to_string());
   }
 }
 
@@ -66,9 +68,13 @@ void check(const pc::Status& st) {
 
 // The bytes of a bytes-like object, without copying (requires the GIL or a
 // live reference for the duration).
-std::string_view view_of(const nb::bytes& b) { return {b.c_str(), b.size()}; }
+std::string_view view_of(const nb::bytes& b) {
+  return {b.c_str(), b.size()};
+}
 
-nb::bytes to_bytes(const pc::Bytes& b) { return nb::bytes(b.data(), b.size()); }
+nb::bytes to_bytes(const pc::Bytes& b) {
+  return nb::bytes(b.data(), b.size());
+}
 
 // ---------------------------------------------------------------- memory
 
@@ -259,9 +265,14 @@ class StoreHandle {
 
   std::map<std::string, std::uint64_t> stats() {
     const pc::StoreStats s = m_file != nullptr ? m_file->host_stats() : store()->stats();
-    return {{"hits", s.hits},           {"misses", s.misses}, {"puts", s.puts},
-            {"evictions", s.evictions}, {"corrupt_dropped", s.corrupt_dropped},
-            {"rejected", s.rejected},   {"errors", s.errors}, {"bytes_stored", s.bytes_stored},
+    return {{"hits", s.hits},
+            {"misses", s.misses},
+            {"puts", s.puts},
+            {"evictions", s.evictions},
+            {"corrupt_dropped", s.corrupt_dropped},
+            {"rejected", s.rejected},
+            {"errors", s.errors},
+            {"bytes_stored", s.bytes_stored},
             {"entries", s.entries}};
   }
 
@@ -316,8 +327,9 @@ std::unique_ptr<pc::RemoteStore> open_redis(const std::vector<std::string>& urls
 }
 #endif
 
-
-pc::CodeType code_type_of(const std::string& s) { return unwrap(pc::parse_code_type(s)); }
+pc::CodeType code_type_of(const std::string& s) {
+  return unwrap(pc::parse_code_type(s));
+}
 
 // A Python value as a typed key value: None, bool, int (64-bit), float (by
 // its exact bits), str, bytes-like, lists/tuples and str-keyed dicts of
@@ -365,7 +377,9 @@ pc::KeyValue key_value_of(nb::handle v, int depth = 0) {
                         (has_dtype ? " (pass the dtype's name)" : ""))
                            .c_str());
 }
-pc::TargetType target_of(const std::string& s) { return unwrap(pc::parse_target_type(s)); }
+pc::TargetType target_of(const std::string& s) {
+  return unwrap(pc::parse_target_type(s));
+}
 
 }  // namespace
 
@@ -431,31 +445,36 @@ NB_MODULE(_core, m) {
 
 #ifdef PROGCACHE_WITH_REDIS
   m.attr("HAVE_REDIS") = true;
-  m.def("open_redis_store", [](const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key,
-                               const std::string& password) {
-    return std::make_unique<StoreHandle>(open_redis(urls, read_only, hmac_key, password));
-  }, nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("password") = "");
-  m.def("open_tiered_store", [](std::optional<std::uint64_t> memory_bytes, const std::string& root,
-                                std::optional<std::uint64_t> max_size, const std::vector<std::string>& urls,
-                                bool read_only, const nb::bytes& hmac_key, const std::string& sharing,
-                                std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password) {
-    pc::TieredStoreOptions o;
-    if (!memory_bytes || *memory_bytes > 0) o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
-    pc::FileStoreOptions fo;
-    fo.root = root;
-    fo.max_size_bytes = max_size;  // None: no cap
-    fo.max_entries = max_entries;
-    fo.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
-    fo.sharing = sharing_of(sharing);
-    fo.codec.hmac_key = std::string(view_of(hmac_key));
-    std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
-    pc::FileStore* disk = fs.get();
-    o.disk = std::move(fs);
-    if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key, password);
-    return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)), nullptr, disk);
-  }, nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
-        nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("sharing") = "private",
-        nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "");
+  m.def(
+      "open_redis_store",
+      [](const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& password) {
+        return std::make_unique<StoreHandle>(open_redis(urls, read_only, hmac_key, password));
+      },
+      nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("password") = "");
+  m.def(
+      "open_tiered_store",
+      [](std::optional<std::uint64_t> memory_bytes, const std::string& root, std::optional<std::uint64_t> max_size,
+         const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& sharing,
+         std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password) {
+        pc::TieredStoreOptions o;
+        if (!memory_bytes || *memory_bytes > 0)
+          o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
+        pc::FileStoreOptions fo;
+        fo.root = root;
+        fo.max_size_bytes = max_size;  // None: no cap
+        fo.max_entries = max_entries;
+        fo.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
+        fo.sharing = sharing_of(sharing);
+        fo.codec.hmac_key = std::string(view_of(hmac_key));
+        std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
+        pc::FileStore* disk = fs.get();
+        o.disk = std::move(fs);
+        if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key, password);
+        return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)), nullptr, disk);
+      },
+      nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
+      nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("sharing") = "private",
+      nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "");
 #else
   m.attr("HAVE_REDIS") = false;
 #endif
@@ -498,20 +517,20 @@ NB_MODULE(_core, m) {
 
   // pyptx's CacheKey, through the library's KernelKey: typed values, the
   // kwargs a map (order never matters). 32 raw bytes.
-  m.def("kernel_key", [](const std::string& fn_id, const nb::dict& template_kwargs,
-                         const std::vector<std::pair<std::vector<std::int64_t>, std::string>>& shapes,
-                         const std::string& arch) {
-    pc::KernelKey k;
-    k.fn_id = fn_id;
-    for (auto [name, value] : template_kwargs) {
-      if (!nb::isinstance<nb::str>(name)) throw nb::type_error("template kwarg names must be str");
-      k.template_kwargs.emplace(nb::cast<std::string>(name), key_value_of(value));
-    }
-    for (const auto& [shape, dtype] : shapes) k.input_shapes.push_back({shape, dtype});
-    k.arch = arch;
-    const pc::Key key = k.key();
-    return nb::bytes(key.bytes.data(), key.bytes.size());
-  });
+  m.def("kernel_key",
+        [](const std::string& fn_id, const nb::dict& template_kwargs,
+           const std::vector<std::pair<std::vector<std::int64_t>, std::string>>& shapes, const std::string& arch) {
+          pc::KernelKey k;
+          k.fn_id = fn_id;
+          for (auto [name, value] : template_kwargs) {
+            if (!nb::isinstance<nb::str>(name)) throw nb::type_error("template kwarg names must be str");
+            k.template_kwargs.emplace(nb::cast<std::string>(name), key_value_of(value));
+          }
+          for (const auto& [shape, dtype] : shapes) k.input_shapes.push_back({shape, dtype});
+          k.arch = arch;
+          const pc::Key key = k.key();
+          return nb::bytes(key.bytes.data(), key.bytes.size());
+        });
 
   // Any caller-defined identity (tilelang-style kernel builds): labelled,
   // typed fields under a domain, through the library's KeyBuilder.
@@ -524,9 +543,12 @@ NB_MODULE(_core, m) {
 
   m.def("compile_stats", []() {
     const pc::CompileStats s = pc::compile_stats();
-    return std::map<std::string, std::uint64_t>{{"compiles", s.compiles},         {"compile_errors", s.compile_errors},
-                                                {"hits", s.hits},                 {"shared_waits", s.shared_waits},
-                                                {"lock_waits", s.lock_waits},     {"cache_errors", s.cache_errors},
+    return std::map<std::string, std::uint64_t>{{"compiles", s.compiles},
+                                                {"compile_errors", s.compile_errors},
+                                                {"hits", s.hits},
+                                                {"shared_waits", s.shared_waits},
+                                                {"lock_waits", s.lock_waits},
+                                                {"cache_errors", s.cache_errors},
                                                 {"unstable_inputs", s.unstable_inputs}};
   });
 

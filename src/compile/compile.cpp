@@ -1,3 +1,5 @@
+#include "progcache/compile.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -5,20 +7,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <condition_variable>
+#include <filesystem>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "cuda_libs.h"
-#include "source_deps.h"
-#include "progcache/compile.h"
 #include "progcache/env.h"
 #include "progcache/file_store.h"
 #include "progcache/hash.h"
+#include "source_deps.h"
 
 namespace progcache {
 
@@ -27,17 +27,21 @@ namespace {
 using nlohmann::json;
 
 struct Counters {
-  std::atomic<std::uint64_t> compiles{0}, compile_errors{0}, hits{0}, shared_waits{0}, lock_waits{0},
-      cache_errors{0}, unstable_inputs{0};
+  std::atomic<std::uint64_t> compiles{0}, compile_errors{0}, hits{0}, shared_waits{0}, lock_waits{0}, cache_errors{0},
+      unstable_inputs{0};
 };
 Counters& counters() {
   static Counters c;
   return c;
 }
 
-std::string state_dir_of(const CompileOptions& o) { return o.state_dir.empty() ? default_cache_root() : o.state_dir; }
+std::string state_dir_of(const CompileOptions& o) {
+  return o.state_dir.empty() ? default_cache_root() : o.state_dir;
+}
 
-bool uses_nvrtc(const Program& p) { return p.code_type == CodeType::cxx; }
+bool uses_nvrtc(const Program& p) {
+  return p.code_type == CodeType::cxx;
+}
 
 // nvJitLink wants "-arch=sm_90"; users write NVRTC spellings. Everything else
 // is passed as given.
@@ -65,8 +69,9 @@ std::vector<std::string> jitlink_options(const std::vector<std::string>& opts, c
 // run (program_key also keys inputs cuda.core's contract accepts).
 Status check_program(const Program& p, TargetType target, bool for_compile) {
   if (for_compile && p.code_type == CodeType::nvvm) {
-    return invalid_argument("NVVM IR is compiled by libNVVM, which progcache does not drive; compile it "
-                            "elsewhere (cuda.core's Program) and cache the result under program_key()'s key");
+    return invalid_argument(
+        "NVVM IR is compiled by libNVVM, which progcache does not drive; compile it "
+        "elsewhere (cuda.core's Program) and cache the result under program_key()'s key");
   }
   if (for_compile && target == TargetType::fatbin) {
     return invalid_argument("target fatbin is not supported: compile to cubin per architecture (or ptx)");
@@ -91,8 +96,7 @@ Status check_program(const Program& p, TargetType target, bool for_compile) {
 Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o, bool tolerate_missing) {
   CompilerIdentity id;
   const std::string dir = state_dir_of(o);
-  const std::string_view library =
-      uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
+  const std::string_view library = uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
   cuda::LibraryIdentity li;
   if (auto path = cuda::locate(library); path.ok()) {
     PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
@@ -191,7 +195,9 @@ std::optional<ObjectCode> from_entry(const Entry& e, const Key& key, TargetType 
   }
   // A cubin is an ELF image: anything else under a cubin key was not
   // written by a compiler.
-  if (target == TargetType::cubin && !art->data.view().starts_with("\x7f" "ELF")) return std::nullopt;
+  if (target == TargetType::cubin && !art->data.view().starts_with("\x7f"
+                                                                   "ELF"))
+    return std::nullopt;
   oc.compiler = id;
   oc.key = key;
   oc.from_cache = true;
@@ -261,10 +267,17 @@ Result<ObjectCode> run_nvrtc(const Program& p, TargetType target, CompileFailure
     return {};
   };
   switch (target) {
-    case TargetType::ptx: PROGCACHE_TRY(take(api->get_ptx_size, api->get_ptx, "PTX")); break;
-    case TargetType::cubin: PROGCACHE_TRY(take(api->get_cubin_size, api->get_cubin, "cubin")); break;
-    case TargetType::ltoir: PROGCACHE_TRY(take(api->get_ltoir_size, api->get_ltoir, "LTO-IR")); break;
-    case TargetType::fatbin: return invalid_argument("fatbin is not supported");
+    case TargetType::ptx:
+      PROGCACHE_TRY(take(api->get_ptx_size, api->get_ptx, "PTX"));
+      break;
+    case TargetType::cubin:
+      PROGCACHE_TRY(take(api->get_cubin_size, api->get_cubin, "cubin"));
+      break;
+    case TargetType::ltoir:
+      PROGCACHE_TRY(take(api->get_ltoir_size, api->get_ltoir, "LTO-IR"));
+      break;
+    case TargetType::fatbin:
+      return invalid_argument("fatbin is not supported");
   }
   if (target == TargetType::cubin && oc.code.size() == 0) {
     return invalid_argument("NVRTC produced no cubin for '" + p.name +
@@ -285,8 +298,10 @@ std::string jit_log(const cuda::NvJitLink* api, cuda::nvJitLinkHandle h, bool er
   std::size_t n = 0;
   if ((error ? api->get_error_log_size(h, &n) : api->get_info_log_size(h, &n)) != 0 || n <= 1) return {};
   std::string log(n, '\0');
-  if (error) api->get_error_log(h, log.data());
-  else api->get_info_log(h, log.data());
+  if (error)
+    api->get_error_log(h, log.data());
+  else
+    api->get_info_log(h, log.data());
   while (!log.empty() && log.back() == '\0') log.pop_back();
   return log;
 }
@@ -379,7 +394,8 @@ class KeyLock {
       const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
       if (fd < 0) return errno_status(errno, "open lock file", path);
       if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-        struct stat a {}, b {};
+        struct stat a {
+        }, b{};
         if (::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
           return KeyLock(path, fd);
         }
@@ -441,8 +457,7 @@ std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target
 
 // The leader's work: cross-process lock, look again, compile, store.
 Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOptions& o, const Key& key,
-                        const CompilerIdentity& id, const std::optional<std::string>& deps,
-                        CompileFailure* failure) {
+                        const CompilerIdentity& id, const std::optional<std::string>& deps, CompileFailure* failure) {
   std::optional<KeyLock> lock;
   if (o.cache != nullptr && o.process_lock) {
     bool waited = false;
@@ -480,8 +495,8 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
 
 CompileStats compile_stats() {
   const Counters& c = counters();
-  return {c.compiles.load(), c.compile_errors.load(), c.hits.load(),   c.shared_waits.load(),
-          c.lock_waits.load(), c.cache_errors.load(),     c.unstable_inputs.load()};
+  return {c.compiles.load(),   c.compile_errors.load(), c.hits.load(),           c.shared_waits.load(),
+          c.lock_waits.load(), c.cache_errors.load(),   c.unstable_inputs.load()};
 }
 
 Result<Key> program_key(const Program& program, TargetType target, const CompileOptions& options) {

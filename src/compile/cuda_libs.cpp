@@ -10,9 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "progcache/compile.h"
 #include "progcache/env.h"
@@ -30,15 +29,16 @@ struct LibrarySpec {
 };
 
 const LibrarySpec& spec_of(std::string_view library) {
-  static const LibrarySpec k_nvrtc{"nvrtc", "PROGCACHE_NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"},
-                                   {"cu13/lib", "cuda_nvrtc/lib"}};
-  static const LibrarySpec k_jit{"nvJitLink", "PROGCACHE_NVJITLINK",
+  static const LibrarySpec k_nvrtc{
+      "nvrtc", "PROGCACHE_NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}, {"cu13/lib", "cuda_nvrtc/lib"}};
+  static const LibrarySpec k_jit{"nvJitLink",
+                                 "PROGCACHE_NVJITLINK",
                                  {"libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so"},
                                  {"cu13/lib", "nvjitlink/lib"}};
   static const LibrarySpec k_cuda{"cuda", "PROGCACHE_LIBCUDA", {"libcuda.so.1", "libcuda.so"}, {}};
   // libNVVM is only fingerprinted (for NVVM IR keys), never loaded.
-  static const LibrarySpec k_nvvm{"nvvm", "PROGCACHE_LIBNVVM", {"libnvvm.so.4", "libnvvm.so"},
-                                  {"cu13/nvvm/lib64", "cuda_nvcc/nvvm/lib64"}};
+  static const LibrarySpec k_nvvm{
+      "nvvm", "PROGCACHE_LIBNVVM", {"libnvvm.so.4", "libnvvm.so"}, {"cu13/nvvm/lib64", "cuda_nvcc/nvvm/lib64"}};
   if (library == "nvrtc") return k_nvrtc;
   if (library == "nvJitLink") return k_jit;
   if (library == "nvvm") return k_nvvm;
@@ -93,8 +93,8 @@ std::vector<std::string> library_search_paths(std::string_view library) {
   }
   if (library == "cuda") {
     // The driver comes with the GPU driver install, not the toolkit.
-    for (const char* d : {"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/nvidia/lib64",
-                          "/usr/lib/wsl/lib"}) {
+    for (const char* d :
+         {"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/nvidia/lib64", "/usr/lib/wsl/lib"}) {
       dirs.emplace_back(d);
     }
   } else {

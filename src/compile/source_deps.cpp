@@ -7,18 +7,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <cctype>
-#include <climits>
 #include <cerrno>
+#include <climits>
+#include <cstring>
 #include <ctime>
-#include <set>
-#include <string_view>
-
 #include <map>
 #include <mutex>
-
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
 
 #include "progcache/env.h"
 #include "progcache/hash.h"
@@ -28,14 +26,15 @@ namespace progcache {
 
 namespace {
 
-
 // Headers larger than this are refused rather than read into memory.
 constexpr std::int64_t k_max_header_bytes = std::int64_t{256} << 20;
 // A file changed this recently may change again within one timestamp tick
 // without its stat changing: such files are hashed by content.
 constexpr std::int64_t k_recent_ns = std::int64_t{2} * 1000 * 1000 * 1000;
 
-std::int64_t ns_of(const struct timespec& t) { return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
+std::int64_t ns_of(const struct timespec& t) {
+  return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
 
 std::int64_t now_ns() {
   struct timespec t {};
@@ -71,7 +70,9 @@ struct Directive {
   int line;
 };
 
-bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+bool is_ident(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+}
 
 // Reads the operand at `s[i]`: "name", <name>, or anything else (computed).
 Directive read_operand(std::string_view s, std::size_t i, int line) {
@@ -159,10 +160,11 @@ std::vector<LogicalLine> logical_lines(std::string_view text) {
       continue;
     }
     if (c == '"' || (c == '\'' && !(run_start != std::string::npos &&
-                                     std::isdigit(static_cast<unsigned char>(src[run_start])) != 0))) {
+                                    std::isdigit(static_cast<unsigned char>(src[run_start])) != 0))) {
       const std::string_view prefix =
           run_start == std::string::npos ? std::string_view() : std::string_view(src).substr(run_start, i - run_start);
-      const bool raw = c == '"' && (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
+      const bool raw =
+          c == '"' && (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
       std::size_t end = std::string::npos;
       if (raw) {
         const std::size_t open = src.find('(', i + 1);
@@ -209,8 +211,7 @@ std::vector<Directive> directives_of(std::string_view text) {
     const std::string_view l = ll.text;
     const int first_line = ll.line;
     // __has_include(...) may appear anywhere on a line (#if, #elif, macros).
-    for (std::size_t at = l.find("__has_include"); at != std::string_view::npos;
-         at = l.find("__has_include", at + 1)) {
+    for (std::size_t at = l.find("__has_include"); at != std::string_view::npos; at = l.find("__has_include", at + 1)) {
       std::size_t i = at + std::string_view("__has_include").size();
       if (l.substr(i).starts_with("_next")) i += 5;
       while (i < l.size() && (l[i] == ' ' || l[i] == '\t')) ++i;
@@ -308,8 +309,10 @@ std::string normal(std::string_view p, bool keep_dotdot = false) {
     if (j == std::string_view::npos) j = p.size();
     const std::string_view part = p.substr(i, j - i);
     if (part == ".." && !keep_dotdot) {
-      if (!parts.empty() && parts.back() != "..") parts.pop_back();
-      else if (!absolute) parts.push_back(part);
+      if (!parts.empty() && parts.back() != "..")
+        parts.pop_back();
+      else if (!absolute)
+        parts.push_back(part);
     } else if (!part.empty() && part != ".") {
       parts.push_back(part);
     }
@@ -471,7 +474,6 @@ class ScanMemo {
   bool m_loaded = false;                       // GUARDED_BY(m_mu)
 };
 
-
 // ---------------------------------------------------------------- manifest
 //
 // What a scan consulted, so the next lookup of the same program can check
@@ -549,8 +551,10 @@ class Manifest {
     // must not vouch for what a newer one would find.
     add_field(sha, "scanner", std::to_string(k_memo_version));
     std::string cwd(4096, '\0');
-    if (::getcwd(cwd.data(), cwd.size()) != nullptr) cwd.resize(std::strlen(cwd.c_str()));
-    else cwd = "?";
+    if (::getcwd(cwd.data(), cwd.size()) != nullptr)
+      cwd.resize(std::strlen(cwd.c_str()));
+    else
+      cwd = "?";
     add_field(sha, "cwd", cwd);
     add_field(sha, "name", p.name);
     add_field(sha, "code", p.code);
@@ -571,8 +575,7 @@ class Manifest {
   }
 
   // Best effort: a manifest that cannot be written costs the next lookup a scan.
-  static void write(const std::string& state_dir, const std::string& key, const SourceDeps& deps,
-                    const CheckLog& log) {
+  static void write(const std::string& state_dir, const std::string& key, const SourceDeps& deps, const CheckLog& log) {
     if (state_dir.empty() || log.broken()) return;
     const std::int64_t now = now_ns();
     // Grouped by directory, so a check opens each directory once.
@@ -953,9 +956,12 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
   std::vector<std::string> include_dirs, pre_includes;
   bool no_source_include = false;
   for (const auto& o : opts) {
-    if (o.starts_with("--include-path=")) include_dirs.push_back(o.substr(15));
-    else if (o.starts_with("--pre-include=")) pre_includes.push_back(o.substr(14));
-    else if (o == "--no-source-include") no_source_include = true;
+    if (o.starts_with("--include-path="))
+      include_dirs.push_back(o.substr(15));
+    else if (o.starts_with("--pre-include="))
+      pre_includes.push_back(o.substr(14));
+    else if (o == "--no-source-include")
+      no_source_include = true;
   }
   // A program that includes nothing is scanned faster than a manifest is
   // read: manifests are for programs with headers.

@@ -32,8 +32,8 @@
 namespace progcache::detail {
 
 struct SourceDeps {
-  std::string digest;               // hex SHA-256 over everything consulted
-  std::vector<std::string> files;   // files read, in the order first found
+  std::string digest;              // hex SHA-256 over everything consulted
+  std::vector<std::string> files;  // files read, in the order first found
 };
 
 // For a C++ program. invalid_argument for a computed include it cannot

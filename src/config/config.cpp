@@ -22,8 +22,7 @@ std::optional<std::string> env(const char* name) {
 // A setting that takes one of a few words from the environment, the first
 // being the default: parsed into `*out` and recorded with its source.
 template <typename E>
-Status word_setting(Config& c, const char* name, std::initializer_list<std::pair<std::string_view, E>> words,
-                    E* out) {
+Status word_setting(Config& c, const char* name, std::initializer_list<std::pair<std::string_view, E>> words, E* out) {
   auto v = env(name);
   if (!v) {
     *out = words.begin()->second;
@@ -70,7 +69,8 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
   } else {
     std::string source;
     c.dir = default_cache_root(&source);
-    c.settings.push_back({"PROGCACHE_DIR", c.dir, source == "PROGCACHE_DIR" ? "environment" : "default (from " + source + ")"});
+    c.settings.push_back(
+        {"PROGCACHE_DIR", c.dir, source == "PROGCACHE_DIR" ? "environment" : "default (from " + source + ")"});
   }
   // Size cap.
   {
@@ -103,7 +103,8 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
     }
     if (text && *text != "0" && *text != "none") {
       std::uint64_t n = 0;
-      const bool digits = !text->empty() && std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
+      const bool digits =
+          !text->empty() && std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
       if (!digits || text->size() > 18) {
         return invalid_argument("PROGCACHE_MAX_ENTRIES: invalid entry count '" + *text + "': use a positive integer");
       }
@@ -147,8 +148,9 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
         return unavailable("PROGCACHE_REMOTE is set but this progcache was built without the Redis tier");
 #endif
         if (overrides.remote && !parsed->password.empty()) {
-          c.warnings.push_back("the password in --remote is visible to every local user (ps, /proc); "
-                               "put it in a file named by PROGCACHE_REMOTE_PASSWORD_FILE instead");
+          c.warnings.push_back(
+              "the password in --remote is visible to every local user (ps, /proc); "
+              "put it in a file named by PROGCACHE_REMOTE_PASSWORD_FILE instead");
         }
         c.remote_urls.push_back(url);
       }

@@ -2,9 +2,8 @@
 
 #include <cstring>
 #include <limits>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "progcache/hash.h"
 #include "progcache/version.h"
@@ -44,7 +43,9 @@ bool add_checked(std::uint64_t& a, std::uint64_t b) {
 
 }  // namespace
 
-std::string_view producer_string() { return "progcache " PROGCACHE_VERSION_STRING; }
+std::string_view producer_string() {
+  return "progcache " PROGCACHE_VERSION_STRING;
+}
 
 Entry::Entry() {
   static const auto empty = std::make_shared<const Data>();
@@ -85,8 +86,8 @@ std::uint64_t Entry::payload_size() const {
 
 Status Entry::validate() const {
   if (m_data->artifacts.size() > k_max_artifacts) {
-    return invalid_argument("an entry holds at most " + std::to_string(k_max_artifacts) +
-                            " artifacts, got " + std::to_string(m_data->artifacts.size()));
+    return invalid_argument("an entry holds at most " + std::to_string(k_max_artifacts) + " artifacts, got " +
+                            std::to_string(m_data->artifacts.size()));
   }
   std::set<std::string_view> seen;
   for (const auto& a : m_data->artifacts) {
@@ -109,8 +110,8 @@ Status Entry::validate() const {
 Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_t now_ns,
                                  const EntryCodecOptions& options) {
   PROGCACHE_TRY(entry.validate());
-  std::uint64_t body = k_entry_fixed_header + k_table_row * entry.artifacts().size() +
-                       entry.producer().size() + entry.metadata().size();
+  std::uint64_t body =
+      k_entry_fixed_header + k_table_row * entry.artifacts().size() + entry.producer().size() + entry.metadata().size();
   for (const auto& a : entry.artifacts()) body += a.name.size() + a.data.size();
   const bool sign = !options.hmac_key.empty();
   std::string out;

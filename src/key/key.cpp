@@ -11,7 +11,9 @@ namespace progcache {
 
 // ---------------------------------------------------------------- Key
 
-std::string Key::hex() const { return to_hex(view()); }
+std::string Key::hex() const {
+  return to_hex(view());
+}
 
 Result<Key> Key::from_raw(std::string_view raw) {
   if (raw.size() != 32) {
@@ -24,8 +26,7 @@ Result<Key> Key::from_raw(std::string_view raw) {
 
 Result<Key> Key::from_hex(std::string_view hex) {
   if (hex.size() != 64) {
-    return invalid_argument("a key is 64 hex digits, got " + std::to_string(hex.size()) +
-                            " characters");
+    return invalid_argument("a key is 64 hex digits, got " + std::to_string(hex.size()) + " characters");
   }
   auto raw = progcache::from_hex(hex);
   if (!raw.ok()) return raw.status().with_context("bad key '" + std::string(hex) + "'");
@@ -47,7 +48,9 @@ Key key_from_user(std::string_view text) {
   return key_from_string(text);
 }
 
-Key key_from_string(std::string_view text) { return KeyBuilder("user").add_bytes("key", text).finish(); }
+Key key_from_string(std::string_view text) {
+  return KeyBuilder("user").add_bytes("key", text).finish();
+}
 
 // ---------------------------------------------------------------- KeyBuilder
 
@@ -148,7 +151,9 @@ KeyBuilder& KeyBuilder::add_int(std::string_view label, std::int64_t value) {
   return add(label, KeyValue(static_cast<long long>(value)));
 }
 
-KeyBuilder& KeyBuilder::add_bool(std::string_view label, bool value) { return add(label, KeyValue(value)); }
+KeyBuilder& KeyBuilder::add_bool(std::string_view label, bool value) {
+  return add(label, KeyValue(value));
+}
 
 Key KeyBuilder::finish() {
   Key k;
@@ -160,20 +165,28 @@ Key KeyBuilder::finish() {
 
 std::string_view code_type_name(CodeType t) {
   switch (t) {
-    case CodeType::cxx: return "c++";
-    case CodeType::ptx: return "ptx";
-    case CodeType::ltoir: return "ltoir";
-    case CodeType::nvvm: return "nvvm";
+    case CodeType::cxx:
+      return "c++";
+    case CodeType::ptx:
+      return "ptx";
+    case CodeType::ltoir:
+      return "ltoir";
+    case CodeType::nvvm:
+      return "nvvm";
   }
   return "?";
 }
 
 std::string_view target_type_name(TargetType t) {
   switch (t) {
-    case TargetType::ptx: return "ptx";
-    case TargetType::cubin: return "cubin";
-    case TargetType::ltoir: return "ltoir";
-    case TargetType::fatbin: return "fatbin";
+    case TargetType::ptx:
+      return "ptx";
+    case TargetType::cubin:
+      return "cubin";
+    case TargetType::ltoir:
+      return "ltoir";
+    case TargetType::fatbin:
+      return "fatbin";
   }
   return "?";
 }
@@ -323,8 +336,7 @@ Status refusal(const OptionSpec& spec, std::string_view written) {
 
 }  // namespace
 
-Result<std::vector<std::string>> canonicalize_options(const std::vector<std::string>& options,
-                                                      bool have_extra_digest) {
+Result<std::vector<std::string>> canonicalize_options(const std::vector<std::string>& options, bool have_extra_digest) {
   std::vector<std::string> out;
   out.reserve(options.size());
   // NUL cannot reach the compiler (options are C strings): refuse it in
@@ -389,16 +401,19 @@ Result<std::vector<std::string>> canonicalize_options(const std::vector<std::str
 Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   const bool allowed = [&] {
     switch (in.code_type) {
-      case CodeType::cxx: return true;
+      case CodeType::cxx:
+        return true;
       case CodeType::ptx:
-      case CodeType::ltoir: return in.target == TargetType::cubin || in.target == TargetType::ptx;
-      case CodeType::nvvm: return in.target == TargetType::ptx || in.target == TargetType::ltoir;
+      case CodeType::ltoir:
+        return in.target == TargetType::cubin || in.target == TargetType::ptx;
+      case CodeType::nvvm:
+        return in.target == TargetType::ptx || in.target == TargetType::ltoir;
     }
     return false;
   }();
   if (!allowed) {
-    return invalid_argument("cannot compile code type '" + std::string(code_type_name(in.code_type)) +
-                            "' to target '" + std::string(target_type_name(in.target)) +
+    return invalid_argument("cannot compile code type '" + std::string(code_type_name(in.code_type)) + "' to target '" +
+                            std::string(target_type_name(in.target)) +
                             "': PTX and LTO-IR compile to cubin or ptx, NVVM IR to ptx or ltoir, C++ to any "
                             "target");
   }
@@ -460,8 +475,7 @@ Result<Key> make_program_cache_key(const ProgramKeyInputs& in) {
   b.add_string("nvrtc_fingerprint", in.compiler.nvrtc_fingerprint);
   b.add_string("nvjitlink_version", in.compiler.nvjitlink_version);
   b.add_string("driver_version", in.compiler.driver_version);
-  if (in.code_type == CodeType::cxx &&
-      std::any_of(opts.begin(), opts.end(), [](const std::string& o) {
+  if (in.code_type == CodeType::cxx && std::any_of(opts.begin(), opts.end(), [](const std::string& o) {
         return o.starts_with("--device-debug") || o.starts_with("--generate-line-info");
       })) {
     b.add_string("working_directory", in.working_directory);

@@ -1,9 +1,5 @@
 #include "progcache/file_store.h"
 
-#include <nlohmann/json.hpp>
-
-#include "progcache/hash.h"
-
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
+
+#include "progcache/hash.h"
 
 namespace progcache {
 
@@ -68,14 +67,18 @@ std::int64_t atomic_load(std::int64_t& field) {
 std::int64_t atomic_exchange(std::int64_t& field, std::int64_t v) {
   return std::atomic_ref<std::int64_t>(field).exchange(v, std::memory_order_relaxed);
 }
-std::uint64_t clamp0(std::int64_t v) { return v < 0 ? 0 : static_cast<std::uint64_t>(v); }
+std::uint64_t clamp0(std::int64_t v) {
+  return v < 0 ? 0 : static_cast<std::uint64_t>(v);
+}
 
 bool is_hex_name(std::string_view s, std::size_t len) {
   if (s.size() != len) return false;
   return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-bool nlohmann_accept(std::string_view json) { return nlohmann::json::accept(json); }
+bool nlohmann_accept(std::string_view json) {
+  return nlohmann::json::accept(json);
+}
 
 std::string shard_hex(int idx) {
   static constexpr char k_digits[] = "0123456789abcdef";
@@ -381,8 +384,9 @@ class FileStoreImpl final : public FileStore {
         // counters say. Something else in its place (a symlink, a file) is
         // never followed: it is reported, and removed on repair.
         if (auto info = m_env->lstat(dir); info.ok() && !info->is_dir()) {
-          VerifyProblem p{dir, info->is_symlink() ? "shard directory is a symlink (never followed)"
-                                                  : "shard directory is not a directory",
+          VerifyProblem p{dir,
+                          info->is_symlink() ? "shard directory is a symlink (never followed)"
+                                             : "shard directory is not a directory",
                           false};
           if (repair == Repair::yes) {
             p.removed = m_env->unlink(dir).ok();
@@ -562,8 +566,8 @@ class FileStoreImpl final : public FileStore {
     const std::uint64_t n = m_temp_counter.fetch_add(1, std::memory_order_relaxed);
     // pid + counter are unique within the host at any instant; the random part
     // guards against pid reuse by a process that crashed mid-put.
-    return join_path(shard_dir(idx), std::string(k_temp_prefix) + std::to_string(::getpid()) + "." +
-                                         std::to_string(n) + "." + std::to_string(rng() & 0xffffffffu));
+    return join_path(shard_dir(idx), std::string(k_temp_prefix) + std::to_string(::getpid()) + "." + std::to_string(n) +
+                                         "." + std::to_string(rng() & 0xffffffffu));
   }
 
   // Reads and verifies the entry open at `fd`. Errors are I/O failures;
@@ -637,8 +641,8 @@ class FileStoreImpl final : public FileStore {
 
   // The streaming read behind get_primary_into. Layout checks mirror
   // decode_entry; `reason` is set when the entry is damaged.
-  Result<bool> read_primary_into(int fd, const Key& key, const std::function<char*(std::size_t)>& alloc,
-                                 FileInfo* info, std::string* reason) {
+  Result<bool> read_primary_into(int fd, const Key& key, const std::function<char*(std::size_t)>& alloc, FileInfo* info,
+                                 std::string* reason) {
     PROGCACHE_ASSIGN_OR_RETURN(*info, m_env->fstat(fd));
     if (!info->is_regular()) return false;
     const std::uint64_t size = info->size;
@@ -890,8 +894,8 @@ class FileStoreImpl final : public FileStore {
     const auto count = static_cast<std::int64_t>(out.size());
     if (m_acct != nullptr &&
         (reconcile == Reconcile::yes ||
-         (reconcile == Reconcile::gross && grossly_off(atomic_load(m_acct->shards[idx].bytes),
-                                                       atomic_load(m_acct->shards[idx].count), bytes, count)))) {
+         (reconcile == Reconcile::gross &&
+          grossly_off(atomic_load(m_acct->shards[idx].bytes), atomic_load(m_acct->shards[idx].count), bytes, count)))) {
       reconcile_shard(idx, bytes, count);
     }
     return out;
@@ -902,8 +906,7 @@ class FileStoreImpl final : public FileStore {
         static_cast<double>(total_bytes()) > fraction * static_cast<double>(*m_opt.max_size_bytes)) {
       return true;
     }
-    return m_opt.max_entries &&
-           static_cast<double>(total_count()) > fraction * static_cast<double>(*m_opt.max_entries);
+    return m_opt.max_entries && static_cast<double>(total_count()) > fraction * static_cast<double>(*m_opt.max_entries);
   }
 
   struct Written {
@@ -965,8 +968,7 @@ class FileStoreImpl final : public FileStore {
       for (std::size_t i = 0; i < all.size() && over(k_low_water); ++i) evict(all[i].first, all[i].second);
       return;
     }
-    const bool by_count = m_opt.max_entries.has_value() &&
-                          (!m_opt.max_size_bytes || over_entries_more());
+    const bool by_count = m_opt.max_entries.has_value() && (!m_opt.max_size_bytes || over_entries_more());
     std::array<bool, k_shards> visited{};
     for (int round = 0; round < k_shards && over(k_low_water); ++round) {
       int best = -1;
@@ -1053,7 +1055,8 @@ class FileStoreImpl final : public FileStore {
       if (acc == acc.root_path()) continue;
       Status st = m_env->mkdir(acc.string(), m_dir_perms);
       if (!st.ok() && st.code() != Code::failed_precondition) return st.with_context("creating cache root");
-      if (st.ok() && m_opt.sharing == Sharing::group && acc == p) PROGCACHE_TRY(m_env->chmod(acc.string(), m_dir_perms));
+      if (st.ok() && m_opt.sharing == Sharing::group && acc == p)
+        PROGCACHE_TRY(m_env->chmod(acc.string(), m_dir_perms));
     }
     // The root itself may be a symlink the user chose; judge its target.
     PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->stat(m_root));
@@ -1090,8 +1093,8 @@ class FileStoreImpl final : public FileStore {
       const bool sticky = (info.mode & S_ISVTX) != 0;
       const std::uint32_t foreign_write = m_opt.sharing == Sharing::private_only ? 022 : 002;
       if ((info.mode & foreign_write) != 0 && !sticky) {
-        return permission_denied("'" + dir.string() + "', above the cache root '" + m_root +
-                                 "', is writable by " + (m_opt.sharing == Sharing::private_only ? "group or " : "") +
+        return permission_denied("'" + dir.string() + "', above the cache root '" + m_root + "', is writable by " +
+                                 (m_opt.sharing == Sharing::private_only ? "group or " : "") +
                                  "others (and not sticky): they could move the root aside and plant programs. "
                                  "Use a cache directory under one only you (or root) can write");
       }
@@ -1118,8 +1121,8 @@ class FileStoreImpl final : public FileStore {
   Status open_accounting() {
     const std::string path = join_path(m_dir, "accounting");
     PROGCACHE_ASSIGN_OR_RETURN(m_acct_fd, m_env->open_file(path, OpenMode::read_write, m_file_perms));
-    PROGCACHE_ASSIGN_OR_RETURN(m_evict_fd, m_env->open_file(join_path(m_dir, "evict.lock"), OpenMode::read_write,
-                                                            m_file_perms));
+    PROGCACHE_ASSIGN_OR_RETURN(m_evict_fd,
+                               m_env->open_file(join_path(m_dir, "evict.lock"), OpenMode::read_write, m_file_perms));
     PROGCACHE_ASSIGN_OR_RETURN(bool locked, m_env->lock(m_acct_fd, LockKind::exclusive, LockWait::block));
     (void)locked;
     Status st = init_accounting_locked();

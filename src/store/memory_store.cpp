@@ -30,9 +30,8 @@ class Shard {
   }
 
   // Returns the number of entries evicted to make room.
-  std::uint64_t put(const Key& key, const Entry& entry, std::uint64_t charge,
-                    std::optional<std::uint64_t> byte_cap, std::optional<std::uint64_t> entry_cap,
-                    bool* stored) {
+  std::uint64_t put(const Key& key, const Entry& entry, std::uint64_t charge, std::optional<std::uint64_t> byte_cap,
+                    std::optional<std::uint64_t> entry_cap, bool* stored) {
     std::lock_guard lock(m_mu);
     std::uint64_t evicted = 0;
     if (auto it = m_index.find(key); it != m_index.end()) {
@@ -44,8 +43,8 @@ class Shard {
       *stored = false;
       return 1;
     }
-    while (!m_list.empty() && ((byte_cap && m_bytes + charge > *byte_cap) ||
-                               (entry_cap && m_list.size() + 1 > *entry_cap))) {
+    while (!m_list.empty() &&
+           ((byte_cap && m_bytes + charge > *byte_cap) || (entry_cap && m_list.size() + 1 > *entry_cap))) {
       Node& victim = m_list.back();
       m_bytes -= victim.charge;
       m_index.erase(victim.key);
@@ -83,9 +82,9 @@ class Shard {
 
  private:
   std::mutex m_mu;
-  std::list<Node> m_list;                                            // GUARDED_BY(m_mu)
+  std::list<Node> m_list;                                               // GUARDED_BY(m_mu)
   std::unordered_map<Key, std::list<Node>::iterator, KeyHash> m_index;  // GUARDED_BY(m_mu)
-  std::uint64_t m_bytes = 0;                                         // GUARDED_BY(m_mu)
+  std::uint64_t m_bytes = 0;                                            // GUARDED_BY(m_mu)
 };
 
 class MemoryStore final : public Store {

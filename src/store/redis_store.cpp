@@ -1,8 +1,7 @@
 #include "progcache/redis_store.h"
 
-#include <hiredis/hiredis.h>
-
 #include <fcntl.h>
+#include <hiredis/hiredis.h>
 #include <poll.h>
 
 #include <algorithm>
@@ -125,7 +124,8 @@ Result<RedisUrl> parse_redis_url(std::string_view url) {
       hostport = rest.substr(0, slash);
       std::int64_t db = 0;
       const auto dbs = rest.substr(slash + 1);
-      if (!dbs.empty() && (!parse_int(dbs, &db) || db < 0 || db > 1000)) return bad("db must be a number from 0 to 1000");
+      if (!dbs.empty() && (!parse_int(dbs, &db) || db < 0 || db > 1000))
+        return bad("db must be a number from 0 to 1000");
       u.db = static_cast<int>(db);
     }
     if (hostport.starts_with("[")) {  // [::1]:6379
@@ -285,7 +285,11 @@ class Conn {
 class Server {
  public:
   Server(RedisUrl url, std::size_t max_reply, int max_idle, int breaker_failures, std::chrono::milliseconds backoff)
-      : m_url(std::move(url)), m_max_reply(max_reply), m_max_idle(max_idle), m_breaker_failures(breaker_failures), m_backoff(backoff) {
+      : m_url(std::move(url)),
+        m_max_reply(max_reply),
+        m_max_idle(max_idle),
+        m_breaker_failures(breaker_failures),
+        m_backoff(backoff) {
     m_id_hash = xxh3_64(m_url.redacted());
   }
   ~Server() {
@@ -389,8 +393,8 @@ class Server {
     c->flags &= ~REDIS_BLOCK;
     Conn conn(c, m_url, deadline, m_max_reply);
     if (!m_url.password.empty()) {
-      auto r = m_url.user.empty() ? conn.exec({"AUTH", m_url.password})
-                                  : conn.exec({"AUTH", m_url.user, m_url.password});
+      auto r =
+          m_url.user.empty() ? conn.exec({"AUTH", m_url.password}) : conn.exec({"AUTH", m_url.user, m_url.password});
       if (!r.ok() || (*r)->type == REDIS_REPLY_ERROR) {
         Status st = !r.ok() ? r.status()
                             : permission_denied("remote " + m_url.redacted() +
@@ -403,8 +407,7 @@ class Server {
       const std::string db = std::to_string(m_url.db);
       auto r = conn.exec({"SELECT", db});
       if (!r.ok() || (*r)->type == REDIS_REPLY_ERROR) {
-        Status st = !r.ok() ? r.status()
-                            : unavailable("remote " + m_url.redacted() + ": cannot select database " + db);
+        Status st = !r.ok() ? r.status() : unavailable("remote " + m_url.redacted() + ": cannot select database " + db);
         redisFree(c);
         return st;
       }
@@ -430,8 +433,8 @@ class Server {
   int m_breaker_failures;
   std::chrono::milliseconds m_backoff;
   std::mutex m_mu;
-  std::vector<redisContext*> m_idle;  // GUARDED_BY(m_mu)
-  int m_failures = 0;                  // GUARDED_BY(m_mu)
+  std::vector<redisContext*> m_idle;                   // GUARDED_BY(m_mu)
+  int m_failures = 0;                                  // GUARDED_BY(m_mu)
   std::chrono::steady_clock::time_point m_open_until;  // GUARDED_BY(m_mu)
 };
 
@@ -466,8 +469,9 @@ class RedisStore final : public RemoteStore {
     for (const auto& u : m_opt.urls) {
       PROGCACHE_ASSIGN_OR_RETURN(RedisUrl url, parse_redis_url(u));
       if (url.password.empty()) url.password = m_opt.password;
-      m_servers.push_back(
-          std::make_unique<Server>(std::move(url), m_opt.max_value_bytes + k_reply_overhead, m_opt.max_idle_connections, m_opt.breaker_failures, m_opt.breaker_backoff));
+      m_servers.push_back(std::make_unique<Server>(std::move(url), m_opt.max_value_bytes + k_reply_overhead,
+                                                   m_opt.max_idle_connections, m_opt.breaker_failures,
+                                                   m_opt.breaker_backoff));
     }
     return {};
   }
@@ -541,8 +545,10 @@ class RedisStore final : public RemoteStore {
         },
         m_remote, m_stats_mu);
     std::lock_guard l(m_stats_mu);
-    if (!st.ok()) ++m_base.errors;
-    else ++m_base.puts;
+    if (!st.ok())
+      ++m_base.errors;
+    else
+      ++m_base.puts;
     return st;
   }
 
@@ -577,7 +583,7 @@ class RedisStore final : public RemoteStore {
       do {
         if (Clock::now() >= walk_deadline) {
           return deadline_exceeded("remote " + s.url().redacted() + ": SCAN did not finish within " +
-                                                     std::to_string(m_opt.admin_timeout.count()) + " ms");
+                                   std::to_string(m_opt.admin_timeout.count()) + " ms");
         }
         std::vector<std::string> keys;
         PROGCACHE_TRY(s.with_connection(

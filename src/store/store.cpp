@@ -13,7 +13,9 @@ Result<std::optional<Bytes>> Store::get_bytes(const Key& key) {
   return std::optional<Bytes>(entry->primary());
 }
 
-Status Store::put_bytes(const Key& key, Bytes payload) { return put(key, Entry::from_bytes(std::move(payload))); }
+Status Store::put_bytes(const Key& key, Bytes payload) {
+  return put(key, Entry::from_bytes(std::move(payload)));
+}
 
 namespace {
 
@@ -67,7 +69,7 @@ Result<std::uint64_t> parse_size(std::string_view text) {
   unsigned shift = 0;
   bool known = false;
   constexpr std::pair<std::string_view, unsigned> k_units[] = {
-      {"", 0},   {"b", 0},   {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
+      {"", 0},     {"b", 0},  {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
       {"mib", 20}, {"g", 30}, {"gb", 30}, {"gib", 30}, {"t", 40},   {"tb", 40}, {"tib", 40}};
   for (const auto& [u, sh] : k_units) {
     if (iequals(unit, u)) {
@@ -113,12 +115,18 @@ Result<std::int64_t> parse_duration(std::string_view text) {
   };
   if (!split_number(text, &n, &unit)) return bad();
   double secs = 0;
-  if (unit == "s" || unit.empty()) secs = 1;
-  else if (unit == "m" || unit == "min") secs = 60;
-  else if (unit == "h") secs = 3600;
-  else if (unit == "d") secs = 86400;
-  else if (unit == "w") secs = 7 * 86400;
-  else return bad();
+  if (unit == "s" || unit.empty())
+    secs = 1;
+  else if (unit == "m" || unit == "min")
+    secs = 60;
+  else if (unit == "h")
+    secs = 3600;
+  else if (unit == "d")
+    secs = 86400;
+  else if (unit == "w")
+    secs = 7 * 86400;
+  else
+    return bad();
   const double ns = n * secs * 1e9;
   if (ns >= 9.2e18) return invalid_argument("duration '" + std::string(text) + "' is too long");
   return static_cast<std::int64_t>(ns);
@@ -133,8 +141,10 @@ std::string format_size(std::uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, k_names[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, k_names[u]);
   return buf;
 }
 

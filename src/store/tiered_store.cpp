@@ -48,8 +48,10 @@ class Tiered final : public TieredStore {
     for (Store* t : {m_opt.memory.get(), m_opt.disk.get()}) {
       if (t == nullptr) continue;
       Status st = t->put(key, entry);
-      if (st.ok()) any_ok = true;
-      else if (first_error.ok()) first_error = st;
+      if (st.ok())
+        any_ok = true;
+      else if (first_error.ok())
+        first_error = st;
     }
     if (m_opt.remote) {
       std::lock_guard l(m_mu);
@@ -69,8 +71,10 @@ class Tiered final : public TieredStore {
     Status first_error;
     for (Store* t : m_tiers) {
       auto r = t->erase(key);
-      if (r.ok()) any |= *r;
-      else if (first_error.ok() && r.status().code() != Code::failed_precondition) first_error = r.status();
+      if (r.ok())
+        any |= *r;
+      else if (first_error.ok() && r.status().code() != Code::failed_precondition)
+        first_error = r.status();
     }
     if (!first_error.ok() && !any) return first_error;
     return any;

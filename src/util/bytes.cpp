@@ -58,8 +58,8 @@ Result<std::string> from_hex(std::string_view hex) {
     const int lo = hex_value(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
       const std::size_t bad = hi < 0 ? 2 * i : 2 * i + 1;
-      return invalid_argument("not a hex digit at position " + std::to_string(bad) + ": '" +
-                              std::string(1, hex[bad]) + "'");
+      return invalid_argument("not a hex digit at position " + std::to_string(bad) + ": '" + std::string(1, hex[bad]) +
+                              "'");
     }
     out[i] = static_cast<char>((hi << 4) | lo);
   }

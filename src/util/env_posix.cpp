@@ -12,9 +12,15 @@
 
 namespace progcache {
 
-bool FileInfo::is_regular() const { return S_ISREG(mode); }
-bool FileInfo::is_dir() const { return S_ISDIR(mode); }
-bool FileInfo::is_symlink() const { return S_ISLNK(mode); }
+bool FileInfo::is_regular() const {
+  return S_ISREG(mode);
+}
+bool FileInfo::is_dir() const {
+  return S_ISDIR(mode);
+}
+bool FileInfo::is_symlink() const {
+  return S_ISLNK(mode);
+}
 
 std::string join_path(std::string_view dir, std::string_view name) {
   std::string out(dir);
@@ -126,10 +132,18 @@ class PosixEnv final : public Env {
     switch (mode) {
       // O_NONBLOCK: a FIFO or device where a file was expected must not
       // block the open (it changes nothing for regular files).
-      case OpenMode::read: flags |= O_RDONLY | O_NONBLOCK; break;
-      case OpenMode::read_follow: flags = O_CLOEXEC | O_RDONLY | O_NONBLOCK | O_NOCTTY; break;
-      case OpenMode::create_new: flags |= O_WRONLY | O_CREAT | O_EXCL; break;
-      case OpenMode::read_write: flags |= O_RDWR | O_CREAT; break;
+      case OpenMode::read:
+        flags |= O_RDONLY | O_NONBLOCK;
+        break;
+      case OpenMode::read_follow:
+        flags = O_CLOEXEC | O_RDONLY | O_NONBLOCK | O_NOCTTY;
+        break;
+      case OpenMode::create_new:
+        flags |= O_WRONLY | O_CREAT | O_EXCL;
+        break;
+      case OpenMode::read_write:
+        flags |= O_RDWR | O_CREAT;
+        break;
     }
     int fd;
     do {
@@ -276,11 +290,21 @@ class PosixEnv final : public Env {
       DirEntry e;
       e.name = std::string(name);
       switch (d->d_type) {
-        case DT_REG: e.type = DirEntry::Type::regular; break;
-        case DT_DIR: e.type = DirEntry::Type::directory; break;
-        case DT_LNK: e.type = DirEntry::Type::symlink; break;
-        case DT_UNKNOWN: e.type = DirEntry::Type::unknown; break;
-        default: e.type = DirEntry::Type::other; break;
+        case DT_REG:
+          e.type = DirEntry::Type::regular;
+          break;
+        case DT_DIR:
+          e.type = DirEntry::Type::directory;
+          break;
+        case DT_LNK:
+          e.type = DirEntry::Type::symlink;
+          break;
+        case DT_UNKNOWN:
+          e.type = DirEntry::Type::unknown;
+          break;
+        default:
+          e.type = DirEntry::Type::other;
+          break;
       }
       out.push_back(std::move(e));
     }

@@ -1,12 +1,12 @@
 #include "progcache/hash.h"
 
-#include "progcache/bytes.h"
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
 #include <stdexcept>
+
+#include "progcache/bytes.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -88,7 +88,9 @@ Xxh3Stream::Xxh3Stream() : m_state(XXH3_createState()) {
   if (m_state == nullptr) throw std::bad_alloc();
   XXH3_128bits_reset(static_cast<XXH3_state_t*>(m_state));
 }
-Xxh3Stream::~Xxh3Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(m_state)); }
+Xxh3Stream::~Xxh3Stream() {
+  XXH3_freeState(static_cast<XXH3_state_t*>(m_state));
+}
 
 void Xxh3Stream::update(std::string_view data) {
 #if defined(__x86_64__)
@@ -111,8 +113,8 @@ std::uint64_t xxh3_64(std::string_view data, std::uint64_t seed) {
 Digest256 hmac_sha256(std::string_view key, std::string_view data) {
   Digest256 out{};
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), out.data(), &len);
   return out;
 }
 

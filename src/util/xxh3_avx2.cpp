@@ -10,7 +10,9 @@
 
 namespace progcache::detail {
 
-XXH128_hash_t xxh3_128_avx2(const void* data, std::size_t size) { return XXH3_128bits(data, size); }
+XXH128_hash_t xxh3_128_avx2(const void* data, std::size_t size) {
+  return XXH3_128bits(data, size);
+}
 void xxh3_update_avx2(void* state, const void* data, std::size_t size) {
   XXH3_128bits_update(static_cast<XXH3_state_t*>(state), data, size);
 }

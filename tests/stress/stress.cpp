@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -28,8 +29,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "progcache/file_store.h"
 #include "progcache/hash.h"
@@ -44,7 +43,9 @@ struct Shared {  // in MAP_SHARED anonymous memory, summed over workers
   std::atomic<std::uint64_t> ops, errors, bad_reads, hits, puts, erases;
 };
 
-pc::Key key_of(int id) { return pc::KeyBuilder("stress").add_int("id", id).finish(); }
+pc::Key key_of(int id) {
+  return pc::KeyBuilder("stress").add_int("id", id).finish();
+}
 
 struct Config {
   std::string dir;
@@ -68,18 +69,23 @@ struct Config {
     const unsigned dice = rng() % 100;
     if (dice < 55) {
       auto g = (*store)->get_bytes(key_of(k));
-      if (!g.ok()) sh->errors++;
+      if (!g.ok())
+        sh->errors++;
       else if (g->has_value()) {
         sh->hits++;
         if (!payload_ok((**g).view(), k)) sh->bad_reads++;
       }
     } else if (dice < 92) {
       const std::size_t size = 64 + rng() % (rng() % 8 == 0 ? 65536 : 4096);
-      if (!(*store)->put_bytes(key_of(k), pc::Bytes::adopt(pc::testing::checked_payload(k, id, i, size))).ok()) sh->errors++;
-      else sh->puts++;
+      if (!(*store)->put_bytes(key_of(k), pc::Bytes::adopt(pc::testing::checked_payload(k, id, i, size))).ok())
+        sh->errors++;
+      else
+        sh->puts++;
     } else {
-      if (!(*store)->erase(key_of(k)).ok()) sh->errors++;
-      else sh->erases++;
+      if (!(*store)->erase(key_of(k)).ok())
+        sh->errors++;
+      else
+        sh->erases++;
     }
     sh->ops++;
   }
@@ -110,8 +116,9 @@ int aftermath(const Config& c, Shared* sh, int kills) {
   std::int64_t drift = 0;
   {
     auto before = pc::FileStore::open({.root = c.dir, .max_size_bytes = c.cap});
-    if (before.ok()) drift = static_cast<std::int64_t>((*before)->host_stats().entries) -
-                             static_cast<std::int64_t>(files_on_disk(c.dir).first);
+    if (before.ok())
+      drift = static_cast<std::int64_t>((*before)->host_stats().entries) -
+              static_cast<std::int64_t>(files_on_disk(c.dir).first);
   }
   // All writers are dead: every temp is stale now, so sweep with age 0.
   auto store = pc::FileStore::open({.root = c.dir, .max_size_bytes = c.cap, .stale_temp_ns = 0});
@@ -137,7 +144,8 @@ int aftermath(const Config& c, Shared* sh, int kills) {
   const auto [files, bytes] = files_on_disk(c.dir);
   const auto st = (*store)->host_stats();
   if (temps != 0 || st.entries != files || st.bytes_stored != bytes) {
-    std::fprintf(stderr, "after verify: %llu temps left; accounting says %llu entries / %llu bytes, disk has %llu / %llu\n",
+    std::fprintf(stderr,
+                 "after verify: %llu temps left; accounting says %llu entries / %llu bytes, disk has %llu / %llu\n",
                  static_cast<unsigned long long>(temps), static_cast<unsigned long long>(st.entries),
                  static_cast<unsigned long long>(st.bytes_stored), static_cast<unsigned long long>(files),
                  static_cast<unsigned long long>(bytes));
@@ -149,12 +157,12 @@ int aftermath(const Config& c, Shared* sh, int kills) {
     if (!g.ok() || (g->has_value() && !payload_ok((**g).view(), k))) ++read_bad;
   }
   if (read_bad != 0) failed = 1;
-  std::printf("crash: kills=%d ops=%llu bad_reads=%llu damaged=%zu temps_swept=%llu entries=%llu "
-              "count_drift_before_verify=%lld final_read_bad=%llu\n",
-              kills, static_cast<unsigned long long>(sh->ops.load()),
-              static_cast<unsigned long long>(sh->bad_reads.load()), report->problems.size(),
-              static_cast<unsigned long long>(report->temps_removed), static_cast<unsigned long long>(files),
-              static_cast<long long>(drift), static_cast<unsigned long long>(read_bad));
+  std::printf(
+      "crash: kills=%d ops=%llu bad_reads=%llu damaged=%zu temps_swept=%llu entries=%llu "
+      "count_drift_before_verify=%lld final_read_bad=%llu\n",
+      kills, static_cast<unsigned long long>(sh->ops.load()), static_cast<unsigned long long>(sh->bad_reads.load()),
+      report->problems.size(), static_cast<unsigned long long>(report->temps_removed),
+      static_cast<unsigned long long>(files), static_cast<long long>(drift), static_cast<unsigned long long>(read_bad));
   return failed;
 }
 
@@ -206,21 +214,22 @@ int main(int argc, char** argv) {
     const bool over_cap = disk_bytes > c.cap;
     const bool lies = st.bytes_stored != disk_bytes || st.entries != disk_files;
     if (over_cap || lies || st.corrupt_dropped != 0) {
-      std::fprintf(stderr, "stress: disk holds %llu entries / %llu bytes (cap %llu); accounting says %llu / %llu; "
+      std::fprintf(stderr,
+                   "stress: disk holds %llu entries / %llu bytes (cap %llu); accounting says %llu / %llu; "
                    "corrupt entries dropped: %llu\n",
                    static_cast<unsigned long long>(disk_files), static_cast<unsigned long long>(disk_bytes),
                    static_cast<unsigned long long>(c.cap), static_cast<unsigned long long>(st.entries),
                    static_cast<unsigned long long>(st.bytes_stored),
                    static_cast<unsigned long long>(st.corrupt_dropped));
     }
-    std::printf("stress: procs=%d ops=%llu errors=%llu bad_reads=%llu hits=%llu puts=%llu erases=%llu evictions=%llu "
-                "disk_bytes=%llu bytes=%llu cap=%llu seconds=%.1f\n",
-                c.procs, static_cast<unsigned long long>(sh->ops.load()),
-                static_cast<unsigned long long>(sh->errors.load()), static_cast<unsigned long long>(sh->bad_reads.load()),
-                static_cast<unsigned long long>(sh->hits.load()), static_cast<unsigned long long>(sh->puts.load()),
-                static_cast<unsigned long long>(sh->erases.load()), static_cast<unsigned long long>(st.evictions),
-                static_cast<unsigned long long>(disk_bytes), static_cast<unsigned long long>(st.bytes_stored),
-                static_cast<unsigned long long>(c.cap), secs);
+    std::printf(
+        "stress: procs=%d ops=%llu errors=%llu bad_reads=%llu hits=%llu puts=%llu erases=%llu evictions=%llu "
+        "disk_bytes=%llu bytes=%llu cap=%llu seconds=%.1f\n",
+        c.procs, static_cast<unsigned long long>(sh->ops.load()), static_cast<unsigned long long>(sh->errors.load()),
+        static_cast<unsigned long long>(sh->bad_reads.load()), static_cast<unsigned long long>(sh->hits.load()),
+        static_cast<unsigned long long>(sh->puts.load()), static_cast<unsigned long long>(sh->erases.load()),
+        static_cast<unsigned long long>(st.evictions), static_cast<unsigned long long>(disk_bytes),
+        static_cast<unsigned long long>(st.bytes_stored), static_cast<unsigned long long>(c.cap), secs);
     return (sh->bad_reads.load() != 0 || sh->errors.load() != 0 || failed_workers != 0 || over_cap || lies ||
             st.corrupt_dropped != 0)
                ? 1

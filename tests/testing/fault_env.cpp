@@ -3,10 +3,11 @@
 namespace progcache::testing {
 
 const char* op_name(Op op) {
-  static const char* k_names[] = {"open_read", "open_create", "open_rw", "close", "pread", "write", "fsync",
-                                  "ftruncate", "fstat", "set_atime", "fchmod", "lstat", "stat", "rename",
-                                  "rename_noreplace", "unlink", "mkdir", "chmod", "list_dir", "fsync_dir",
-                                  "lock", "map_shared", "allocate", "rename_exchange"};
+  static const char* k_names[] = {"open_read", "open_create", "open_rw",   "close",          "pread",
+                                  "write",     "fsync",       "ftruncate", "fstat",          "set_atime",
+                                  "fchmod",    "lstat",       "stat",      "rename",         "rename_noreplace",
+                                  "unlink",    "mkdir",       "chmod",     "list_dir",       "fsync_dir",
+                                  "lock",      "map_shared",  "allocate",  "rename_exchange"};
   return k_names[static_cast<int>(op)];
 }
 
@@ -30,9 +31,9 @@ int FaultEnv::check(Op op, bool* short_write) {
   return r.err;
 }
 
-#define PROGCACHE_FAULT(op, what)                        \
-  if (int err = check(op); err != 0) {                   \
-    return errno_status(err, what " (injected)");        \
+#define PROGCACHE_FAULT(op, what)                 \
+  if (int err = check(op); err != 0) {            \
+    return errno_status(err, what " (injected)"); \
   }
 
 Result<int> FaultEnv::open_file(const std::string& path, OpenMode mode, std::uint32_t perms) {
@@ -127,12 +128,18 @@ Result<bool> FaultEnv::lock(int fd, LockKind kind, LockWait wait) {
   PROGCACHE_FAULT(Op::lock, "flock");
   return m_base->lock(fd, kind, wait);
 }
-Status FaultEnv::unlock(int fd) { return m_base->unlock(fd); }
+Status FaultEnv::unlock(int fd) {
+  return m_base->unlock(fd);
+}
 Result<void*> FaultEnv::map_shared(int fd, std::size_t size) {
   PROGCACHE_FAULT(Op::map_shared, "mmap");
   return m_base->map_shared(fd, size);
 }
-void FaultEnv::unmap(void* addr, std::size_t size) { m_base->unmap(addr, size); }
-std::int64_t FaultEnv::now_ns() { return m_fixed_clock.load() ? m_now.load() : m_base->now_ns(); }
+void FaultEnv::unmap(void* addr, std::size_t size) {
+  m_base->unmap(addr, size);
+}
+std::int64_t FaultEnv::now_ns() {
+  return m_fixed_clock.load() ? m_now.load() : m_base->now_ns();
+}
 
 }  // namespace progcache::testing

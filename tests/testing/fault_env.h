@@ -13,9 +13,31 @@
 namespace progcache::testing {
 
 enum class Op {
-  open_read, open_create, open_rw, close, pread, write, fsync, ftruncate, fstat, set_atime, fchmod,
-  lstat, stat, rename, rename_noreplace, unlink, mkdir, chmod, list_dir, fsync_dir, lock, map_shared,
-  allocate, rename_exchange, count_
+  open_read,
+  open_create,
+  open_rw,
+  close,
+  pread,
+  write,
+  fsync,
+  ftruncate,
+  fstat,
+  set_atime,
+  fchmod,
+  lstat,
+  stat,
+  rename,
+  rename_noreplace,
+  unlink,
+  mkdir,
+  chmod,
+  list_dir,
+  fsync_dir,
+  lock,
+  map_shared,
+  allocate,
+  rename_exchange,
+  count_
 };
 const char* op_name(Op op);
 

@@ -57,9 +57,21 @@ RedisServer::~RedisServer() {
 }
 
 bool RedisServer::start() {
-  std::vector<std::string> args = {binary(), "--port", std::to_string(m_port), "--bind", "127.0.0.1",
-                                   "--save", "", "--appendonly", "no", "--dir", m_dir, "--logfile", m_dir + "/log",
-                                   "--protected-mode", "yes"};
+  std::vector<std::string> args = {binary(),
+                                   "--port",
+                                   std::to_string(m_port),
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   "no",
+                                   "--dir",
+                                   m_dir,
+                                   "--logfile",
+                                   m_dir + "/log",
+                                   "--protected-mode",
+                                   "yes"};
   args.insert(args.end(), m_extra.begin(), m_extra.end());
   const pid_t pid = ::fork();
   if (pid == 0) {

@@ -24,10 +24,10 @@ class RedisServer {
   [[nodiscard]] int port() const { return m_port; }
   [[nodiscard]] std::string url(const std::string& query = "") const;
 
-  void pause();   // SIGSTOP: accepts connections, answers nothing
-  void resume();  // SIGCONT
-  void kill();    // SIGKILL and reap
-  bool restart(); // start again on the same port
+  void pause();    // SIGSTOP: accepts connections, answers nothing
+  void resume();   // SIGCONT
+  void kill();     // SIGKILL and reap
+  bool restart();  // start again on the same port
 
   // Runs a raw command (argv) and returns the reply as text; for tests that
   // plant values behind progcache's back.

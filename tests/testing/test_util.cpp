@@ -28,8 +28,8 @@ TempDir::~TempDir() {
   for (auto it = std::filesystem::recursive_directory_iterator(m_path, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (it->is_directory(ec) && !it->is_symlink(ec)) {
-      std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all,
-                                   std::filesystem::perm_options::add, ec);
+      std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add,
+                                   ec);
     }
   }
   std::filesystem::remove_all(m_path, ec);
@@ -48,7 +48,9 @@ std::string make_payload(std::size_t size, std::uint64_t seed) {
   return s;
 }
 
-Entry make_entry(std::string_view payload) { return Entry::from_bytes(Bytes::copy_of(payload)); }
+Entry make_entry(std::string_view payload) {
+  return Entry::from_bytes(Bytes::copy_of(payload));
+}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -2,9 +2,9 @@
 // passes and kept (path printed) when it fails.
 #pragma once
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "progcache/bytes.h"
 #include "progcache/entry.h"

@@ -5,16 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "progcache/compile.h"
 #include "progcache/config.h"
@@ -83,10 +82,10 @@ pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c) {
   PROGCACHE_ASSIGN_OR_RETURN(auto disk, open_store(c));
   if (c.remote_urls.empty()) return std::unique_ptr<pc::Store>(std::move(disk));
 #ifdef PROGCACHE_WITH_REDIS
-  PROGCACHE_ASSIGN_OR_RETURN(auto remote, pc::make_redis_store({.urls = c.remote_urls,
-                                                                .password = c.remote_password,
-                                                                .read_only = c.read_only,
-                                                                .codec = {c.hmac_key}}));
+  PROGCACHE_ASSIGN_OR_RETURN(
+      auto remote,
+      pc::make_redis_store(
+          {.urls = c.remote_urls, .password = c.remote_password, .read_only = c.read_only, .codec = {c.hmac_key}}));
   pc::TieredStoreOptions o;
   o.disk = std::move(disk);
   o.remote = std::move(remote);
@@ -265,7 +264,8 @@ pc::Result<pc::CodeType> code_type_of(const std::string& path) {
   if (ext == ".nvvm" || ext == ".ll" || ext == ".bc") {
     // NVVM IR is compiled by libNVVM, which progcache does not drive; it is
     // not LTO-IR, and passing it to the linker as such would fail or worse.
-    return pc::invalid_argument("'" + path + "' is NVVM IR, which progcache cannot compile (libNVVM is not "
+    return pc::invalid_argument("'" + path +
+                                "' is NVVM IR, which progcache cannot compile (libNVVM is not "
                                 "supported); use .cu (CUDA C++), .ptx or .ltoir");
   }
   return pc::invalid_argument("cannot tell the code type of '" + path +
@@ -283,10 +283,26 @@ struct CompileArgs {
 
 // Options of NVRTC that take their value as the next word.
 bool takes_value(const std::string& o) {
-  static const char* k_names[] = {"-arch", "--gpu-architecture", "-D", "--define-macro", "-U", "--undefine-macro",
-                                  "-I", "--include-path", "-include", "--pre-include", "-std", "--std",
-                                  "-maxrregcount", "--maxrregcount", "-Xptxas", "--ptxas-options", "-dopt",
-                                  "--dopt", "-split", "--split-compile"};
+  static const char* k_names[] = {"-arch",
+                                  "--gpu-architecture",
+                                  "-D",
+                                  "--define-macro",
+                                  "-U",
+                                  "--undefine-macro",
+                                  "-I",
+                                  "--include-path",
+                                  "-include",
+                                  "--pre-include",
+                                  "-std",
+                                  "--std",
+                                  "-maxrregcount",
+                                  "--maxrregcount",
+                                  "-Xptxas",
+                                  "--ptxas-options",
+                                  "-dopt",
+                                  "--dopt",
+                                  "-split",
+                                  "--split-compile"};
   for (const char* n : k_names) {
     if (o == n) return true;
   }
@@ -324,14 +340,15 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
   if (files.empty()) return fail(pc::invalid_argument("compile: no input files"));
   // Where the output goes is checked before any compile.
   if (a.output == "-" && (a.json_out || (files.size() > 1 && !a.link))) {
-    return fail(pc::invalid_argument("compile: -o - writes one program to standard output: not with --json or "
-                                     "several inputs without --link"));
+    return fail(
+        pc::invalid_argument("compile: -o - writes one program to standard output: not with --json or "
+                             "several inputs without --link"));
   }
   if (files.size() > 1 && !a.link && !a.output.empty()) {
     struct stat st {};
     if (::stat(a.output.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return fail(pc::Status(pc::Code::failed_precondition, "output directory '" + a.output +
-                                                                "' does not exist: create it first (nothing was done)"));
+      return fail(pc::Status(pc::Code::failed_precondition,
+                             "output directory '" + a.output + "' does not exist: create it first (nothing was done)"));
     }
   } else if (pc::Status st = check_output_path(a.output); !st.ok()) {
     return fail(st);
@@ -477,8 +494,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     linked.name = "link";
     pc::CompileFailure failure;
     auto r = pc::compile(linked, *target, co, &failure);
-    emit("(link)", r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), failure,
-         a.output);
+    emit("(link)", r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), failure, a.output);
   }
   if (store) {
     store->close().ignore();  // remote puts are flushed before the warning
@@ -491,20 +507,20 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"progcache: a cache for compiled GPU programs.\n\n"
-               "KEY arguments are either exactly 64 hex digits (the key itself, as printed by\n"
-               "'progcache ls' and 'compile'), or a string: 32 bytes are taken as a raw key\n"
-               "(as Python's make_program_cache_key returns), any other length is hashed\n"
-               "(SHA-256) into a key.\n\n"
-               "Exit codes: 0 ok, 1 miss, 2 usage error, 3 error.",
-               "progcache"};
+  CLI::App app{
+      "progcache: a cache for compiled GPU programs.\n\n"
+      "KEY arguments are either exactly 64 hex digits (the key itself, as printed by\n"
+      "'progcache ls' and 'compile'), or a string: 32 bytes are taken as a raw key\n"
+      "(as Python's make_program_cache_key returns), any other length is hashed\n"
+      "(SHA-256) into a key.\n\n"
+      "Exit codes: 0 ok, 1 miss, 2 usage error, 3 error.",
+      "progcache"};
   app.set_version_flag("--version", std::string("progcache ") + PROGCACHE_VERSION_STRING);
   app.require_subcommand(1);
   app.fallthrough();  // global options (--dir) may follow the subcommand
   Globals g;
   app.add_option_function<std::string>(
-         "--dir", [&](const std::string& d) { g.dir = d, g.have_dir = true; },
-         "Cache root (overrides PROGCACHE_DIR)")
+         "--dir", [&](const std::string& d) { g.dir = d, g.have_dir = true; }, "Cache root (overrides PROGCACHE_DIR)")
       ->type_name("DIR");
   app.add_option("--remote", g.remote, "Remote tier URLs, comma-separated (overrides PROGCACHE_REMOTE)")
       ->type_name("URL[,URL]");
@@ -779,7 +795,8 @@ int main(int argc, char** argv) {
     for (const auto& p : report->problems) remaining += p.removed ? 0 : 1;
     if (as_json) {
       json probs = json::array();
-      for (const auto& p : report->problems) probs.push_back({{"path", p.path}, {"reason", p.reason}, {"removed", p.removed}});
+      for (const auto& p : report->problems)
+        probs.push_back({{"path", p.path}, {"reason", p.reason}, {"removed", p.removed}});
       std::cout << json{{"checked", report->checked},
                         {"ok", report->ok},
                         {"damaged", report->problems.size()},
