@@ -388,7 +388,9 @@ TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {
   auto key_without = program_key(p, TargetType::cubin);
   ::unsetenv("PROGCACHE_NVJITLINK");
   ASSERT_TRUE(key_without.ok()) << key_without.status().to_string();
-  if (auto key_with = program_key(p, TargetType::cubin); key_with.ok()) EXPECT_NE(*key_with, *key_without);
+  if (auto key_with = program_key(p, TargetType::cubin); key_with.ok()) {
+    EXPECT_NE(*key_with, *key_without);
+  }
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::unavailable);
   EXPECT_NE(r.status().message().find("/nonexistent/libnvJitLink.so.13"), std::string::npos);

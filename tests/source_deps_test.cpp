@@ -461,8 +461,8 @@ TEST_F(SourceDepsTest, IncludeDirectoriesAreComparedByWhereTheyLead) {
 
 TEST_F(SourceDepsTest, IncludesNamedThroughTrigraphsAndHasIncludeAliasesAreSeen) {
   write_all(m_tmp.sub("src/v.h"), "#define V 56\n");
-  Program p = program("??=include \"v.h\"", m_tmp.sub("src/k.cu"));
-  p.options.push_back("-std=c++14");  // NVRTC replaces trigraphs here
+  Program p = program("?\?=include \"v.h\"", m_tmp.sub("src/k.cu"));  // the trigraph for '#'
+  p.options.push_back("-std=c++14");                                  // NVRTC replaces trigraphs here
   EXPECT_FALSE(compile_matches_fresh(p));
   write_all(m_tmp.sub("src/v.h"), "#define V 57\n");
   EXPECT_FALSE(compile_matches_fresh(p)) << "an include spelled with a trigraph was missed";

@@ -25,7 +25,9 @@ TEST(ParseSize, RefusesWhatIsNotASizeOrCannotBeMeant) {
   for (const char* bad : {"", "-1", "10Q", "1e9", ".", "1..2", "G", "0x10", " 1"}) {
     auto r = parse_size(bad);
     EXPECT_FALSE(r.ok()) << "'" << bad << "' was accepted as " << (r.ok() ? *r : 0);
-    if (!r.ok()) EXPECT_EQ(r.status().code(), Code::invalid_argument);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), Code::invalid_argument);
+    }
   }
   // 2^63 and beyond: never silently 8 EiB.
   for (const char* huge : {"9223372036854775808", "18446744073709551615", "8388608T", "99999999999999999999999"}) {

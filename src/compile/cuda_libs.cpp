@@ -84,11 +84,11 @@ std::vector<std::string> library_search_paths(std::string_view library) {
   std::vector<std::string> dirs;
   if (auto v = cuda::getenv_str(std::string(spec.override_var).c_str()); !v.empty()) return {v};
   // libNVVM sits in the toolkit's nvvm/ directory, not beside libnvrtc.
-  const std::string sub = library == "nvvm" ? "/nvvm" : "";
+  const std::string nvvm_dir = library == "nvvm" ? "/nvvm" : "";
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
     if (auto v = cuda::getenv_str(var); !v.empty()) {
-      dirs.push_back(v + sub + "/lib64");
-      dirs.push_back(v + sub + "/lib");
+      dirs.push_back(v + nvvm_dir + "/lib64");
+      dirs.push_back(v + nvvm_dir + "/lib");
     }
   }
   if (library == "cuda") {
@@ -98,7 +98,7 @@ std::vector<std::string> library_search_paths(std::string_view library) {
       dirs.emplace_back(d);
     }
   } else {
-    dirs.emplace_back("/usr/local/cuda" + sub + "/lib64");
+    dirs.emplace_back("/usr/local/cuda" + nvvm_dir + "/lib64");
   }
   std::stringstream ld(cuda::getenv_str("LD_LIBRARY_PATH"));
   for (std::string item; std::getline(ld, item, ':');) {
