@@ -331,6 +331,21 @@ pc::CodeType code_type_of(const std::string& s) {
   return unwrap(pc::parse_code_type(s));
 }
 
+// One program from what the Python layer passes, for program_key and compile
+// alike.
+pc::Program program_of(const nb::bytes& code, const std::string& code_type, const std::vector<std::string>& options,
+                       const std::vector<std::string>& name_expressions, const std::string& name,
+                       const std::optional<nb::bytes>& extra_digest) {
+  pc::Program p;
+  p.code = std::string(view_of(code));
+  p.code_type = code_type_of(code_type);
+  p.options = options;
+  p.name_expressions = name_expressions;
+  p.name = name;
+  if (extra_digest) p.extra_digest = std::string(view_of(*extra_digest));
+  return p;
+}
+
 // A Python value as a typed key value: None, bool, int (64-bit), float (by
 // its exact bits), str, bytes-like, lists/tuples and str-keyed dicts of
 // them. Anything else is a TypeError, never its repr: a stringified object
@@ -489,13 +504,7 @@ NB_MODULE(_core, m) {
          const std::string& name, std::optional<nb::bytes> extra_digest,
          const std::vector<std::pair<std::string, nb::bytes>>& nvvm_extra_sources, bool use_libdevice,
          const std::string& state_dir) {
-        pc::Program p;
-        p.code = std::string(view_of(code));
-        p.code_type = code_type_of(code_type);
-        p.options = options;
-        p.name_expressions = name_expressions;
-        p.name = name;
-        if (extra_digest) p.extra_digest = std::string(view_of(*extra_digest));
+        pc::Program p = program_of(code, code_type, options, name_expressions, name, extra_digest);
         for (const auto& [src_name, src] : nvvm_extra_sources) {
           p.nvvm_extra_sources.push_back({src_name, std::string(view_of(src))});
         }
@@ -558,13 +567,7 @@ NB_MODULE(_core, m) {
          const std::vector<std::string>& options, const std::vector<std::string>& name_expressions,
          const std::string& name, std::optional<nb::bytes> extra_digest, StoreHandle* cache,
          const std::string& state_dir) {
-        pc::Program p;
-        p.code = std::string(view_of(code));
-        p.code_type = code_type_of(code_type);
-        p.options = options;
-        p.name_expressions = name_expressions;
-        p.name = name;
-        if (extra_digest) p.extra_digest = std::string(view_of(*extra_digest));
+        pc::Program p = program_of(code, code_type, options, name_expressions, name, extra_digest);
         const pc::TargetType t = target_of(target);
         pc::CompileOptions o;
         o.cache = cache != nullptr ? cache->store() : nullptr;
