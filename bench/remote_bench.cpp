@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "progcache/file_store.h"
-#include "progcache/redis_store.h"
+#include "progcache/remote_store.h"
 
 namespace pc = progcache;
 
@@ -31,7 +31,7 @@ void BM_RemoteHit(benchmark::State& state) {
     state.SkipWithError("set PROGCACHE_BENCH_REDIS");
     return;
   }
-  auto store = std::move(*pc::make_redis_store({.urls = {redis_url() + "?timeout=2000"}}));
+  auto store = std::move(*pc::make_remote_store({.urls = {redis_url() + "?timeout=2000"}}));
   const auto size = static_cast<std::size_t>(state.range(0));
   for (int i = 0; i < 16; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(size, 'r'))).ignore();
   int i = 0;
@@ -67,7 +67,7 @@ void BM_EightProcessesSharingOneRedis(benchmark::State& state) {
     return;
   }
   {
-    auto store = std::move(*pc::make_redis_store({.urls = {redis_url()}}));
+    auto store = std::move(*pc::make_remote_store({.urls = {redis_url()}}));
     for (int i = 0; i < 64; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(64 << 10, 's'))).ignore();
   }
   constexpr int k_procs = 8, k_gets = 2000;
@@ -76,7 +76,7 @@ void BM_EightProcessesSharingOneRedis(benchmark::State& state) {
     for (int p = 0; p < k_procs; ++p) {
       const pid_t pid = ::fork();
       if (pid == 0) {
-        auto store = std::move(*pc::make_redis_store({.urls = {redis_url() + "?timeout=5000"}}));
+        auto store = std::move(*pc::make_remote_store({.urls = {redis_url() + "?timeout=5000"}}));
         int bad = 0;
         for (int i = 0; i < k_gets; ++i) {
           auto g = store->get(key_n((i * 7 + p) & 63));

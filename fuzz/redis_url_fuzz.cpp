@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "progcache/redis_store.h"
+#include "progcache/redis_backend.h"
 
 using namespace progcache;
 

@@ -149,6 +149,17 @@ TEST(ProgramKey, NameExpressionsAndHeadersAreSortedAndDeduplicated) {
   EXPECT_EQ(make_program_cache_key(b).status().code(), Code::invalid_argument);
 }
 
+TEST(ProgramKey, OptionsTakingTheNextWordFollowTheOneTable) {
+  for (const char* w : {"-I", "--include-path", "-arch", "--gpu-architecture", "-Xptxas", "--ptxas-options", "-D",
+                        "-std", "--std", "-include", "-maxrregcount", "-split", "-dopt"}) {
+    EXPECT_TRUE(option_takes_next_word(w)) << w;
+  }
+  for (const char* w : {"-Iinc", "--std=c++17", "-arch=sm_90", "-DX=1", "-G", "-lineinfo", "--use_fast_math", "k.cu",
+                        "-", "--", "-unknown-option"}) {
+    EXPECT_FALSE(option_takes_next_word(w)) << w;
+  }
+}
+
 TEST(ProgramKey, FileReadingOptionsNeedAnExtraDigest) {
   for (const std::vector<std::string>& opts :
        {std::vector<std::string>{"-I/usr/include/foo"}, std::vector<std::string>{"-I", "inc"},

@@ -1,7 +1,5 @@
 // The Redis tier against real redis-server processes on loopback ports,
 // started and stopped by the tests (skipped when redis-server is absent).
-#include "progcache/redis_store.h"
-
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,7 +14,10 @@
 #include <thread>
 
 #include "progcache/compile.h"
+#include "progcache/file_store.h"
 #include "progcache/memory_store.h"
+#include "progcache/redis_backend.h"
+#include "progcache/tiered_store.h"
 #include "testing/redis_server.h"
 #include "testing/test_util.h"
 
@@ -32,9 +33,9 @@ using testing::RedisServer;
     if (RedisServer::binary().empty()) GTEST_SKIP() << "redis-server not installed"; \
   } while (false)
 
-std::unique_ptr<RemoteStore> redis(const std::vector<std::string>& urls, RedisStoreOptions o = {}) {
+std::unique_ptr<RemoteStore> redis(const std::vector<std::string>& urls, RemoteStoreOptions o = {}) {
   o.urls = urls;
-  auto s = make_redis_store(o);
+  auto s = make_remote_store(o);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
   return s.ok() ? std::move(*s) : nullptr;
 }
@@ -399,7 +400,7 @@ TEST(RedisDeadline, CloseIsBoundedWhenTheRemoteTricklesItsAnswerToSet) {
   testing::TempDir tmp;
   TieredStoreOptions o;
   o.disk = std::move(*FileStore::open({.root = tmp.sub("d")}));
-  o.remote = std::move(*make_redis_store({.urls = {server.url("timeout=200")}, .breaker_failures = 100}));
+  o.remote = std::move(*make_remote_store({.urls = {server.url("timeout=200")}, .breaker_failures = 100}));
   o.flush_timeout = std::chrono::milliseconds(300);
   auto t = make_tiered_store(std::move(o));
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(t->put(make_key(i), make_entry("v")).ok());
@@ -410,7 +411,7 @@ TEST(RedisDeadline, CloseIsBoundedWhenTheRemoteTricklesItsAnswerToSet) {
   EXPECT_LT(waited, std::chrono::seconds(3)) << "close() waited on a stalled remote put";
   // Nothing lost locally, and every queued put is accounted for.
   auto rs = t->remote_stats();
-  EXPECT_EQ(rs->dropped + t->tier_stats().back().stats.errors, 20u);
+  EXPECT_EQ(t->tiered_stats().dropped + t->tier_stats().back().stats.errors, 20u);
 }
 
 TEST(RedisDeadline, AScanCursorThatNeverEndsIsBoundedByTheAdminTimeout) {
@@ -458,13 +459,13 @@ TEST(RedisDeadline, AnOversizedValueIsAbandonedNotBuffered) {
 class TieredTest : public ::testing::Test {
  protected:
   std::unique_ptr<TieredStore> machine(const std::string& name, const std::vector<std::string>& urls,
-                                       RedisStoreOptions ro = {}) {
+                                       RemoteStoreOptions ro = {}) {
     TieredStoreOptions o;
     o.memory = std::move(*make_memory_store({}));
     o.disk = std::move(*FileStore::open({.root = m_tmp.sub(name)}));
     if (!urls.empty()) {
       ro.urls = urls;
-      o.remote = std::move(*make_redis_store(ro));
+      o.remote = std::move(*make_remote_store(ro));
     }
     return make_tiered_store(std::move(o));
   }
@@ -483,7 +484,7 @@ TEST_F(TieredTest, LowerTierHitsBackfillUpperTiers) {
   EXPECT_EQ((*hit)->primary().view(), "from m1");
   auto tiers = m2->tier_stats();
   ASSERT_EQ(tiers.size(), 3u);
-  EXPECT_EQ(tiers[2].tier, "redis");
+  EXPECT_EQ(tiers[2].tier, "remote");
   EXPECT_EQ(tiers[2].stats.hits, 1u);
   // Backfilled: the next get is a memory hit; the disk has it too.
   ASSERT_TRUE(m2->get(make_key(1))->has_value());
@@ -498,7 +499,7 @@ TEST_F(TieredTest, AFullRemoteQueueDropsAndCountsAndCloseFlushes) {
   RedisServer server;
   TieredStoreOptions o;
   o.disk = std::move(*FileStore::open({.root = m_tmp.sub("d")}));
-  o.remote = std::move(*make_redis_store({.urls = {server.url()}}));
+  o.remote = std::move(*make_remote_store({.urls = {server.url()}}));
   o.remote_queue = 4;
   auto t = make_tiered_store(std::move(o));
   server.pause();  // the worker blocks on its first put; the queue fills
@@ -507,15 +508,15 @@ TEST_F(TieredTest, AFullRemoteQueueDropsAndCountsAndCloseFlushes) {
   ASSERT_TRUE(t->close().ok());
   auto rs = t->remote_stats();
   ASSERT_TRUE(rs.has_value());
-  EXPECT_GT(rs->dropped, 0u);
+  EXPECT_GT(t->tiered_stats().dropped, 0u);
   // Every put is accounted for: written, dropped at the queue, or failed at
   // the remote. A SET that timed out on the client may still have been
   // applied once the server resumed, so it can count as both written and
   // failed; never as neither, and nothing dropped is ever written.
   const auto remote_errors = t->tier_stats().back().stats.errors;
   const auto written = std::stoull(server.command({"DBSIZE"}));
-  EXPECT_GE(written + rs->dropped + remote_errors, 50u);
-  EXPECT_LE(written + rs->dropped, 50u);
+  EXPECT_GE(written + t->tiered_stats().dropped + remote_errors, 50u);
+  EXPECT_LE(written + t->tiered_stats().dropped, 50u);
 }
 
 TEST_F(TieredTest, TwoMachinesShareCompilesThroughRedisAndSurviveItsOutage) {

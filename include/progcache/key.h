@@ -192,6 +192,12 @@ struct ProgramKeyInputs {
 // (creating a PCH, timing files) are always refused. Messages say what to do.
 Result<std::vector<std::string>> canonicalize_options(const std::vector<std::string>& options, bool have_extra_digest);
 
+// True when `word` is an option that takes its value as the next word
+// ("-I", "--include-path", "-arch", "-Xptxas"), by the same table
+// canonicalize_options reads; "-Ipath" and "--std=c++17" are not. Front ends
+// that pass options through use it to keep each option with its value.
+bool option_takes_next_word(std::string_view word);
+
 // Derives the program key. Fails with invalid_argument for refused options
 // for duplicate header names with different contents, and for code/target
 // pairs no compiler produces. Pairs (cuda.core's table, plus LTO-IR):

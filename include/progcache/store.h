@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "progcache/entry.h"
@@ -39,6 +40,16 @@ struct StoreStats {
   std::uint64_t bytes_stored = 0;     // bytes currently held
   std::uint64_t entries = 0;          // entries currently held
 };
+
+// One row per StoreStats counter, in the order they are shown: the CLI's
+// text and JSON and Python's stats() dict are all made from this table, so a
+// counter is named in one place.
+struct StatField {
+  const char* name;   // JSON and Python key, e.g. "corrupt_dropped"
+  const char* label;  // text, e.g. "corrupt dropped"
+  std::uint64_t StoreStats::*member;
+};
+std::span<const StatField> store_stat_fields();
 
 class Store {
  public:

@@ -282,7 +282,7 @@ class RedisProgramCache(_StoreCache):
             self._bind(_NullStore())
             return
         ro = cfg["read_only"] if read_only is None else bool(read_only)
-        self._bind(_core.open_redis_store(urls, ro, cfg["hmac_key"], cfg["remote_password"]))
+        self._bind(_core.open_remote_store(urls, ro, cfg["hmac_key"], cfg["remote_password"]))
 
 
 class TieredProgramCache(_StoreCache):
@@ -300,8 +300,6 @@ class TieredProgramCache(_StoreCache):
         if urls is None:
             urls = list(cfg["remote_urls"])
         urls = [urls] if isinstance(urls, str) else list(urls)
-        if urls and not _core.HAVE_REDIS:
-            raise RuntimeError("this progcache was built without the Redis tier")
         root = os.fspath(path) if path is not None else cfg["dir"]
         self.path = root
         cap = _configured_cap(max_size_bytes, cfg)

@@ -11,6 +11,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <list>
 #include <mutex>
 #include <unordered_map>
@@ -20,10 +21,9 @@
 #include "progcache/file_store.h"
 #include "progcache/key.h"
 #include "progcache/memory_store.h"
+#include "progcache/remote_store.h"
+#include "progcache/tiered_store.h"
 #include "progcache/version.h"
-#ifdef PROGCACHE_WITH_REDIS
-#include "progcache/redis_store.h"
-#endif
 
 namespace nb = nanobind;
 namespace pc = progcache;
@@ -265,15 +265,9 @@ class StoreHandle {
 
   std::map<std::string, std::uint64_t> stats() {
     const pc::StoreStats s = m_file != nullptr ? m_file->host_stats() : store()->stats();
-    return {{"hits", s.hits},
-            {"misses", s.misses},
-            {"puts", s.puts},
-            {"evictions", s.evictions},
-            {"corrupt_dropped", s.corrupt_dropped},
-            {"rejected", s.rejected},
-            {"errors", s.errors},
-            {"bytes_stored", s.bytes_stored},
-            {"entries", s.entries}};
+    std::map<std::string, std::uint64_t> out;
+    for (const auto& f : pc::store_stat_fields()) out[f.name] = s.*f.member;
+    return out;
   }
 
   std::string root() const { return m_file != nullptr ? m_file->root() : std::string(); }
@@ -319,13 +313,11 @@ std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optio
   return std::make_unique<StoreHandle>(std::move(fs), raw);
 }
 
-#ifdef PROGCACHE_WITH_REDIS
-std::unique_ptr<pc::RemoteStore> open_redis(const std::vector<std::string>& urls, bool read_only,
-                                            const nb::bytes& hmac_key, const std::string& password) {
-  return unwrap(pc::make_redis_store(
+std::unique_ptr<pc::RemoteStore> open_remote(const std::vector<std::string>& urls, bool read_only,
+                                             const nb::bytes& hmac_key, const std::string& password) {
+  return unwrap(pc::make_remote_store(
       {.urls = urls, .password = password, .read_only = read_only, .codec = {std::string(view_of(hmac_key))}}));
 }
-#endif
 
 pc::CodeType code_type_of(const std::string& s) {
   return unwrap(pc::parse_code_type(s));
@@ -458,12 +450,13 @@ NB_MODULE(_core, m) {
     return d;
   });
 
-#ifdef PROGCACHE_WITH_REDIS
-  m.attr("HAVE_REDIS") = true;
+  const auto schemes = pc::remote_schemes();
+  m.attr("REMOTE_SCHEMES") = schemes;
+  m.attr("HAVE_REDIS") = std::find(schemes.begin(), schemes.end(), "redis") != schemes.end();
   m.def(
-      "open_redis_store",
+      "open_remote_store",
       [](const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& password) {
-        return std::make_unique<StoreHandle>(open_redis(urls, read_only, hmac_key, password));
+        return std::make_unique<StoreHandle>(open_remote(urls, read_only, hmac_key, password));
       },
       nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("password") = "");
   m.def(
@@ -484,15 +477,12 @@ NB_MODULE(_core, m) {
         std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
         pc::FileStore* disk = fs.get();
         o.disk = std::move(fs);
-        if (!urls.empty()) o.remote = open_redis(urls, read_only, hmac_key, password);
+        if (!urls.empty()) o.remote = open_remote(urls, read_only, hmac_key, password);
         return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)), nullptr, disk);
       },
       nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
       nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("sharing") = "private",
       nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "");
-#else
-  m.attr("HAVE_REDIS") = false;
-#endif
 
   // The key of one program, through the same library function compile()
   // uses (pc::program_key): the compiler identity, the program name and the

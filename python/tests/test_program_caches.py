@@ -312,3 +312,22 @@ def test_fsync_durability_and_bad_value(tmp_path, monkeypatch):
     monkeypatch.setenv("PROGCACHE_DURABILITY", "bogus")
     with pytest.raises(ValueError):
         FileStreamProgramCache(tmp_path / "y")
+
+
+def test_tiered_memory_over_disk_needs_no_remote_and_counts_what_the_caller_saw(tmp_path, monkeypatch):
+    monkeypatch.delenv("PROGCACHE_REMOTE", raising=False)
+    first = progcache.TieredProgramCache(tmp_path / "t")
+    first["k"] = b"kept on disk"
+    first.close()
+    # A new process's view: empty memory over the same disk.
+    second = progcache.TieredProgramCache(tmp_path / "t")
+    assert second["k"] == b"kept on disk"  # from disk, then kept in memory
+    assert second["k"] == b"kept on disk"
+    with pytest.raises(KeyError):
+        second["absent"]
+    s = second.stats()
+    # One row per library counter; a hit in any tier is one hit.
+    assert set(s) == {"entries", "bytes_stored", "hits", "misses", "puts", "evictions", "corrupt_dropped",
+                      "rejected", "errors"}
+    assert (s["hits"], s["misses"], s["entries"]) == (2, 1, 1)
+    second.close()

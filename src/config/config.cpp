@@ -5,9 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#ifdef PROGCACHE_WITH_REDIS
-#include "progcache/redis_store.h"
-#endif
+#include "progcache/remote_store.h"
 
 namespace progcache {
 
@@ -140,14 +138,10 @@ Result<Config> resolve_config(const ConfigOverrides& overrides) {
       std::string shown;
       for (std::string url; std::getline(ss, url, ',');) {
         if (url.empty()) continue;
-#ifdef PROGCACHE_WITH_REDIS
-        auto parsed = parse_redis_url(url);
-        if (!parsed.ok()) return parsed.status().with_context("PROGCACHE_REMOTE");
-        shown += (shown.empty() ? "" : ",") + parsed->redacted();
-#else
-        return unavailable("PROGCACHE_REMOTE is set but this progcache was built without the Redis tier");
-#endif
-        if (overrides.remote && !parsed->password.empty()) {
+        auto checked = check_remote_url(url);
+        if (!checked.ok()) return checked.status().with_context("PROGCACHE_REMOTE");
+        shown += (shown.empty() ? "" : ",") + checked->shown;
+        if (overrides.remote && checked->has_password) {
           c.warnings.push_back(
               "the password in --remote is visible to every local user (ps, /proc); "
               "put it in a file named by PROGCACHE_REMOTE_PASSWORD_FILE instead");

@@ -336,6 +336,15 @@ Status refusal(const OptionSpec& spec, std::string_view written) {
 
 }  // namespace
 
+bool option_takes_next_word(std::string_view word) {
+  if (!word.starts_with("-") || word.find('=') != std::string_view::npos) return false;
+  const bool is_long = word.starts_with("--");
+  const std::string_view body = word.substr(is_long ? 2 : 1);
+  const OptionSpec* spec = is_long ? find_long(body) : find_short(body);
+  if (spec == nullptr) spec = is_long ? find_short(body) : find_long(body);
+  return spec != nullptr && spec->arity == Arity::value;
+}
+
 Result<std::vector<std::string>> canonicalize_options(const std::vector<std::string>& options, bool have_extra_digest) {
   std::vector<std::string> out;
   out.reserve(options.size());

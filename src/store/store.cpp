@@ -7,6 +7,21 @@
 
 namespace progcache {
 
+std::span<const StatField> store_stat_fields() {
+  static constexpr StatField k_fields[] = {
+      {"entries", "entries", &StoreStats::entries},
+      {"bytes_stored", "size", &StoreStats::bytes_stored},
+      {"hits", "hits", &StoreStats::hits},
+      {"misses", "misses", &StoreStats::misses},
+      {"puts", "puts", &StoreStats::puts},
+      {"evictions", "evictions", &StoreStats::evictions},
+      {"corrupt_dropped", "corrupt dropped", &StoreStats::corrupt_dropped},
+      {"rejected", "rejected", &StoreStats::rejected},
+      {"errors", "errors", &StoreStats::errors},
+  };
+  return k_fields;
+}
+
 Result<std::optional<Bytes>> Store::get_bytes(const Key& key) {
   PROGCACHE_ASSIGN_OR_RETURN(auto entry, get(key));
   if (!entry) return std::optional<Bytes>();

@@ -1,10 +1,10 @@
+#include "progcache/tiered_store.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
-
-#include "progcache/redis_store.h"
 
 namespace progcache {
 
@@ -36,9 +36,14 @@ class Tiered final : public TieredStore {
       if (!r->has_value()) continue;
       // Backfill the tiers above the one that hit.
       for (std::size_t j = 0; j < i; ++j) m_tiers[j]->put(key, **r).ignore();
+      ++m_hits;
       return r;
     }
-    if (!any_answered && !m_tiers.empty()) return last_error;
+    if (!any_answered && !m_tiers.empty()) {
+      ++m_errors;
+      return last_error;
+    }
+    ++m_misses;
     return std::optional<Entry>();
   }
 
@@ -63,7 +68,12 @@ class Tiered final : public TieredStore {
       }
       any_ok = true;  // queued (or knowingly dropped): the remote is best effort
     }
-    return any_ok || m_tiers.empty() ? Status() : first_error;
+    if (any_ok || m_tiers.empty()) {
+      ++m_puts;
+      return {};
+    }
+    ++m_errors;
+    return first_error;
   }
 
   Result<bool> erase(const Key& key) override {
@@ -93,8 +103,26 @@ class Tiered final : public TieredStore {
   Result<std::uint64_t> count() override { return local()->count(); }
   Result<std::uint64_t> size_bytes() override { return local()->size_bytes(); }
 
+  // Hits, misses, puts and errors as the caller saw them (a get that hit
+  // any tier is one hit); what each tier dropped or evicted, summed; what is
+  // held, from the lowest local tier.
   StoreStats stats() override {
-    StoreStats s = m_tiers.empty() ? StoreStats() : m_tiers.front()->stats();
+    StoreStats s;
+    s.hits = m_hits;
+    s.misses = m_misses;
+    s.puts = m_puts;
+    s.errors = m_errors;
+    for (Store* t : m_tiers) {
+      const StoreStats ts = t->stats();
+      s.evictions += ts.evictions;
+      s.corrupt_dropped += ts.corrupt_dropped;
+      s.rejected += ts.rejected;
+    }
+    if (!m_tiers.empty()) {
+      const StoreStats held = local()->stats();
+      s.bytes_stored = held.bytes_stored;
+      s.entries = held.entries;
+    }
     return s;
   }
 
@@ -104,12 +132,14 @@ class Tiered final : public TieredStore {
     return out;
   }
 
+  TieredStats tiered_stats() override {
+    std::lock_guard l(m_mu);
+    return {.dropped = m_dropped, .queued = m_queue.size()};
+  }
+
   std::optional<RemoteStats> remote_stats() override {
     if (!m_opt.remote) return std::nullopt;
-    RemoteStats r = m_opt.remote->remote_stats();
-    std::lock_guard l(m_mu);
-    r.dropped = m_dropped;
-    return r;
+    return m_opt.remote->remote_stats();
   }
 
   Status flush() override {
@@ -168,6 +198,7 @@ class Tiered final : public TieredStore {
   bool m_stop = false;                        // GUARDED_BY(m_mu)
   std::uint64_t m_dropped = 0;                // GUARDED_BY(m_mu)
   std::atomic<bool> m_closed{false};
+  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_puts{0}, m_errors{0};
   std::thread m_worker;
 };
 

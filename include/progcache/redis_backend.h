@@ -1,0 +1,63 @@
+// progcache/redis_backend.h — Redis as a backend of the remote tier.
+//
+// URLs:
+//   redis://[user:password@]host[:port][/db]?prefix=P&ttl=S&connect_timeout=MS&timeout=MS
+//   redis+unix:///path/to/socket[?db=N&prefix=...]
+// Defaults: port 6379, db 0, prefix "progcache:", no TTL, connect timeout
+// 200 ms, call timeout 100 ms. `timeout` is a total deadline for one call
+// (connecting when needed, sending, and reading the whole reply), not a
+// bound on each socket read: a server that trickles its answer a byte at a
+// time still costs at most `timeout`. Keys live under the prefix; walks use
+// SCAN, never KEYS.
+//
+// Passwords are never printed: RedisUrl::redacted() masks them, every error
+// message uses the redacted form, and a URL that fails to parse is shown with
+// everything up to its last '@' hidden. A password holding ',' (the URL
+// separator of PROGCACHE_REMOTE) must be percent-encoded, or given through
+// RemoteStoreOptions::password.
+//
+// Sharding, the breaker, read-only mode and the entry format are the remote
+// tier's (remote_store.h); this backend is one server and its connections.
+//
+// Thread safety: thread-safe. Connections are pooled and reused.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "progcache/remote_store.h"
+
+namespace progcache {
+
+struct RedisUrl {
+  std::string host;  // empty for unix sockets
+  int port = 6379;
+  std::string unix_path;  // set for redis+unix://
+  std::string user;
+  std::string password;
+  int db = 0;
+  std::string prefix = "progcache:";
+  std::optional<std::int64_t> ttl_seconds;
+  std::chrono::milliseconds connect_timeout{200};
+  std::chrono::milliseconds timeout{100};
+
+  // The URL with the password replaced by "***".
+  [[nodiscard]] std::string redacted() const;
+};
+
+// invalid_argument naming the problem (never echoing a password).
+Result<RedisUrl> parse_redis_url(std::string_view url);
+
+struct RedisBackendOptions {
+  int max_idle_connections = 8;
+  // A reply larger than this is abandoned part-way (resource_exhausted).
+  std::size_t max_reply_bytes = (std::size_t{256} << 20) + 64;
+};
+
+std::unique_ptr<RemoteBackend> make_redis_backend(RedisUrl url, const RedisBackendOptions& options);
+
+}  // namespace progcache

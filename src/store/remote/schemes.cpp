@@ -1,0 +1,93 @@
+// The scheme table: which URL makes which backend. The only place that knows
+// which backends this build has; front ends ask check_remote_url and
+// remote_schemes instead of testing build flags.
+#include "progcache/remote_store.h"
+#ifdef PROGCACHE_WITH_REDIS
+#include "progcache/redis_backend.h"
+#endif
+
+namespace progcache {
+
+namespace {
+
+struct Scheme {
+  const char* name;  // as written before "://"
+  // Checks a URL of this scheme without contacting anything.
+  Result<RemoteUrlInfo> (*check)(std::string_view url);
+  // Makes its backend (`options` gives the password and pool size).
+  Result<std::unique_ptr<RemoteBackend>> (*make)(std::string_view url, const RemoteStoreOptions& options);
+};
+
+#ifdef PROGCACHE_WITH_REDIS
+Result<RemoteUrlInfo> check_redis(std::string_view url) {
+  PROGCACHE_ASSIGN_OR_RETURN(RedisUrl u, parse_redis_url(url));
+  return RemoteUrlInfo{u.redacted(), !u.password.empty()};
+}
+
+Result<std::unique_ptr<RemoteBackend>> make_redis(std::string_view url, const RemoteStoreOptions& o) {
+  PROGCACHE_ASSIGN_OR_RETURN(RedisUrl u, parse_redis_url(url));
+  if (u.password.empty()) u.password = o.password;
+  // Room for the framing around one value ("$<len>\r\n" ... "\r\n").
+  return make_redis_backend(
+      std::move(u), {.max_idle_connections = o.max_idle_connections, .max_reply_bytes = o.max_value_bytes + 64});
+}
+#endif
+
+constexpr Scheme k_schemes[] = {
+#ifdef PROGCACHE_WITH_REDIS
+    {"redis", check_redis, make_redis},
+    {"redis+unix", check_redis, make_redis},
+#endif
+    {nullptr, nullptr, nullptr},
+};
+
+std::string_view scheme_of(std::string_view url) {
+  const auto sep = url.find("://");
+  return sep == std::string_view::npos ? std::string_view() : url.substr(0, sep);
+}
+
+Result<const Scheme*> find_scheme(std::string_view url) {
+  const std::string_view scheme = scheme_of(url);
+  for (const Scheme& s : k_schemes) {
+    if (s.name != nullptr && scheme == s.name) return &s;
+  }
+  std::string known;
+  for (const Scheme& s : k_schemes) {
+    if (s.name != nullptr) known += (known.empty() ? "" : ", ") + std::string(s.name) + "://";
+  }
+  if (scheme == "redis" || scheme == "redis+unix") {
+    return unavailable("remote URL scheme '" + std::string(scheme) +
+                       "://' needs the Redis tier, and this progcache was built without it (hiredis)");
+  }
+  // Never echo the URL: it may hold a password.
+  return invalid_argument("bad remote URL: unknown scheme '" + std::string(scheme.substr(0, 32)) + "' (" +
+                          (known.empty() ? "this build has no remote backends" : "use " + known) + ")");
+}
+
+}  // namespace
+
+Result<RemoteUrlInfo> check_remote_url(std::string_view url) {
+  PROGCACHE_ASSIGN_OR_RETURN(const Scheme* s, find_scheme(url));
+  return s->check(url);
+}
+
+std::vector<std::string> remote_schemes() {
+  std::vector<std::string> out;
+  for (const Scheme& s : k_schemes) {
+    if (s.name != nullptr) out.emplace_back(s.name);
+  }
+  return out;
+}
+
+Result<std::unique_ptr<RemoteStore>> make_remote_store(const RemoteStoreOptions& options) {
+  if (options.urls.empty()) return invalid_argument("a remote store needs at least one URL");
+  std::vector<std::unique_ptr<RemoteBackend>> backends;
+  for (const auto& url : options.urls) {
+    PROGCACHE_ASSIGN_OR_RETURN(const Scheme* s, find_scheme(url));
+    PROGCACHE_ASSIGN_OR_RETURN(auto b, s->make(url, options));
+    backends.push_back(std::move(b));
+  }
+  return make_remote_store(std::move(backends), options);
+}
+
+}  // namespace progcache

@@ -1,0 +1,178 @@
+// Tiers composed, with no Redis: memory over disk, and a remote tier over a
+// backend held in memory. (Tiers over a real redis-server are in
+// redis_store_test.cpp.)
+#include "progcache/tiered_store.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "progcache/file_store.h"
+#include "progcache/memory_store.h"
+#include "testing/fake_backend.h"
+#include "testing/test_util.h"
+
+namespace progcache {
+namespace {
+
+using testing::FakeBackend;
+using testing::make_entry;
+using testing::make_key;
+using namespace std::chrono_literals;
+
+// A tier that fails every call, as a disk that went away.
+class BrokenStore final : public Store {
+ public:
+  Result<std::optional<Entry>> get(const Key&) override { return unavailable("broken tier"); }
+  Status put(const Key&, const Entry&) override { return unavailable("broken tier"); }
+  Result<bool> erase(const Key&) override { return unavailable("broken tier"); }
+  Status clear() override { return unavailable("broken tier"); }
+  Result<std::uint64_t> count() override { return unavailable("broken tier"); }
+  Result<std::uint64_t> size_bytes() override { return unavailable("broken tier"); }
+  StoreStats stats() override { return {}; }
+  Status close() override { return {}; }
+  [[nodiscard]] std::string name() const override { return "broken"; }
+};
+
+class TieredStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<TieredStore> memory_over_disk() {
+    TieredStoreOptions o;
+    o.memory = std::move(*make_memory_store({}));
+    o.disk = std::move(*FileStore::open({.root = m_tmp.sub("disk")}));
+    return make_tiered_store(std::move(o));
+  }
+  std::unique_ptr<RemoteStore> fake_remote(std::shared_ptr<FakeBackend::State> state) {
+    std::vector<std::unique_ptr<RemoteBackend>> bs;
+    bs.push_back(std::make_unique<FakeBackend>("fake://r", std::move(state)));
+    return std::move(*make_remote_store(std::move(bs), {}));
+  }
+  testing::TempDir m_tmp;
+};
+
+TEST_F(TieredStoreTest, MemoryOverDiskNeedsNoRemoteAndBackfillsMemoryFromDisk) {
+  {
+    auto first = memory_over_disk();
+    ASSERT_TRUE(first->put(make_key(1), make_entry("on disk")).ok());
+    ASSERT_TRUE(first->close().ok());
+  }
+  // A new process: its memory is empty, the disk has the entry.
+  auto t = memory_over_disk();
+  auto hit = t->get_bytes(make_key(1));
+  ASSERT_TRUE(hit.ok() && hit->has_value());
+  EXPECT_EQ((*hit)->view(), "on disk");
+  auto tiers = t->tier_stats();
+  ASSERT_EQ(tiers.size(), 2u);
+  EXPECT_EQ(tiers[0].tier, "memory");
+  EXPECT_EQ(tiers[0].stats.misses, 1u);
+  EXPECT_EQ(tiers[1].tier, "file");
+  EXPECT_EQ(tiers[1].stats.hits, 1u);
+  // Backfilled: the second get is served by memory, the disk is not asked.
+  ASSERT_TRUE(t->get(make_key(1))->has_value());
+  tiers = t->tier_stats();
+  EXPECT_EQ(tiers[0].stats.hits, 1u);
+  EXPECT_EQ(tiers[1].stats.hits, 1u);
+  EXPECT_FALSE(t->remote_stats().has_value());
+}
+
+TEST_F(TieredStoreTest, StatsAreWhatTheCallerSawAndWhatTheDiskHolds) {
+  auto t = memory_over_disk();
+  ASSERT_TRUE(t->put(make_key(1), make_entry("a")).ok());
+  ASSERT_TRUE(t->put(make_key(2), make_entry("bb")).ok());
+  ASSERT_TRUE(t->get(make_key(1))->has_value());
+  EXPECT_FALSE(t->get(make_key(3))->has_value());  // missed in both tiers: one miss
+  const StoreStats s = t->stats();
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.puts, 2u);
+  EXPECT_EQ(s.entries, 2u);
+  EXPECT_EQ(s.entries, *t->count());
+  EXPECT_EQ(s.bytes_stored, *t->size_bytes());
+  EXPECT_GT(s.bytes_stored, 0u);
+}
+
+TEST_F(TieredStoreTest, AFailingTierIsAMissThereAndOnlyAllTiersFailingIsAnError) {
+  TieredStoreOptions o;
+  o.memory = std::make_unique<BrokenStore>();
+  o.disk = std::move(*FileStore::open({.root = m_tmp.sub("disk")}));
+  auto t = make_tiered_store(std::move(o));
+  ASSERT_TRUE(t->put(make_key(1), make_entry("v")).ok());  // the disk took it
+  auto g = t->get_bytes(make_key(1));
+  ASSERT_TRUE(g.ok() && g->has_value()) << g.status().to_string();
+  EXPECT_EQ((*g)->view(), "v");
+
+  TieredStoreOptions all_broken;
+  all_broken.memory = std::make_unique<BrokenStore>();
+  all_broken.disk = std::make_unique<BrokenStore>();
+  auto b = make_tiered_store(std::move(all_broken));
+  EXPECT_EQ(b->get(make_key(1)).status().code(), Code::unavailable);
+  EXPECT_EQ(b->put(make_key(1), make_entry("v")).code(), Code::unavailable);
+  EXPECT_EQ(b->stats().errors, 2u);
+}
+
+TEST_F(TieredStoreTest, RemotePutsAreAsynchronousFlushedOnCloseAndHitsComeBackDown) {
+  auto state = std::make_shared<FakeBackend::State>();
+  {
+    TieredStoreOptions o;
+    o.disk = std::move(*FileStore::open({.root = m_tmp.sub("m1")}));
+    o.remote = fake_remote(state);
+    auto m1 = make_tiered_store(std::move(o));
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(m1->put(make_key(i), make_entry("shared " + std::to_string(i))).ok());
+    ASSERT_TRUE(m1->close().ok());
+    EXPECT_EQ(m1->tiered_stats().dropped, 0u);
+  }
+  EXPECT_EQ(state->data.size(), 10u);
+  // Another machine: its disk is empty; the remote serves, the disk is filled.
+  TieredStoreOptions o;
+  o.disk = std::move(*FileStore::open({.root = m_tmp.sub("m2")}));
+  o.remote = fake_remote(state);
+  auto m2 = make_tiered_store(std::move(o));
+  auto g = m2->get_bytes(make_key(4));
+  ASSERT_TRUE(g.ok() && g->has_value());
+  EXPECT_EQ((*g)->view(), "shared 4");
+  EXPECT_EQ(m2->tier_stats().back().tier, "remote");
+  auto disk = FileStore::open({.root = m_tmp.sub("m2")});
+  EXPECT_TRUE((*(*disk)->get(make_key(4))).has_value());
+}
+
+TEST_F(TieredStoreTest, ARemoteOutageCostsAMissNeverAFailedCall) {
+  auto state = std::make_shared<FakeBackend::State>();
+  state->mode = FakeBackend::Mode::down;
+  TieredStoreOptions o;
+  o.memory = std::move(*make_memory_store({}));
+  o.disk = std::move(*FileStore::open({.root = m_tmp.sub("d")}));
+  o.remote = fake_remote(state);
+  auto t = make_tiered_store(std::move(o));
+  auto miss = t->get(make_key(1));
+  ASSERT_TRUE(miss.ok()) << miss.status().to_string();
+  EXPECT_FALSE(miss->has_value());
+  ASSERT_TRUE(t->put(make_key(1), make_entry("local")).ok());
+  EXPECT_TRUE(t->get(make_key(1))->has_value());
+  ASSERT_TRUE(t->flush().ok());
+  EXPECT_GE(t->remote_stats()->failures, 1u);
+}
+
+TEST_F(TieredStoreTest, AFullRemoteQueueDropsAndCountsNewPutsWithoutBlocking) {
+  auto state = std::make_shared<FakeBackend::State>();
+  state->mode = FakeBackend::Mode::hang;  // each remote put takes its 50 ms timeout
+  TieredStoreOptions o;
+  o.disk = std::move(*FileStore::open({.root = m_tmp.sub("d")}));
+  o.remote = fake_remote(state);
+  o.remote_queue = 2;
+  o.flush_timeout = 10s;
+  auto t = make_tiered_store(std::move(o));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(t->put(make_key(i), make_entry("v")).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s) << "puts waited for the remote";
+  const TieredStats ts = t->tiered_stats();
+  EXPECT_GE(ts.dropped, 17u);  // at most one in flight and two queued
+  EXPECT_LE(ts.queued, 2u);
+  ASSERT_TRUE(t->flush().ok());
+  EXPECT_EQ(t->tiered_stats().queued, 0u);
+  // Every put reached the disk, whatever the remote did.
+  EXPECT_EQ(*t->count(), 20u);
+}
+
+}  // namespace
+}  // namespace progcache

@@ -1,0 +1,75 @@
+// The progcache command-line tool: what its files share.
+//
+// main.cpp declares the global options and dispatches; each command group
+// lives in its own file (cmd_entry.cpp: put, get, rm; cmd_admin.cpp: ls,
+// stats, verify, prune, clear, config; cmd_compile.cpp: compile) and the
+// helpers they share (configuration, stores, keys, inputs and outputs) in
+// common.cpp. The tool decides nothing the library decides: settings come
+// from resolve_config, keys from key_from_user, stores from the library's
+// factories.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "progcache/config.h"
+#include "progcache/file_store.h"
+#include "progcache/store.h"
+
+namespace progcache::cli {
+
+namespace pc = progcache;
+using nlohmann::json;
+
+// Exit codes: 0 ok, 1 miss (or key absent), 2 usage error, 3 any other error.
+constexpr int k_exit_ok = 0;
+constexpr int k_exit_miss = 1;
+constexpr int k_exit_usage = 2;
+constexpr int k_exit_error = 3;
+
+// The global options, which may also follow the subcommand.
+struct Globals {
+  std::string dir;
+  std::string max_size;
+  std::string remote;
+  bool have_dir = false;
+};
+
+// One subcommand as declared by its group: `run` is called with the
+// resolved configuration and the words the parser did not take (only
+// commands with `takes_extras` accept any).
+struct Command {
+  CLI::App* sub = nullptr;
+  std::function<int(const pc::Config&, const std::vector<std::string>& extras)> run;
+  bool takes_extras = false;
+};
+
+void add_entry_commands(CLI::App& app, std::vector<Command>& out);
+void add_admin_commands(CLI::App& app, std::vector<Command>& out);
+void add_compile_command(CLI::App& app, std::vector<Command>& out);
+
+// ---- common.cpp
+
+// Prints the error and returns its exit code (usage for invalid_argument).
+int fail(const pc::Status& st);
+pc::Result<pc::Key> parse_key(const std::string& text, bool as_string);
+// Adds the --string flag that makes KEY always a hashed string.
+void add_string_flag(CLI::App* sub, bool& string_key);
+pc::Result<pc::Config> load_config(const Globals& g);
+pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c);
+pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c);
+void warn_remote(pc::Store* store);
+std::string format_time(std::int64_t ns);
+pc::ProgressFn progress_bar(const char* label);
+pc::Result<std::string> read_file(const std::string& path);
+pc::Status check_output_path(const std::string& path);
+pc::Status write_output(const std::string& path, std::string_view data);
+// StoreStats as JSON and as aligned text, from store_stat_fields().
+json stats_json(const pc::StoreStats& s);
+void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg);
+
+}  // namespace progcache::cli

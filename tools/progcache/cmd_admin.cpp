@@ -1,0 +1,206 @@
+// progcache ls / stats / verify / prune / clear / config: the disk store as
+// a whole, and the configuration.
+#include <cstdio>
+#include <iostream>
+
+#include "cli.h"
+#include "progcache/remote_store.h"
+
+namespace progcache::cli {
+
+namespace {
+
+struct AdminArgs {
+  bool long_format = false;
+  bool json = false;
+  bool repair = false;
+  std::string prune_size;
+  std::string prune_age;
+};
+
+int run_config(const AdminArgs& a, const pc::Config& cfg) {
+  if (a.json) {
+    json j = json::array();
+    for (const auto& s : cfg.settings) j.push_back({{"name", s.name}, {"value", s.value}, {"source", s.source}});
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const auto& s : cfg.settings) std::cout << s.name << " = " << s.value << "  (" << s.source << ")\n";
+  }
+  return k_exit_ok;
+}
+
+int run_ls(const AdminArgs& a, pc::FileStore& store) {
+  auto entries = store.list();
+  if (!entries.ok()) return fail(entries.status());
+  if (a.json) {
+    json j = json::array();
+    for (const auto& e : *entries) {
+      j.push_back({{"key", e.key.hex()},
+                   {"size", e.size},
+                   {"created", format_time(e.created_unix_ns)},
+                   {"last_used", format_time(e.last_used_ns)}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return k_exit_ok;
+  }
+  for (const auto& e : *entries) {
+    if (a.long_format) {
+      std::printf("%s  %10llu  %s  %s\n", e.key.hex().c_str(), static_cast<unsigned long long>(e.size),
+                  format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str());
+    } else {
+      std::printf("%s\n", e.key.hex().c_str());
+    }
+  }
+  return k_exit_ok;
+}
+
+// Per remote URL: reachable, and how many entries and bytes it holds.
+pc::Result<json> remote_summary(const pc::Config& cfg) {
+  json remote = json::array();
+  for (const auto& url : cfg.remote_urls) {
+    // A store makes no contact until asked.
+    PROGCACHE_ASSIGN_OR_RETURN(
+        auto r, pc::make_remote_store({.urls = {url}, .password = cfg.remote_password, .read_only = true}));
+    json j{{"url", pc::check_remote_url(url)->shown}};
+    auto n = r->count();
+    auto b = n.ok() ? r->size_bytes() : pc::Result<std::uint64_t>(n.status());
+    if (n.ok() && b.ok()) {
+      j["reachable"] = true;
+      j["entries"] = *n;
+      j["bytes_stored"] = *b;
+    } else {
+      j["reachable"] = false;
+      j["error"] = (n.ok() ? b.status() : n.status()).to_string();
+    }
+    remote.push_back(j);
+  }
+  return remote;
+}
+
+int run_stats(const AdminArgs& a, pc::FileStore& store, const pc::Config& cfg) {
+  const pc::StoreStats s = store.host_stats();
+  auto remote = remote_summary(cfg);
+  if (!remote.ok()) return fail(remote.status());
+  if (a.json) {
+    json j = stats_json(s);
+    j["remote"] = *remote;
+    j["dir"] = store.root();
+    j["max_size_bytes"] = cfg.max_size_bytes ? json(*cfg.max_size_bytes) : json(nullptr);
+    j["max_entries"] = cfg.max_entries ? json(*cfg.max_entries) : json(nullptr);
+    std::cout << j.dump(2) << "\n";
+    return k_exit_ok;
+  }
+  std::printf("%-17s %s\n", "cache directory", store.root().c_str());
+  print_stats_text(s, cfg);
+  for (const auto& r : *remote) {
+    if (r["reachable"]) {
+      std::printf("remote %s: %llu entries, %s\n", r["url"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(r["entries"].get<std::uint64_t>()),
+                  pc::format_size(r["bytes_stored"].get<std::uint64_t>()).c_str());
+    } else {
+      std::printf("remote %s: unreachable (%s)\n", r["url"].get<std::string>().c_str(),
+                  r["error"].get<std::string>().c_str());
+    }
+  }
+  return k_exit_ok;
+}
+
+int run_verify(const AdminArgs& a, pc::FileStore& store) {
+  auto report = store.verify(a.repair ? pc::Repair::yes : pc::Repair::no, progress_bar("verify"));
+  if (!report.ok()) return fail(report.status());
+  std::size_t remaining = 0;
+  for (const auto& p : report->problems) remaining += p.removed ? 0 : 1;
+  if (a.json) {
+    json probs = json::array();
+    for (const auto& p : report->problems) {
+      probs.push_back({{"path", p.path}, {"reason", p.reason}, {"removed", p.removed}});
+    }
+    std::cout << json{{"checked", report->checked},
+                      {"ok", report->ok},
+                      {"damaged", report->problems.size()},
+                      {"temps_removed", report->temps_removed},
+                      {"problems", probs}}
+                     .dump(2)
+              << "\n";
+  } else {
+    for (const auto& p : report->problems) {
+      std::printf("%s: %s%s\n", p.path.c_str(), p.reason.c_str(), p.removed ? " (removed)" : "");
+    }
+    std::printf("checked %llu, ok %llu, damaged %zu, removed %zu, stale temps swept %llu\n",
+                static_cast<unsigned long long>(report->checked), static_cast<unsigned long long>(report->ok),
+                report->problems.size(), report->problems.size() - remaining,
+                static_cast<unsigned long long>(report->temps_removed));
+  }
+  return remaining == 0 ? k_exit_ok : k_exit_error;
+}
+
+int run_prune(const AdminArgs& a, pc::FileStore& store, const pc::Config& cfg) {
+  std::optional<std::uint64_t> max_size = cfg.max_size_bytes;
+  std::optional<std::int64_t> age;
+  if (!a.prune_size.empty()) {
+    auto n = pc::parse_size(a.prune_size);
+    if (!n.ok()) return fail(n.status().with_context("--max-size"));
+    max_size = *n;
+  }
+  if (!a.prune_age.empty()) {
+    auto d = pc::parse_duration(a.prune_age);
+    if (!d.ok()) return fail(d.status().with_context("--older-than"));
+    age = *d;
+    if (a.prune_size.empty()) max_size.reset();
+  }
+  auto report = store.prune(max_size, age, progress_bar("prune"));
+  if (!report.ok()) return fail(report.status());
+  std::printf("removed %llu entries (%s); %llu entries (%s) remain\n", static_cast<unsigned long long>(report->removed),
+              pc::format_size(report->bytes_removed).c_str(), static_cast<unsigned long long>(report->remaining),
+              pc::format_size(report->bytes_remaining).c_str());
+  return k_exit_ok;
+}
+
+// Runs `fn` on the disk store the configuration names.
+template <typename Fn>
+auto on_disk_store(Fn fn) {
+  return [fn](const pc::Config& cfg, const std::vector<std::string>&) {
+    auto store = open_store(cfg);
+    if (!store.ok()) return fail(store.status());
+    return fn(**store, cfg);
+  };
+}
+
+}  // namespace
+
+void add_admin_commands(CLI::App& app, std::vector<Command>& out) {
+  auto a = std::make_shared<AdminArgs>();
+
+  auto* ls = app.add_subcommand("ls", "List entries");
+  ls->add_flag("-l,--long", a->long_format, "Show size, creation and last use");
+  ls->add_flag("--json", a->json, "JSON output");
+  out.push_back({ls, on_disk_store([a](pc::FileStore& s, const pc::Config&) { return run_ls(*a, s); })});
+
+  auto* stats = app.add_subcommand("stats", "Show host-wide counters of the disk store");
+  stats->add_flag("--json", a->json, "JSON output");
+  out.push_back({stats, on_disk_store([a](pc::FileStore& s, const pc::Config& cfg) { return run_stats(*a, s, cfg); })});
+
+  auto* verify = app.add_subcommand("verify", "Check every entry; list damaged ones with the reason");
+  verify->add_flag("--repair", a->repair, "Remove damaged entries");
+  verify->add_flag("--json", a->json, "JSON output");
+  out.push_back({verify, on_disk_store([a](pc::FileStore& s, const pc::Config&) { return run_verify(*a, s); })});
+
+  auto* prune = app.add_subcommand("prune", "Remove least recently used entries");
+  prune->add_option("--max-size", a->prune_size, "Trim to at most SIZE (e.g. 2G); default: the configured cap")
+      ->type_name("SIZE");
+  prune->add_option("--older-than", a->prune_age, "Remove entries unused for DURATION (e.g. 7d, 12h)")
+      ->type_name("DURATION");
+  out.push_back({prune, on_disk_store([a](pc::FileStore& s, const pc::Config& cfg) { return run_prune(*a, s, cfg); })});
+
+  auto* clear = app.add_subcommand("clear", "Remove every entry");
+  out.push_back({clear, on_disk_store([](pc::FileStore& s, const pc::Config&) {
+                   const pc::Status st = s.clear();
+                   return st.ok() ? k_exit_ok : fail(st);
+                 })});
+
+  auto* config = app.add_subcommand("config", "Show each resolved setting and where it came from");
+  config->add_flag("--json", a->json, "JSON output");
+  out.push_back({config, [a](const pc::Config& cfg, const std::vector<std::string>&) { return run_config(*a, cfg); }});
+}
+
+}  // namespace progcache::cli

@@ -1,0 +1,237 @@
+// Helpers the command groups share: configuration, stores, keys, inputs and
+// outputs, and the rendering of statistics.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "cli.h"
+#include "progcache/remote_store.h"
+#include "progcache/tiered_store.h"
+
+namespace progcache::cli {
+
+int fail(const pc::Status& st) {
+  std::cerr << "progcache: " << st.to_string() << "\n";
+  return st.code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
+}
+
+// KEY is 64 hex digits (the key itself) or any other string, mapped as the
+// library maps keys (key_from_user: 32 bytes are a raw key, others hashed), so
+// the CLI and Python name one entry alike. A 64-character KEY that is not hex
+// is almost certainly a mistyped key, so it is refused rather than hashed.
+pc::Result<pc::Key> parse_key(const std::string& text, bool as_string) {
+  if (as_string) return pc::key_from_string(text);
+  if (text.size() != 64) return pc::key_from_user(text);
+  auto k = pc::Key::from_hex(text);
+  if (!k.ok()) {
+    return pc::invalid_argument(k.status().message() + " (a 64-character KEY must be hex; pass --string to hash it)");
+  }
+  return *k;
+}
+
+pc::Result<pc::Config> load_config(const Globals& g) {
+  pc::ConfigOverrides o;
+  if (g.have_dir) o.dir = g.dir;
+  if (!g.max_size.empty()) o.max_size = g.max_size;
+  if (!g.remote.empty()) o.remote = g.remote;
+  auto c = pc::resolve_config(o);
+  if (c.ok()) {
+    for (const auto& w : c->warnings) std::cerr << "progcache: warning: " << w << "\n";
+  }
+  return c;
+}
+
+pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c) {
+  return pc::FileStore::open(c.file_store_options());
+}
+
+// The store that serves data: the disk store, or disk + remote when a remote
+// tier is configured (remote puts are flushed when the store is closed).
+pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c) {
+  PROGCACHE_ASSIGN_OR_RETURN(auto disk, open_store(c));
+  if (c.remote_urls.empty()) return std::unique_ptr<pc::Store>(std::move(disk));
+  PROGCACHE_ASSIGN_OR_RETURN(
+      auto remote,
+      pc::make_remote_store(
+          {.urls = c.remote_urls, .password = c.remote_password, .read_only = c.read_only, .codec = {c.hmac_key}}));
+  pc::TieredStoreOptions o;
+  o.disk = std::move(disk);
+  o.remote = std::move(remote);
+  return std::unique_ptr<pc::Store>(pc::make_tiered_store(std::move(o)));
+}
+
+// The tiered store treats a failing remote as a miss, so that an outage
+// never fails a command; the user still hears why the remote did not serve.
+void warn_remote(pc::Store* store) {
+  auto* tiered = dynamic_cast<pc::TieredStore*>(store);
+  if (tiered == nullptr) return;
+  auto rs = tiered->remote_stats();
+  if (rs && !rs->last_error.empty()) std::cerr << "progcache: warning: remote tier: " << rs->last_error << "\n";
+}
+
+std::string format_time(std::int64_t ns) {
+  if (ns <= 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A progress bar on stderr, only when stderr is a terminal.
+pc::ProgressFn progress_bar(const char* label) {
+  if (::isatty(2) == 0) return {};
+  return [label](std::uint64_t done, std::uint64_t total) {
+    if (total == 0) return;
+    const int width = 30;
+    const int filled = static_cast<int>(width * done / total);
+    std::fprintf(stderr, "\r%-7s [%.*s%*s] %3d%%", label, filled, "##############################", width - filled, "",
+                 static_cast<int>(100 * done / total));
+    if (done >= total) std::fprintf(stderr, "\r%*s\r", width + 16, "");
+    std::fflush(stderr);
+  };
+}
+
+// Reads an input whole ("-" is standard input). Every read is checked: an
+// error part-way is an error, never a shorter value; a directory is refused.
+pc::Result<std::string> read_file(const std::string& path) {
+  const bool std_in = path == "-";
+  const int fd = std_in ? 0 : ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return pc::errno_status(errno, "cannot read input file", path);
+  struct Closer {
+    int fd;
+    bool own;
+    ~Closer() {
+      if (own) ::close(fd);
+    }
+  } closer{fd, !std_in};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return pc::errno_status(errno, "cannot read input file", path);
+  if (S_ISDIR(st.st_mode)) {
+    return pc::Status(pc::Code::failed_precondition, "input '" + path + "' is a directory, not a file");
+  }
+  std::string out;
+  if (S_ISREG(st.st_mode)) out.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return pc::errno_status(errno, "error reading input file after " + std::to_string(out.size()) + " bytes", path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+// Checked before any work: "-" (standard output) is fine; otherwise the
+// directory that will hold the file must exist, and the path must not be a
+// directory.
+pc::Status check_output_path(const std::string& path) {
+  if (path.empty() || path == "-") return {};
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return pc::Status(pc::Code::failed_precondition, "output '" + path + "' is a directory");
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!dir.empty() && (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+    return pc::Status(pc::Code::failed_precondition,
+                      "output directory '" + dir + "' does not exist: create it first (nothing was done)");
+  }
+  return {};
+}
+
+pc::Status write_all_to(int fd, std::string_view data, const std::string& what) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return pc::errno_status(errno, "cannot write", what);
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+// Writes an output. A regular file (or a new one) is replaced atomically
+// (temp file + rename in its directory); a symbolic link is followed and its
+// target replaced, the link kept; anything else (a device such as /dev/null,
+// a FIFO) is written in place, never renamed over. "-" is standard output.
+pc::Status write_output(const std::string& path, std::string_view data) {
+  if (path == "-") return write_all_to(1, data, "standard output");
+  std::string target = path;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const auto resolved = std::filesystem::canonical(path, ec);
+    if (ec) return pc::errno_status(ec.value(), "output is a symbolic link that cannot be followed", path);
+    target = resolved.string();
+    if (::stat(target.c_str(), &st) != 0) return pc::errno_status(errno, "cannot stat output", target);
+  } else if (::stat(path.c_str(), &st) != 0) {
+    st.st_mode = S_IFREG;  // new file
+  }
+  if (S_ISDIR(st.st_mode)) return pc::Status(pc::Code::failed_precondition, "output '" + path + "' is a directory");
+  if (!S_ISREG(st.st_mode)) {
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return pc::errno_status(errno, "cannot open output", target);
+    pc::Status s = write_all_to(fd, data, target);
+    if (::close(fd) != 0 && s.ok()) s = pc::errno_status(errno, "cannot write", target);
+    return s;
+  }
+  // The mode a user expects: an existing file keeps its own; a new one gets
+  // 0666 less the umask, as any tool's output would.
+  const bool exists = (st.st_mode & 07777) != 0 || ::access(target.c_str(), F_OK) == 0;
+  std::uint32_t mode = 0;
+  if (exists) {
+    mode = st.st_mode & 07777;
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  const auto slash = target.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash);
+  const std::string temp = pc::join_path(dir, ".progcache-out." + std::to_string(::getpid()));
+  pc::Status published = pc::write_file_atomic(pc::Env::posix(), target, temp, data, mode, pc::Durability::none);
+  if (published.code() == pc::Code::permission_denied && exists && ::access(target.c_str(), W_OK) == 0) {
+    // A file the user may write in a directory they may not: written in
+    // place (not atomically), as cp would.
+    const int fd = ::open(target.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return pc::errno_status(errno, "cannot open output", target);
+    pc::Status s = write_all_to(fd, data, target);
+    if (::close(fd) != 0 && s.ok()) s = pc::errno_status(errno, "cannot write", target);
+    return s;
+  }
+  return published;
+}
+
+void add_string_flag(CLI::App* sub, bool& string_key) {
+  sub->add_flag("--string", string_key, "Always hash KEY as a string, even when it is 64 hex digits");
+}
+
+json stats_json(const pc::StoreStats& s) {
+  json j = json::object();
+  for (const auto& f : pc::store_stat_fields()) j[f.name] = s.*f.member;
+  return j;
+}
+
+void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg) {
+  for (const auto& f : pc::store_stat_fields()) {
+    const std::uint64_t v = s.*f.member;
+    std::string shown = f.member == &pc::StoreStats::bytes_stored ? pc::format_size(v) : std::to_string(v);
+    if (f.member == &pc::StoreStats::entries && cfg.max_entries) {
+      shown += " (cap " + std::to_string(*cfg.max_entries) + ")";
+    }
+    if (f.member == &pc::StoreStats::bytes_stored && cfg.max_size_bytes) {
+      shown += " (cap " + pc::format_size(*cfg.max_size_bytes) + ")";
+    }
+    std::printf("%-17s %s\n", f.label, shown.c_str());
+  }
+}
+
+}  // namespace progcache::cli
