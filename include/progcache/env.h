@@ -109,6 +109,44 @@ class Env {
   virtual std::int64_t now_ns() = 0;
 };
 
+// An Env that forwards every call to another: derive from it and override
+// only what you change (a test that fails one call, a fake clock), as
+// leveldb's EnvWrapper. Does not own its target.
+class EnvWrapper : public Env {
+ public:
+  explicit EnvWrapper(Env* target) : m_target(target) {}
+  [[nodiscard]] Env* target() const { return m_target; }
+
+  Result<int> open_file(const std::string& path, OpenMode mode, std::uint32_t perms) override;
+  Status close_file(int fd) override;
+  Result<std::size_t> pread(int fd, char* buf, std::size_t n, std::uint64_t offset) override;
+  Status write_all(int fd, std::string_view data) override;
+  Status fsync(int fd) override;
+  Status ftruncate(int fd, std::uint64_t size) override;
+  Status allocate(int fd, std::uint64_t size) override;
+  Result<FileInfo> fstat(int fd) override;
+  Status set_atime(int fd, std::int64_t atime_ns) override;
+  Status fchmod(int fd, std::uint32_t perms) override;
+  Result<FileInfo> lstat(const std::string& path) override;
+  Result<FileInfo> stat(const std::string& path) override;
+  Status rename(const std::string& from, const std::string& to) override;
+  Status rename_noreplace(const std::string& from, const std::string& to) override;
+  Status rename_exchange(const std::string& a, const std::string& b) override;
+  Status unlink(const std::string& path) override;
+  Status mkdir(const std::string& path, std::uint32_t perms) override;
+  Status chmod(const std::string& path, std::uint32_t perms) override;
+  Result<std::vector<DirEntry>> list_dir(const std::string& path) override;
+  Status fsync_dir(const std::string& path) override;
+  Result<bool> lock(int fd, LockKind kind, LockWait wait) override;
+  Status unlock(int fd) override;
+  Result<void*> map_shared(int fd, std::size_t size) override;
+  void unmap(void* addr, std::size_t size) override;
+  std::int64_t now_ns() override;
+
+ private:
+  Env* m_target;
+};
+
 enum class Durability {
   none,   // rename only: survives a process crash, not necessarily power loss
   fsync,  // fsync the file before the rename and its directory after it

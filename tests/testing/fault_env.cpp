@@ -39,107 +39,101 @@ int FaultEnv::check(Op op, bool* short_write) {
 Result<int> FaultEnv::open_file(const std::string& path, OpenMode mode, std::uint32_t perms) {
   const Op op = mode == OpenMode::read ? Op::open_read : mode == OpenMode::create_new ? Op::open_create : Op::open_rw;
   if (int err = check(op); err != 0) return errno_status(err, "open (injected)", path);
-  return m_base->open_file(path, mode, perms);
+  return target()->open_file(path, mode, perms);
 }
 Status FaultEnv::close_file(int fd) {
   if (int err = check(Op::close); err != 0) {
-    m_base->close_file(fd).ignore();  // the descriptor is gone either way, as on Linux
+    target()->close_file(fd).ignore();  // the descriptor is gone either way, as on Linux
     return errno_status(err, "close (injected)");
   }
-  return m_base->close_file(fd);
+  return target()->close_file(fd);
 }
 Result<std::size_t> FaultEnv::pread(int fd, char* buf, std::size_t n, std::uint64_t offset) {
   PROGCACHE_FAULT(Op::pread, "read");
-  return m_base->pread(fd, buf, n, offset);
+  return target()->pread(fd, buf, n, offset);
 }
 Status FaultEnv::write_all(int fd, std::string_view data) {
   bool short_write = false;
   if (int err = check(Op::write, &short_write); err != 0) {
-    if (short_write) m_base->write_all(fd, data.substr(0, data.size() / 2)).ignore();
+    if (short_write) target()->write_all(fd, data.substr(0, data.size() / 2)).ignore();
     return errno_status(err, "write (injected)");
   }
-  return m_base->write_all(fd, data);
+  return target()->write_all(fd, data);
 }
 Status FaultEnv::fsync(int fd) {
   PROGCACHE_FAULT(Op::fsync, "fsync");
-  return m_base->fsync(fd);
+  return target()->fsync(fd);
 }
 Status FaultEnv::ftruncate(int fd, std::uint64_t size) {
   PROGCACHE_FAULT(Op::ftruncate, "ftruncate");
-  return m_base->ftruncate(fd, size);
+  return target()->ftruncate(fd, size);
 }
 Status FaultEnv::allocate(int fd, std::uint64_t size) {
   PROGCACHE_FAULT(Op::allocate, "allocate");
-  return m_base->allocate(fd, size);
+  return target()->allocate(fd, size);
 }
 Result<FileInfo> FaultEnv::fstat(int fd) {
   PROGCACHE_FAULT(Op::fstat, "fstat");
-  return m_base->fstat(fd);
+  return target()->fstat(fd);
 }
 Status FaultEnv::set_atime(int fd, std::int64_t atime_ns) {
   PROGCACHE_FAULT(Op::set_atime, "futimens");
-  return m_base->set_atime(fd, atime_ns);
+  return target()->set_atime(fd, atime_ns);
 }
 Status FaultEnv::fchmod(int fd, std::uint32_t perms) {
   PROGCACHE_FAULT(Op::fchmod, "fchmod");
-  return m_base->fchmod(fd, perms);
+  return target()->fchmod(fd, perms);
 }
 Result<FileInfo> FaultEnv::lstat(const std::string& path) {
   PROGCACHE_FAULT(Op::lstat, "lstat");
-  return m_base->lstat(path);
+  return target()->lstat(path);
 }
 Result<FileInfo> FaultEnv::stat(const std::string& path) {
   PROGCACHE_FAULT(Op::stat, "stat");
-  return m_base->stat(path);
+  return target()->stat(path);
 }
 Status FaultEnv::rename(const std::string& from, const std::string& to) {
   PROGCACHE_FAULT(Op::rename, "rename");
-  return m_base->rename(from, to);
+  return target()->rename(from, to);
 }
 Status FaultEnv::rename_noreplace(const std::string& from, const std::string& to) {
   PROGCACHE_FAULT(Op::rename_noreplace, "rename");
-  return m_base->rename_noreplace(from, to);
+  return target()->rename_noreplace(from, to);
 }
 Status FaultEnv::rename_exchange(const std::string& a, const std::string& b) {
   PROGCACHE_FAULT(Op::rename_exchange, "rename");
-  return m_base->rename_exchange(a, b);
+  return target()->rename_exchange(a, b);
 }
 Status FaultEnv::unlink(const std::string& path) {
   PROGCACHE_FAULT(Op::unlink, "unlink");
-  return m_base->unlink(path);
+  return target()->unlink(path);
 }
 Status FaultEnv::mkdir(const std::string& path, std::uint32_t perms) {
   PROGCACHE_FAULT(Op::mkdir, "mkdir");
-  return m_base->mkdir(path, perms);
+  return target()->mkdir(path, perms);
 }
 Status FaultEnv::chmod(const std::string& path, std::uint32_t perms) {
   PROGCACHE_FAULT(Op::chmod, "chmod");
-  return m_base->chmod(path, perms);
+  return target()->chmod(path, perms);
 }
 Result<std::vector<DirEntry>> FaultEnv::list_dir(const std::string& path) {
   PROGCACHE_FAULT(Op::list_dir, "opendir");
-  return m_base->list_dir(path);
+  return target()->list_dir(path);
 }
 Status FaultEnv::fsync_dir(const std::string& path) {
   PROGCACHE_FAULT(Op::fsync_dir, "fsync directory");
-  return m_base->fsync_dir(path);
+  return target()->fsync_dir(path);
 }
 Result<bool> FaultEnv::lock(int fd, LockKind kind, LockWait wait) {
   PROGCACHE_FAULT(Op::lock, "flock");
-  return m_base->lock(fd, kind, wait);
-}
-Status FaultEnv::unlock(int fd) {
-  return m_base->unlock(fd);
+  return target()->lock(fd, kind, wait);
 }
 Result<void*> FaultEnv::map_shared(int fd, std::size_t size) {
   PROGCACHE_FAULT(Op::map_shared, "mmap");
-  return m_base->map_shared(fd, size);
-}
-void FaultEnv::unmap(void* addr, std::size_t size) {
-  m_base->unmap(addr, size);
+  return target()->map_shared(fd, size);
 }
 std::int64_t FaultEnv::now_ns() {
-  return m_fixed_clock.load() ? m_now.load() : m_base->now_ns();
+  return m_fixed_clock.load() ? m_now.load() : target()->now_ns();
 }
 
 }  // namespace progcache::testing

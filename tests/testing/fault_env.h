@@ -1,4 +1,4 @@
-// FaultEnv: an Env that forwards to the real one and fails chosen calls, for
+// FaultEnv: an EnvWrapper over the real Env that fails chosen calls, for
 // fault-injection tests (ENOSPC, EIO, EACCES, EROFS, EMFILE, short writes),
 // and a settable clock.
 #pragma once
@@ -41,9 +41,9 @@ enum class Op {
 };
 const char* op_name(Op op);
 
-class FaultEnv final : public Env {
+class FaultEnv final : public EnvWrapper {
  public:
-  explicit FaultEnv(Env* base = Env::posix()) : m_base(base) {}
+  explicit FaultEnv(Env* base = Env::posix()) : EnvWrapper(base) {}
 
   // Fails the `nth` (0-based, counted from now) call of `op` with `err`;
   // with `sticky`, every call from then on. For Op::write, `short_write`
@@ -78,9 +78,7 @@ class FaultEnv final : public Env {
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override;
   Status fsync_dir(const std::string& path) override;
   Result<bool> lock(int fd, LockKind kind, LockWait wait) override;
-  Status unlock(int fd) override;
   Result<void*> map_shared(int fd, std::size_t size) override;
-  void unmap(void* addr, std::size_t size) override;
   std::int64_t now_ns() override;
 
  private:
@@ -94,7 +92,6 @@ class FaultEnv final : public Env {
     bool sticky = false;
     bool short_write = false;
   };
-  Env* m_base;
   std::mutex m_mu;
   Rule m_rules[static_cast<int>(Op::count_)];
   std::atomic<std::uint64_t> m_calls[static_cast<int>(Op::count_)] = {};

@@ -1,0 +1,134 @@
+// The Env helpers every layer shares (publishing a file atomically, reading
+// a small file safely, joining paths) and EnvWrapper. The POSIX Env itself is
+// in env_posix.cpp.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "progcache/env.h"
+
+namespace progcache {
+
+bool FileInfo::is_regular() const {
+  return S_ISREG(mode);
+}
+bool FileInfo::is_dir() const {
+  return S_ISDIR(mode);
+}
+bool FileInfo::is_symlink() const {
+  return S_ISLNK(mode);
+}
+
+std::string join_path(std::string_view dir, std::string_view name) {
+  std::string out(dir);
+  if (!out.empty() && out.back() != '/') out.push_back('/');
+  out += name;
+  return out;
+}
+
+Result<std::string> read_regular_file(Env* env, const std::string& path, std::uint64_t max_bytes, OpenMode mode) {
+  PROGCACHE_ASSIGN_OR_RETURN(const int fd, env->open_file(path, mode, 0));
+  struct Closer {
+    Env* env;
+    int fd;
+    ~Closer() { env->close_file(fd).ignore(); }
+  } closer{env, fd};
+  PROGCACHE_ASSIGN_OR_RETURN(const FileInfo info, env->fstat(fd));
+  if (!info.is_regular()) return invalid_argument("'" + path + "' is not a regular file");
+  if (info.size > max_bytes) {
+    return resource_exhausted("'" + path + "' is larger than " + std::to_string(max_bytes) + " bytes");
+  }
+  std::string out(static_cast<std::size_t>(info.size), '\0');
+  std::size_t done = 0;
+  while (done < out.size()) {
+    PROGCACHE_ASSIGN_OR_RETURN(const std::size_t n, env->pread(fd, out.data() + done, out.size() - done, done));
+    if (n == 0) break;
+    done += n;
+  }
+  out.resize(done);  // a file that shrank meanwhile: what was there
+  return out;
+}
+
+Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
+                         std::uint32_t perms, Durability durability, std::optional<FileInfo>* replaced) {
+  auto fd = env->open_file(temp_path, OpenMode::create_new, perms);
+  if (!fd.ok()) return fd.status();
+  Status st = env->fchmod(*fd, perms);  // umask must not widen or narrow the mode
+  if (st.ok()) st = env->write_all(*fd, data);
+  if (st.ok() && durability == Durability::fsync) st = env->fsync(*fd);
+  Status cst = env->close_file(*fd);
+  if (st.ok()) st = cst;
+  if (st.ok()) {
+    if (replaced == nullptr) {
+      st = env->rename(temp_path, path);
+    } else {
+      replaced->reset();
+      // New entry: a non-replacing rename. Existing entry: an exchange, so
+      // the replaced file lands under our temp name, ours alone: what it
+      // held is measured exactly, never guessed from an lstat another writer
+      // may have outdated. Readers see the old entry or the new one
+      // throughout. When the entry comes and goes between the two (other
+      // writers, eviction), try again: a plain rename here could replace a
+      // file nobody measured, and its charge would never be taken back.
+      st = Status(Code::failed_precondition, "not tried");
+      for (int attempt = 0; attempt < 16 && st.code() == Code::failed_precondition; ++attempt) {
+        st = env->rename_noreplace(temp_path, path);
+        if (st.code() != Code::failed_precondition) break;  // done, or a real error
+        Status ex = env->rename_exchange(temp_path, path);
+        if (ex.ok()) {
+          auto old = env->lstat(temp_path);
+          *replaced = old.ok() ? *old : FileInfo{};
+          env->unlink(temp_path).ignore();  // a leftover is a stale temp, swept later
+          st = Status();
+        } else if (ex.code() == Code::not_found) {
+          st = Status(Code::failed_precondition, "the entry went meanwhile");  // try the new-entry rename again
+        } else if (ex.code() == Code::unavailable) {
+          auto old = env->lstat(path);  // no exchange on this filesystem: the lstat is a best guess
+          if (old.ok()) *replaced = *old;
+          st = env->rename(temp_path, path);
+        } else {
+          st = ex;
+        }
+      }
+    }
+  }
+  if (!st.ok()) {
+    env->unlink(temp_path).ignore();
+    return st;
+  }
+  if (durability == Durability::fsync) {
+    const auto slash = path.find_last_of('/');
+    return env->fsync_dir(slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash)));
+  }
+  return {};
+}
+
+
+Result<int> EnvWrapper::open_file(const std::string& path, OpenMode mode, std::uint32_t perms) { return m_target->open_file(path, mode, perms); }
+Status EnvWrapper::close_file(int fd) { return m_target->close_file(fd); }
+Result<std::size_t> EnvWrapper::pread(int fd, char* buf, std::size_t n, std::uint64_t offset) { return m_target->pread(fd, buf, n, offset); }
+Status EnvWrapper::write_all(int fd, std::string_view data) { return m_target->write_all(fd, data); }
+Status EnvWrapper::fsync(int fd) { return m_target->fsync(fd); }
+Status EnvWrapper::ftruncate(int fd, std::uint64_t size) { return m_target->ftruncate(fd, size); }
+Status EnvWrapper::allocate(int fd, std::uint64_t size) { return m_target->allocate(fd, size); }
+Result<FileInfo> EnvWrapper::fstat(int fd) { return m_target->fstat(fd); }
+Status EnvWrapper::set_atime(int fd, std::int64_t atime_ns) { return m_target->set_atime(fd, atime_ns); }
+Status EnvWrapper::fchmod(int fd, std::uint32_t perms) { return m_target->fchmod(fd, perms); }
+Result<FileInfo> EnvWrapper::lstat(const std::string& path) { return m_target->lstat(path); }
+Result<FileInfo> EnvWrapper::stat(const std::string& path) { return m_target->stat(path); }
+Status EnvWrapper::rename(const std::string& from, const std::string& to) { return m_target->rename(from, to); }
+Status EnvWrapper::rename_noreplace(const std::string& from, const std::string& to) { return m_target->rename_noreplace(from, to); }
+Status EnvWrapper::rename_exchange(const std::string& a, const std::string& b) { return m_target->rename_exchange(a, b); }
+Status EnvWrapper::unlink(const std::string& path) { return m_target->unlink(path); }
+Status EnvWrapper::mkdir(const std::string& path, std::uint32_t perms) { return m_target->mkdir(path, perms); }
+Status EnvWrapper::chmod(const std::string& path, std::uint32_t perms) { return m_target->chmod(path, perms); }
+Result<std::vector<DirEntry>> EnvWrapper::list_dir(const std::string& path) { return m_target->list_dir(path); }
+Status EnvWrapper::fsync_dir(const std::string& path) { return m_target->fsync_dir(path); }
+Result<bool> EnvWrapper::lock(int fd, LockKind kind, LockWait wait) { return m_target->lock(fd, kind, wait); }
+Status EnvWrapper::unlock(int fd) { return m_target->unlock(fd); }
+Result<void*> EnvWrapper::map_shared(int fd, std::size_t size) { return m_target->map_shared(fd, size); }
+void EnvWrapper::unmap(void* addr, std::size_t size) { m_target->unmap(addr, size); }
+std::int64_t EnvWrapper::now_ns() { return m_target->now_ns(); }
+
+}  // namespace progcache
