@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: install what is missing, build, and run every
-# test: the C++ style check (scripts/format.sh); the unit, integration,
+# test: the C++ style check (scripts/format.sh); clang-tidy (scripts/tidy.sh);
+# the unit, integration,
 # multi-process, crash and CLI suites (ctest);
 # the same suites again under ASan+UBSan and under TSan; and a short run of
 # each libFuzzer target.
@@ -11,6 +12,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/format.sh
 bash scripts/build.sh
+bash scripts/tidy.sh
 (cd "${PROGCACHE_BUILD_DIR:-build}" && ctest --output-on-failure -j "${PROGCACHE_JOBS:-2}")
 # The README's first command's main job, on the build above: every example
 # kernel through the cache, cold then warm; it fails on a miss or a changed

@@ -245,6 +245,7 @@ Result<ObjectCode> run_nvrtc(const Program& p, TargetType target, CompileFailure
     if (!dlto) opts.emplace_back("-dlto");
   }
   std::vector<const char*> argv;
+  argv.reserve(opts.size());
   for (const auto& o : opts) argv.push_back(o.c_str());
   const int rc = api->compile_program(prog, static_cast<int>(argv.size()), argv.data());
   ObjectCode oc;
@@ -310,6 +311,7 @@ Result<ObjectCode> run_nvjitlink(const Program& p, TargetType target, CompileFai
   PROGCACHE_ASSIGN_OR_RETURN(const cuda::NvJitLink* api, cuda::nvjitlink());
   const std::vector<std::string> opts = jitlink_options(p.options, p, target);
   std::vector<const char*> argv;
+  argv.reserve(opts.size());
   for (const auto& o : opts) argv.push_back(o.c_str());
   cuda::nvJitLinkHandle h = nullptr;
   if (int r = api->create(&h, static_cast<std::uint32_t>(argv.size()), argv.data()); r != 0) {

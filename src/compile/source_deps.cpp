@@ -266,9 +266,9 @@ std::string replace_trigraphs(std::string_view text) {
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text[i] == '?' && i + 2 < text.size() && text[i + 1] == '?') {
-      static constexpr std::string_view from = "=/'()!<>-", to = "#\\^[]|{}~";
-      if (const auto k = from.find(text[i + 2]); k != std::string_view::npos) {
-        out.push_back(to[k]);
+      static constexpr std::string_view k_from = "=/'()!<>-", k_to = "#\\^[]|{}~";
+      if (const auto k = k_from.find(text[i + 2]); k != std::string_view::npos) {
+        out.push_back(k_to[k]);
         i += 2;
         continue;
       }
@@ -986,6 +986,7 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
   if (scanner.needs_trees()) {
     // A directory inside another is covered by the outer one's fingerprint.
     std::vector<std::string> norm;
+    norm.reserve(include_dirs.size());
     for (const auto& d : include_dirs) norm.push_back(real_or_normal(d));
     for (std::size_t i = 0; i < include_dirs.size(); ++i) {
       bool nested = false;

@@ -475,7 +475,7 @@ class FileStoreImpl final : public FileStore {
     };
     std::vector<Item> items;
     for (int idx = 0; idx < k_shards; ++idx) {
-      if (progress) progress(idx, 2 * k_shards);
+      if (progress) progress(idx, std::uint64_t{2} * k_shards);
       auto files = scan_shard(idx, Reconcile::gross);
       if (!files.ok()) return files.status();
       for (auto& f : *files) items.push_back({idx, std::move(f)});
@@ -488,7 +488,7 @@ class FileStoreImpl final : public FileStore {
     std::uint64_t total = 0;
     for (const auto& it : items) total += it.file.info.size;
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (progress && i % 64 == 0) progress(k_shards + (k_shards * i) / items.size(), 2 * k_shards);
+      if (progress && i % 64 == 0) progress(k_shards + (std::uint64_t{k_shards} * i) / items.size(), std::uint64_t{2} * k_shards);
       const auto& it = items[i];
       const bool too_old = older_than_ns && now - last_used(it.file.info, now) > *older_than_ns;
       const bool too_big = max_size && total > *max_size;
@@ -503,7 +503,7 @@ class FileStoreImpl final : public FileStore {
         atomic_add(m_acct->evictions, 1);
       }
     }
-    if (progress) progress(2 * k_shards, 2 * k_shards);
+    if (progress) progress(std::uint64_t{2} * k_shards, std::uint64_t{2} * k_shards);
     report.remaining = items.size() - report.removed;
     report.bytes_remaining = total;
     return report;
@@ -611,7 +611,7 @@ class FileStoreImpl final : public FileStore {
     }
     char* buf = nullptr;
     Bytes data = Bytes::allocate(r.info.size, &buf);
-    if (!head.empty()) std::memcpy(buf, head.data(), head.size());
+    std::copy(head.begin(), head.end(), buf);
     std::uint64_t done = head.size();
     while (done < r.info.size) {
       PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, m_env->pread(fd, buf + done, r.info.size - done, done));
@@ -703,7 +703,7 @@ class FileStoreImpl final : public FileStore {
     sum.update(head);
     // Read and hash in chunks that fit in L2, so the checksum reads bytes the
     // copy just brought into cache instead of making a second trip to memory.
-    constexpr std::uint64_t k_chunk = 128 * 1024;
+    constexpr std::uint64_t k_chunk = std::uint64_t{128} * 1024;
     for (std::uint64_t off = 0; off < first_len; off += k_chunk) {
       const std::uint64_t n = std::min(k_chunk, first_len - off);
       PROGCACHE_ASSIGN_OR_RETURN(ok, read_at(dst + off, n, prefix + off));

@@ -3,13 +3,17 @@
 //
 // Exit codes: 0 ok, 1 miss (or key absent), 2 usage error, 3 any other error.
 #include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
 
 #include "cli.h"
 #include "progcache/version.h"
 
 using namespace progcache::cli;
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{
       "progcache: a cache for compiled GPU programs.\n\n"
       "KEY arguments are either exactly 64 hex digits (the key itself, as printed by\n"
@@ -54,4 +58,15 @@ int main(int argc, char** argv) {
   auto cfg = load_config(g);
   if (!cfg.ok()) return fail(cfg.status());
   return chosen->run(*cfg, extras);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // out of memory, or a bug: an error, never an abort
+    std::cerr << "progcache: internal error: " << e.what() << "\n";
+    return k_exit_error;
+  }
 }
