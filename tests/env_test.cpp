@@ -1,8 +1,9 @@
 // EnvWrapper: a derived Env overrides only what it changes; every other call
 // reaches the wrapped Env.
+#include "progcache/env.h"
+
 #include <gtest/gtest.h>
 
-#include "progcache/env.h"
 #include "testing/test_util.h"
 
 namespace progcache {

@@ -488,7 +488,8 @@ class FileStoreImpl final : public FileStore {
     std::uint64_t total = 0;
     for (const auto& it : items) total += it.file.info.size;
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (progress && i % 64 == 0) progress(k_shards + (std::uint64_t{k_shards} * i) / items.size(), std::uint64_t{2} * k_shards);
+      if (progress && i % 64 == 0)
+        progress(k_shards + (std::uint64_t{k_shards} * i) / items.size(), std::uint64_t{2} * k_shards);
       const auto& it = items[i];
       const bool too_old = older_than_ns && now - last_used(it.file.info, now) > *older_than_ns;
       const bool too_big = max_size && total > *max_size;

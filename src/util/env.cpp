@@ -1,12 +1,12 @@
 // The Env helpers every layer shares (publishing a file atomically, reading
 // a small file safely, joining paths) and EnvWrapper. The POSIX Env itself is
 // in env_posix.cpp.
+#include "progcache/env.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include "progcache/env.h"
 
 namespace progcache {
 
@@ -104,31 +104,80 @@ Status write_file_atomic(Env* env, const std::string& path, const std::string& t
   return {};
 }
 
-
-Result<int> EnvWrapper::open_file(const std::string& path, OpenMode mode, std::uint32_t perms) { return m_target->open_file(path, mode, perms); }
-Status EnvWrapper::close_file(int fd) { return m_target->close_file(fd); }
-Result<std::size_t> EnvWrapper::pread(int fd, char* buf, std::size_t n, std::uint64_t offset) { return m_target->pread(fd, buf, n, offset); }
-Status EnvWrapper::write_all(int fd, std::string_view data) { return m_target->write_all(fd, data); }
-Status EnvWrapper::fsync(int fd) { return m_target->fsync(fd); }
-Status EnvWrapper::ftruncate(int fd, std::uint64_t size) { return m_target->ftruncate(fd, size); }
-Status EnvWrapper::allocate(int fd, std::uint64_t size) { return m_target->allocate(fd, size); }
-Result<FileInfo> EnvWrapper::fstat(int fd) { return m_target->fstat(fd); }
-Status EnvWrapper::set_atime(int fd, std::int64_t atime_ns) { return m_target->set_atime(fd, atime_ns); }
-Status EnvWrapper::fchmod(int fd, std::uint32_t perms) { return m_target->fchmod(fd, perms); }
-Result<FileInfo> EnvWrapper::lstat(const std::string& path) { return m_target->lstat(path); }
-Result<FileInfo> EnvWrapper::stat(const std::string& path) { return m_target->stat(path); }
-Status EnvWrapper::rename(const std::string& from, const std::string& to) { return m_target->rename(from, to); }
-Status EnvWrapper::rename_noreplace(const std::string& from, const std::string& to) { return m_target->rename_noreplace(from, to); }
-Status EnvWrapper::rename_exchange(const std::string& a, const std::string& b) { return m_target->rename_exchange(a, b); }
-Status EnvWrapper::unlink(const std::string& path) { return m_target->unlink(path); }
-Status EnvWrapper::mkdir(const std::string& path, std::uint32_t perms) { return m_target->mkdir(path, perms); }
-Status EnvWrapper::chmod(const std::string& path, std::uint32_t perms) { return m_target->chmod(path, perms); }
-Result<std::vector<DirEntry>> EnvWrapper::list_dir(const std::string& path) { return m_target->list_dir(path); }
-Status EnvWrapper::fsync_dir(const std::string& path) { return m_target->fsync_dir(path); }
-Result<bool> EnvWrapper::lock(int fd, LockKind kind, LockWait wait) { return m_target->lock(fd, kind, wait); }
-Status EnvWrapper::unlock(int fd) { return m_target->unlock(fd); }
-Result<void*> EnvWrapper::map_shared(int fd, std::size_t size) { return m_target->map_shared(fd, size); }
-void EnvWrapper::unmap(void* addr, std::size_t size) { m_target->unmap(addr, size); }
-std::int64_t EnvWrapper::now_ns() { return m_target->now_ns(); }
+Result<int> EnvWrapper::open_file(const std::string& path, OpenMode mode, std::uint32_t perms) {
+  return m_target->open_file(path, mode, perms);
+}
+Status EnvWrapper::close_file(int fd) {
+  return m_target->close_file(fd);
+}
+Result<std::size_t> EnvWrapper::pread(int fd, char* buf, std::size_t n, std::uint64_t offset) {
+  return m_target->pread(fd, buf, n, offset);
+}
+Status EnvWrapper::write_all(int fd, std::string_view data) {
+  return m_target->write_all(fd, data);
+}
+Status EnvWrapper::fsync(int fd) {
+  return m_target->fsync(fd);
+}
+Status EnvWrapper::ftruncate(int fd, std::uint64_t size) {
+  return m_target->ftruncate(fd, size);
+}
+Status EnvWrapper::allocate(int fd, std::uint64_t size) {
+  return m_target->allocate(fd, size);
+}
+Result<FileInfo> EnvWrapper::fstat(int fd) {
+  return m_target->fstat(fd);
+}
+Status EnvWrapper::set_atime(int fd, std::int64_t atime_ns) {
+  return m_target->set_atime(fd, atime_ns);
+}
+Status EnvWrapper::fchmod(int fd, std::uint32_t perms) {
+  return m_target->fchmod(fd, perms);
+}
+Result<FileInfo> EnvWrapper::lstat(const std::string& path) {
+  return m_target->lstat(path);
+}
+Result<FileInfo> EnvWrapper::stat(const std::string& path) {
+  return m_target->stat(path);
+}
+Status EnvWrapper::rename(const std::string& from, const std::string& to) {
+  return m_target->rename(from, to);
+}
+Status EnvWrapper::rename_noreplace(const std::string& from, const std::string& to) {
+  return m_target->rename_noreplace(from, to);
+}
+Status EnvWrapper::rename_exchange(const std::string& a, const std::string& b) {
+  return m_target->rename_exchange(a, b);
+}
+Status EnvWrapper::unlink(const std::string& path) {
+  return m_target->unlink(path);
+}
+Status EnvWrapper::mkdir(const std::string& path, std::uint32_t perms) {
+  return m_target->mkdir(path, perms);
+}
+Status EnvWrapper::chmod(const std::string& path, std::uint32_t perms) {
+  return m_target->chmod(path, perms);
+}
+Result<std::vector<DirEntry>> EnvWrapper::list_dir(const std::string& path) {
+  return m_target->list_dir(path);
+}
+Status EnvWrapper::fsync_dir(const std::string& path) {
+  return m_target->fsync_dir(path);
+}
+Result<bool> EnvWrapper::lock(int fd, LockKind kind, LockWait wait) {
+  return m_target->lock(fd, kind, wait);
+}
+Status EnvWrapper::unlock(int fd) {
+  return m_target->unlock(fd);
+}
+Result<void*> EnvWrapper::map_shared(int fd, std::size_t size) {
+  return m_target->map_shared(fd, size);
+}
+void EnvWrapper::unmap(void* addr, std::size_t size) {
+  m_target->unmap(addr, size);
+}
+std::int64_t EnvWrapper::now_ns() {
+  return m_target->now_ns();
+}
 
 }  // namespace progcache
