@@ -325,6 +325,22 @@ TEST_F(CliTest, DisableMakesGetMissAndPutStoreNothing) {
   EXPECT_EQ(run({"get", "j", "-o", m_tmp.sub("o")}).code, 1);
 }
 
+// A disabled cache is never opened: not even a root that could not be (a
+// file), and a bad key or output is refused before any directory is made.
+TEST_F(CliTest, DisabledOrRefusedCommandsNeverTouchTheCacheRoot) {
+  const std::string root = file("not-a-dir", "a file where the root should be");
+  EXPECT_EQ(run({"--dir", root, "get", "k", "-o", m_tmp.sub("o")}, {"PROGCACHE_DISABLE=1"}).code, 1);
+  EXPECT_EQ(run({"--dir", root, "put", "k", file("a", "A")}, {"PROGCACHE_DISABLE=1"}).code, 0);
+  EXPECT_EQ(testing::read_all(root), "a file where the root should be");
+  const std::string fresh = m_tmp.sub("fresh-root");
+  auto bad_key = run({"--dir", fresh, "get", std::string(64, 'z')});
+  EXPECT_EQ(bad_key.code, 2) << bad_key.err;
+  auto bad_out = run({"--dir", fresh, "get", "k", "-o", m_tmp.sub("no/such/dir/o")});
+  EXPECT_EQ(bad_out.code, 3) << bad_out.err;
+  struct stat st {};
+  EXPECT_NE(::stat(fresh.c_str(), &st), 0) << "a refused command created the cache root";
+}
+
 TEST_F(CliTest, EntryCapFromEnvironmentIsEnforced) {
   for (int i = 0; i < 12; ++i) {
     ASSERT_EQ(run({"put", "k" + std::to_string(i), file("f", "x")}, {"PROGCACHE_MAX_ENTRIES=5"}).code, 0);

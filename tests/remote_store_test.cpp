@@ -58,6 +58,7 @@ TEST(RemoteStore, RoundTripsEntriesAndWalksEveryBackendForCountSizeAndClear) {
     }
   }
   // The walks go batch by batch (two names a batch here) over both backends.
+  for (auto& st : r.states) EXPECT_FALSE(st->data.empty()) << "a backend got no key";
   EXPECT_EQ(*r.store->count(), 9u);
   EXPECT_EQ(*r.store->size_bytes(), held);
   const StoreStats s = r.store->stats();
@@ -114,25 +115,38 @@ TEST(RemoteStore, ConsecutiveOutagesOpenTheBreakerWhichSkipsCallsThenProbesAfter
   EXPECT_EQ(rs.failures, 2u);
   EXPECT_NE(rs.last_error.find("connection refused"), std::string::npos);
   EXPECT_EQ(r.store->stats().errors, 7u);
-  // After the back-off one probe goes through; the backend is back.
+  // After the back-off exactly one probe goes through; it fails, and the
+  // breaker is open again for another back-off.
+  std::this_thread::sleep_for(250ms);
+  EXPECT_EQ(r.store->get(make_key(1)).status().code(), Code::unavailable);
+  EXPECT_EQ(r.states[0]->calls, calls + 1);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.store->get(make_key(1)).status().code(), Code::unavailable);
+  EXPECT_EQ(r.states[0]->calls, calls + 1) << "calls reached the backend while the breaker was open again";
+  // After the next back-off the probe succeeds; the backend is back.
   r.states[0]->mode = Mode::ok;
   std::this_thread::sleep_for(250ms);
   auto g = r.store->get_bytes(make_key(1));
   ASSERT_TRUE(g.ok() && g->has_value()) << g.status().to_string();
   EXPECT_EQ((*g)->view(), "kept");
-  EXPECT_EQ(r.states[0]->calls, calls + 1);
+  EXPECT_EQ(r.states[0]->calls, calls + 2);
+  EXPECT_TRUE(r.store->get(make_key(1))->has_value());
+  EXPECT_EQ(r.states[0]->calls, calls + 3);
 }
 
 TEST(RemoteStore, AHungBackendCostsAtMostItsCallTimeoutAndCountsAsATimeout) {
   Rig r = rig(1, {.breaker_failures = 100}, 50ms);
   r.states[0]->mode = Mode::hang;
   for (int i = 0; i < 3; ++i) {
+    r.states[0]->last_budget = 0ms;
     const auto t0 = std::chrono::steady_clock::now();
     auto g = r.store->get(make_key(1));
     const auto waited = std::chrono::steady_clock::now() - t0;
     EXPECT_EQ(g.status().code(), Code::deadline_exceeded);
     EXPECT_GE(waited, 45ms);
     EXPECT_LT(waited, 2s) << "a hung backend held a call far past its timeout";
+    // The deadline handed to the backend is the call timeout from now.
+    EXPECT_GT(r.states[0]->last_budget, 30ms);
+    EXPECT_LE(r.states[0]->last_budget, 50ms);
   }
   EXPECT_EQ(r.store->remote_stats().timeouts, 3u);
   EXPECT_EQ(r.store->remote_stats().failures, 0u);
@@ -165,9 +179,14 @@ TEST(RemoteStore, ReadOnlyNeverWritesAndCountsWhatItSkipped) {
   EXPECT_EQ(r.store->remote_stats().read_only_skips, 1u);
   EXPECT_EQ(r.store->erase(make_key(1)).status().code(), Code::failed_precondition);
   EXPECT_EQ(r.store->clear().code(), Code::failed_precondition);
-  // Reads still work.
-  r.states[0]->data[make_key(2).hex()] = "not an entry";
-  EXPECT_FALSE(r.store->get(make_key(2))->has_value());
+  // Reads still reach the backend and hit.
+  std::vector<std::unique_ptr<RemoteBackend>> bs;
+  bs.push_back(std::make_unique<FakeBackend>("fake://0", r.states[0]));
+  auto writer = std::move(*make_remote_store(std::move(bs), {}));
+  ASSERT_TRUE(writer->put(make_key(2), make_entry("written elsewhere")).ok());
+  auto got = r.store->get_bytes(make_key(2));
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->view(), "written elsewhere");
 }
 
 TEST(RemoteStore, GarbageOrForeignValuesAreCountedMissesNotErrors) {
@@ -234,6 +253,10 @@ TEST(RemoteUrls, TheSchemeTableNamesWhatThisBuildHasAndNeverEchoesAPassword) {
   EXPECT_EQ(unknown.status().code(), Code::invalid_argument);
   EXPECT_EQ(unknown.status().message().find("hunter2"), std::string::npos) << unknown.status().to_string();
   EXPECT_FALSE(check_remote_url("no-scheme-at-all").ok());
+  // A password before the first "://" is not a scheme, and is not shown.
+  auto odd = check_remote_url("alice:hunter2://x@h");
+  EXPECT_EQ(odd.status().code(), Code::invalid_argument);
+  EXPECT_EQ(odd.status().message().find("hunter2"), std::string::npos) << odd.status().to_string();
   EXPECT_FALSE(make_remote_store({.urls = {"memcached://h"}}).ok());
   EXPECT_EQ(make_remote_store({}).status().code(), Code::invalid_argument);
   const auto schemes = remote_schemes();

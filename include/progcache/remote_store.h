@@ -22,7 +22,7 @@
 // scheme table (remote/schemes.cpp); nothing above it changes.
 //
 // URLs (PROGCACHE_REMOTE, RemoteStoreOptions::urls) name their backend by
-// scheme: redis:// and redis+unix:// (see redis_store.h) when progcache is
+// scheme: redis:// and redis+unix:// (see redis_backend.h) when progcache is
 // built with hiredis; remote_schemes() lists what this build understands.
 //
 // Thread safety: a RemoteStore is thread-safe; a backend must be too.

@@ -63,7 +63,7 @@ class Store {
   virtual Result<std::uint64_t> size_bytes() = 0;
   virtual StoreStats stats() = 0;
   virtual Status close() = 0;
-  // "memory", "file", "redis", "tiered": for messages and stats.
+  // "memory", "file", "remote", "tiered": for messages and stats.
   [[nodiscard]] virtual std::string name() const = 0;
 
   // Bytes-in / bytes-out convenience: the entry's primary artifact.

@@ -264,6 +264,15 @@ def _configured_cap(value: Any, cfg: dict) -> Optional[int]:
     return _cap(value)
 
 
+def _check_schemes(urls: list) -> None:
+    """RuntimeError, before anything is opened, for a URL whose backend this
+    build lacks (the library's scheme table says which it has)."""
+    for u in urls:
+        scheme = u.split("://", 1)[0] if isinstance(u, str) and "://" in u else ""
+        if scheme in ("redis", "redis+unix") and scheme not in _core.REMOTE_SCHEMES:
+            raise RuntimeError("this progcache was built without the Redis tier")
+
+
 class RedisProgramCache(_StoreCache):
     """The Redis tier alone: ``urls`` is one ``redis://`` URL or several
     (keys are sharded across them). The password for URLs that carry none
@@ -300,6 +309,7 @@ class TieredProgramCache(_StoreCache):
         if urls is None:
             urls = list(cfg["remote_urls"])
         urls = [urls] if isinstance(urls, str) else list(urls)
+        _check_schemes(urls)
         root = os.fspath(path) if path is not None else cfg["dir"]
         self.path = root
         cap = _configured_cap(max_size_bytes, cfg)

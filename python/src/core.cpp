@@ -465,6 +465,9 @@ NB_MODULE(_core, m) {
          const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& sharing,
          std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password) {
         pc::TieredStoreOptions o;
+        // The remote first: a URL this build cannot serve fails before the
+        // cache directory is touched.
+        if (!urls.empty()) o.remote = open_remote(urls, read_only, hmac_key, password);
         if (!memory_bytes || *memory_bytes > 0)
           o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
         pc::FileStoreOptions fo;
@@ -477,7 +480,6 @@ NB_MODULE(_core, m) {
         std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
         pc::FileStore* disk = fs.get();
         o.disk = std::move(fs);
-        if (!urls.empty()) o.remote = open_remote(urls, read_only, hmac_key, password);
         return std::make_unique<StoreHandle>(pc::make_tiered_store(std::move(o)), nullptr, disk);
       },
       nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),

@@ -18,6 +18,7 @@
 #include <set>
 #include <string_view>
 
+#include "../util/mutex.h"
 #include "progcache/env.h"
 #include "progcache/hash.h"
 #include "progcache/key.h"
@@ -385,7 +386,7 @@ class ScanMemo {
   explicit ScanMemo(std::string state_dir) : m_dir(std::move(state_dir)) {}
 
   std::optional<ScannedFile> find(const std::string& path, const FileStamp& stamp) {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     load_once();  // only programs that include files pay for the memo
     auto it = m_files.find(path);
     if (it == m_files.end() || !(it->second.stamp == stamp)) return std::nullopt;
@@ -394,7 +395,7 @@ class ScanMemo {
   }
 
   void add(const std::string& path, ScannedFile f) {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     f.used = true;
     m_files[path] = std::move(f);
     m_dirty = true;
@@ -402,7 +403,7 @@ class ScanMemo {
 
   // Best effort: a memo that cannot be written costs the next process reads.
   void save() {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     if (!m_dirty || m_dir.empty()) return;
     m_dirty = false;
     // Bounded: past the cap, only what this process used is kept.
@@ -426,13 +427,13 @@ class ScanMemo {
  private:
   static constexpr std::size_t k_max_memo_files = 50000;
 
-  void load_once() {
+  void load_once() PROGCACHE_REQUIRES(m_mu) {
     if (m_loaded) return;
     m_loaded = true;
     if (!m_dir.empty()) load();
   }
 
-  void load() {
+  void load() PROGCACHE_REQUIRES(m_mu) {
     auto text = read_regular(join_path(m_dir, "deps-memo.json"));
     if (!text.ok()) return;
     const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -468,10 +469,10 @@ class ScanMemo {
   }
 
   std::string m_dir;
-  std::mutex m_mu;
-  std::map<std::string, ScannedFile> m_files;  // GUARDED_BY(m_mu)
-  bool m_dirty = false;                        // GUARDED_BY(m_mu)
-  bool m_loaded = false;                       // GUARDED_BY(m_mu)
+  Mutex m_mu;
+  std::map<std::string, ScannedFile> m_files PROGCACHE_GUARDED_BY(m_mu);
+  bool m_dirty PROGCACHE_GUARDED_BY(m_mu) = false;
+  bool m_loaded PROGCACHE_GUARDED_BY(m_mu) = false;
 };
 
 // ---------------------------------------------------------------- manifest

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../util/mutex.h"
+
 namespace progcache {
 
 namespace {
@@ -22,7 +24,7 @@ struct Node {
 class Shard {
  public:
   std::optional<Entry> get(const Key& key) {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     auto it = m_index.find(key);
     if (it == m_index.end()) return std::nullopt;
     m_list.splice(m_list.begin(), m_list, it->second);
@@ -32,7 +34,7 @@ class Shard {
   // Returns the number of entries evicted to make room.
   std::uint64_t put(const Key& key, const Entry& entry, std::uint64_t charge, std::optional<std::uint64_t> byte_cap,
                     std::optional<std::uint64_t> entry_cap, bool* stored) {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     std::uint64_t evicted = 0;
     if (auto it = m_index.find(key); it != m_index.end()) {
       m_bytes -= it->second->charge;
@@ -59,7 +61,7 @@ class Shard {
   }
 
   bool erase(const Key& key) {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     auto it = m_index.find(key);
     if (it == m_index.end()) return false;
     m_bytes -= it->second->charge;
@@ -69,22 +71,22 @@ class Shard {
   }
 
   void clear() {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     m_index.clear();
     m_list.clear();
     m_bytes = 0;
   }
 
   std::pair<std::uint64_t, std::uint64_t> usage() {
-    std::lock_guard lock(m_mu);
+    MutexLock lock(m_mu);
     return {m_list.size(), m_bytes};
   }
 
  private:
-  std::mutex m_mu;
-  std::list<Node> m_list;                                               // GUARDED_BY(m_mu)
-  std::unordered_map<Key, std::list<Node>::iterator, KeyHash> m_index;  // GUARDED_BY(m_mu)
-  std::uint64_t m_bytes = 0;                                            // GUARDED_BY(m_mu)
+  Mutex m_mu;
+  std::list<Node> m_list PROGCACHE_GUARDED_BY(m_mu);
+  std::unordered_map<Key, std::list<Node>::iterator, KeyHash> m_index PROGCACHE_GUARDED_BY(m_mu);
+  std::uint64_t m_bytes PROGCACHE_GUARDED_BY(m_mu) = 0;
 };
 
 class MemoryStore final : public Store {

@@ -1,10 +1,11 @@
 #include "progcache/tiered_store.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
+
+#include "../util/mutex.h"
 
 namespace progcache {
 
@@ -59,7 +60,7 @@ class Tiered final : public TieredStore {
         first_error = st;
     }
     if (m_opt.remote) {
-      std::lock_guard l(m_mu);
+      MutexLock l(m_mu);
       if (m_queue.size() >= m_opt.remote_queue) {
         ++m_dropped;
       } else {
@@ -104,8 +105,9 @@ class Tiered final : public TieredStore {
   Result<std::uint64_t> size_bytes() override { return local()->size_bytes(); }
 
   // Hits, misses, puts and errors as the caller saw them (a get that hit
-  // any tier is one hit); what each tier dropped or evicted, summed; what is
-  // held, from the lowest local tier.
+  // any tier is one hit); what each tier dropped as damaged or refused,
+  // summed; what is held and what was evicted, from the lowest local tier
+  // (an entry the memory tier evicts is still on disk: nothing was lost).
   StoreStats stats() override {
     StoreStats s;
     s.hits = m_hits;
@@ -114,12 +116,12 @@ class Tiered final : public TieredStore {
     s.errors = m_errors;
     for (Store* t : m_tiers) {
       const StoreStats ts = t->stats();
-      s.evictions += ts.evictions;
       s.corrupt_dropped += ts.corrupt_dropped;
       s.rejected += ts.rejected;
     }
     if (!m_tiers.empty()) {
       const StoreStats held = local()->stats();
+      s.evictions = held.evictions;
       s.bytes_stored = held.bytes_stored;
       s.entries = held.entries;
     }
@@ -133,7 +135,7 @@ class Tiered final : public TieredStore {
   }
 
   TieredStats tiered_stats() override {
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     return {.dropped = m_dropped, .queued = m_queue.size()};
   }
 
@@ -144,9 +146,12 @@ class Tiered final : public TieredStore {
 
   Status flush() override {
     if (!m_opt.remote) return {};
-    std::unique_lock l(m_mu);
-    const bool done = m_idle_cv.wait_for(l, m_opt.flush_timeout, [&] { return m_queue.empty() && !m_busy; });
-    if (!done) {
+    const auto deadline = std::chrono::steady_clock::now() + m_opt.flush_timeout;
+    MutexLock l(m_mu);
+    while (!m_queue.empty() || m_busy) {
+      if (!m_idle_cv.wait_until(m_mu, deadline) && (!m_queue.empty() || m_busy)) break;
+    }
+    if (!m_queue.empty() || m_busy) {
       return Status(Code::deadline_exceeded, std::to_string(m_queue.size()) + " remote puts still queued after " +
                                                  std::to_string(m_opt.flush_timeout.count()) + " ms");
     }
@@ -157,7 +162,7 @@ class Tiered final : public TieredStore {
     if (m_closed.exchange(true)) return {};
     Status st = flush();
     {
-      std::lock_guard l(m_mu);
+      MutexLock l(m_mu);
       m_stop = true;
       m_dropped += m_queue.size();
       m_queue.clear();
@@ -174,16 +179,18 @@ class Tiered final : public TieredStore {
   Store* local() { return m_opt.disk ? m_opt.disk.get() : m_opt.memory ? m_opt.memory.get() : m_tiers.front(); }
 
   void drain() {
-    std::unique_lock l(m_mu);
     while (true) {
-      m_cv.wait(l, [&] { return m_stop || !m_queue.empty(); });
-      if (m_stop) return;
-      auto [key, entry] = std::move(m_queue.front());
-      m_queue.pop_front();
-      m_busy = true;
-      l.unlock();
-      m_opt.remote->put(key, entry).ignore();  // counted by the remote store
-      l.lock();
+      std::pair<Key, Entry> item;
+      {
+        MutexLock l(m_mu);
+        while (!m_stop && m_queue.empty()) m_cv.wait(m_mu);
+        if (m_stop) return;
+        item = std::move(m_queue.front());
+        m_queue.pop_front();
+        m_busy = true;
+      }
+      m_opt.remote->put(item.first, item.second).ignore();  // counted by the remote store
+      MutexLock l(m_mu);
       m_busy = false;
       if (m_queue.empty()) m_idle_cv.notify_all();
     }
@@ -191,12 +198,12 @@ class Tiered final : public TieredStore {
 
   TieredStoreOptions m_opt;
   std::vector<Store*> m_tiers;  // top first
-  std::mutex m_mu;
-  std::condition_variable m_cv, m_idle_cv;
-  std::deque<std::pair<Key, Entry>> m_queue;  // GUARDED_BY(m_mu)
-  bool m_busy = false;                        // GUARDED_BY(m_mu)
-  bool m_stop = false;                        // GUARDED_BY(m_mu)
-  std::uint64_t m_dropped = 0;                // GUARDED_BY(m_mu)
+  Mutex m_mu;
+  CondVar m_cv, m_idle_cv;
+  std::deque<std::pair<Key, Entry>> m_queue PROGCACHE_GUARDED_BY(m_mu);
+  bool m_busy PROGCACHE_GUARDED_BY(m_mu) = false;
+  bool m_stop PROGCACHE_GUARDED_BY(m_mu) = false;
+  std::uint64_t m_dropped PROGCACHE_GUARDED_BY(m_mu) = 0;
   std::atomic<bool> m_closed{false};
   std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_puts{0}, m_errors{0};
   std::thread m_worker;

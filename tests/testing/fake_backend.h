@@ -32,6 +32,8 @@ class FakeBackend final : public RemoteBackend {
     std::map<std::string, std::string> data;
     Mode mode = Mode::ok;
     int calls = 0;  // calls that reached the backend
+    // Time left to the deadline of the last call, as the call began.
+    std::chrono::milliseconds last_budget{0};
   };
 
   FakeBackend(std::string id, std::shared_ptr<State> state,
@@ -81,6 +83,7 @@ class FakeBackend final : public RemoteBackend {
  private:
   Status enter(std::unique_lock<std::mutex>& l, RemoteDeadline deadline) {
     ++m_state->calls;
+    m_state->last_budget = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RemoteClock::now());
     switch (m_state->mode) {
       case Mode::down:
         return unavailable("remote " + m_id + ": connection refused");

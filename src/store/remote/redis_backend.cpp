@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../util/mutex.h"
 #include "progcache/hash.h"
 
 namespace progcache {
@@ -417,7 +418,7 @@ class RedisBackend final : public RemoteBackend {
 
   Status acquire(RemoteDeadline deadline, redisContext** out) {
     {
-      std::lock_guard l(m_mu);
+      MutexLock l(m_mu);
       if (!m_idle.empty()) {
         *out = m_idle.back();
         m_idle.pop_back();
@@ -471,7 +472,7 @@ class RedisBackend final : public RemoteBackend {
   }
 
   void release(redisContext* c) {
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     if (static_cast<int>(m_idle.size()) < m_max_idle) {
       m_idle.push_back(c);
     } else {
@@ -483,8 +484,8 @@ class RedisBackend final : public RemoteBackend {
   const std::string m_id;
   const std::size_t m_max_reply;
   const int m_max_idle;
-  std::mutex m_mu;
-  std::vector<redisContext*> m_idle;  // GUARDED_BY(m_mu)
+  Mutex m_mu;
+  std::vector<redisContext*> m_idle PROGCACHE_GUARDED_BY(m_mu);
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <utility>
 
+#include "../../util/mutex.h"
 #include "progcache/env.h"
 #include "progcache/hash.h"
 
@@ -21,7 +22,7 @@ class Breaker {
   Breaker(int failures, std::chrono::milliseconds backoff) : m_limit(failures), m_backoff(backoff) {}
 
   bool allows() {
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     if (m_failures < m_limit) return true;
     const auto now = RemoteClock::now();
     if (now < m_open_until) return false;
@@ -38,7 +39,7 @@ class Breaker {
 
   // True when this failure opened the breaker.
   bool record(const Status& st) {
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     if (st.ok() || !is_outage(st)) {
       m_failures = 0;
       return false;
@@ -51,9 +52,9 @@ class Breaker {
  private:
   const int m_limit;
   const std::chrono::milliseconds m_backoff;
-  std::mutex m_mu;
-  int m_failures = 0;             // GUARDED_BY(m_mu)
-  RemoteDeadline m_open_until{};  // GUARDED_BY(m_mu)
+  Mutex m_mu;
+  int m_failures PROGCACHE_GUARDED_BY(m_mu) = 0;
+  RemoteDeadline m_open_until PROGCACHE_GUARDED_BY(m_mu){};
 };
 
 struct Shard {
@@ -74,7 +75,7 @@ class RemoteTier final : public RemoteStore {
   Result<std::optional<Entry>> get(const Key& key) override {
     Shard& s = shard(key);
     auto r = call(s, deadline_of(s), [&](RemoteDeadline d) { return s.backend->get(key.hex(), d); });
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     if (!r.ok()) {
       ++m_base.errors;
       return r.status();
@@ -95,20 +96,20 @@ class RemoteTier final : public RemoteStore {
 
   Status put(const Key& key, const Entry& entry) override {
     if (m_opt.read_only) {
-      std::lock_guard l(m_mu);
+      MutexLock l(m_mu);
       ++m_remote.read_only_skips;
       return {};
     }
     PROGCACHE_ASSIGN_OR_RETURN(std::string value, encode_entry(key, entry, Env::posix()->now_ns(), m_opt.codec));
     if (value.size() > m_opt.max_value_bytes) {
-      std::lock_guard l(m_mu);
+      MutexLock l(m_mu);
       ++m_base.errors;
       return resource_exhausted("entry of " + std::to_string(value.size()) + " bytes exceeds the remote's " +
                                 std::to_string(m_opt.max_value_bytes) + "-byte limit for one value; not sent");
     }
     Shard& s = shard(key);
     Status st = call(s, deadline_of(s), [&](RemoteDeadline d) { return s.backend->set(key.hex(), value, d); });
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     (st.ok() ? m_base.puts : m_base.errors)++;
     return st;
   }
@@ -148,11 +149,11 @@ class RemoteTier final : public RemoteStore {
   }
 
   StoreStats stats() override {
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     return m_base;
   }
   RemoteStats remote_stats() override {
-    std::lock_guard l(m_mu);
+    MutexLock l(m_mu);
     return m_remote;
   }
   Status close() override { return {}; }
@@ -181,7 +182,7 @@ class RemoteTier final : public RemoteStore {
   template <typename Fn>
   auto call(Shard& s, RemoteDeadline deadline, Fn&& fn) -> decltype(fn(deadline)) {
     if (!s.breaker.allows()) {
-      std::lock_guard l(m_mu);
+      MutexLock l(m_mu);
       ++m_remote.skipped;
       return unavailable("remote " + s.backend->id() + " skipped: circuit breaker open after repeated failures");
     }
@@ -194,7 +195,7 @@ class RemoteTier final : public RemoteStore {
     }
     const bool tripped = s.breaker.record(st);
     if (!st.ok() && Breaker::is_outage(st)) {
-      std::lock_guard l(m_mu);
+      MutexLock l(m_mu);
       (st.code() == Code::deadline_exceeded ? m_remote.timeouts : m_remote.failures)++;
       m_remote.last_error = st.message();  // backends' messages carry only redacted URLs
       if (tripped) ++m_remote.breaker_trips;
@@ -226,9 +227,9 @@ class RemoteTier final : public RemoteStore {
 
   const RemoteStoreOptions m_opt;
   std::vector<std::unique_ptr<Shard>> m_shards;
-  std::mutex m_mu;
-  StoreStats m_base;     // GUARDED_BY(m_mu)
-  RemoteStats m_remote;  // GUARDED_BY(m_mu)
+  Mutex m_mu;
+  StoreStats m_base PROGCACHE_GUARDED_BY(m_mu);
+  RemoteStats m_remote PROGCACHE_GUARDED_BY(m_mu);
 };
 
 }  // namespace

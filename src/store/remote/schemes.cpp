@@ -1,6 +1,8 @@
 // The scheme table: which URL makes which backend. The only place that knows
 // which backends this build has; front ends ask check_remote_url and
 // remote_schemes instead of testing build flags.
+#include <algorithm>
+
 #include "progcache/remote_store.h"
 #ifdef PROGCACHE_WITH_REDIS
 #include "progcache/redis_backend.h"
@@ -59,9 +61,14 @@ Result<const Scheme*> find_scheme(std::string_view url) {
     return unavailable("remote URL scheme '" + std::string(scheme) +
                        "://' needs the Redis tier, and this progcache was built without it (hiredis)");
   }
-  // Never echo the URL: it may hold a password.
-  return invalid_argument("bad remote URL: unknown scheme '" + std::string(scheme.substr(0, 32)) + "' (" +
-                          (known.empty() ? "this build has no remote backends" : "use " + known) + ")");
+  // Never echo the URL: it may hold a password. The scheme is shown only
+  // when it is one ("user:secret://..." is not).
+  const bool plain = !scheme.empty() && scheme.size() <= 32 && std::all_of(scheme.begin(), scheme.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '.' || c == '-';
+  });
+  return invalid_argument(
+      "bad remote URL: " + (plain ? "unknown scheme '" + std::string(scheme) + "'" : std::string("no known scheme")) +
+      " (" + (known.empty() ? "this build has no remote backends" : "use " + known) + ")");
 }
 
 }  // namespace
