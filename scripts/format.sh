@@ -6,9 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v clang-format >/dev/null; then
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends clang-format >/dev/null
+  source scripts/apt.sh
+  apt_install clang-format
 fi
 version=$(clang-format --version | sed -n 's/.*version \([0-9][0-9]*\)\..*/\1/p')
 if [[ "$version" != "14" ]]; then

@@ -8,9 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${1:-${PROGCACHE_BUILD_DIR:-build}}"
 if ! command -v clang-tidy >/dev/null || ! command -v run-clang-tidy >/dev/null; then
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends clang-tidy >/dev/null
+  source scripts/apt.sh
+  apt_install clang-tidy
 fi
 version=$(clang-tidy --version | sed -n 's/.*version \([0-9][0-9]*\)\..*/\1/p')
 if [[ "$version" != "14" ]]; then
