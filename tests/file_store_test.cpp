@@ -299,6 +299,20 @@ TEST_F(FileStoreTest, SymlinkedEntryIsNeverFollowed) {
   EXPECT_FALSE(r->has_value());
   EXPECT_FALSE(fs::is_symlink(link));
   EXPECT_TRUE(fs::exists(target));  // the link was removed, never its target
+  EXPECT_EQ(s->stats().corrupt_dropped, 1u);
+  // The streaming read treats it the same way: a miss, the link removed and
+  // counted, the target untouched.
+  fs::create_symlink(target, link);
+  std::string out;
+  auto into = s->get_primary_into(make_key(1), [&](std::size_t n) {
+    out.assign(n, '\0');
+    return out.data();
+  });
+  ASSERT_TRUE(into.ok()) << into.status().to_string();
+  EXPECT_FALSE(*into);
+  EXPECT_FALSE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::exists(target));
+  EXPECT_EQ(s->stats().corrupt_dropped, 2u);
 }
 
 TEST_F(FileStoreTest, SymlinkedShardDirectoryIsRefused) {

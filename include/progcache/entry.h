@@ -22,10 +22,16 @@
 // allocated or sliced, so a 20-byte file claiming a 1 TiB payload allocates
 // nothing. A decoded Entry's artifacts are slices of the input buffer.
 //
+// EntryReader is the one decoder: it reads an entry in order, from a buffer
+// or through a read_at callable (a file), verifying as it goes, so a file
+// store can stream a hit straight into memory its caller owns. decode_entry
+// is an EntryReader over a buffer.
+//
 // Thread safety: Entry is an immutable value; copies share payloads.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,7 +90,7 @@ class Entry {
   [[nodiscard]] Status validate() const;
 
  private:
-  friend Result<Entry> decode_entry(const Bytes&, const Key&, const EntryCodecOptions&);
+  friend class EntryReader;
   // An Entry is a handle on immutable data: copying one (as every memory
   // hit does) costs one reference-count increment.
   struct Data {
@@ -139,6 +145,59 @@ struct EntryLayout {
 Result<EntryLayout> parse_entry_layout(std::string_view prefix, std::uint64_t total_size);
 // Bytes of header plus artifact table, from the fixed header alone.
 Result<std::uint64_t> entry_table_end(std::string_view prefix);
+
+// Reads one entry in order and verifies it: the header and artifact table
+// must account for the entry's size exactly before anything is allocated in
+// proportion to a declared length; then the checksum, the signature (when a
+// key is set), the key echo and the metadata JSON, as decode_entry.
+//
+// Errors: data_loss (with the reason) for damage, including an entry that
+// ends early (a file that shrank while being read); permission_denied for a
+// missing or wrong signature when a key is set; read_at's own Status for an
+// I/O failure; resource_exhausted when `alloc` returns nullptr.
+//
+// Thread safety: one reader per read; not for concurrent use.
+class EntryReader {
+ public:
+  // Reads up to `n` bytes at `offset` into `dst`; returns how many were
+  // read, 0 when the data ends there.
+  using ReadAt = std::function<Result<std::size_t>(std::uint64_t offset, char* dst, std::size_t n)>;
+  // Memory for `n` bytes, or nullptr when there is none.
+  using Alloc = std::function<char*(std::size_t n)>;
+
+  // An entry of `size` bytes, read through `read_at` (a file's pread).
+  EntryReader(ReadAt read_at, std::uint64_t size, EntryCodecOptions options = {});
+  // An entry held in `data`: nothing is copied, artifacts are slices of it.
+  explicit EntryReader(Bytes data, EntryCodecOptions options = {});
+
+  // The whole entry. Through read_at, the artifacts share one allocation,
+  // made once the header and table add up.
+  Result<Entry> read(const Key& expected_key);
+  // Only the first artifact (the raw program of a bytes-in / bytes-out
+  // cache): alloc is called once with its size (0 when the entry has no
+  // artifact) and the bytes are written there as they are read; everything
+  // else is verified and dropped. Until this returns ok the memory holds
+  // unverified bytes: on an error the caller discards it.
+  Status read_primary(const Key& expected_key, const Alloc& alloc);
+
+ private:
+  struct Checked;
+  // Where artifact `index` of `layout` is written as it is read; nullptr:
+  // verified and dropped.
+  using Destination = std::function<Result<char*>(const EntryLayout& layout, std::size_t index)>;
+  Result<Checked> verify(const Key& expected_key, const Destination& dest);
+  // Bytes [0, n), kept for the life of the reader.
+  Result<std::string_view> prefix(std::uint64_t n);
+  // Bytes [offset, offset + n): a view of the buffer, or read into `into`.
+  Result<std::string_view> fetch(std::uint64_t offset, std::size_t n, char* into);
+
+  ReadAt m_read_at;
+  Bytes m_data;
+  bool m_in_memory = false;
+  std::uint64_t m_size = 0;
+  EntryCodecOptions m_options;
+  std::string m_head;  // bytes [0, m_head.size()) read so far through read_at
+};
 
 // The version string written into entries ("progcache 0.1.0").
 std::string_view producer_string();

@@ -119,14 +119,6 @@ class FileStore : public Store {
   // The caps this store enforces (nullopt: none), as opened.
   [[nodiscard]] virtual std::optional<std::uint64_t> max_size_bytes() const = 0;
   [[nodiscard]] virtual std::optional<std::uint64_t> max_entries() const = 0;
-  // A hit's primary artifact read straight into memory the caller provides:
-  // `alloc(n)` is called once with the payload size and returns where to put
-  // it (a Python bytes object, say), so a hit costs one allocation and no
-  // copy. The whole entry is still verified (streaming checksum, key echo);
-  // on damage the entry is dropped and this returns false, like a miss.
-  // Signed stores take the ordinary path (the MAC needs the whole entry).
-  virtual Result<bool> get_primary_into(const Key& key, const std::function<char*(std::size_t)>& alloc) = 0;
-
   // Host-wide counters (all processes), from the shared accounting file.
   virtual StoreStats host_stats() = 0;
   // Every entry file, in shard order. Damaged headers are listed with

@@ -2,8 +2,8 @@
 // well-kept libraries: SHA-256 and HMAC-SHA256 from OpenSSL, XXH3-128 from
 // xxHash.
 //
-// Thread safety: free functions are thread-safe; a Sha256 object is not
-// (use one per thread).
+// Thread safety: free functions are thread-safe; a Sha256, HmacSha256 or
+// Xxh3Stream object is not (use one per thread).
 #pragma once
 
 #include <array>
@@ -48,6 +48,24 @@ class Xxh3Stream {
 
  private:
   void* m_state;
+};
+
+// Incremental HMAC-SHA256 (OpenSSL's EVP_MAC): equal to hmac_sha256(key, the
+// concatenated input).
+class HmacSha256 {
+ public:
+  explicit HmacSha256(std::string_view key);
+  ~HmacSha256();
+  HmacSha256(const HmacSha256&) = delete;
+  HmacSha256& operator=(const HmacSha256&) = delete;
+
+  void update(std::string_view data);
+  // Finishes the MAC; the object must not be updated afterwards.
+  Digest256 finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
 };
 
 Digest256 sha256(std::string_view data);

@@ -66,6 +66,15 @@ class Store {
   // "memory", "file", "remote", "tiered": for messages and stats.
   [[nodiscard]] virtual std::string name() const = 0;
 
+  // A hit's primary artifact written into memory the caller provides:
+  // `alloc(n)` is called once with its size and returns where to put it (a
+  // Python bytes object, say). false on a miss. The whole entry is verified
+  // as get() does, and damage is handled as get() handles it (dropped,
+  // counted, a miss); the memory holds the artifact only when this returns
+  // true. The default copies from get(); the file store streams the file
+  // into the memory, so a hit costs one allocation and no copy.
+  virtual Result<bool> get_primary_into(const Key& key, const EntryReader::Alloc& alloc);
+
   // Bytes-in / bytes-out convenience: the entry's primary artifact.
   Result<std::optional<Bytes>> get_bytes(const Key& key);
   Status put_bytes(const Key& key, Bytes payload);

@@ -18,10 +18,10 @@
 #include <set>
 #include <string_view>
 
-#include "../util/mutex.h"
 #include "progcache/env.h"
 #include "progcache/hash.h"
 #include "progcache/key.h"
+#include "util/mutex.h"
 
 namespace progcache {
 

@@ -208,38 +208,7 @@ Result<EntryLayout> parse_entry_layout(std::string_view prefix, std::uint64_t to
 }
 
 Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const EntryCodecOptions& options) {
-  const std::string_view in = data.view();
-  PROGCACHE_ASSIGN_OR_RETURN(EntryLayout layout, parse_entry_layout(in, in.size()));
-  const EntryHeader& h = layout.header;
-  const std::size_t body = layout.body_size;
-  const Digest128 sum = xxh3_128(in.substr(0, body));
-  if (std::memcmp(sum.data(), in.data() + body, sum.size()) != 0) return data_loss("checksum mismatch");
-  if (!options.hmac_key.empty()) {
-    if (!h.signed_entry) return permission_denied("entry is not signed and a signing key is configured");
-    const Digest256 mac = hmac_sha256(options.hmac_key, in.substr(0, body + k_entry_checksum_size));
-    if (!constant_time_equal(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size()),
-                             in.substr(body + k_entry_checksum_size))) {
-      return permission_denied("entry signature does not verify");
-    }
-  }
-  if (h.key != expected_key) {
-    return data_loss("key echo mismatch: entry belongs to key " + h.key.hex());
-  }
-
-  auto e = std::make_shared<Entry::Data>();
-  e->created_ns = h.created_unix_ns;
-  e->producer.assign(in.substr(layout.producer_offset, layout.producer_size));
-  e->metadata.assign(in.substr(layout.metadata_offset, layout.metadata_size));
-  if (!nlohmann::json::accept(e->metadata)) return data_loss("metadata is not valid JSON");
-  e->artifacts.resize(layout.artifacts.size());
-  for (std::size_t i = 0; i < layout.artifacts.size(); ++i) {
-    const auto& part = layout.artifacts[i];
-    e->artifacts[i].name.assign(in.substr(part.name_offset, part.name_size));
-    e->artifacts[i].data = data.slice(part.data_offset, part.data_size);
-  }
-  Entry out;
-  out.m_data = std::move(e);
-  return out;
+  return EntryReader(data, options).read(expected_key);
 }
 
 }  // namespace progcache

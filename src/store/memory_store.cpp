@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../util/mutex.h"
+#include "util/mutex.h"
 
 namespace progcache {
 

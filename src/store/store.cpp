@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace progcache {
 
@@ -20,6 +21,16 @@ std::span<const StatField> store_stat_fields() {
       {"errors", "errors", &StoreStats::errors},
   };
   return k_fields;
+}
+
+Result<bool> Store::get_primary_into(const Key& key, const EntryReader::Alloc& alloc) {
+  PROGCACHE_ASSIGN_OR_RETURN(auto entry, get(key));
+  if (!entry) return false;
+  const Bytes p = entry->primary();
+  char* dst = alloc(p.size());
+  if (dst == nullptr) return resource_exhausted("no memory for a cache hit of " + std::to_string(p.size()) + " bytes");
+  if (!p.empty()) std::memcpy(dst, p.data(), p.size());
+  return true;
 }
 
 Result<std::optional<Bytes>> Store::get_bytes(const Key& key) {

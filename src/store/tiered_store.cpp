@@ -5,7 +5,7 @@
 #include <mutex>
 #include <thread>
 
-#include "../util/mutex.h"
+#include "util/mutex.h"
 
 namespace progcache {
 

@@ -1,8 +1,10 @@
 #include "progcache/hash.h"
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include <stdexcept>
 
@@ -64,6 +66,39 @@ Digest256 Sha256::finish() {
   Digest256 out{};
   unsigned int len = 0;
   EVP_DigestFinal_ex(m_impl->ctx, out.data(), &len);
+  return out;
+}
+
+struct HmacSha256::Impl {
+  EVP_MAC* mac = nullptr;
+  EVP_MAC_CTX* ctx = nullptr;
+  ~Impl() {
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+  }
+};
+
+HmacSha256::HmacSha256(std::string_view key) : m_impl(std::make_unique<Impl>()) {
+  m_impl->mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (m_impl->mac != nullptr) m_impl->ctx = EVP_MAC_CTX_new(m_impl->mac);
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  // An empty key is a valid HMAC key; OpenSSL wants a non-null pointer for it.
+  static const unsigned char k_empty = 0;
+  const auto* k = key.empty() ? &k_empty : reinterpret_cast<const unsigned char*>(key.data());
+  if (m_impl->ctx == nullptr || EVP_MAC_init(m_impl->ctx, k, key.size(), params) != 1) throw std::bad_alloc();
+}
+HmacSha256::~HmacSha256() = default;
+
+void HmacSha256::update(std::string_view data) {
+  if (!data.empty()) EVP_MAC_update(m_impl->ctx, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+}
+
+Digest256 HmacSha256::finish() {
+  Digest256 out{};
+  std::size_t len = 0;
+  EVP_MAC_final(m_impl->ctx, out.data(), &len, out.size());
   return out;
 }
 

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "../../util/mutex.h"
 #include "progcache/hash.h"
+#include "util/mutex.h"
 
 namespace progcache {
 

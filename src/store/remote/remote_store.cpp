@@ -6,9 +6,9 @@
 #include <mutex>
 #include <utility>
 
-#include "../../util/mutex.h"
 #include "progcache/env.h"
 #include "progcache/hash.h"
+#include "util/mutex.h"
 
 namespace progcache {
 

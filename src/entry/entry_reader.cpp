@@ -1,0 +1,177 @@
+// The one entry decoder: reads an entry in order and verifies it on the way
+// (see entry.h). decode_entry (entry.cpp) is this over a buffer; the file
+// store runs it over pread.
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "progcache/entry.h"
+#include "progcache/hash.h"
+
+namespace progcache {
+
+namespace {
+
+// The first read of a file: the fixed header, the artifact table of any
+// ordinary entry, and often the whole of a small one.
+constexpr std::size_t k_first_read = 4096;
+// Payloads are read and hashed in chunks that fit in L2, so the checksum
+// reads bytes the copy just brought into cache instead of making a second
+// trip to memory.
+constexpr std::size_t k_chunk = std::size_t{128} * 1024;
+
+Status shrank() {
+  return data_loss("truncated: the entry ended early (the file shrank while being read)");
+}
+
+}  // namespace
+
+struct EntryReader::Checked {
+  EntryLayout layout;
+  std::string_view prefix;  // header, table, producer, metadata and names
+};
+
+EntryReader::EntryReader(ReadAt read_at, std::uint64_t size, EntryCodecOptions options)
+    : m_read_at(std::move(read_at)), m_size(size), m_options(std::move(options)) {}
+
+EntryReader::EntryReader(Bytes data, EntryCodecOptions options)
+    : m_data(std::move(data)), m_in_memory(true), m_size(m_data.size()), m_options(std::move(options)) {}
+
+Result<std::string_view> EntryReader::prefix(std::uint64_t n) {
+  if (m_in_memory) return m_data.view().substr(0, n);
+  if (n > m_head.size()) {
+    std::size_t done = m_head.size();
+    m_head.resize(n);
+    while (done < n) {
+      PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_read_at(done, m_head.data() + done, n - done));
+      if (got == 0) return shrank();
+      done += got;
+    }
+  }
+  return std::string_view(m_head).substr(0, n);
+}
+
+Result<std::string_view> EntryReader::fetch(std::uint64_t offset, std::size_t n, char* into) {
+  if (m_in_memory) return m_data.view().substr(offset, n);
+  std::size_t done = 0;
+  if (offset < m_head.size()) {  // already read with the prefix
+    done = std::min<std::size_t>(n, m_head.size() - offset);
+    std::memcpy(into, m_head.data() + offset, done);
+  }
+  while (done < n) {
+    PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_read_at(offset + done, into + done, n - done));
+    if (got == 0) return shrank();
+    done += got;
+  }
+  return std::string_view(into, n);
+}
+
+Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const Destination& dest) {
+  if (m_size < k_entry_fixed_header + k_entry_checksum_size) {
+    return data_loss("truncated: " + std::to_string(m_size) + " bytes is shorter than an entry header");
+  }
+  // The header and table are judged before anything sized by them is read:
+  // a file claiming a huge payload costs its first 4 KiB.
+  PROGCACHE_ASSIGN_OR_RETURN(std::string_view head, prefix(std::min<std::uint64_t>(m_size, k_first_read)));
+  PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t table_end, entry_table_end(head));
+  if (table_end > head.size() && table_end <= m_size) {
+    PROGCACHE_ASSIGN_OR_RETURN(head, prefix(table_end));
+  }
+  Checked c;
+  PROGCACHE_ASSIGN_OR_RETURN(c.layout, parse_entry_layout(head, m_size));
+  const EntryLayout& l = c.layout;
+  const std::uint64_t prefix_end = l.artifacts.empty() ? l.body_size : l.artifacts.front().data_offset;
+  PROGCACHE_ASSIGN_OR_RETURN(c.prefix, prefix(prefix_end));
+
+  const bool want_mac = !m_options.hmac_key.empty();
+  Xxh3Stream sum;
+  std::optional<HmacSha256> mac;
+  if (want_mac && l.header.signed_entry) mac.emplace(m_options.hmac_key);
+  const auto feed = [&](std::string_view v) {
+    sum.update(v);
+    if (mac) mac->update(v);
+  };
+  feed(c.prefix);
+  std::string scratch;
+  for (std::size_t i = 0; i < l.artifacts.size(); ++i) {
+    const auto& part = l.artifacts[i];
+    PROGCACHE_ASSIGN_OR_RETURN(char* dst, dest(l, i));
+    if (dst == nullptr && !m_in_memory) scratch.resize(std::min<std::uint64_t>(k_chunk, part.data_size));
+    for (std::uint64_t off = 0; off < part.data_size; off += k_chunk) {
+      const std::size_t n = std::min<std::uint64_t>(k_chunk, part.data_size - off);
+      char* into = dst != nullptr ? dst + off : scratch.data();
+      PROGCACHE_ASSIGN_OR_RETURN(std::string_view got, fetch(part.data_offset + off, n, into));
+      if (dst != nullptr && got.data() != into) std::memcpy(into, got.data(), n);
+      feed(got);
+    }
+  }
+  char trailer_buf[k_entry_checksum_size + k_entry_hmac_size];
+  const std::size_t trailer_size = m_size - l.body_size;  // 16 or 48: parse_entry_layout checked
+  PROGCACHE_ASSIGN_OR_RETURN(std::string_view trailer, fetch(l.body_size, trailer_size, trailer_buf));
+  const Digest128 d = sum.finish();
+  if (std::memcmp(d.data(), trailer.data(), d.size()) != 0) return data_loss("checksum mismatch");
+  if (want_mac) {
+    if (!l.header.signed_entry) return permission_denied("entry is not signed and a signing key is configured");
+    mac->update(trailer.substr(0, k_entry_checksum_size));
+    const Digest256 m = mac->finish();
+    if (!constant_time_equal(std::string_view(reinterpret_cast<const char*>(m.data()), m.size()),
+                             trailer.substr(k_entry_checksum_size))) {
+      return permission_denied("entry signature does not verify");
+    }
+  }
+  if (l.header.key != expected_key) return data_loss("key echo mismatch: entry belongs to key " + l.header.key.hex());
+  if (!nlohmann::json::accept(c.prefix.substr(l.metadata_offset, l.metadata_size))) {
+    return data_loss("metadata is not valid JSON");
+  }
+  return c;
+}
+
+Result<Entry> EntryReader::read(const Key& expected_key) {
+  // Through read_at, every payload lands in one buffer, allocated once the
+  // layout is known to add up; from memory, payloads are slices of it.
+  Bytes payloads;
+  char* base = nullptr;
+  std::uint64_t first = 0;
+  const auto dest = [&](const EntryLayout& l, std::size_t i) -> Result<char*> {
+    if (m_in_memory) return nullptr;
+    if (i == 0) {
+      first = l.artifacts.front().data_offset;
+      payloads = Bytes::allocate(l.body_size - first, &base);
+    }
+    return base + (l.artifacts[i].data_offset - first);
+  };
+  PROGCACHE_ASSIGN_OR_RETURN(Checked c, verify(expected_key, dest));
+  const EntryLayout& l = c.layout;
+  auto e = std::make_shared<Entry::Data>();
+  e->created_ns = l.header.created_unix_ns;
+  e->producer.assign(c.prefix.substr(l.producer_offset, l.producer_size));
+  e->metadata.assign(c.prefix.substr(l.metadata_offset, l.metadata_size));
+  e->artifacts.resize(l.artifacts.size());
+  for (std::size_t i = 0; i < l.artifacts.size(); ++i) {
+    const auto& part = l.artifacts[i];
+    e->artifacts[i].name.assign(c.prefix.substr(part.name_offset, part.name_size));
+    e->artifacts[i].data = m_in_memory ? m_data.slice(part.data_offset, part.data_size)
+                                       : payloads.slice(part.data_offset - first, part.data_size);
+  }
+  Entry out;
+  out.m_data = std::move(e);
+  return out;
+}
+
+Status EntryReader::read_primary(const Key& expected_key, const Alloc& alloc) {
+  const auto give = [&](std::uint64_t n) -> Result<char*> {
+    char* p = alloc(n);
+    if (p == nullptr) return resource_exhausted("no memory for a cache hit of " + std::to_string(n) + " bytes");
+    return p;
+  };
+  const auto dest = [&](const EntryLayout& l, std::size_t i) -> Result<char*> {
+    if (i != 0) return nullptr;
+    return give(l.artifacts.front().data_size);
+  };
+  PROGCACHE_ASSIGN_OR_RETURN(Checked c, verify(expected_key, dest));
+  if (c.layout.artifacts.empty()) return give(0).status();
+  return {};
+}
+
+}  // namespace progcache

@@ -1,0 +1,178 @@
+#include "store/file/accounting.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace progcache::file_store {
+
+namespace {
+
+constexpr std::uint64_t k_magic = 0x31544e43434350ULL;  // "PCCCNT1"
+constexpr std::uint64_t k_version = 1;
+constexpr std::size_t k_file_size = 8192;
+constexpr int k_events = 7;
+
+std::int64_t atomic_add(std::int64_t& field, std::int64_t delta) {
+  return std::atomic_ref<std::int64_t>(field).fetch_add(delta, std::memory_order_relaxed) + delta;
+}
+std::int64_t atomic_load(std::int64_t& field) {
+  return std::atomic_ref<std::int64_t>(field).load(std::memory_order_relaxed);
+}
+void atomic_store(std::int64_t& field, std::int64_t v) {
+  std::atomic_ref<std::int64_t>(field).store(v, std::memory_order_relaxed);
+}
+std::uint64_t clamp0(std::int64_t v) {
+  return v < 0 ? 0 : static_cast<std::uint64_t>(v);
+}
+
+}  // namespace
+
+// Offset 0 of the file. The layout is the on-disk format: fields are only
+// ever appended, and k_version changes when one changes meaning.
+struct Accounting::Shared {
+  std::int64_t magic;
+  std::int64_t version;
+  std::int64_t pad0[6];
+  struct ShardCounters {
+    std::int64_t bytes;
+    std::int64_t count;
+  } shards[k_shards];
+  std::int64_t retired_total_bytes;  // totals are now sums of the shards
+  std::int64_t retired_total_count;
+  std::int64_t events[k_events];  // indexed by Event
+};
+
+Status Accounting::open(Env* env, const std::string& path, std::uint32_t file_perms, const Rebuild& rebuild) {
+  m_env = env;
+  m_path = path;
+  PROGCACHE_ASSIGN_OR_RETURN(m_fd, m_env->open_file(path, OpenMode::read_write, file_perms));
+  PROGCACHE_ASSIGN_OR_RETURN(bool locked, m_env->lock(m_fd, LockKind::exclusive, LockWait::block));
+  (void)locked;
+  Status st = init_locked(rebuild);
+  m_env->unlock(m_fd).ignore();
+  return st;
+}
+
+Status Accounting::init_locked(const Rebuild& rebuild) {
+  static_assert(sizeof(Shared) <= k_file_size);
+  PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->fstat(m_fd));
+  if (info.size < k_file_size) PROGCACHE_TRY(m_env->ftruncate(m_fd, k_file_size));
+  // Done on every open (free when the blocks exist): a file left sparse by a
+  // crash or an older version is filled in too.
+  if (Status st = m_env->allocate(m_fd, k_file_size); !st.ok()) {
+    return Status(st.code(), "cannot reserve disk space for the accounting file '" + m_path +
+                                 "' (is the disk full?): " + st.message());
+  }
+  PROGCACHE_ASSIGN_OR_RETURN(void* p, m_env->map_shared(m_fd, k_file_size));
+  m_map = static_cast<Shared*>(p);
+  // A file shorter than the layout was truncated (or is new): whatever its
+  // first words say, the counters past the cut are zeros, not truth.
+  const bool truncated = info.size < k_file_size;
+  if (!truncated && atomic_load(m_map->magic) == static_cast<std::int64_t>(k_magic) &&
+      atomic_load(m_map->version) == static_cast<std::int64_t>(k_version)) {
+    return {};
+  }
+  // New or damaged: rebuild from the files, then publish the magic last so a
+  // crash part-way leaves the next opener to rebuild again.
+  std::memset(static_cast<void*>(m_map), 0, sizeof(Shared));
+  PROGCACHE_TRY(rebuild());
+  atomic_store(m_map->version, static_cast<std::int64_t>(k_version));
+  atomic_store(m_map->magic, static_cast<std::int64_t>(k_magic));
+  return {};
+}
+
+void Accounting::close() {
+  if (m_map != nullptr) m_env->unmap(m_map, k_file_size);
+  m_map = nullptr;
+  if (m_fd >= 0) m_env->close_file(m_fd).ignore();
+  m_fd = -1;
+}
+
+void Accounting::count(Event e) {
+  const auto i = static_cast<int>(e);
+  m_events[i].fetch_add(1, std::memory_order_relaxed);
+  if (m_map != nullptr) atomic_add(m_map->events[i], 1);
+}
+
+void Accounting::charge(int shard, std::int64_t dbytes, std::int64_t dcount) {
+  if (m_map == nullptr) return;
+  atomic_add(m_map->shards[shard].bytes, dbytes);
+  atomic_add(m_map->shards[shard].count, dcount);
+}
+
+void Accounting::reconcile(int shard, std::int64_t bytes, std::int64_t count) {
+  if (m_map == nullptr) return;
+  atomic_store(m_map->shards[shard].bytes, bytes);
+  atomic_store(m_map->shards[shard].count, count);
+}
+
+// A counter slightly below zero is not damage either: a remover can charge
+// an entry before the put that published it has charged it (the put charges
+// after its rename). Resetting such a shard to a listing would then let the
+// late charge count a file that is gone.
+bool Accounting::grossly_off(int shard, std::int64_t bytes, std::int64_t count) const {
+  const std::int64_t counted_bytes = shard_bytes(shard);
+  const std::int64_t counted = shard_count(shard);
+  return std::abs(counted - count) > 8 + count / 4 ||
+         std::abs(counted_bytes - bytes) > bytes / 4 + (std::int64_t{4} << 20);
+}
+
+std::int64_t Accounting::shard_bytes(int shard) const {
+  return m_map != nullptr ? atomic_load(m_map->shards[shard].bytes) : 0;
+}
+
+std::int64_t Accounting::shard_count(int shard) const {
+  return m_map != nullptr ? atomic_load(m_map->shards[shard].count) : 0;
+}
+
+std::int64_t Accounting::total_bytes() const {
+  std::int64_t sum = 0;
+  if (m_map == nullptr) return sum;
+  for (auto& s : m_map->shards) sum += std::max<std::int64_t>(0, atomic_load(s.bytes));
+  return sum;
+}
+
+std::int64_t Accounting::total_count() const {
+  std::int64_t sum = 0;
+  if (m_map == nullptr) return sum;
+  for (auto& s : m_map->shards) sum += std::max<std::int64_t>(0, atomic_load(s.count));
+  return sum;
+}
+
+namespace {
+StoreStats from_events(const std::uint64_t (&v)[k_events]) {
+  StoreStats s;
+  s.hits = v[static_cast<int>(Event::hit)];
+  s.misses = v[static_cast<int>(Event::miss)];
+  s.puts = v[static_cast<int>(Event::put)];
+  s.evictions = v[static_cast<int>(Event::eviction)];
+  s.corrupt_dropped = v[static_cast<int>(Event::corrupt)];
+  s.rejected = v[static_cast<int>(Event::rejected)];
+  s.errors = v[static_cast<int>(Event::error)];
+  return s;
+}
+}  // namespace
+
+StoreStats Accounting::process_stats() const {
+  std::uint64_t v[k_events];
+  for (int i = 0; i < k_events; ++i) v[i] = m_events[i].load(std::memory_order_relaxed);
+  StoreStats s = from_events(v);
+  if (m_map != nullptr) {
+    s.bytes_stored = clamp0(total_bytes());
+    s.entries = clamp0(total_count());
+  }
+  return s;
+}
+
+StoreStats Accounting::host_stats() const {
+  if (m_map == nullptr) return {};
+  std::uint64_t v[k_events];
+  for (int i = 0; i < k_events; ++i) v[i] = clamp0(atomic_load(m_map->events[i]));
+  StoreStats s = from_events(v);
+  s.bytes_stored = clamp0(total_bytes());
+  s.entries = clamp0(total_count());
+  return s;
+}
+
+}  // namespace progcache::file_store

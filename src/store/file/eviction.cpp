@@ -1,0 +1,197 @@
+// Eviction: removing an entry only while it is still the file the caller
+// meant (by inode), and keeping the store under its caps by trimming least
+// recently used entries.
+#include <algorithm>
+
+#include "store/file/file_store_impl.h"
+
+namespace progcache::file_store {
+
+namespace {
+
+// How far ahead of the clock a file time may be before it is distrusted.
+constexpr std::int64_t k_future_slack_ns = std::int64_t{60} * 1000000000;
+// Trimming goes below the cap by this fraction so one scan pays for many puts.
+constexpr double k_low_water = 0.9;
+// Up to this many entries a trim scans every shard and removes in exact
+// least-recently-used order (a few thousand stats, once per tenth of the cap
+// written). Above it each trim visits the fullest shards and removes the
+// older half of each: constant work per put, LRU within a shard, and across
+// shards as close to LRU as the keys are uniform (they are digests).
+constexpr std::int64_t k_exact_lru_entries = 4096;
+
+// Moves `path` to the fresh quarantine name `q`: false when nothing was
+// there. The one first step of every removal, so a removal is atomic and a
+// reader never meets half of one.
+Result<bool> move_to_quarantine(Env* env, const std::string& path, const std::string& q) {
+  Status st = env->rename(path, q);
+  if (st.ok()) return true;
+  if (st.code() == Code::not_found) return false;
+  return st;
+}
+
+}  // namespace
+
+// Recency is the atime (stamped on hits). A time more than a minute ahead of
+// the clock is no evidence of use (a clock that jumped back, a planted date):
+// such an entry counts as least recently used, so it cannot outlive entries
+// used since.
+std::int64_t FileStoreImpl::last_used(const FileInfo& info, std::int64_t now) {
+  return info.atime_ns > now + k_future_slack_ns ? 0 : info.atime_ns;
+}
+
+// Moves whatever is at `path` out under a unique quarantine name (ours
+// alone), measures it, removes it and charges exactly that. false when
+// nothing was there.
+Result<bool> FileStoreImpl::take_out(int shard, const std::string& path) {
+  const std::string q = m_layout.quarantine_path(shard);
+  PROGCACHE_ASSIGN_OR_RETURN(const bool there, move_to_quarantine(m_env, path, q));
+  if (!there) return false;
+  auto moved = m_env->lstat(q);
+  if (moved.ok() && moved->is_regular()) m_acct.charge(shard, -static_cast<std::int64_t>(moved->size), -1);
+  Status unlinked = m_env->unlink(q);
+  // Gone already (a sweep of another process took the quarantine file):
+  // removed all the same.
+  if (unlinked.code() == Code::not_found) return true;
+  if (!unlinked.ok() && moved.ok() && moved->is_regular()) {
+    // Could not delete it: put it back, counted again, rather than leave
+    // it hidden under a quarantine name.
+    if (m_env->rename_noreplace(q, path).ok()) m_acct.charge(shard, static_cast<std::int64_t>(moved->size), 1);
+    return unlinked;
+  }
+  return true;
+}
+
+// Removes the entry at `path` if it is still the file `expected` describes.
+// true: it was removed and the caller charges it. A file that left the path
+// and vanished in between (its quarantine name swept by another process)
+// counts as removed: it is gone from the disk.
+Result<bool> FileStoreImpl::remove_if_same(int shard, const std::string& path, const FileInfo& expected) {
+  const std::string q = m_layout.quarantine_path(shard);
+  PROGCACHE_ASSIGN_OR_RETURN(const bool there, move_to_quarantine(m_env, path, q));
+  if (!there) return false;
+  auto moved = m_env->lstat(q);
+  if (!moved.ok() && moved.status().code() == Code::not_found) {
+    // Swept before we could look: it was at the path, so it was counted.
+    m_acct.charge(shard, -static_cast<std::int64_t>(expected.size), -1);
+    return false;
+  }
+  if (moved.ok() && moved->same_file(expected)) {
+    Status unlinked = m_env->unlink(q);
+    if (unlinked.ok() || unlinked.code() == Code::not_found) return true;
+    // Could not delete it: put it back rather than leave it hidden under a
+    // quarantine name (unless a newer entry took its place meanwhile).
+    if (!m_env->rename_noreplace(q, path).ok()) m_env->unlink(q).ignore();
+    return unlinked;
+  }
+  // Not the file the caller meant (a newer entry took its place): put it
+  // back. If yet another entry is there now, this one is removed, and
+  // charged, as take_out would; so is one swept meanwhile.
+  if (Status back = m_env->rename_noreplace(q, path); !back.ok()) {
+    const bool gone = back.code() == Code::not_found || m_env->unlink(q).ok();
+    if (moved.ok() && moved->is_regular() && gone) m_acct.charge(shard, -static_cast<std::int64_t>(moved->size), -1);
+  }
+  return false;
+}
+
+void FileStoreImpl::count_eviction(int shard, const FileInfo& removed) {
+  m_acct.charge(shard, -static_cast<std::int64_t>(removed.size), -1);
+  m_acct.count(Event::eviction);
+}
+
+bool FileStoreImpl::over(double fraction) const {
+  if (m_opt.max_size_bytes &&
+      static_cast<double>(m_acct.total_bytes()) > fraction * static_cast<double>(*m_opt.max_size_bytes)) {
+    return true;
+  }
+  return m_opt.max_entries &&
+         static_cast<double>(m_acct.total_count()) > fraction * static_cast<double>(*m_opt.max_entries);
+}
+
+bool FileStoreImpl::over_entries_more() const {
+  const double b = static_cast<double>(m_acct.total_bytes()) / static_cast<double>(*m_opt.max_size_bytes);
+  const double c = static_cast<double>(m_acct.total_count()) / static_cast<double>(*m_opt.max_entries);
+  return c > b;
+}
+
+void FileStoreImpl::maybe_trim(const Written& written) {
+  // The re-check after unlocking closes a race: a put that found the lock
+  // held just before the holder finished would otherwise leave the store
+  // over its cap until the next put.
+  while (over(1.0)) {
+    // flock is per open file description, so threads of this process are
+    // excluded by a mutex and processes by the flock.
+    if (!m_trim_mu.try_lock()) return;
+    auto got = m_env->lock(m_evict_fd, LockKind::exclusive, LockWait::try_only);
+    if (!got.ok() || !*got) {  // another process is trimming
+      m_trim_mu.unlock();
+      return;
+    }
+    trim_to_low_water(written);
+    m_env->unlock(m_evict_fd).ignore();
+    const bool progress = m_trim_progress;
+    m_trim_mu.unlock();
+    if (!progress) return;  // nothing removable (e.g. files of another user)
+  }
+}
+
+// Requires the eviction lock. Removes least recently used entries until the
+// totals are under the low-water mark, never `written`. Small stores: every
+// shard scanned, exact LRU order. Large stores: shards visited fullest
+// first, in each the least recently used (at most half the shard per
+// visit); work per put stays constant as the store grows: a scan of S files
+// removes up to S/2 of them.
+void FileStoreImpl::trim_to_low_water(const Written& written) {
+  bool progress = false;
+  const auto evict = [&](int shard, const ScannedFile& f) {
+    if (shard == written.shard && f.name == written.name) return;
+    auto removed = remove_if_same(shard, join_path(m_layout.shard_dir(shard), f.name), f.info);
+    if (removed.ok() && *removed) {
+      progress = true;
+      count_eviction(shard, f.info);
+    }
+  };
+  const std::int64_t now = m_env->now_ns();
+  const auto older = [now](const ScannedFile& a, const ScannedFile& b) {
+    return last_used(a.info, now) < last_used(b.info, now);
+  };
+  if (m_acct.total_count() <= k_exact_lru_entries) {
+    std::vector<std::pair<int, ScannedFile>> all;
+    for (int shard = 0; shard < k_shards; ++shard) {
+      // Counts are exact: a shard counted empty holds nothing (a damaged
+      // counter is not zero, so its shard is visited and healed).
+      if (m_acct.shard_count(shard) == 0 && m_acct.shard_bytes(shard) == 0) continue;
+      // Temps are left to the per-shard scans, as often as before.
+      auto files = scan_shard(shard, Reconcile::gross, /*sweep=*/false);
+      if (!files.ok()) continue;
+      for (auto& f : *files) all.emplace_back(shard, std::move(f));
+    }
+    std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return older(a.second, b.second); });
+    for (std::size_t i = 0; i < all.size() && over(k_low_water); ++i) evict(all[i].first, all[i].second);
+  } else {
+    const bool by_count = m_opt.max_entries.has_value() && (!m_opt.max_size_bytes || over_entries_more());
+    std::array<bool, k_shards> visited{};
+    for (int round = 0; round < k_shards && over(k_low_water); ++round) {
+      int best = -1;
+      std::int64_t best_v = 0;
+      for (int i = 0; i < k_shards; ++i) {
+        if (visited[i]) continue;
+        const std::int64_t v = by_count ? m_acct.shard_count(i) : m_acct.shard_bytes(i);
+        if (best < 0 || v > best_v) {
+          best = i;
+          best_v = v;
+        }
+      }
+      if (best < 0) break;
+      visited[best] = true;
+      auto files = scan_shard(best, Reconcile::gross);
+      if (!files.ok() || files->empty()) continue;
+      std::sort(files->begin(), files->end(), older);
+      const std::size_t limit = std::max<std::size_t>(1, files->size() / 2);
+      for (std::size_t i = 0; i < limit && over(k_low_water); ++i) evict(best, (*files)[i]);
+    }
+  }
+  m_trim_progress = progress;
+}
+
+}  // namespace progcache::file_store

@@ -1,0 +1,137 @@
+// store/file/file_store_impl.h — the file store, assembled from its rooms:
+//
+//   layout.h        every name (entries, temps, quarantine, shards, files)
+//   permissions.h   which directories the store trusts, and how it makes them
+//   accounting.h    the shared, mapped counters
+//   file_store.cpp  open, get, put, erase, clear, stats: the Store operations
+//   eviction.cpp    removal by inode, caps, trimming in LRU order
+//   maintenance.cpp shard scans, list, verify, prune
+//
+// Entries are decoded by the one EntryReader (entry.h). The protocol is in
+// file_store.h and docs/file-store.md.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "progcache/file_store.h"
+#include "store/file/accounting.h"
+#include "store/file/layout.h"
+#include "store/file/permissions.h"
+#include "util/mutex.h"
+
+namespace progcache::file_store {
+
+// An entry file found by a shard scan.
+struct ScannedFile {
+  std::string name;
+  FileInfo info;
+};
+
+// When a shard scan resets the shard's counters to what it found.
+enum class Reconcile {
+  no,
+  // Only when they are far off (damaged, or drifted by crashes): a scan
+  // racing puts and removals in the same shard would otherwise trade exact
+  // counters for a listing that missed an operation.
+  gross,
+  yes,
+};
+
+class FileStoreImpl final : public FileStore {
+ public:
+  FileStoreImpl(FileStoreOptions options, std::string root);
+  ~FileStoreImpl() override { close().ignore(); }
+
+  Status init();
+
+  // Store
+  Result<std::optional<Entry>> get(const Key& key) override;
+  Result<bool> get_primary_into(const Key& key, const EntryReader::Alloc& alloc) override;
+  Status put(const Key& key, const Entry& entry) override;
+  Result<bool> erase(const Key& key) override;
+  Status clear() override;
+  Result<std::uint64_t> count() override;
+  Result<std::uint64_t> size_bytes() override;
+  StoreStats stats() override;
+  Status close() override;
+  [[nodiscard]] std::string name() const override { return "file"; }
+
+  // FileStore
+  [[nodiscard]] const std::string& root() const override { return m_layout.root(); }
+  [[nodiscard]] std::string entry_path(const Key& key) const override { return m_layout.entry_path(key); }
+  [[nodiscard]] std::optional<std::uint64_t> max_size_bytes() const override { return m_opt.max_size_bytes; }
+  [[nodiscard]] std::optional<std::uint64_t> max_entries() const override { return m_opt.max_entries; }
+  StoreStats host_stats() override;
+  Result<std::vector<FileEntryInfo>> list(const ProgressFn& progress) override;     // maintenance.cpp
+  Result<VerifyReport> verify(Repair repair, const ProgressFn& progress) override;  // maintenance.cpp
+  Result<PruneReport> prune(std::optional<std::uint64_t> max_size, std::optional<std::int64_t> older_than_ns,
+                            const ProgressFn& progress) override;  // maintenance.cpp
+
+ private:
+  // What reading one entry file found. An I/O failure is an error of the
+  // Result instead: it is no evidence of damage.
+  struct ReadResult {
+    std::optional<Entry> entry;
+    bool damaged = false;   // removable: the file is not a valid entry for the key
+    bool rejected = false;  // damaged because its signature does not verify
+    std::string reason;     // why there is no entry
+    FileInfo info;
+  };
+  // The entry named by a write, never trimmed by the trim that write causes.
+  struct Written {
+    int shard = -1;
+    std::string name;
+  };
+
+  // file_store.cpp
+  Status check_open() const;
+  Status count_error(Status st);
+  // Opens `key`'s entry for reading; nullopt (counted as a miss) when there
+  // is none, its shard is not one the store trusts, or it is a symlink
+  // (removed and counted as corrupt).
+  Result<std::optional<int>> open_entry(const Key& key, const std::string& path);
+  // Reads and verifies the entry open at `fd`; `stamp`: record the use.
+  Result<ReadResult> read_entry(int fd, const Key& key, bool stamp);
+  void stamp_use(int fd, const FileInfo& info);
+  // Whether shard `shard` is a directory the store trusts (cached per process).
+  bool shard_checked(int shard, bool create);
+  // Makes the root, the version directory and a shard again after they were
+  // removed under an open store; false when any is unacceptable.
+  bool recreate_dirs(int shard);
+
+  // eviction.cpp
+  static std::int64_t last_used(const FileInfo& info, std::int64_t now);
+  [[nodiscard]] bool over(double fraction) const;
+  [[nodiscard]] bool over_entries_more() const;
+  void maybe_trim(const Written& written);
+  void trim_to_low_water(const Written& written) PROGCACHE_REQUIRES(m_trim_mu);
+  Result<bool> take_out(int shard, const std::string& path);
+  Result<bool> remove_if_same(int shard, const std::string& path, const FileInfo& expected);
+  void count_eviction(int shard, const FileInfo& removed);
+
+  // maintenance.cpp
+  static bool stale_transient(const FileInfo& info, std::int64_t now, std::int64_t stale);
+  Result<std::vector<ScannedFile>> scan_shard(int shard, Reconcile reconcile, bool sweep = true);
+  std::int64_t peek_created(const std::string& path);
+  void verify_shard(int shard, const std::vector<DirEntry>& files, Repair repair, std::int64_t now,
+                    VerifyReport& report);
+
+  FileStoreOptions m_opt;
+  Env* m_env;
+  Layout m_layout;
+  DirPolicy m_dirs;
+  Accounting m_acct;
+  std::array<std::atomic<bool>, k_shards> m_shard_ok;
+  int m_evict_fd = -1;
+  Mutex m_trim_mu;
+  // Set by a trim that removed something; read after it under the same lock.
+  bool m_trim_progress PROGCACHE_GUARDED_BY(m_trim_mu) = false;
+  std::mutex m_close_mu;
+  std::atomic<bool> m_closed{false};
+};
+
+}  // namespace progcache::file_store

@@ -1,0 +1,229 @@
+// Maintenance: shard scans (which sweep stale temps and reconcile the
+// counters), and the list, verify and prune commands built on them.
+#include <algorithm>
+
+#include "store/file/file_store_impl.h"
+
+namespace progcache::file_store {
+
+namespace {
+// How far ahead of the clock a file time may be before it is distrusted.
+constexpr std::int64_t k_future_slack_ns = std::int64_t{60} * 1000000000;
+}  // namespace
+
+// A temp or quarantine file left by a crash: older than `stale`, or dated in
+// the future (and so of unknown age).
+bool FileStoreImpl::stale_transient(const FileInfo& info, std::int64_t now, std::int64_t stale) {
+  return now - info.mtime_ns > stale || info.mtime_ns > now + k_future_slack_ns;
+}
+
+// Lists a shard's entry files (lstat'ed) and reconciles the shard's counters
+// as `reconcile` says. `sweep`: also remove stale temp and quarantine files.
+Result<std::vector<ScannedFile>> FileStoreImpl::scan_shard(int shard, Reconcile reconcile, bool sweep) {
+  std::vector<ScannedFile> out;
+  const std::string dir = m_layout.shard_dir(shard);
+  std::int64_t bytes = 0;
+  auto files = m_env->list_dir(dir);
+  if (!files.ok() && files.status().code() != Code::not_found) return files.status();
+  if (files.ok()) {
+    const std::int64_t now = m_env->now_ns();
+    for (auto& f : *files) {
+      const NameKind kind = Layout::classify(f.name);
+      if (kind == NameKind::other) continue;
+      const std::string path = join_path(dir, f.name);
+      auto info = m_env->lstat(path);
+      if (!info.ok() || !info->is_regular()) continue;
+      if (kind == NameKind::transient) {
+        if (sweep && stale_transient(*info, now, m_opt.stale_temp_ns)) m_env->unlink(path).ignore();
+        continue;
+      }
+      bytes += static_cast<std::int64_t>(info->size);
+      out.push_back({std::move(f.name), *info});
+    }
+  }
+  const auto count = static_cast<std::int64_t>(out.size());
+  if (reconcile == Reconcile::yes || (reconcile == Reconcile::gross && m_acct.grossly_off(shard, bytes, count))) {
+    m_acct.reconcile(shard, bytes, count);
+  }
+  return out;
+}
+
+std::int64_t FileStoreImpl::peek_created(const std::string& path) {
+  auto fd = m_env->open_file(path, OpenMode::read, 0);
+  if (!fd.ok()) return 0;
+  char buf[k_entry_fixed_header + k_entry_checksum_size];
+  auto n = m_env->pread(*fd, buf, sizeof buf, 0);
+  m_env->close_file(*fd).ignore();
+  if (!n.ok()) return 0;
+  auto h = peek_entry_header(std::string_view(buf, *n));
+  return h.ok() ? h->created_unix_ns : 0;
+}
+
+Result<std::vector<FileEntryInfo>> FileStoreImpl::list(const ProgressFn& progress) {
+  PROGCACHE_TRY(check_open());
+  std::vector<FileEntryInfo> out;
+  for (int shard = 0; shard < k_shards; ++shard) {
+    if (progress) progress(shard, k_shards);
+    auto files = scan_shard(shard, Reconcile::no);
+    if (!files.ok()) return files.status();
+    for (auto& f : *files) {
+      auto key = Layout::key_of(shard, f.name);
+      if (!key.ok()) continue;
+      FileEntryInfo e;
+      e.path = join_path(m_layout.shard_dir(shard), f.name);
+      e.key = *key;
+      e.size = f.info.size;
+      e.last_used_ns = f.info.atime_ns;
+      e.created_unix_ns = peek_created(e.path);
+      out.push_back(std::move(e));
+    }
+  }
+  if (progress) progress(k_shards, k_shards);
+  return out;
+}
+
+Result<VerifyReport> FileStoreImpl::verify(Repair repair, const ProgressFn& progress) {
+  PROGCACHE_TRY(check_open());
+  VerifyReport report;
+  const std::int64_t now = m_env->now_ns();
+  for (int shard = 0; shard < k_shards; ++shard) {
+    if (progress) progress(shard, k_shards);
+    const std::string dir = m_layout.shard_dir(shard);
+    auto files = m_env->list_dir(dir);
+    if (files.ok()) {
+      verify_shard(shard, *files, repair, now, report);
+      continue;
+    }
+    const Code code = files.status().code();
+    if (code != Code::not_found && code != Code::failed_precondition) return files.status();
+    // No shard directory, so nothing is stored here whatever the counters
+    // say. Something else in its place (a symlink, a file) is never
+    // followed: it is reported, and removed on repair.
+    if (auto info = m_env->lstat(dir); info.ok() && !info->is_dir()) {
+      VerifyProblem p{
+          dir,
+          info->is_symlink() ? "shard directory is a symlink (never followed)" : "shard directory is not a directory",
+          false};
+      if (repair == Repair::yes) {
+        p.removed = m_env->unlink(dir).ok();
+        m_shard_ok[shard].store(false, std::memory_order_release);
+      }
+      report.problems.push_back(std::move(p));
+    }
+    m_acct.reconcile(shard, 0, 0);
+  }
+  if (progress) progress(k_shards, k_shards);
+  return report;
+}
+
+void FileStoreImpl::verify_shard(int shard, const std::vector<DirEntry>& files, Repair repair, std::int64_t now,
+                                 VerifyReport& report) {
+  const std::string dir = m_layout.shard_dir(shard);
+  std::int64_t bytes = 0, count = 0;
+  for (const auto& f : files) {
+    const std::string path = join_path(dir, f.name);
+    auto info = m_env->lstat(path);
+    if (!info.ok()) continue;  // gone meanwhile
+    if (Layout::classify(f.name) == NameKind::transient) {
+      if (stale_transient(*info, now, m_opt.stale_temp_ns) && m_env->unlink(path).ok()) ++report.temps_removed;
+      continue;
+    }
+    ++report.checked;
+    std::string reason;
+    // Damage is removable; an I/O error is no evidence of damage, so an entry
+    // that could not be read is reported but never removed.
+    bool removable = true;
+    auto key = Layout::key_of(shard, f.name);
+    if (!key.ok()) {
+      reason = "not an entry name";
+    } else if (info->is_symlink()) {
+      reason = "symlink (never followed)";
+    } else if (info->is_dir()) {
+      reason = "a directory where an entry belongs";
+      removable = false;
+    } else if (!info->is_regular()) {
+      reason = "not a regular file";  // a FIFO, socket or device: not ours, and a reader must not meet it
+    } else {
+      auto fd = m_env->open_file(path, OpenMode::read, 0);
+      if (!fd.ok()) {
+        if (fd.status().code() == Code::not_found) {
+          --report.checked;
+          continue;
+        }
+        reason = "could not check: " + fd.status().message();
+        removable = false;
+      } else {
+        auto r = read_entry(*fd, *key, /*stamp=*/false);
+        m_env->close_file(*fd).ignore();
+        if (!r.ok()) {
+          reason = "could not check: " + r.status().message();
+          removable = false;
+        } else if (!r->entry) {
+          reason = r->reason;
+          removable = r->damaged;
+        }
+      }
+    }
+    if (reason.empty()) {
+      ++report.ok;
+      bytes += static_cast<std::int64_t>(info->size);
+      ++count;
+      continue;
+    }
+    VerifyProblem p{path, reason, false};
+    if (repair == Repair::yes && removable) {
+      auto removed = remove_if_same(shard, path, *info);
+      p.removed = removed.ok() && *removed;
+    }
+    if (!p.removed && info->is_regular()) {
+      bytes += static_cast<std::int64_t>(info->size);
+      ++count;
+    }
+    report.problems.push_back(std::move(p));
+  }
+  m_acct.reconcile(shard, bytes, count);
+}
+
+Result<PruneReport> FileStoreImpl::prune(std::optional<std::uint64_t> max_size,
+                                         std::optional<std::int64_t> older_than_ns, const ProgressFn& progress) {
+  PROGCACHE_TRY(check_open());
+  struct Item {
+    int shard;
+    ScannedFile file;
+  };
+  std::vector<Item> items;
+  for (int shard = 0; shard < k_shards; ++shard) {
+    if (progress) progress(shard, std::uint64_t{2} * k_shards);
+    auto files = scan_shard(shard, Reconcile::gross);
+    if (!files.ok()) return files.status();
+    for (auto& f : *files) items.push_back({shard, std::move(f)});
+  }
+  const std::int64_t now = m_env->now_ns();
+  std::sort(items.begin(), items.end(),
+            [now](const Item& a, const Item& b) { return last_used(a.file.info, now) < last_used(b.file.info, now); });
+  PruneReport report;
+  std::uint64_t total = 0;
+  for (const auto& it : items) total += it.file.info.size;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (progress && i % 64 == 0) {
+      progress(k_shards + (std::uint64_t{k_shards} * i) / items.size(), std::uint64_t{2} * k_shards);
+    }
+    const auto& it = items[i];
+    const bool too_old = older_than_ns && now - last_used(it.file.info, now) > *older_than_ns;
+    const bool too_big = max_size && total > *max_size;
+    if (!too_old && !too_big) continue;
+    auto removed = remove_if_same(it.shard, join_path(m_layout.shard_dir(it.shard), it.file.name), it.file.info);
+    if (removed.ok() && *removed) {
+      total -= it.file.info.size;
+      ++report.removed;
+      report.bytes_removed += it.file.info.size;
+      count_eviction(it.shard, it.file.info);
+    }
+  }
+  if (progress) progress(std::uint64_t{2} * k_shards, std::uint64_t{2} * k_shards);
+  report.remaining = items.size() - report.removed;
+  report.bytes_remaining = total;
+  return report;
+}
+
+}  // namespace progcache::file_store

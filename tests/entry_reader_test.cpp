@@ -1,0 +1,209 @@
+// The one entry decoder, read through a callable as the file store reads a
+// file: equal to decode_entry however the reads are chunked, and as strict
+// on every damaged byte, on both read paths (whole entry and primary
+// artifact only).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "progcache/entry.h"
+#include "progcache/hash.h"
+#include "testing/test_util.h"
+
+namespace progcache {
+namespace {
+
+Key test_key() {
+  return KeyBuilder("entry-reader-test").add_string("name", "k").finish();
+}
+
+// Serves `data` as a file of `size` bytes (default: its length), at most
+// `step` bytes per call, counting what was read and how far.
+struct FakeFile {
+  std::string data;
+  std::size_t step = ~std::size_t{0};
+  std::uint64_t served = 0;    // bytes handed out
+  std::uint64_t furthest = 0;  // the end of the furthest range asked for
+
+  EntryReader::ReadAt read_at() {
+    return [this](std::uint64_t off, char* dst, std::size_t n) -> Result<std::size_t> {
+      furthest = std::max<std::uint64_t>(furthest, off + n);
+      if (off >= data.size()) return std::size_t{0};
+      const std::size_t k = std::min({n, step, static_cast<std::size_t>(data.size() - off)});
+      std::memcpy(dst, data.data() + off, k);
+      served += k;
+      return k;
+    };
+  }
+};
+
+Entry three_artifacts() {
+  std::vector<Artifact> arts;
+  // Larger than one read chunk (128 KiB), and not a multiple of it.
+  arts.push_back({"cubin", Bytes::copy_of(testing::make_payload(300'001, 7))});
+  arts.push_back({"empty", Bytes::copy_of("")});
+  arts.push_back({"log", Bytes::copy_of("ptxas info: 12 registers")});
+  return Entry(R"({"kind":"cubin"})", std::move(arts), 1'700'000'000'000'000'000);
+}
+
+std::string encode(const Entry& e, const EntryCodecOptions& o = {}) {
+  auto r = encode_entry(test_key(), e, 1, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? *r : std::string();
+}
+
+void expect_same(const Entry& a, const Entry& b) {
+  EXPECT_EQ(a.metadata(), b.metadata());
+  EXPECT_EQ(a.created_unix_ns(), b.created_unix_ns());
+  EXPECT_EQ(a.producer(), b.producer());
+  ASSERT_EQ(a.artifacts().size(), b.artifacts().size());
+  for (std::size_t i = 0; i < a.artifacts().size(); ++i) {
+    EXPECT_EQ(a.artifacts()[i].name, b.artifacts()[i].name);
+    EXPECT_EQ(a.artifacts()[i].data.view(), b.artifacts()[i].data.view());
+  }
+}
+
+// The first artifact through read_primary, or the error.
+Result<std::string> primary_of(EntryReader reader, const Key& key) {
+  std::string out;
+  int calls = 0;
+  Status st = reader.read_primary(key, [&](std::size_t n) {
+    ++calls;
+    out.assign(n, '\0');
+    return out.data();
+  });
+  if (!st.ok()) return st;
+  EXPECT_EQ(calls, 1);
+  return out;
+}
+
+TEST(HmacSha256, StreamingEqualsOneShotAtEverySplit) {
+  const std::string data = testing::make_payload(300, 3);
+  for (const std::string& key : {std::string(), std::string("k"), std::string(64, 'x'), std::string(100, 'y')}) {
+    const Digest256 want = hmac_sha256(key, data);
+    for (std::size_t cut = 0; cut <= data.size(); cut += 7) {
+      HmacSha256 mac(key);
+      mac.update(std::string_view(data).substr(0, cut));
+      mac.update(std::string_view(data).substr(cut));
+      EXPECT_EQ(mac.finish(), want) << "key of " << key.size() << " bytes, cut at " << cut;
+    }
+  }
+}
+
+TEST(EntryReader, ReadThroughACallableEqualsDecodeHoweverReadsAreChunked) {
+  const Entry e = three_artifacts();
+  const std::string bytes = encode(e);
+  for (std::size_t step : {std::size_t{1} << 30, std::size_t{4096}, std::size_t{4095}, std::size_t{1000}}) {
+    FakeFile f{bytes, step};
+    auto whole = EntryReader(f.read_at(), bytes.size()).read(test_key());
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    expect_same(*whole, e);
+    FakeFile g{bytes, step};
+    auto primary = primary_of(EntryReader(g.read_at(), bytes.size()), test_key());
+    ASSERT_TRUE(primary.ok()) << primary.status().to_string();
+    EXPECT_EQ(*primary, e.artifacts()[0].data.view());
+    // Each byte is read once: the first read's bytes are not read again.
+    EXPECT_EQ(f.served, bytes.size()) << "step " << step;
+    EXPECT_EQ(g.served, bytes.size()) << "step " << step;
+  }
+  // From memory: the same entry, artifacts slicing the input.
+  const Bytes in = Bytes::copy_of(bytes);
+  auto mem = EntryReader(in).read(test_key());
+  ASSERT_TRUE(mem.ok());
+  expect_same(*mem, e);
+  EXPECT_GE(mem->artifacts()[0].data.data(), in.data());
+  EXPECT_LT(mem->artifacts()[0].data.data(), in.data() + in.size());
+  auto mem_primary = primary_of(EntryReader(in), test_key());
+  ASSERT_TRUE(mem_primary.ok());
+  EXPECT_EQ(*mem_primary, e.artifacts()[0].data.view());
+}
+
+TEST(EntryReader, EveryTruncationAndEveryFlippedByteFailsOnEveryReadPath) {
+  std::vector<Artifact> arts{{"cubin", Bytes::copy_of(testing::make_payload(200, 1))}, {"log", Bytes::copy_of("ok")}};
+  const Entry e(R"({"a":1})", std::move(arts));
+  const EntryCodecOptions signer{"a-signing-key-of-some-length"};
+  for (const EntryCodecOptions& opts : {EntryCodecOptions{}, signer}) {
+    const std::string bytes = encode(e, opts);
+    const auto all_fail = [&](const std::string& data, std::uint64_t size, const std::string& what) {
+      FakeFile f{data, 13};
+      EXPECT_FALSE(EntryReader(f.read_at(), size, opts).read(test_key()).ok()) << what << " (read)";
+      FakeFile g{data, 13};
+      EXPECT_FALSE(primary_of(EntryReader(g.read_at(), size, opts), test_key()).ok()) << what << " (primary)";
+      EXPECT_FALSE(primary_of(EntryReader(Bytes::copy_of(data.substr(0, size)), opts), test_key()).ok())
+          << what << " (primary from memory)";
+      EXPECT_FALSE(EntryReader(Bytes::copy_of(data.substr(0, size)), opts).read(test_key()).ok())
+          << what << " (memory)";
+    };
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      all_fail(bytes.substr(0, n), n, "prefix of " + std::to_string(n));
+      // A file whose size says more than can be read (it shrank meanwhile).
+      all_fail(bytes.substr(0, n), bytes.size(), "shrank to " + std::to_string(n));
+    }
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      std::string bad = bytes;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << (i % 8)));
+      all_fail(bad, bad.size(), "flip at " + std::to_string(i));
+    }
+  }
+}
+
+TEST(EntryReader, SignaturesAreCheckedWhileStreaming) {
+  const Entry e = three_artifacts();
+  const EntryCodecOptions signer{"0123456789abcdef-secret"};
+  const std::string signed_bytes = encode(e, signer);
+  FakeFile f{signed_bytes, 5000};
+  auto ok = primary_of(EntryReader(f.read_at(), signed_bytes.size(), signer), test_key());
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(*ok, e.artifacts()[0].data.view());
+  FakeFile g{signed_bytes};
+  EXPECT_EQ(primary_of(EntryReader(g.read_at(), signed_bytes.size(), {"another-key"}), test_key()).status().code(),
+            Code::permission_denied);
+  const std::string unsigned_bytes = encode(e);
+  FakeFile h{unsigned_bytes};
+  EXPECT_EQ(EntryReader(h.read_at(), unsigned_bytes.size(), signer).read(test_key()).status().code(),
+            Code::permission_denied);
+  // The wrong key echo is damage, not a signature problem.
+  FakeFile k{signed_bytes};
+  EXPECT_EQ(EntryReader(k.read_at(), signed_bytes.size(), signer).read(KeyBuilder("other").finish()).status().code(),
+            Code::data_loss);
+}
+
+TEST(EntryReader, AForgedLengthCostsOnlyTheFirstReadAndNoAllocation) {
+  // One artifact claiming 1 TiB in a file of 96 bytes, then the same header
+  // in a "file" whose size is 1 TiB but whose table does not add up to it.
+  std::string forged = encode(Entry("{}", {})).substr(0, k_entry_fixed_header);
+  forged[12] = 1;
+  std::string row(16, '\0');
+  const std::uint64_t tib = std::uint64_t{1} << 40;
+  std::memcpy(row.data() + 8, &tib, 8);
+  forged += row + std::string(16, '\0');
+  for (const std::uint64_t size : {std::uint64_t{forged.size()}, tib}) {
+    FakeFile f{forged};
+    bool allocated = false;
+    Status st = EntryReader(f.read_at(), size).read_primary(test_key(), [&](std::size_t) {
+      allocated = true;
+      return nullptr;
+    });
+    EXPECT_EQ(st.code(), Code::data_loss) << st.to_string();
+    EXPECT_FALSE(allocated);
+    EXPECT_LE(f.furthest, 4096u);
+    FakeFile g{forged};
+    EXPECT_EQ(EntryReader(g.read_at(), size).read(test_key()).status().code(), Code::data_loss);
+    EXPECT_LE(g.furthest, 4096u);
+  }
+}
+
+TEST(EntryReader, PrimaryOfAnEntryWithoutArtifactsIsEmptyAndAllocFailureIsReported) {
+  const std::string empty = encode(Entry("{}", {}));
+  auto got = primary_of(EntryReader(Bytes::copy_of(empty)), test_key());
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "");
+  const std::string bytes = encode(three_artifacts());
+  FakeFile f{bytes};
+  Status st = EntryReader(f.read_at(), bytes.size()).read_primary(test_key(), [](std::size_t) { return nullptr; });
+  EXPECT_EQ(st.code(), Code::resource_exhausted) << st.to_string();
+}
+
+}  // namespace
+}  // namespace progcache
