@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "testing/test_util.h"
@@ -278,6 +279,33 @@ TEST_F(CliTest, PruneAndClear) {
   ASSERT_EQ(run({"clear"}).code, 0);
   EXPECT_EQ(nlohmann::json::parse(run({"stats", "--json"}).out)["entries"], 0);
   EXPECT_EQ(run({"ls"}).out, "");
+}
+
+TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
+  const std::string pw_file = file("pw", "password-from-the-file\n");
+  auto js = nlohmann::json::parse(run({"config", "--json"}, {"PROGCACHE_NVRTC=/opt/cuda/lib64/libnvrtc.so.13",
+                                                             "PROGCACHE_REMOTE_PASSWORD=password-from-the-env",
+                                                             "PROGCACHE_REMOTE_PASSWORD_FILE=" + pw_file})
+                                      .out);
+  std::map<std::string, std::pair<std::string, std::string>> rows;
+  for (const auto& s : js) rows[s["name"]] = {s["value"], s["source"]};
+  for (const char* name :
+       {"PROGCACHE_DIR", "PROGCACHE_MAX_SIZE", "PROGCACHE_MAX_ENTRIES", "PROGCACHE_DISABLE", "PROGCACHE_DURABILITY",
+        "PROGCACHE_SHARING", "PROGCACHE_REMOTE", "PROGCACHE_REMOTE_PASSWORD_FILE", "PROGCACHE_REMOTE_PASSWORD",
+        "PROGCACHE_READONLY", "PROGCACHE_HMAC_KEY_FILE", "PROGCACHE_NVRTC", "PROGCACHE_NVJITLINK", "PROGCACHE_LIBNVVM",
+        "PROGCACHE_LIBCUDA"}) {
+    EXPECT_EQ(rows.count(name), 1u) << name << " is not listed";
+  }
+  EXPECT_EQ(rows.size(), 15u);
+  // A library override is shown with where it came from; unset, what is searched.
+  EXPECT_EQ(rows["PROGCACHE_NVRTC"],
+            std::make_pair(std::string("/opt/cuda/lib64/libnvrtc.so.13"), std::string("environment")));
+  EXPECT_NE(rows["PROGCACHE_LIBCUDA"].first.find("searched"), std::string::npos);
+  EXPECT_EQ(rows["PROGCACHE_LIBCUDA"].second, "default");
+  // Of two password sources the file wins, and the listing says so; neither
+  // password is shown.
+  EXPECT_NE(rows["PROGCACHE_REMOTE_PASSWORD"].first.find("ignored"), std::string::npos);
+  EXPECT_EQ(js.dump().find("password-from-the"), std::string::npos) << js.dump();
 }
 
 TEST_F(CliTest, ConfigShowsEachSettingWithItsSourceAndNoSecret) {

@@ -15,6 +15,13 @@
 //                          that carry none (never printed; preferred)
 //   PROGCACHE_REMOTE_PASSWORD  the same password, from the environment
 //   PROGCACHE_READONLY     1/true/yes: never write to the remote tier
+//   PROGCACHE_NVRTC, PROGCACHE_NVJITLINK, PROGCACHE_LIBNVVM, PROGCACHE_LIBCUDA
+//                          the library file to use, skipping the search
+//                          (library_overrides(); read when a library is loaded)
+//
+// resolve_config applies one table of settings (config.cpp), so every front
+// end reads each variable the same way, and `settings` lists every row with
+// its source, secrets masked.
 //
 // Command-line flags override the environment; the environment overrides
 // defaults. Thread safety: resolve_config reads the environment; call it
@@ -23,7 +30,9 @@
 
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "progcache/file_store.h"
@@ -66,6 +75,17 @@ struct ConfigOverrides {
 
 // invalid_argument naming the variable and its bad value (PROGCACHE_MAX_SIZE=10Q).
 Result<Config> resolve_config(const ConfigOverrides& overrides = {});
+
+// The variables that name a CUDA library's file directly: one row per
+// library ("nvrtc", "nvJitLink", "nvvm", "cuda"). The compile layer reads
+// them when it loads a library; resolve_config lists them.
+struct LibraryOverride {
+  std::string_view library;
+  std::string_view variable;
+};
+std::span<const LibraryOverride> library_overrides();
+// The variable for `library`, or "" when there is none.
+std::string_view library_override_variable(std::string_view library);
 
 // True for "1", "true", "yes", "on" (any case).
 bool truthy(std::string_view value);

@@ -9,7 +9,6 @@ stringified, and keyword order never matters.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import inspect
@@ -244,7 +243,7 @@ class KernelCache:
     lock file and look again before building."""
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
-                 sharing: Optional[str] = None) -> None:
+                 sharing: Optional[str] = None, lock_timeout_s: float = 600.0) -> None:
         cfg = _config()
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(cfg["dir"], "kernels")
         self._sharing = _sharing(sharing, cfg)
@@ -254,8 +253,10 @@ class KernelCache:
             self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
             cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing)
         self._locks_dir = os.path.join(self.cache_dir, "locks")
+        self._lock_timeout_s = lock_timeout_s
         self._mu = threading.Lock()
-        self._inflight: dict[str, threading.Lock] = {}
+        # key -> [lock, users]: removed when the last user leaves.
+        self._inflight: dict[str, list] = {}
         self.builds = 0  # builds run by this process (observable in tests)
 
     def key_of(self, func: Callable, args: tuple, kwargs: dict, target: str) -> str:
@@ -291,21 +292,38 @@ class KernelCache:
         if hit is not None:
             return hit
         with self._mu:
-            lock = self._inflight.setdefault(key, threading.Lock())
-        with lock:  # threads: one builds, the others find its result
-            hit = self._load(key)
-            if hit is not None:
-                return hit
-            os.makedirs(self._locks_dir, mode=0o2770 if self._sharing == "group" else 0o700, exist_ok=True)
-            with open(os.path.join(self._locks_dir, key + ".lock"), "a+b") as lf:
-                fcntl.flock(lf, fcntl.LOCK_EX)  # processes; released if the holder dies
-                try:
-                    hit = self._load(key)
-                    if hit is not None:
-                        return hit
-                    return self._build(func, args, kwargs, target, build, key, store=True)
-                finally:
-                    fcntl.flock(lf, fcntl.LOCK_UN)
+            flight = self._inflight.setdefault(key, [threading.Lock(), 0])
+            flight[1] += 1
+        try:
+            with flight[0]:  # threads: one builds, the others find its result
+                hit = self._load(key)
+                if hit is not None:
+                    return hit
+                return self._build_locked(func, args, kwargs, target, build, key)
+        finally:
+            with self._mu:
+                flight[1] -= 1
+                if flight[1] == 0:
+                    del self._inflight[key]
+
+    def _build_locked(self, func: Callable, args: tuple, kwargs: dict, target: str, build: Optional[Callable],
+                      key: str) -> CachedKernel:
+        """Builds under the library's per-key lock file, so processes of the
+        host build a key once; a process that waited looks again first. A
+        lock that cannot be taken (timeout, unwritable directory) never stops
+        the build, as in compile()."""
+        try:
+            lock = _core.LockFile(self._locks_dir, key, self._lock_timeout_s, self._sharing == "group")
+        except OSError:  # TimeoutError included
+            return self._build(func, args, kwargs, target, build, key, store=True)
+        try:
+            if lock.waited:
+                hit = self._load(key)
+                if hit is not None:
+                    return hit
+            return self._build(func, args, kwargs, target, build, key, store=True)
+        finally:
+            lock.release()
 
     def _build(self, func: Callable, args: tuple, kwargs: dict, target: str, build: Optional[Callable], key: str,
                *, store: bool) -> CachedKernel:

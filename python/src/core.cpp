@@ -20,6 +20,7 @@
 #include "progcache/config.h"
 #include "progcache/file_store.h"
 #include "progcache/key.h"
+#include "progcache/lock_file.h"
 #include "progcache/memory_store.h"
 #include "progcache/remote_store.h"
 #include "progcache/tiered_store.h"
@@ -44,9 +45,12 @@ namespace {
       PyErr_SetString(PyExc_FileNotFoundError, st.message().c_str());
       throw nb::python_error();
     }
+    case pc::Code::deadline_exceeded: {
+      PyErr_SetString(PyExc_TimeoutError, st.message().c_str());
+      throw nb::python_error();
+    }
     case pc::Code::resource_exhausted:
     case pc::Code::unavailable:
-    case pc::Code::deadline_exceeded:
     case pc::Code::data_loss: {
       PyErr_SetString(PyExc_OSError, st.to_string().c_str());
       throw nb::python_error();
@@ -169,37 +173,29 @@ class StoreHandle {
     return m_store.get();
   }
 
-  // The primary artifact's bytes, or None. From the disk store the file is
-  // read straight into a new bytes object: one allocation, no copy.
+  // The primary artifact's bytes, or None, written straight into a new bytes
+  // object: from the disk store the file is streamed into it (one
+  // allocation, no copy); other stores copy their hit into it once.
   nb::object get(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
-    if (m_file != nullptr) {
-      PyObject* out = nullptr;
-      pc::Result<bool> r = pc::Status();
-      {
-        nb::gil_scoped_release release;
-        r = m_file->get_primary_into(k, [&](std::size_t n) -> char* {
-          nb::gil_scoped_acquire acquire;
-          Py_XDECREF(out);
-          out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
-          return out != nullptr ? PyBytes_AS_STRING(out) : nullptr;
-        });
-      }
-      if (!r.ok() || !*r) {
-        Py_XDECREF(out);
-        if (!r.ok()) raise(r.status());
-        return nb::none();
-      }
-      return nb::steal(out);
-    }
-    pc::Result<std::optional<pc::Entry>> r = pc::Status();
+    pc::Store* s = store();
+    PyObject* out = nullptr;
+    pc::Result<bool> r = pc::Status();
     {
       nb::gil_scoped_release release;
-      r = store()->get(k);
+      r = s->get_primary_into(k, [&](std::size_t n) -> char* {
+        nb::gil_scoped_acquire acquire;
+        Py_XDECREF(out);
+        out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
+        return out != nullptr ? PyBytes_AS_STRING(out) : nullptr;
+      });
     }
-    auto e = unwrap(std::move(r));
-    if (!e) return nb::none();
-    return to_bytes(e->primary());
+    if (!r.ok() || !*r) {
+      Py_XDECREF(out);
+      if (!r.ok()) raise(r.status());
+      return nb::none();
+    }
+    return nb::steal(out);
   }
 
   void put(const nb::bytes& key, const nb::bytes& value) {
@@ -388,6 +384,29 @@ pc::TargetType target_of(const std::string& s) {
   return unwrap(pc::parse_target_type(s));
 }
 
+// The library's LockFile held from Python (KernelCache's single-flight
+// across processes). Waiting happens with the GIL released.
+class HeldLock {
+ public:
+  HeldLock(const std::string& dir, const std::string& name, double timeout_s, bool group) {
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::max(0.0, timeout_s) * 1000.0));
+    std::optional<pc::Result<pc::LockFile>> got;
+    {
+      nb::gil_scoped_release release;
+      got.emplace(pc::LockFile::acquire(pc::Env::posix(), dir, name, timeout, &m_waited, group ? 02770 : 0700,
+                                        group ? 0660 : 0600));
+    }
+    if (!got->ok()) raise(got->status());
+    m_lock.emplace(std::move(**got));
+  }
+  void release() { m_lock.reset(); }
+  [[nodiscard]] bool waited() const { return m_waited; }
+
+ private:
+  std::optional<pc::LockFile> m_lock;
+  bool m_waited = false;
+};
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -402,6 +421,12 @@ NB_MODULE(_core, m) {
       .def("clear", &MemoryCache::clear)
       .def("__len__", &MemoryCache::size)
       .def("size_bytes", &MemoryCache::bytes);
+
+  nb::class_<HeldLock>(m, "LockFile")
+      .def(nb::init<const std::string&, const std::string&, double, bool>(), nb::arg("dir"), nb::arg("name"),
+           nb::arg("timeout_s"), nb::arg("group"))
+      .def("release", &HeldLock::release)
+      .def_prop_ro("waited", &HeldLock::waited);
 
   nb::class_<StoreHandle>(m, "Store")
       .def("get", &StoreHandle::get)

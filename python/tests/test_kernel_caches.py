@@ -137,6 +137,25 @@ def test_kernel_cache_single_flight_processes(tmp_path):
     assert len({a for _, a in results}) == 1
 
 
+def test_kernel_cache_leaves_no_lock_files_and_a_held_lock_only_delays(tmp_path):
+    kc = KernelCache(tmp_path / "kc", lock_timeout_s=0.3)
+    for n in range(5):
+        kc.cached(build_kernel, n)
+    # The library's lock file is unlinked by its holder: none pile up.
+    assert os.listdir(kc._locks_dir) == []
+    # Another holder (here: this process, through the library) that never
+    # lets go delays a build by the timeout, never stops it.
+    key = kc.key_of(build_kernel, (9,), {}, "auto")
+    held = progcache._core.LockFile(kc._locks_dir, key, 1.0, False)
+    with pytest.raises(TimeoutError, match="lock"):
+        progcache._core.LockFile(kc._locks_dir, key, 0.05, False)
+    r = kc.cached(build_kernel, 9)
+    assert not r.from_cache and r.artifacts["kernel.cubin"] == b"\x7fELF\x09"
+    assert kc.cached(build_kernel, 9).from_cache
+    held.release()
+    assert os.listdir(kc._locks_dir) == []
+
+
 def test_cached_decorator_and_scoped_clear(tmp_path):
     kc = KernelCache(tmp_path / "dec")
 

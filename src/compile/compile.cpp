@@ -1,13 +1,11 @@
 #include "progcache/compile.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -18,7 +16,9 @@
 #include "progcache/env.h"
 #include "progcache/file_store.h"
 #include "progcache/hash.h"
+#include "progcache/lock_file.h"
 #include "source_deps.h"
+#include "util/mutex.h"
 
 namespace progcache {
 
@@ -378,67 +378,18 @@ Result<ObjectCode> run_compiler(const Program& p, TargetType target, CompileFail
 
 // ------------------------------------------------------------ single flight
 
-// A per-key lock file held with flock. The kernel drops the lock when its
-// holder dies, so a crashed compiler leaves no stale lock behind. The file is
-// unlinked by the holder on release; a waiter that then wins the lock checks
-// that its descriptor still names the file at the path and retries if not.
-class KeyLock {
- public:
-  static Result<KeyLock> acquire(const std::string& dir, const Key& key, std::chrono::milliseconds timeout,
-                                 bool* waited) {
-    Env* env = Env::posix();
-    if (Status s = env->mkdir(dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return s;
-    const std::string path = join_path(dir, key.hex() + ".lock");
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    auto backoff = std::chrono::milliseconds(1);
-    *waited = false;
-    while (true) {
-      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (fd < 0) return errno_status(errno, "open lock file", path);
-      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-        struct stat a {
-        }, b{};
-        if (::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
-          return KeyLock(path, fd);
-        }
-        ::close(fd);  // the holder unlinked it as we locked: try the new file
-        continue;
-      }
-      ::close(fd);
-      *waited = true;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return Status(Code::deadline_exceeded, "timed out waiting for another process compiling key " + key.hex());
-      }
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
-    }
-  }
-
-  KeyLock(KeyLock&& o) noexcept : m_path(std::move(o.m_path)), m_fd(o.m_fd) { o.m_fd = -1; }
-  KeyLock& operator=(KeyLock&&) = delete;
-  ~KeyLock() {
-    if (m_fd >= 0) {
-      ::unlink(m_path.c_str());
-      ::close(m_fd);
-    }
-  }
-
- private:
-  KeyLock(std::string path, int fd) : m_path(std::move(path)), m_fd(fd) {}
-  std::string m_path;
-  int m_fd;
-};
-
+// One compile of a key that threads of this process share: the first
+// thread leads, the others wait for its result.
 struct Flight {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::optional<Result<ObjectCode>> result;
-  CompileFailure failure;
+  Mutex mu;
+  CondVar cv;
+  bool done PROGCACHE_GUARDED_BY(mu) = false;
+  std::optional<Result<ObjectCode>> result PROGCACHE_GUARDED_BY(mu);
+  CompileFailure failure PROGCACHE_GUARDED_BY(mu);
 };
 
-std::mutex g_flights_mu;
-std::map<Key, std::shared_ptr<Flight>> g_flights;  // GUARDED_BY(g_flights_mu)
+Mutex g_flights_mu;
+std::map<Key, std::shared_ptr<Flight>> g_flights PROGCACHE_GUARDED_BY(g_flights_mu);
 
 std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target, const CompilerIdentity& id) {
   if (cache == nullptr) return std::nullopt;
@@ -460,10 +411,10 @@ std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target
 // The leader's work: cross-process lock, look again, compile, store.
 Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOptions& o, const Key& key,
                         const CompilerIdentity& id, const std::optional<std::string>& deps, CompileFailure* failure) {
-  std::optional<KeyLock> lock;
+  std::optional<LockFile> lock;
   if (o.cache != nullptr && o.process_lock) {
     bool waited = false;
-    auto l = KeyLock::acquire(join_path(state_dir_of(o), "locks"), key, o.lock_timeout, &waited);
+    auto l = LockFile::acquire(Env::posix(), join_path(state_dir_of(o), "locks"), key.hex(), o.lock_timeout, &waited);
     if (waited) counters().lock_waits.fetch_add(1);
     if (l.ok()) {
       lock.emplace(std::move(*l));
@@ -520,7 +471,7 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   std::shared_ptr<Flight> flight;
   bool leader = false;
   {
-    std::lock_guard lock(g_flights_mu);
+    MutexLock lock(g_flights_mu);
     auto& slot = g_flights[key];
     if (!slot) {
       slot = std::make_shared<Flight>();
@@ -530,8 +481,8 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   }
   if (!leader) {
     counters().shared_waits.fetch_add(1);
-    std::unique_lock lock(flight->mu);
-    flight->cv.wait(lock, [&] { return flight->done; });
+    MutexLock lock(flight->mu);
+    while (!flight->done) flight->cv.wait(flight->mu);
     if (!flight->result->ok() && failure != nullptr) *failure = flight->failure;
     return *flight->result;
   }
@@ -539,11 +490,11 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   Result<ObjectCode> result = lead(program, target, options, key, id, deps, &local_failure);
   if (!result.ok() && failure != nullptr) *failure = local_failure;
   {
-    std::lock_guard lock(g_flights_mu);
+    MutexLock lock(g_flights_mu);
     g_flights.erase(key);
   }
   {
-    std::lock_guard lock(flight->mu);
+    MutexLock lock(flight->mu);
     flight->result = result;
     flight->failure = local_failure;
     flight->done = true;

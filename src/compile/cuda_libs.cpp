@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "progcache/compile.h"
+#include "progcache/config.h"
 #include "progcache/env.h"
 #include "progcache/hash.h"
 
@@ -22,23 +23,19 @@ namespace progcache::cuda {
 namespace {
 
 struct LibrarySpec {
-  std::string_view name;          // "nvrtc"
-  std::string_view override_var;  // "PROGCACHE_NVRTC"
+  std::string_view name;  // "nvrtc"; its override variable is config.h's library_override_variable
   std::vector<std::string_view> files;
   std::vector<std::string_view> wheel_dirs;  // under site-packages/nvidia/
 };
 
 const LibrarySpec& spec_of(std::string_view library) {
   static const LibrarySpec k_nvrtc{
-      "nvrtc", "PROGCACHE_NVRTC", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}, {"cu13/lib", "cuda_nvrtc/lib"}};
-  static const LibrarySpec k_jit{"nvJitLink",
-                                 "PROGCACHE_NVJITLINK",
-                                 {"libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so"},
-                                 {"cu13/lib", "nvjitlink/lib"}};
-  static const LibrarySpec k_cuda{"cuda", "PROGCACHE_LIBCUDA", {"libcuda.so.1", "libcuda.so"}, {}};
+      "nvrtc", {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}, {"cu13/lib", "cuda_nvrtc/lib"}};
+  static const LibrarySpec k_jit{
+      "nvJitLink", {"libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so"}, {"cu13/lib", "nvjitlink/lib"}};
+  static const LibrarySpec k_cuda{"cuda", {"libcuda.so.1", "libcuda.so"}, {}};
   // libNVVM is only fingerprinted (for NVVM IR keys), never loaded.
-  static const LibrarySpec k_nvvm{
-      "nvvm", "PROGCACHE_LIBNVVM", {"libnvvm.so.4", "libnvvm.so"}, {"cu13/nvvm/lib64", "cuda_nvcc/nvvm/lib64"}};
+  static const LibrarySpec k_nvvm{"nvvm", {"libnvvm.so.4", "libnvvm.so"}, {"cu13/nvvm/lib64", "cuda_nvcc/nvvm/lib64"}};
   if (library == "nvrtc") return k_nvrtc;
   if (library == "nvJitLink") return k_jit;
   if (library == "nvvm") return k_nvvm;
@@ -82,7 +79,7 @@ namespace progcache {
 std::vector<std::string> library_search_paths(std::string_view library) {
   const auto& spec = cuda::spec_of(library);
   std::vector<std::string> dirs;
-  if (auto v = cuda::getenv_str(std::string(spec.override_var).c_str()); !v.empty()) return {v};
+  if (auto v = cuda::getenv_str(std::string(library_override_variable(spec.name)).c_str()); !v.empty()) return {v};
   // libNVVM sits in the toolkit's nvvm/ directory, not beside libnvrtc.
   const std::string nvvm_dir = library == "nvvm" ? "/nvvm" : "";
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
@@ -134,7 +131,7 @@ Result<std::string> locate(std::string_view library) {
   // process, keyed by every variable that steers it; a hit re-checks only
   // that the file is still there.
   std::string memo_key(library);
-  const std::string override_var(spec.override_var);
+  const std::string override_var(library_override_variable(spec.name));
   for (const char* var : {override_var.c_str(), "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV",
                           "CONDA_PREFIX", "PYTHONPATH"}) {
     memo_key += '\0';
@@ -156,7 +153,8 @@ Result<std::string> locate(std::string_view library) {
   }
   std::string msg = "lib" + std::string(spec.name) + " not found; searched:";
   for (const auto& c : candidates) msg += "\n  " + c;
-  msg += "\nset " + std::string(spec.override_var) + " to the library file, or CUDA_HOME to the CUDA toolkit";
+  msg += "\nset " + std::string(library_override_variable(spec.name)) +
+         " to the library file, or CUDA_HOME to the CUDA toolkit";
   return unavailable(msg);
 }
 

@@ -11,35 +11,236 @@ namespace progcache {
 
 namespace {
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
+std::optional<std::string> env(std::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
   if (v == nullptr || *v == '\0') return std::nullopt;
   return std::string(v);
 }
 
-// A setting that takes one of a few words from the environment, the first
-// being the default: parsed into `*out` and recorded with its source.
+// A setting that takes one of a few words, the first being the default.
 template <typename E>
-Status word_setting(Config& c, const char* name, std::initializer_list<std::pair<std::string_view, E>> words, E* out) {
-  auto v = env(name);
-  if (!v) {
+Status pick_word(const char* name, const std::optional<std::string>& text,
+                 std::initializer_list<std::pair<std::string_view, E>> words, E* out, std::string* shown) {
+  if (!text) {
     *out = words.begin()->second;
-    c.settings.push_back({name, std::string(words.begin()->first), "default"});
+    *shown = words.begin()->first;
     return {};
   }
   std::string choices;
   for (const auto& [word, value] : words) {
-    if (*v == word) {
+    if (*text == word) {
       *out = value;
-      c.settings.push_back({name, *v, "environment"});
+      *shown = *text;
       return {};
     }
     choices += (choices.empty() ? "" : " or ") + std::string(word);
   }
-  return invalid_argument(std::string(name) + ": invalid value '" + *v + "': use " + choices);
+  return invalid_argument(std::string(name) + ": invalid value '" + *text + "': use " + choices);
+}
+
+// A secret read from the file a variable names, trailing newlines dropped.
+Result<std::string> read_secret(const std::string& path, const char* what) {
+  auto text = read_regular_file(Env::posix(), path, 1 << 16, OpenMode::read_follow);
+  if (!text.ok()) return text.status().with_context(what);
+  std::string v = std::move(*text);
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+  return v;
+}
+
+// One row per setting, in the order `progcache config` lists them (as
+// ccache's config key table): the variable, the command-line flag that
+// overrides it, and how its text is applied. `apply` gets the text (nullopt:
+// not set, use the default), fills the Config and says what to show (secrets
+// never) in `shown`, whose source it may refine.
+struct SettingRow {
+  std::string_view name;
+  std::optional<std::string> ConfigOverrides::*flag;  // nullptr: environment only
+  std::string_view flag_name;
+  Status (*apply)(Config& c, const std::optional<std::string>& text, Setting& shown);
+};
+
+Status apply_dir(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (text) {
+    c.dir = *text;
+  } else {
+    std::string from;
+    c.dir = default_cache_root(&from);
+    shown.source = "default (from " + from + ")";
+  }
+  shown.value = c.dir;
+  return {};
+}
+
+Status apply_max_size(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (text) {
+    std::optional<std::uint64_t> n;  // unlimited
+    if (*text != "none" && *text != "unlimited") {
+      auto parsed = parse_size(*text);
+      if (!parsed.ok()) return parsed.status().with_context("PROGCACHE_MAX_SIZE");
+      if (*parsed != 0) n = *parsed;  // "0" (or "0.0", "0G") is no limit
+    }
+    c.max_size_bytes = n;
+  }
+  shown.value = c.max_size_bytes ? format_size(*c.max_size_bytes) : "unlimited";
+  return {};
+}
+
+Status apply_max_entries(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (text && *text != "0" && *text != "none") {
+    const bool digits =
+        !text->empty() && std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
+    if (!digits || text->size() > 18) {
+      return invalid_argument("PROGCACHE_MAX_ENTRIES: invalid entry count '" + *text + "': use a positive integer");
+    }
+    c.max_entries = std::stoull(*text);
+  }
+  shown.value = c.max_entries ? std::to_string(*c.max_entries) : "unlimited";
+  return {};
+}
+
+Status apply_disable(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  c.disabled = text && truthy(*text);
+  shown.value = c.disabled ? "yes" : "no";
+  return {};
+}
+
+Status apply_durability(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  return pick_word("PROGCACHE_DURABILITY", text, {{"none", Durability::none}, {"fsync", Durability::fsync}},
+                   &c.durability, &shown.value);
+}
+
+// Group: a group-writable root that a team shares.
+Status apply_sharing(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  return pick_word("PROGCACHE_SHARING", text, {{"private", Sharing::private_only}, {"group", Sharing::group}},
+                   &c.sharing, &shown.value);
+}
+
+// URLs are validated here; only their redacted form is shown.
+Status apply_remote(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  std::string list;
+  if (text) {
+    std::stringstream ss(*text);
+    for (std::string url; std::getline(ss, url, ',');) {
+      if (url.empty()) continue;
+      auto checked = check_remote_url(url);
+      if (!checked.ok()) return checked.status().with_context("PROGCACHE_REMOTE");
+      list += (list.empty() ? "" : ",") + checked->shown;
+      if (checked->has_password && shown.source.starts_with("command line")) {
+        c.warnings.push_back(
+            "the password in --remote is visible to every local user (ps, /proc); "
+            "put it in a file named by PROGCACHE_REMOTE_PASSWORD_FILE instead");
+      }
+      c.remote_urls.push_back(url);
+    }
+  }
+  shown.value = list.empty() ? "(none)" : list;
+  return {};
+}
+
+// The password for remote URLs that carry none: preferably from a file
+// (never on a command line, never in the environment of child processes).
+// Shown only as where it came from.
+Status apply_remote_password_file(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (!text) {
+    shown.value = "(unset)";
+    return {};
+  }
+  PROGCACHE_ASSIGN_OR_RETURN(c.remote_password, read_secret(*text, "PROGCACHE_REMOTE_PASSWORD_FILE"));
+  if (c.remote_password.empty()) return invalid_argument("PROGCACHE_REMOTE_PASSWORD_FILE: '" + *text + "' is empty");
+  shown.value = *text + " (password loaded, not shown)";
+  return {};
+}
+
+Status apply_remote_password(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (!text) {
+    shown.value = "(unset)";
+  } else if (!c.remote_password.empty()) {
+    shown.value = "(set, not shown; ignored: PROGCACHE_REMOTE_PASSWORD_FILE wins)";
+  } else {
+    c.remote_password = *text;
+    shown.value = "(set, not shown)";
+  }
+  return {};
+}
+
+Status apply_read_only(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  c.read_only = text && truthy(*text);
+  shown.value = c.read_only ? "yes" : "no";
+  return {};
+}
+
+// Signing key: the file's path is shown, its content never.
+Status apply_hmac_key_file(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (!text) {
+    shown.value = "(unset: entries unsigned)";
+    return {};
+  }
+  PROGCACHE_ASSIGN_OR_RETURN(c.hmac_key, read_secret(*text, "PROGCACHE_HMAC_KEY_FILE: cannot read the key file"));
+  if (c.hmac_key.size() < 16) {
+    return invalid_argument("PROGCACHE_HMAC_KEY_FILE: key in '" + *text + "' is shorter than 16 bytes");
+  }
+  shown.value = *text + " (key loaded, not shown)";
+  return {};
+}
+
+// A library override is read by the compile layer when it loads the
+// library; here it is only shown, with what happens when it is unset.
+Status apply_library(Config& /*c*/, const std::optional<std::string>& text, Setting& shown) {
+  shown.value = text ? *text : "(unset: searched in CUDA_HOME, CUDA_PATH, Python wheels, LD_LIBRARY_PATH, system)";
+  return {};
+}
+
+constexpr SettingRow k_rows[] = {
+    {"PROGCACHE_DIR", &ConfigOverrides::dir, "--dir", apply_dir},
+    {"PROGCACHE_MAX_SIZE", &ConfigOverrides::max_size, "--max-size", apply_max_size},
+    {"PROGCACHE_MAX_ENTRIES", &ConfigOverrides::max_entries, "--max-entries", apply_max_entries},
+    {"PROGCACHE_DISABLE", nullptr, "", apply_disable},
+    {"PROGCACHE_DURABILITY", nullptr, "", apply_durability},
+    {"PROGCACHE_SHARING", nullptr, "", apply_sharing},
+    {"PROGCACHE_REMOTE", &ConfigOverrides::remote, "--remote", apply_remote},
+    {"PROGCACHE_REMOTE_PASSWORD_FILE", nullptr, "", apply_remote_password_file},
+    {"PROGCACHE_REMOTE_PASSWORD", nullptr, "", apply_remote_password},
+    {"PROGCACHE_READONLY", nullptr, "", apply_read_only},
+    {"PROGCACHE_HMAC_KEY_FILE", nullptr, "", apply_hmac_key_file},
+};
+
+constexpr LibraryOverride k_library_overrides[] = {
+    {"nvrtc", "PROGCACHE_NVRTC"},
+    {"nvJitLink", "PROGCACHE_NVJITLINK"},
+    {"nvvm", "PROGCACHE_LIBNVVM"},
+    {"cuda", "PROGCACHE_LIBCUDA"},
+};
+
+// Runs one row: the flag wins over the environment, which wins over the
+// default.
+Status apply_row(Config& c, const ConfigOverrides& overrides, std::string_view name,
+                 std::optional<std::string> ConfigOverrides::*flag, std::string_view flag_name,
+                 Status (*apply)(Config&, const std::optional<std::string>&, Setting&)) {
+  Setting shown{std::string(name), "", "default"};
+  std::optional<std::string> text;
+  if (flag != nullptr && (overrides.*flag).has_value()) {
+    text = overrides.*flag;
+    shown.source = "command line (" + std::string(flag_name) + ")";
+  } else if ((text = env(name))) {
+    shown.source = "environment";
+  }
+  PROGCACHE_TRY(apply(c, text, shown));
+  c.settings.push_back(std::move(shown));
+  return {};
 }
 
 }  // namespace
+
+std::span<const LibraryOverride> library_overrides() {
+  return k_library_overrides;
+}
+
+std::string_view library_override_variable(std::string_view library) {
+  for (const auto& o : k_library_overrides) {
+    if (o.library == library) return o.variable;
+  }
+  return {};
+}
 
 bool truthy(std::string_view value) {
   std::string v(value);
@@ -60,135 +261,9 @@ FileStoreOptions Config::file_store_options() const {
 
 Result<Config> resolve_config(const ConfigOverrides& overrides) {
   Config c;
-  // Directory.
-  if (overrides.dir) {
-    c.dir = *overrides.dir;
-    c.settings.push_back({"PROGCACHE_DIR", c.dir, "command line (--dir)"});
-  } else {
-    std::string source;
-    c.dir = default_cache_root(&source);
-    c.settings.push_back(
-        {"PROGCACHE_DIR", c.dir, source == "PROGCACHE_DIR" ? "environment" : "default (from " + source + ")"});
-  }
-  // Size cap.
-  {
-    std::optional<std::string> text = overrides.max_size;
-    std::string source = "command line";
-    if (!text) {
-      text = env("PROGCACHE_MAX_SIZE");
-      source = "environment";
-    }
-    if (text) {
-      std::optional<std::uint64_t> n;  // unlimited
-      if (*text != "none" && *text != "unlimited") {
-        auto parsed = parse_size(*text);
-        if (!parsed.ok()) return parsed.status().with_context("PROGCACHE_MAX_SIZE");
-        if (*parsed != 0) n = *parsed;  // "0" (or "0.0", "0G") is no limit
-      }
-      c.max_size_bytes = n;
-      c.settings.push_back({"PROGCACHE_MAX_SIZE", n ? format_size(*n) : "unlimited", source});
-    } else {
-      c.settings.push_back({"PROGCACHE_MAX_SIZE", format_size(k_default_max_size), "default"});
-    }
-  }
-  // Entry cap.
-  {
-    std::optional<std::string> text = overrides.max_entries;
-    std::string source = "command line";
-    if (!text) {
-      text = env("PROGCACHE_MAX_ENTRIES");
-      source = "environment";
-    }
-    if (text && *text != "0" && *text != "none") {
-      std::uint64_t n = 0;
-      const bool digits =
-          !text->empty() && std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
-      if (!digits || text->size() > 18) {
-        return invalid_argument("PROGCACHE_MAX_ENTRIES: invalid entry count '" + *text + "': use a positive integer");
-      }
-      n = std::stoull(*text);
-      c.max_entries = n;
-      c.settings.push_back({"PROGCACHE_MAX_ENTRIES", std::to_string(n), source});
-    } else {
-      c.settings.push_back({"PROGCACHE_MAX_ENTRIES", "unlimited", text ? source : "default"});
-    }
-  }
-  // Disable.
-  if (auto d = env("PROGCACHE_DISABLE")) {
-    c.disabled = truthy(*d);
-    c.settings.push_back({"PROGCACHE_DISABLE", c.disabled ? "yes" : "no", "environment"});
-  } else {
-    c.settings.push_back({"PROGCACHE_DISABLE", "no", "default"});
-  }
-  PROGCACHE_TRY(word_setting(c, "PROGCACHE_DURABILITY", {{"none", Durability::none}, {"fsync", Durability::fsync}},
-                             &c.durability));
-  // Group: a group-writable root that a team shares.
-  PROGCACHE_TRY(word_setting(c, "PROGCACHE_SHARING", {{"private", Sharing::private_only}, {"group", Sharing::group}},
-                             &c.sharing));
-  // Remote tier: URLs are validated here; only their redacted form is shown.
-  {
-    std::optional<std::string> text = overrides.remote;
-    std::string source = "command line (--remote)";
-    if (!text) {
-      text = env("PROGCACHE_REMOTE");
-      source = "environment";
-    }
-    if (text) {
-      std::stringstream ss(*text);
-      std::string shown;
-      for (std::string url; std::getline(ss, url, ',');) {
-        if (url.empty()) continue;
-        auto checked = check_remote_url(url);
-        if (!checked.ok()) return checked.status().with_context("PROGCACHE_REMOTE");
-        shown += (shown.empty() ? "" : ",") + checked->shown;
-        if (overrides.remote && checked->has_password) {
-          c.warnings.push_back(
-              "the password in --remote is visible to every local user (ps, /proc); "
-              "put it in a file named by PROGCACHE_REMOTE_PASSWORD_FILE instead");
-        }
-        c.remote_urls.push_back(url);
-      }
-      c.settings.push_back({"PROGCACHE_REMOTE", shown.empty() ? "(none)" : shown, source});
-    } else {
-      c.settings.push_back({"PROGCACHE_REMOTE", "(none)", "default"});
-    }
-  }
-  // Remote password, for URLs that carry none: from a file (never on a
-  // command line, never in the environment of child processes) or from the
-  // environment. Shown only as where it came from.
-  if (auto f = env("PROGCACHE_REMOTE_PASSWORD_FILE")) {
-    auto text = read_regular_file(Env::posix(), *f, 1 << 16, OpenMode::read_follow);
-    if (!text.ok()) return text.status().with_context("PROGCACHE_REMOTE_PASSWORD_FILE");
-    c.remote_password = std::move(*text);
-    while (!c.remote_password.empty() && (c.remote_password.back() == '\n' || c.remote_password.back() == '\r')) {
-      c.remote_password.pop_back();
-    }
-    if (c.remote_password.empty()) return invalid_argument("PROGCACHE_REMOTE_PASSWORD_FILE: '" + *f + "' is empty");
-    c.settings.push_back({"PROGCACHE_REMOTE_PASSWORD_FILE", *f + " (password loaded, not shown)", "environment"});
-  } else if (auto pw = env("PROGCACHE_REMOTE_PASSWORD")) {
-    c.remote_password = *pw;
-    c.settings.push_back({"PROGCACHE_REMOTE_PASSWORD", "(set, not shown)", "environment"});
-  } else {
-    c.settings.push_back({"PROGCACHE_REMOTE_PASSWORD_FILE", "(unset)", "default"});
-  }
-  if (auto r = env("PROGCACHE_READONLY")) {
-    c.read_only = truthy(*r);
-    c.settings.push_back({"PROGCACHE_READONLY", c.read_only ? "yes" : "no", "environment"});
-  } else {
-    c.settings.push_back({"PROGCACHE_READONLY", "no", "default"});
-  }
-  // Signing key: the file's path is shown, its content never.
-  if (auto f = env("PROGCACHE_HMAC_KEY_FILE")) {
-    auto text = read_regular_file(Env::posix(), *f, 1 << 16, OpenMode::read_follow);
-    if (!text.ok()) return text.status().with_context("PROGCACHE_HMAC_KEY_FILE: cannot read the key file");
-    c.hmac_key = std::move(*text);
-    while (!c.hmac_key.empty() && (c.hmac_key.back() == '\n' || c.hmac_key.back() == '\r')) c.hmac_key.pop_back();
-    if (c.hmac_key.size() < 16) {
-      return invalid_argument("PROGCACHE_HMAC_KEY_FILE: key in '" + *f + "' is shorter than 16 bytes");
-    }
-    c.settings.push_back({"PROGCACHE_HMAC_KEY_FILE", *f + " (key loaded, not shown)", "environment"});
-  } else {
-    c.settings.push_back({"PROGCACHE_HMAC_KEY_FILE", "(unset: entries unsigned)", "default"});
+  for (const auto& row : k_rows) PROGCACHE_TRY(apply_row(c, overrides, row.name, row.flag, row.flag_name, row.apply));
+  for (const auto& o : k_library_overrides) {
+    PROGCACHE_TRY(apply_row(c, overrides, o.variable, nullptr, "", apply_library));
   }
   return c;
 }
