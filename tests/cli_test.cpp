@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "progcache/file_store.h"
 #include "testing/test_util.h"
 #ifdef PROGCACHE_WITH_REDIS
 #include "testing/redis_server.h"
@@ -279,6 +280,62 @@ TEST_F(CliTest, PruneAndClear) {
   ASSERT_EQ(run({"clear"}).code, 0);
   EXPECT_EQ(nlohmann::json::parse(run({"stats", "--json"}).out)["entries"], 0);
   EXPECT_EQ(run({"ls"}).out, "");
+}
+
+TEST_F(CliTest, CompanionStoresAreSeenByEveryAdminCommand) {
+  // KernelCache's store inside the root, as Python makes it, beside the
+  // root's own entries.
+  const std::string kernels_root = cache() + "/kernels";
+  const Key kernel_key = KeyBuilder("cli-test").add_string("kernel", "gemm").finish();
+  auto put_kernel = [&] {
+    auto kernels = FileStore::open({.root = kernels_root});
+    ASSERT_TRUE(kernels.ok()) << kernels.status().to_string();
+    ASSERT_TRUE((*kernels)->put_bytes(kernel_key, Bytes::copy_of(std::string(2000, 'k'))).ok());
+  };
+  auto kernel_entries = [&] {
+    auto kernels = FileStore::open({.root = kernels_root});
+    return kernels.ok() ? *(*kernels)->count() : 999;
+  };
+  put_kernel();
+  ASSERT_EQ(run({"put", "prog", file("p", "program bytes")}).code, 0);
+
+  auto ls = nlohmann::json::parse(run({"ls", "--json"}).out);
+  ASSERT_EQ(ls.size(), 2u) << ls.dump();
+  int in_kernels = 0;
+  for (const auto& e : ls) in_kernels += e["store"] == "kernels" && e["key"] == kernel_key.hex() ? 1 : 0;
+  EXPECT_EQ(in_kernels, 1) << ls.dump();
+
+  auto st = nlohmann::json::parse(run({"stats", "--json"}).out);
+  ASSERT_EQ(st["companions"].size(), 1u) << st.dump();
+  EXPECT_EQ(st["companions"][0]["name"], "kernels");
+  EXPECT_EQ(st["companions"][0]["entries"], 1);
+  EXPECT_EQ(st["entries"], 1);  // the root's own count is its own
+
+  // A damaged kernel entry is found and repaired like any other.
+  auto kernels = FileStore::open({.root = kernels_root});
+  ASSERT_TRUE(kernels.ok());
+  const std::string path = (*kernels)->entry_path(kernel_key);
+  kernels->reset();
+  std::string bytes = testing::read_all(path);
+  bytes[bytes.size() / 2] ^= 0x40;
+  testing::write_all(path, bytes);
+  auto verify = run({"verify"});
+  EXPECT_EQ(verify.code, 3) << verify.out;  // damage left: an error, as for the root's own
+  EXPECT_NE(verify.out.find("kernels: checked 1, ok 0, damaged 1"), std::string::npos) << verify.out;
+  EXPECT_EQ(run({"verify", "--repair"}).code, 0);
+  EXPECT_EQ(kernel_entries(), 0u);
+
+  put_kernel();
+  auto prune = run({"prune", "--max-size", "1K"});
+  ASSERT_EQ(prune.code, 0) << prune.err;
+  EXPECT_NE(prune.out.find("kernels: removed 1 entries"), std::string::npos) << prune.out;
+  EXPECT_EQ(kernel_entries(), 0u);
+
+  put_kernel();
+  ASSERT_EQ(run({"clear"}).code, 0);
+  EXPECT_EQ(kernel_entries(), 0u);
+  // A companion store is visited where it exists, never made by looking.
+  EXPECT_FALSE(fs::exists(cache() + "/pyptx"));
 }
 
 TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {

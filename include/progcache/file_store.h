@@ -35,7 +35,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "progcache/env.h"
@@ -72,6 +74,17 @@ struct FileStoreOptions {
 // $PROGCACHE_DIR, else $XDG_CACHE_HOME/progcache, else $HOME/.cache/progcache.
 // `source` (optional) receives the name of the variable that decided.
 std::string default_cache_root(std::string* source = nullptr);
+
+// Stores kept inside a cache root beside its own entries, each a FileStore
+// of its own (so clearing one never touches another): Python's KernelCache
+// keeps multi-artifact kernels in <root>/kernels and its CubinCache
+// pyptx-style cubins in <root>/pyptx. The CLI's ls, stats, verify, prune and
+// clear visit every one that exists.
+struct CompanionStore {
+  std::string_view name;    // "kernels"
+  std::string_view subdir;  // relative to the cache root
+};
+std::span<const CompanionStore> companion_stores();
 
 // One entry file as seen by a scan.
 struct FileEntryInfo {

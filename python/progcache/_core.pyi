@@ -3,6 +3,7 @@ from typing import Any, Optional
 __version__: str
 HAVE_REDIS: bool
 REMOTE_SCHEMES: list[str]
+COMPANION_STORES: dict[str, str]
 
 class MemoryCache:
     def __init__(self, max_size_bytes: Optional[int]) -> None: ...

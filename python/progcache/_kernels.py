@@ -122,7 +122,8 @@ class CubinCache:
         self._memory: dict[bytes, CacheEntry] = {}
         self._disabled = cfg["disabled"]
         if cache_dir is None:
-            cache_dir = os.environ.get("PYPTX_CACHE_DIR") or os.path.join(cfg["dir"], "pyptx")
+            cache_dir = (os.environ.get("PYPTX_CACHE_DIR")
+                         or os.path.join(cfg["dir"], _core.COMPANION_STORES["pyptx"]))
         self.cache_dir = os.fspath(cache_dir)
         sharing = _sharing(sharing, cfg)
         # Capped, signed and shared as the configuration says, like the
@@ -245,7 +246,9 @@ class KernelCache:
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
                  sharing: Optional[str] = None, lock_timeout_s: float = 600.0) -> None:
         cfg = _config()
-        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else os.path.join(cfg["dir"], "kernels")
+        if cache_dir is None:  # a companion store of the root: progcache stats/prune/clear see it
+            cache_dir = os.path.join(cfg["dir"], _core.COMPANION_STORES["kernels"])
+        self.cache_dir = os.fspath(cache_dir)
         self._sharing = _sharing(sharing, cfg)
         # With PROGCACHE_DISABLE every call builds and nothing is stored.
         self._disabled = cfg["disabled"]

@@ -477,6 +477,12 @@ NB_MODULE(_core, m) {
 
   const auto schemes = pc::remote_schemes();
   m.attr("REMOTE_SCHEMES") = schemes;
+  // Where the kernel caches keep their stores inside a cache root (the CLI's
+  // admin commands visit them there).
+  nb::dict companions;
+  for (const auto& c : pc::companion_stores())
+    companions[nb::str(c.name.data(), c.name.size())] = std::string(c.subdir);
+  m.attr("COMPANION_STORES") = companions;
   m.attr("HAVE_REDIS") = std::find(schemes.begin(), schemes.end(), "redis") != schemes.end();
   m.def(
       "open_remote_store",

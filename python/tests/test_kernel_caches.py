@@ -1,6 +1,7 @@
 import json
 import multiprocessing
 import os
+import subprocess
 import threading
 
 import pytest
@@ -154,6 +155,30 @@ def test_kernel_cache_leaves_no_lock_files_and_a_held_lock_only_delays(tmp_path)
     assert kc.cached(build_kernel, 9).from_cache
     held.release()
     assert os.listdir(kc._locks_dir) == []
+
+
+def test_the_cli_sees_and_clears_the_kernel_caches_stores(tmp_path, monkeypatch):
+    here = os.path.dirname(os.path.abspath(__file__))
+    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(here, "..", "..", "build", "progcache"))
+    if not os.access(cli, os.X_OK):
+        pytest.skip("the progcache CLI is not built (set PROGCACHE_CLI)")
+    monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "root"))
+    monkeypatch.delenv("PYPTX_CACHE_DIR", raising=False)
+    kc = KernelCache()
+    kc.cached(build_kernel, 1)
+    cubins = CubinCache()
+    cubins.put(CacheEntry(CacheKey("f", {}, [], "sm_90"), ".version 8.0", b"\x7fELF cubin"))
+
+    def cli_json(*args):
+        out = subprocess.run([cli, *args, "--json"], capture_output=True, timeout=120, check=True)
+        return json.loads(out.stdout)
+
+    companions = {c["name"]: c for c in cli_json("stats")["companions"]}
+    assert companions["kernels"]["entries"] == 1 and companions["pyptx"]["entries"] == 1
+    assert {e["store"] for e in cli_json("ls")} == {"kernels", "pyptx"}
+    subprocess.run([cli, "clear"], check=True, timeout=120)
+    assert all(c["entries"] == 0 for c in cli_json("stats")["companions"])
+    assert not kc.cached(build_kernel, 1).from_cache  # cleared on disk, so built again
 
 
 def test_cached_decorator_and_scoped_clear(tmp_path):

@@ -186,7 +186,9 @@ Status apply_hmac_key_file(Config& c, const std::optional<std::string>& text, Se
 // A library override is read by the compile layer when it loads the
 // library; here it is only shown, with what happens when it is unset.
 Status apply_library(Config& /*c*/, const std::optional<std::string>& text, Setting& shown) {
-  shown.value = text ? *text : "(unset: searched in CUDA_HOME, CUDA_PATH, Python wheels, LD_LIBRARY_PATH, system)";
+  shown.value =
+      text ? *text
+           : "(unset: searched for in CUDA_HOME, CUDA_PATH, the toolkit, LD_LIBRARY_PATH, NVIDIA wheels, system)";
   return {};
 }
 

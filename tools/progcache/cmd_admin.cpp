@@ -1,5 +1,8 @@
-// progcache ls / stats / verify / prune / clear / config: the disk store as
-// a whole, and the configuration.
+// progcache ls / stats / verify / prune / clear / config: the disk stores of
+// the cache root as a whole (its own and the companion stores that exist,
+// file_store.h), and the configuration.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -9,6 +12,37 @@
 namespace progcache::cli {
 
 namespace {
+
+// One disk store of the cache root: its own ("programs") or a companion.
+struct NamedFileStore {
+  std::string name;
+  std::unique_ptr<pc::FileStore> store;
+};
+using Stores = std::vector<NamedFileStore>;
+
+// The root's own store, then each companion store that exists (never made
+// by looking).
+pc::Result<Stores> open_stores(const pc::Config& cfg) {
+  Stores out;
+  PROGCACHE_ASSIGN_OR_RETURN(auto own, open_store(cfg));
+  const std::string root = own->root();
+  out.push_back({"programs", std::move(own)});
+  for (const auto& c : pc::companion_stores()) {
+    const std::string dir = pc::join_path(root, std::string(c.subdir));
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    pc::FileStoreOptions o = cfg.file_store_options();
+    o.root = dir;
+    PROGCACHE_ASSIGN_OR_RETURN(auto store, pc::FileStore::open(o));
+    out.push_back({std::string(c.name), std::move(store)});
+  }
+  return out;
+}
+
+// "kernels: " before a companion's lines; nothing before the root's own.
+std::string prefix_of(const NamedFileStore& s) {
+  return s.name == "programs" ? std::string() : s.name + ": ";
+}
 
 struct AdminArgs {
   bool long_format = false;
@@ -29,28 +63,28 @@ int run_config(const AdminArgs& a, const pc::Config& cfg) {
   return k_exit_ok;
 }
 
-int run_ls(const AdminArgs& a, pc::FileStore& store) {
-  auto entries = store.list();
-  if (!entries.ok()) return fail(entries.status());
-  if (a.json) {
-    json j = json::array();
+int run_ls(const AdminArgs& a, Stores& stores) {
+  json j = json::array();
+  for (auto& [name, store] : stores) {
+    auto entries = store->list();
+    if (!entries.ok()) return fail(entries.status());
     for (const auto& e : *entries) {
-      j.push_back({{"key", e.key.hex()},
-                   {"size", e.size},
-                   {"created", format_time(e.created_unix_ns)},
-                   {"last_used", format_time(e.last_used_ns)}});
+      if (a.json) {
+        j.push_back({{"key", e.key.hex()},
+                     {"size", e.size},
+                     {"created", format_time(e.created_unix_ns)},
+                     {"last_used", format_time(e.last_used_ns)},
+                     {"store", name}});
+      } else if (a.long_format) {
+        std::printf("%s  %10llu  %s  %s%s\n", e.key.hex().c_str(), static_cast<unsigned long long>(e.size),
+                    format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str(),
+                    name == "programs" ? "" : ("  " + name).c_str());
+      } else {
+        std::printf("%s\n", e.key.hex().c_str());
+      }
     }
-    std::cout << j.dump(2) << "\n";
-    return k_exit_ok;
   }
-  for (const auto& e : *entries) {
-    if (a.long_format) {
-      std::printf("%s  %10llu  %s  %s\n", e.key.hex().c_str(), static_cast<unsigned long long>(e.size),
-                  format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str());
-    } else {
-      std::printf("%s\n", e.key.hex().c_str());
-    }
-  }
+  if (a.json) std::cout << j.dump(2) << "\n";
   return k_exit_ok;
 }
 
@@ -77,7 +111,8 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
   return remote;
 }
 
-int run_stats(const AdminArgs& a, pc::FileStore& store, const pc::Config& cfg) {
+int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
+  pc::FileStore& store = *stores.front().store;
   const pc::StoreStats s = store.host_stats();
   auto remote = remote_summary(cfg);
   if (!remote.ok()) return fail(remote.status());
@@ -87,11 +122,23 @@ int run_stats(const AdminArgs& a, pc::FileStore& store, const pc::Config& cfg) {
     j["dir"] = store.root();
     j["max_size_bytes"] = cfg.max_size_bytes ? json(*cfg.max_size_bytes) : json(nullptr);
     j["max_entries"] = cfg.max_entries ? json(*cfg.max_entries) : json(nullptr);
+    json companions = json::array();
+    for (std::size_t i = 1; i < stores.size(); ++i) {
+      json c = stats_json(stores[i].store->host_stats());
+      c["name"] = stores[i].name;
+      c["dir"] = stores[i].store->root();
+      companions.push_back(c);
+    }
+    j["companions"] = companions;
     std::cout << j.dump(2) << "\n";
     return k_exit_ok;
   }
   std::printf("%-17s %s\n", "cache directory", store.root().c_str());
   print_stats_text(s, cfg);
+  for (std::size_t i = 1; i < stores.size(); ++i) {
+    std::printf("\n%-17s %s\n", (stores[i].name + " store").c_str(), stores[i].store->root().c_str());
+    print_stats_text(stores[i].store->host_stats(), cfg);
+  }
   for (const auto& r : *remote) {
     if (r["reachable"]) {
       std::printf("remote %s: %llu entries, %s\n", r["url"].get<std::string>().c_str(),
@@ -105,36 +152,48 @@ int run_stats(const AdminArgs& a, pc::FileStore& store, const pc::Config& cfg) {
   return k_exit_ok;
 }
 
-int run_verify(const AdminArgs& a, pc::FileStore& store) {
-  auto report = store.verify(a.repair ? pc::Repair::yes : pc::Repair::no, progress_bar("verify"));
-  if (!report.ok()) return fail(report.status());
+int run_verify(const AdminArgs& a, Stores& stores) {
   std::size_t remaining = 0;
-  for (const auto& p : report->problems) remaining += p.removed ? 0 : 1;
-  if (a.json) {
-    json probs = json::array();
-    for (const auto& p : report->problems) {
-      probs.push_back({{"path", p.path}, {"reason", p.reason}, {"removed", p.removed}});
+  json reports = json::array();
+  for (auto& named : stores) {
+    auto report = named.store->verify(a.repair ? pc::Repair::yes : pc::Repair::no, progress_bar("verify"));
+    if (!report.ok()) return fail(report.status());
+    std::size_t left = 0;
+    for (const auto& p : report->problems) left += p.removed ? 0 : 1;
+    remaining += left;
+    if (a.json) {
+      json probs = json::array();
+      for (const auto& p : report->problems) {
+        probs.push_back({{"path", p.path}, {"reason", p.reason}, {"removed", p.removed}});
+      }
+      reports.push_back({{"store", named.name},
+                         {"checked", report->checked},
+                         {"ok", report->ok},
+                         {"damaged", report->problems.size()},
+                         {"temps_removed", report->temps_removed},
+                         {"problems", probs}});
+      continue;
     }
-    std::cout << json{{"checked", report->checked},
-                      {"ok", report->ok},
-                      {"damaged", report->problems.size()},
-                      {"temps_removed", report->temps_removed},
-                      {"problems", probs}}
-                     .dump(2)
-              << "\n";
-  } else {
     for (const auto& p : report->problems) {
       std::printf("%s: %s%s\n", p.path.c_str(), p.reason.c_str(), p.removed ? " (removed)" : "");
     }
-    std::printf("checked %llu, ok %llu, damaged %zu, removed %zu, stale temps swept %llu\n",
+    std::printf("%schecked %llu, ok %llu, damaged %zu, removed %zu, stale temps swept %llu\n", prefix_of(named).c_str(),
                 static_cast<unsigned long long>(report->checked), static_cast<unsigned long long>(report->ok),
-                report->problems.size(), report->problems.size() - remaining,
+                report->problems.size(), report->problems.size() - left,
                 static_cast<unsigned long long>(report->temps_removed));
+  }
+  if (a.json) {
+    // The root's own report at the top level, as before; companions beside it.
+    json out = reports.front();
+    out.erase("store");
+    reports.erase(reports.begin());
+    out["companions"] = reports;
+    std::cout << out.dump(2) << "\n";
   }
   return remaining == 0 ? k_exit_ok : k_exit_error;
 }
 
-int run_prune(const AdminArgs& a, pc::FileStore& store, const pc::Config& cfg) {
+int run_prune(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
   std::optional<std::uint64_t> max_size = cfg.max_size_bytes;
   std::optional<std::int64_t> age;
   if (!a.prune_size.empty()) {
@@ -148,22 +207,32 @@ int run_prune(const AdminArgs& a, pc::FileStore& store, const pc::Config& cfg) {
     age = *d;
     if (a.prune_size.empty()) max_size.reset();
   }
-  auto report = store.prune(max_size, age, progress_bar("prune"));
-  if (!report.ok()) return fail(report.status());
-  std::printf("removed %llu entries (%s); %llu entries (%s) remain\n", static_cast<unsigned long long>(report->removed),
-              pc::format_size(report->bytes_removed).c_str(), static_cast<unsigned long long>(report->remaining),
-              pc::format_size(report->bytes_remaining).c_str());
+  // Each store is pruned to the size on its own: a companion has its own cap.
+  for (auto& named : stores) {
+    auto report = named.store->prune(max_size, age, progress_bar("prune"));
+    if (!report.ok()) return fail(report.status());
+    std::printf("%sremoved %llu entries (%s); %llu entries (%s) remain\n", prefix_of(named).c_str(),
+                static_cast<unsigned long long>(report->removed), pc::format_size(report->bytes_removed).c_str(),
+                static_cast<unsigned long long>(report->remaining), pc::format_size(report->bytes_remaining).c_str());
+  }
   return k_exit_ok;
 }
 
-// Runs `fn` on the disk store the configuration names.
+// Runs `fn` on the disk stores of the root the configuration names.
 template <typename Fn>
-auto on_disk_store(Fn fn) {
+auto on_disk_stores(Fn fn) {
   return [fn](const pc::Config& cfg, const std::vector<std::string>&) {
-    auto store = open_store(cfg);
-    if (!store.ok()) return fail(store.status());
-    return fn(**store, cfg);
+    auto stores = open_stores(cfg);
+    if (!stores.ok()) return fail(stores.status());
+    return fn(*stores, cfg);
   };
+}
+
+int run_clear(Stores& stores) {
+  for (auto& named : stores) {
+    if (const pc::Status st = named.store->clear(); !st.ok()) return fail(st);
+  }
+  return k_exit_ok;
 }
 
 }  // namespace
@@ -174,29 +243,26 @@ void add_admin_commands(CLI::App& app, std::vector<Command>& out) {
   auto* ls = app.add_subcommand("ls", "List entries");
   ls->add_flag("-l,--long", a->long_format, "Show size, creation and last use");
   ls->add_flag("--json", a->json, "JSON output");
-  out.push_back({ls, on_disk_store([a](pc::FileStore& s, const pc::Config&) { return run_ls(*a, s); })});
+  out.push_back({ls, on_disk_stores([a](Stores& s, const pc::Config&) { return run_ls(*a, s); })});
 
-  auto* stats = app.add_subcommand("stats", "Show host-wide counters of the disk store");
+  auto* stats = app.add_subcommand("stats", "Show host-wide counters of the disk stores");
   stats->add_flag("--json", a->json, "JSON output");
-  out.push_back({stats, on_disk_store([a](pc::FileStore& s, const pc::Config& cfg) { return run_stats(*a, s, cfg); })});
+  out.push_back({stats, on_disk_stores([a](Stores& s, const pc::Config& cfg) { return run_stats(*a, s, cfg); })});
 
   auto* verify = app.add_subcommand("verify", "Check every entry; list damaged ones with the reason");
   verify->add_flag("--repair", a->repair, "Remove damaged entries");
   verify->add_flag("--json", a->json, "JSON output");
-  out.push_back({verify, on_disk_store([a](pc::FileStore& s, const pc::Config&) { return run_verify(*a, s); })});
+  out.push_back({verify, on_disk_stores([a](Stores& s, const pc::Config&) { return run_verify(*a, s); })});
 
   auto* prune = app.add_subcommand("prune", "Remove least recently used entries");
   prune->add_option("--max-size", a->prune_size, "Trim to at most SIZE (e.g. 2G); default: the configured cap")
       ->type_name("SIZE");
   prune->add_option("--older-than", a->prune_age, "Remove entries unused for DURATION (e.g. 7d, 12h)")
       ->type_name("DURATION");
-  out.push_back({prune, on_disk_store([a](pc::FileStore& s, const pc::Config& cfg) { return run_prune(*a, s, cfg); })});
+  out.push_back({prune, on_disk_stores([a](Stores& s, const pc::Config& cfg) { return run_prune(*a, s, cfg); })});
 
   auto* clear = app.add_subcommand("clear", "Remove every entry");
-  out.push_back({clear, on_disk_store([](pc::FileStore& s, const pc::Config&) {
-                   const pc::Status st = s.clear();
-                   return st.ok() ? k_exit_ok : fail(st);
-                 })});
+  out.push_back({clear, on_disk_stores([](Stores& s, const pc::Config&) { return run_clear(s); })});
 
   auto* config = app.add_subcommand("config", "Show each resolved setting and where it came from");
   config->add_flag("--json", a->json, "JSON output");

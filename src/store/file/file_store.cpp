@@ -321,6 +321,11 @@ bool FileStoreImpl::recreate_dirs(int shard) {
 
 }  // namespace file_store
 
+std::span<const CompanionStore> companion_stores() {
+  static constexpr CompanionStore k_companions[] = {{"kernels", "kernels"}, {"pyptx", "pyptx"}};
+  return k_companions;
+}
+
 std::string default_cache_root(std::string* source) {
   auto set = [&](const char* s) {
     if (source != nullptr) *source = s;
