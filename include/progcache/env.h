@@ -172,6 +172,17 @@ Status write_file_atomic(Env* env, const std::string& path, const std::string& t
 Result<std::string> read_regular_file(Env* env, const std::string& path, std::uint64_t max_bytes,
                                       OpenMode mode = OpenMode::read);
 
+// A fresh path in `dir` for a temp file: "<prefix><pid>.<n>.<random>". The
+// pid and a process-wide counter make it unique on the host at any instant
+// (across threads too); the random part guards against a crashed process's
+// pid being reused. Every temp file the library writes is named here, so a
+// sweep recognizes them all by the prefix.
+inline constexpr std::string_view k_temp_prefix = ".tmp.";
+std::string unique_temp_path(std::string_view dir, std::string_view prefix = k_temp_prefix);
+// unique_temp_path in the directory holding `path`, so a rename over `path`
+// stays on one filesystem.
+std::string temp_path_beside(std::string_view path, std::string_view prefix = k_temp_prefix);
+
 // Returns `path` with a trailing '/' removed and `name` appended.
 std::string join_path(std::string_view dir, std::string_view name);
 

@@ -343,9 +343,7 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
     Env* env = Env::posix();
     if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
       const nlohmann::json j{{"id", file_id}, {"version", id.version}, {"fingerprint", id.fingerprint}};
-      write_file_atomic(env, memo_path, memo_path + ".tmp." + std::to_string(::getpid()), j.dump(), 0600,
-                        Durability::none)
-          .ignore();
+      write_file_atomic(env, memo_path, temp_path_beside(memo_path), j.dump(), 0600, Durability::none).ignore();
     }
   }
   std::lock_guard lock(mu);

@@ -420,8 +420,7 @@ class ScanMemo {
     Env* env = Env::posix();
     const std::string path = join_path(m_dir, "deps-memo.json");
     if (Status s = env->mkdir(m_dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return;
-    write_file_atomic(env, path, path + ".tmp." + std::to_string(::getpid()), doc.dump(), 0600, Durability::none)
-        .ignore();
+    write_file_atomic(env, path, temp_path_beside(path), doc.dump(), 0600, Durability::none).ignore();
   }
 
  private:
@@ -624,7 +623,7 @@ class Manifest {
       if (Status st = env->mkdir(d, 0700); !st.ok() && st.code() != Code::failed_precondition) return;
     }
     const std::string path = path_of(state_dir, key);
-    write_file_atomic(env, path, path + ".tmp." + std::to_string(::getpid()), out, 0600, Durability::none).ignore();
+    write_file_atomic(env, path, temp_path_beside(path), out, 0600, Durability::none).ignore();
     bound(dir);
   }
 

@@ -7,6 +7,7 @@
 
 #include "progcache/hash.h"
 #include "progcache/version.h"
+#include "util/coding.h"
 
 namespace progcache {
 
@@ -15,24 +16,6 @@ namespace {
 constexpr char k_magic[8] = {'P', 'C', 'E', 'N', 'T', 'R', 'Y', '\x01'};
 constexpr std::uint16_t k_flag_hmac = 1;
 constexpr std::size_t k_table_row = 16;
-
-void put_u16(std::string& out, std::uint16_t v) {
-  for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-template <typename T>
-T get_le(const char* p) {
-  T v = 0;
-  for (std::size_t i = 0; i < sizeof(T); ++i) {
-    v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
-  }
-  return v;
-}
 
 // Adds b to a, reporting overflow instead of wrapping.
 bool add_checked(std::uint64_t& a, std::uint64_t b) {
@@ -117,18 +100,18 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
   std::string out;
   out.reserve(body + k_entry_checksum_size + (sign ? k_entry_hmac_size : 0));
   out.append(k_magic, sizeof k_magic);
-  put_u16(out, k_entry_format_version);
-  put_u16(out, sign ? k_flag_hmac : 0);
-  put_u32(out, static_cast<std::uint32_t>(entry.artifacts().size()));
+  put_fixed<std::uint16_t>(out, k_entry_format_version);
+  put_fixed<std::uint16_t>(out, sign ? k_flag_hmac : 0);
+  put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.artifacts().size()));
   const std::int64_t created = entry.created_unix_ns() != 0 ? entry.created_unix_ns() : now_ns;
-  put_u64(out, static_cast<std::uint64_t>(created));
+  put_fixed<std::uint64_t>(out, static_cast<std::uint64_t>(created));
   out.append(key.view());
-  put_u32(out, static_cast<std::uint32_t>(entry.producer().size()));
-  put_u32(out, static_cast<std::uint32_t>(entry.metadata().size()));
+  put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.producer().size()));
+  put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.metadata().size()));
   for (const auto& a : entry.artifacts()) {
-    put_u32(out, static_cast<std::uint32_t>(a.name.size()));
-    put_u32(out, 0);
-    put_u64(out, a.data.size());
+    put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(a.name.size()));
+    put_fixed<std::uint32_t>(out, 0);
+    put_fixed<std::uint64_t>(out, a.data.size());
   }
   out += entry.producer();
   out += entry.metadata();
@@ -148,15 +131,15 @@ Result<EntryHeader> peek_entry_header(std::string_view data) {
     return data_loss("truncated: " + std::to_string(data.size()) + " bytes is shorter than an entry header");
   }
   if (std::memcmp(data.data(), k_magic, sizeof k_magic) != 0) return data_loss("bad magic: not a progcache entry");
-  const auto version = get_le<std::uint16_t>(data.data() + 8);
+  const auto version = decode_fixed<std::uint16_t>(data.data() + 8);
   if (version != k_entry_format_version) {
     return data_loss("unsupported entry format version " + std::to_string(version));
   }
-  const auto flags = get_le<std::uint16_t>(data.data() + 10);
+  const auto flags = decode_fixed<std::uint16_t>(data.data() + 10);
   if ((flags & ~k_flag_hmac) != 0) return data_loss("unknown entry flags " + std::to_string(flags));
   EntryHeader h;
-  h.artifact_count = get_le<std::uint32_t>(data.data() + 12);
-  h.created_unix_ns = static_cast<std::int64_t>(get_le<std::uint64_t>(data.data() + 16));
+  h.artifact_count = decode_fixed<std::uint32_t>(data.data() + 12);
+  h.created_unix_ns = static_cast<std::int64_t>(decode_fixed<std::uint64_t>(data.data() + 16));
   std::memcpy(h.key.bytes.data(), data.data() + 24, 32);
   h.signed_entry = (flags & k_flag_hmac) != 0;
   return h;
@@ -182,16 +165,16 @@ Result<EntryLayout> parse_entry_layout(std::string_view prefix, std::uint64_t to
   // Every declared length is summed (overflow-checked) and must account for
   // the entry exactly; only then may anything be sliced or allocated.
   l.producer_offset = table_end;
-  l.producer_size = get_le<std::uint32_t>(prefix.data() + 56);
+  l.producer_size = decode_fixed<std::uint32_t>(prefix.data() + 56);
   l.metadata_offset = l.producer_offset + l.producer_size;
-  l.metadata_size = get_le<std::uint32_t>(prefix.data() + 60);
+  l.metadata_size = decode_fixed<std::uint32_t>(prefix.data() + 60);
   std::uint64_t total = l.metadata_offset + l.metadata_size;
   l.artifacts.resize(l.header.artifact_count);
   for (std::uint32_t i = 0; i < l.header.artifact_count; ++i) {
     const char* row = prefix.data() + k_entry_fixed_header + k_table_row * i;
-    if (get_le<std::uint32_t>(row + 4) != 0) return data_loss("artifact table has a nonzero reserved field");
-    l.artifacts[i].name_size = get_le<std::uint32_t>(row);
-    l.artifacts[i].data_size = get_le<std::uint64_t>(row + 8);
+    if (decode_fixed<std::uint32_t>(row + 4) != 0) return data_loss("artifact table has a nonzero reserved field");
+    l.artifacts[i].name_size = decode_fixed<std::uint32_t>(row);
+    l.artifacts[i].data_size = decode_fixed<std::uint64_t>(row + 8);
     l.artifacts[i].name_offset = total;
     if (!add_checked(total, l.artifacts[i].name_size)) return data_loss("artifact lengths overflow");
   }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "progcache/bytes.h"
+#include "util/coding.h"
 
 namespace progcache {
 
@@ -60,9 +61,9 @@ KeyBuilder::KeyBuilder(std::string_view domain) {
 }
 
 void KeyBuilder::write_u64(std::uint64_t n) {
-  char buf[8];
-  for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  m_sha.update(std::string_view(buf, 8));
+  std::string buf;
+  put_fixed(buf, n);
+  m_sha.update(buf);
 }
 
 void KeyBuilder::write_label(char tag, std::string_view label) {

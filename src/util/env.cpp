@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <random>
 
 namespace progcache {
 
@@ -25,6 +27,19 @@ std::string join_path(std::string_view dir, std::string_view name) {
   if (!out.empty() && out.back() != '/') out.push_back('/');
   out += name;
   return out;
+}
+
+std::string unique_temp_path(std::string_view dir, std::string_view prefix) {
+  static std::atomic<std::uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const std::uint64_t n = counter.fetch_add(1, std::memory_order_relaxed);
+  return join_path(dir, std::string(prefix) + std::to_string(::getpid()) + "." + std::to_string(n) + "." +
+                            std::to_string(rng() & 0xffffffffu));
+}
+
+std::string temp_path_beside(std::string_view path, std::string_view prefix) {
+  const auto slash = path.find_last_of('/');
+  return unique_temp_path(slash == std::string_view::npos ? std::string_view(".") : path.substr(0, slash + 1), prefix);
 }
 
 Result<std::string> read_regular_file(Env* env, const std::string& path, std::uint64_t max_bytes, OpenMode mode) {

@@ -194,9 +194,7 @@ pc::Status write_output(const std::string& path, std::string_view data) {
     ::umask(mask);
     mode = 0666 & ~mask;
   }
-  const auto slash = target.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash);
-  const std::string temp = pc::join_path(dir, ".progcache-out." + std::to_string(::getpid()));
+  const std::string temp = pc::temp_path_beside(target, ".progcache-out.");
   pc::Status published = pc::write_file_atomic(pc::Env::posix(), target, temp, data, mode, pc::Durability::none);
   if (published.code() == pc::Code::permission_denied && exists && ::access(target.c_str(), W_OK) == 0) {
     // A file the user may write in a directory they may not: written in

@@ -1,17 +1,14 @@
 #include "store/file/layout.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <random>
 
+#include "progcache/bytes.h"
 #include "progcache/entry.h"
 #include "progcache/env.h"
 
 namespace progcache::file_store {
 
 namespace {
-constexpr std::string_view k_temp_prefix = ".tmp.";
 constexpr std::string_view k_quarantine_prefix = ".q.";
 }  // namespace
 
@@ -27,8 +24,8 @@ std::string Layout::evict_lock_path() const {
 }
 
 std::string Layout::shard_hex(int shard) {
-  static constexpr char k_digits[] = "0123456789abcdef";
-  return {k_digits[(shard >> 4) & 0xf], k_digits[shard & 0xf]};
+  const char byte = static_cast<char>(shard);
+  return to_hex(std::string_view(&byte, 1));
 }
 
 std::string Layout::shard_dir(int shard) const {
@@ -45,19 +42,12 @@ std::string Layout::entry_path(const Key& key) const {
   return p;
 }
 
-std::string Layout::unique_name(int shard, std::string_view prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  const std::uint64_t n = m_counter.fetch_add(1, std::memory_order_relaxed);
-  return join_path(shard_dir(shard), std::string(prefix) + std::to_string(::getpid()) + "." + std::to_string(n) + "." +
-                                         std::to_string(rng() & 0xffffffffu));
+std::string Layout::temp_path(int shard) const {
+  return unique_temp_path(shard_dir(shard), k_temp_prefix);
 }
 
-std::string Layout::temp_path(int shard) {
-  return unique_name(shard, k_temp_prefix);
-}
-
-std::string Layout::quarantine_path(int shard) {
-  return unique_name(shard, k_quarantine_prefix);
+std::string Layout::quarantine_path(int shard) const {
+  return unique_temp_path(shard_dir(shard), k_quarantine_prefix);
 }
 
 NameKind Layout::classify(std::string_view name) {

@@ -12,7 +12,6 @@
 // Thread safety: all methods are thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -46,10 +45,9 @@ class Layout {
   [[nodiscard]] std::string shard_dir(int shard) const;
   [[nodiscard]] std::string entry_path(const Key& key) const;
   // A fresh name in `shard` for a put's temp file or a removal's quarantine
-  // file: pid and counter make it unique on the host at any instant; the
-  // random part guards against a crashed process's pid being reused.
-  [[nodiscard]] std::string temp_path(int shard);
-  [[nodiscard]] std::string quarantine_path(int shard);
+  // file (unique_temp_path, env.h).
+  [[nodiscard]] std::string temp_path(int shard) const;
+  [[nodiscard]] std::string quarantine_path(int shard) const;
 
   static int shard_of(const Key& key) { return key.bytes[0]; }
   static std::string shard_hex(int shard);
@@ -59,11 +57,8 @@ class Layout {
   static Result<Key> key_of(int shard, std::string_view name);
 
  private:
-  [[nodiscard]] std::string unique_name(int shard, std::string_view prefix);
-
   std::string m_root;
   std::string m_dir;
-  std::atomic<std::uint64_t> m_counter{0};
 };
 
 }  // namespace progcache::file_store
