@@ -74,6 +74,12 @@ Digest128 xxh3_128(std::string_view data);
 // 64-bit XXH3 of `data` with `seed` (used for rendezvous hashing and sharding).
 std::uint64_t xxh3_64(std::string_view data, std::uint64_t seed = 0);
 Digest256 hmac_sha256(std::string_view key, std::string_view data);
+// A digest's bytes as a string_view (valid while the digest lives).
+template <std::size_t N>
+std::string_view as_view(const std::array<std::uint8_t, N>& d) {
+  return {reinterpret_cast<const char*>(d.data()), N};
+}
+
 // Lower-case hex of a digest.
 std::string digest_hex(const Digest256& d);
 

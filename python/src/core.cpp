@@ -12,9 +12,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
-#include <list>
 #include <mutex>
-#include <unordered_map>
 
 #include "progcache/compile.h"
 #include "progcache/config.h"
@@ -25,6 +23,7 @@
 #include "progcache/remote_store.h"
 #include "progcache/tiered_store.h"
 #include "progcache/version.h"
+#include "util/lru.h"
 
 namespace nb = nanobind;
 namespace pc = progcache;
@@ -91,38 +90,24 @@ class MemoryCache {
 
   nb::object get(const nb::bytes& key) {
     std::lock_guard l(m_mu);
-    auto it = m_index.find(std::string_view(key.c_str(), key.size()));
-    if (it == m_index.end()) return nb::none();
-    m_lru.splice(m_lru.begin(), m_lru, it->second);
-    return it->second->value;
+    nb::object* v = m_lru.find(view_of(key));
+    return v != nullptr ? *v : nb::none();
   }
 
   void put(const nb::bytes& key, nb::bytes value) {
     const std::uint64_t size = value.size();
     std::lock_guard l(m_mu);
-    erase_locked(view_of(key));
-    if (m_cap && size > *m_cap) return;  // could never fit
-    while (m_cap && !m_lru.empty() && m_bytes + size > *m_cap) {
-      auto& victim = m_lru.back();
-      m_bytes -= victim.size;
-      m_index.erase(victim.key);
-      m_lru.pop_back();
-    }
-    m_lru.push_front(Node{std::string(view_of(key)), std::move(value), size});
-    m_index.emplace(m_lru.front().key, m_lru.begin());
-    m_bytes += size;
+    m_lru.put(std::string(view_of(key)), std::move(value), size, {m_cap, std::nullopt});
   }
 
   bool erase(const nb::bytes& key) {
     std::lock_guard l(m_mu);
-    return erase_locked(view_of(key));
+    return m_lru.erase(view_of(key));
   }
 
   void clear() {
     std::lock_guard l(m_mu);
-    m_index.clear();
     m_lru.clear();
-    m_bytes = 0;
   }
 
   std::size_t size() {
@@ -131,29 +116,18 @@ class MemoryCache {
   }
   std::uint64_t bytes() {
     std::lock_guard l(m_mu);
-    return m_bytes;
+    return m_lru.bytes();
   }
 
  private:
-  struct Node {
-    std::string key;
-    nb::object value;
-    std::uint64_t size;
+  // Looked up by a view of the caller's key bytes, without building a string.
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  bool erase_locked(std::string_view key) {
-    auto it = m_index.find(key);
-    if (it == m_index.end()) return false;
-    m_bytes -= it->second->size;
-    m_lru.erase(it->second);
-    m_index.erase(it);
-    return true;
-  }
   std::optional<std::uint64_t> m_cap;
   std::mutex m_mu;
-  std::list<Node> m_lru;
-  // Keyed by a view into the node's own key string (stable in a std::list).
-  std::unordered_map<std::string_view, std::list<Node>::iterator> m_index;
-  std::uint64_t m_bytes = 0;
+  pc::LruMap<std::string, nb::object, KeyHash> m_lru;
 };
 
 // ---------------------------------------------------------------- stores

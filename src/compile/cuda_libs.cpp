@@ -304,8 +304,7 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
                               std::to_string(st.st_ino) + "|" + std::to_string(st.st_dev);
   const Digest256 d = sha256(file_id);
   const std::string dir = join_path(state_dir, "compilers");
-  const std::string memo_path =
-      join_path(dir, to_hex(std::string_view(reinterpret_cast<const char*>(d.data()), 16)) + ".json");
+  const std::string memo_path = join_path(dir, to_hex(as_view(d).substr(0, 16)) + ".json");
   // In-process memo, per memo file: each state directory gets its own file.
   static std::mutex mu;
   static std::map<std::string, LibraryIdentity> memo;

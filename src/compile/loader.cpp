@@ -83,7 +83,7 @@ Result<Kernel> get_kernel(const ObjectCode& code, std::string_view name_expressi
   static std::mutex mu;
   static std::map<std::pair<cuda::CUcontext, std::string>, cuda::CUmodule> modules;
   const Digest256 digest = sha256(code.code.view());
-  const std::string digest_key(reinterpret_cast<const char*>(digest.data()), digest.size());
+  const std::string digest_key(as_view(digest));
   cuda::CUmodule mod = nullptr;
   {
     std::lock_guard lock(mu);

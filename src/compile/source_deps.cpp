@@ -21,6 +21,7 @@
 #include "progcache/env.h"
 #include "progcache/hash.h"
 #include "progcache/key.h"
+#include "util/coding.h"
 #include "util/mutex.h"
 
 namespace progcache {
@@ -53,8 +54,9 @@ Result<std::string> read_regular(const std::string& path) {
 
 void add_field(Sha256& sha, std::string_view tag, std::string_view value) {
   sha.update(tag);
-  const std::uint64_t n = value.size();
-  sha.update(std::string_view(reinterpret_cast<const char*>(&n), sizeof n));
+  std::string n;
+  put_fixed<std::uint64_t>(n, value.size());
+  sha.update(n);
   sha.update(value);
 }
 
@@ -639,8 +641,8 @@ class Manifest {
     return a.exists == b.exists && (!a.exists || (a.stamp == b.stamp && a.type == b.type));
   }
 
-  static void put32(std::string& o, std::uint32_t v) { o.append(reinterpret_cast<const char*>(&v), 4); }
-  static void put64(std::string& o, std::uint64_t v) { o.append(reinterpret_cast<const char*>(&v), 8); }
+  static void put32(std::string& o, std::uint32_t v) { put_fixed(o, v); }
+  static void put64(std::string& o, std::uint64_t v) { put_fixed(o, v); }
   static void put_str(std::string& o, std::string_view s) {
     put32(o, static_cast<std::uint32_t>(s.size()));
     o.append(s);
@@ -650,9 +652,9 @@ class Manifest {
   class Reader {
    public:
     explicit Reader(std::string_view s) : m_s(s) {}
-    bool u8(std::uint8_t& v) { return raw(&v, 1); }
-    bool u32(std::uint32_t& v) { return raw(&v, 4); }
-    bool u64(std::uint64_t& v) { return raw(&v, 8); }
+    bool u8(std::uint8_t& v) { return fixed(v); }
+    bool u32(std::uint32_t& v) { return fixed(v); }
+    bool u64(std::uint64_t& v) { return fixed(v); }
     bool str(std::string& v) {
       std::uint32_t n = 0;
       if (!u32(n) || n > m_s.size() - m_at) return false;
@@ -663,10 +665,11 @@ class Manifest {
     bool done() const { return m_at == m_s.size(); }
 
    private:
-    bool raw(void* dst, std::size_t n) {
-      if (n > m_s.size() - m_at) return false;
-      std::memcpy(dst, m_s.data() + m_at, n);
-      m_at += n;
+    template <typename T>
+    bool fixed(T& v) {
+      if (sizeof(T) > m_s.size() - m_at) return false;
+      v = decode_fixed<T>(m_s.data() + m_at);
+      m_at += sizeof(T);
       return true;
     }
     std::string_view m_s;
@@ -675,8 +678,7 @@ class Manifest {
 
   static std::optional<SourceDeps> verify(std::string_view text) {
     if (text.size() < 8 + 8) return std::nullopt;
-    std::uint64_t sum = 0;
-    std::memcpy(&sum, text.data() + text.size() - 8, 8);
+    const auto sum = decode_fixed<std::uint64_t>(text.data() + text.size() - 8);
     const std::string_view body = text.substr(0, text.size() - 8);
     if (xxh3_64(body) != sum) return std::nullopt;  // damaged
     Reader r(body);
@@ -826,7 +828,7 @@ class Scanner {
       const Digest256 d = sha256(content);
       known.emplace();
       known->stamp = stamp;
-      known->sha256.assign(reinterpret_cast<const char*>(d.data()), d.size());
+      known->sha256.assign(as_view(d));
       known->directives = directives(content);
       // Only files settled for two seconds are remembered (see ScanMemo);
       // and only if the file was not replaced between the stat and the read.

@@ -118,10 +118,10 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
   for (const auto& a : entry.artifacts()) out += a.name;
   for (const auto& a : entry.artifacts()) out.append(a.data.view());
   const Digest128 sum = xxh3_128(out);
-  out.append(reinterpret_cast<const char*>(sum.data()), sum.size());
+  out.append(as_view(sum));
   if (sign) {
     const Digest256 mac = hmac_sha256(options.hmac_key, out);
-    out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+    out.append(as_view(mac));
   }
   return out;
 }

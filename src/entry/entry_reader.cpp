@@ -115,8 +115,7 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
     if (!l.header.signed_entry) return permission_denied("entry is not signed and a signing key is configured");
     mac->update(trailer.substr(0, k_entry_checksum_size));
     const Digest256 m = mac->finish();
-    if (!constant_time_equal(std::string_view(reinterpret_cast<const char*>(m.data()), m.size()),
-                             trailer.substr(k_entry_checksum_size))) {
+    if (!constant_time_equal(as_view(m), trailer.substr(k_entry_checksum_size))) {
       return permission_denied("entry signature does not verify");
     }
   }

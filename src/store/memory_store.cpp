@@ -2,91 +2,51 @@
 
 #include <atomic>
 #include <bit>
-#include <list>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
+#include "util/lru.h"
 #include "util/mutex.h"
 
 namespace progcache {
 
 namespace {
 
-struct Node {
-  Key key;
-  Entry entry;
-  std::uint64_t charge;
-};
-
-// One LRU shard. Invariant: m_bytes == sum of charge over m_list, and
-// m_index holds exactly the keys of m_list. Front of m_list = most recent.
+// One LRU shard under its own lock.
 class Shard {
  public:
   std::optional<Entry> get(const Key& key) {
     MutexLock lock(m_mu);
-    auto it = m_index.find(key);
-    if (it == m_index.end()) return std::nullopt;
-    m_list.splice(m_list.begin(), m_list, it->second);
-    return it->second->entry;
+    const Entry* e = m_lru.find(key);
+    return e != nullptr ? std::optional<Entry>(*e) : std::nullopt;
   }
 
-  // Returns the number of entries evicted to make room.
-  std::uint64_t put(const Key& key, const Entry& entry, std::uint64_t charge, std::optional<std::uint64_t> byte_cap,
-                    std::optional<std::uint64_t> entry_cap, bool* stored) {
+  // Returns the number of entries evicted to make room (an entry that could
+  // never fit counts as one).
+  std::uint64_t put(const Key& key, const Entry& entry, std::uint64_t charge, const LruLimits& limits) {
     MutexLock lock(m_mu);
-    std::uint64_t evicted = 0;
-    if (auto it = m_index.find(key); it != m_index.end()) {
-      m_bytes -= it->second->charge;
-      m_list.erase(it->second);
-      m_index.erase(it);
-    }
-    if ((byte_cap && charge > *byte_cap) || (entry_cap && *entry_cap == 0)) {
-      *stored = false;
-      return 1;
-    }
-    while (!m_list.empty() &&
-           ((byte_cap && m_bytes + charge > *byte_cap) || (entry_cap && m_list.size() + 1 > *entry_cap))) {
-      Node& victim = m_list.back();
-      m_bytes -= victim.charge;
-      m_index.erase(victim.key);
-      m_list.pop_back();
-      ++evicted;
-    }
-    m_list.push_front(Node{key, entry, charge});
-    m_index.emplace(key, m_list.begin());
-    m_bytes += charge;
-    *stored = true;
-    return evicted;
+    const auto r = m_lru.put(key, entry, charge, limits);
+    return r.stored ? r.evicted : 1;
   }
 
   bool erase(const Key& key) {
     MutexLock lock(m_mu);
-    auto it = m_index.find(key);
-    if (it == m_index.end()) return false;
-    m_bytes -= it->second->charge;
-    m_list.erase(it->second);
-    m_index.erase(it);
-    return true;
+    return m_lru.erase(key);
   }
 
   void clear() {
     MutexLock lock(m_mu);
-    m_index.clear();
-    m_list.clear();
-    m_bytes = 0;
+    m_lru.clear();
   }
 
   std::pair<std::uint64_t, std::uint64_t> usage() {
     MutexLock lock(m_mu);
-    return {m_list.size(), m_bytes};
+    return {m_lru.size(), m_lru.bytes()};
   }
 
  private:
   Mutex m_mu;
-  std::list<Node> m_list PROGCACHE_GUARDED_BY(m_mu);
-  std::unordered_map<Key, std::list<Node>::iterator, KeyHash> m_index PROGCACHE_GUARDED_BY(m_mu);
-  std::uint64_t m_bytes PROGCACHE_GUARDED_BY(m_mu) = 0;
+  LruMap<Key, Entry, KeyHash> m_lru PROGCACHE_GUARDED_BY(m_mu);
 };
 
 class MemoryStore final : public Store {
@@ -109,8 +69,7 @@ class MemoryStore final : public Store {
     if (m_closed.load(std::memory_order_relaxed)) return closed();
     m_puts.fetch_add(1, std::memory_order_relaxed);
     if (m_disabled) return {};
-    bool stored = false;
-    const std::uint64_t ev = shard(key).put(key, entry, entry.payload_size(), m_byte_share, m_entry_share, &stored);
+    const std::uint64_t ev = shard(key).put(key, entry, entry.payload_size(), {m_byte_share, m_entry_share});
     if (ev != 0) m_evictions.fetch_add(ev, std::memory_order_relaxed);
     return {};
   }

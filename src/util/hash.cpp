@@ -38,7 +38,7 @@ Digest128 canonical(XXH128_hash_t h) {
 }  // namespace
 
 std::string digest_hex(const Digest256& d) {
-  return to_hex(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
+  return to_hex(as_view(d));
 }
 
 struct Sha256::Impl {
