@@ -1,4 +1,4 @@
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 __version__: str
 HAVE_REDIS: bool
@@ -21,6 +21,12 @@ class LockFile:
     def release(self) -> None: ...
     @property
     def waited(self) -> bool: ...
+
+class Flights:
+    """The library's in-process single-flight: overlapping run() calls for
+    one key share one call of fn."""
+    def __init__(self) -> None: ...
+    def run(self, key: str, fn: Callable[[], Any]) -> tuple[Any, bool]: ...
 
 class Store:
     def get(self, key: bytes) -> Optional[bytes]: ...

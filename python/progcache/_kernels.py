@@ -257,9 +257,7 @@ class KernelCache:
             cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing)
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._lock_timeout_s = lock_timeout_s
-        self._mu = threading.Lock()
-        # key -> [lock, users]: removed when the last user leaves.
-        self._inflight: dict[str, list] = {}
+        self._flights = _core.Flights()
         self.builds = 0  # builds run by this process (observable in tests)
 
     def key_of(self, func: Callable, args: tuple, kwargs: dict, target: str) -> str:
@@ -294,20 +292,16 @@ class KernelCache:
         hit = self._load(key)
         if hit is not None:
             return hit
-        with self._mu:
-            flight = self._inflight.setdefault(key, [threading.Lock(), 0])
-            flight[1] += 1
-        try:
-            with flight[0]:  # threads: one builds, the others find its result
-                hit = self._load(key)
-                if hit is not None:
-                    return hit
-                return self._build_locked(func, args, kwargs, target, build, key)
-        finally:
-            with self._mu:
-                flight[1] -= 1
-                if flight[1] == 0:
-                    del self._inflight[key]
+        # Threads of this process share one build (the library's flight
+        # table); a thread that waited looks in the store, where the
+        # leader's result now is, and takes the leader's own otherwise.
+        result, led = self._flights.run(key, lambda: self._load(key) or self._build_locked(
+            func, args, kwargs, target, build, key))
+        if not led:
+            hit = self._load(key)
+            if hit is not None:
+                return hit
+        return result
 
     def _build_locked(self, func: Callable, args: tuple, kwargs: dict, target: str, build: Optional[Callable],
                       key: str) -> CachedKernel:

@@ -24,6 +24,7 @@
 #include "progcache/tiered_store.h"
 #include "progcache/version.h"
 #include "util/lru.h"
+#include "util/single_flight.h"
 
 namespace nb = nanobind;
 namespace pc = progcache;
@@ -381,6 +382,39 @@ class HeldLock {
   bool m_waited = false;
 };
 
+// The library's in-process single-flight for Python callables: calls of
+// run() for one key that overlap share one call of `fn`. The others wait
+// with the GIL released and get the leader's result; if the leader raised,
+// they try again (one of them leads the next call).
+class Flights {
+ public:
+  // (result, whether this caller ran fn)
+  std::pair<nb::object, bool> run(const std::string& key, const nb::callable& fn) {
+    while (true) {
+      auto [flight, leader] = m_table.join(key);
+      if (leader) {
+        std::optional<nb::object> out;
+        try {
+          out = fn();
+        } catch (...) {
+          m_table.finish(key, flight, std::nullopt);
+          throw;
+        }
+        m_table.finish(key, flight, out);
+        return {*out, true};
+      }
+      {
+        nb::gil_scoped_release release;
+        flight->wait();
+      }
+      if (auto got = flight->result()) return {*got, false};
+    }
+  }
+
+ private:
+  pc::FlightTable<std::string, nb::object> m_table;
+};
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -401,6 +435,8 @@ NB_MODULE(_core, m) {
            nb::arg("timeout_s"), nb::arg("group"))
       .def("release", &HeldLock::release)
       .def_prop_ro("waited", &HeldLock::waited);
+
+  nb::class_<Flights>(m, "Flights").def(nb::init<>()).def("run", &Flights::run, nb::arg("key"), nb::arg("fn"));
 
   nb::class_<StoreHandle>(m, "Store")
       .def("get", &StoreHandle::get)

@@ -3,6 +3,7 @@ import multiprocessing
 import os
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -104,11 +105,15 @@ def test_kernel_cache_compiles_once_then_loads(tmp_path):
 
 
 def test_kernel_cache_single_flight_threads(tmp_path):
-    kc = KernelCache(tmp_path / "kc")
+    # Threads share the build in the process (the flight table), not by
+    # taking turns on the lock file: with a lock timeout far shorter than
+    # the build, a thread that waited on the lock would build again.
+    kc = KernelCache(tmp_path / "kc", lock_timeout_s=0.01)
     calls = []
 
     def slow_build(n):
         calls.append(n)
+        time.sleep(0.5)
         return {"k": bytes([n])}
 
     threads = [threading.Thread(target=kc.cached, args=(slow_build, 3)) for _ in range(8)]
@@ -117,6 +122,39 @@ def test_kernel_cache_single_flight_threads(tmp_path):
     for t in threads:
         t.join()
     assert calls == [3]
+
+
+def test_kernel_cache_threads_retry_a_build_that_failed_and_share_the_next(tmp_path):
+    kc = KernelCache(tmp_path / "kc")
+    calls = []
+    gate = threading.Event()
+
+    def flaky(n):
+        calls.append(n)
+        if len(calls) == 1:
+            gate.wait(10)  # the other threads queue behind this build
+            raise RuntimeError("the first build fails")
+        return {"k": bytes([n])}
+
+    results, errors = [], []
+
+    def call():
+        try:
+            results.append(kc.cached(flaky, 5))
+        except RuntimeError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    gate.set()
+    for t in threads:
+        t.join()
+    # The failure is the leader's alone; the waiting threads build once more
+    # and share that build.
+    assert len(errors) == 1 and len(calls) == 2
+    assert len(results) == 3 and all(r.artifacts == {"k": bytes([5])} for r in results)
 
 
 def _child_build(root, queue):

@@ -18,7 +18,7 @@
 #include "progcache/hash.h"
 #include "progcache/lock_file.h"
 #include "source_deps.h"
-#include "util/mutex.h"
+#include "util/single_flight.h"
 
 namespace progcache {
 
@@ -378,18 +378,13 @@ Result<ObjectCode> run_compiler(const Program& p, TargetType target, CompileFail
 
 // ------------------------------------------------------------ single flight
 
-// One compile of a key that threads of this process share: the first
-// thread leads, the others wait for its result.
-struct Flight {
-  Mutex mu;
-  CondVar cv;
-  bool done PROGCACHE_GUARDED_BY(mu) = false;
-  std::optional<Result<ObjectCode>> result PROGCACHE_GUARDED_BY(mu);
-  CompileFailure failure PROGCACHE_GUARDED_BY(mu);
-};
-
-Mutex g_flights_mu;
-std::map<Key, std::shared_ptr<Flight>> g_flights PROGCACHE_GUARDED_BY(g_flights_mu);
+// Threads of this process asking for one key share one compile: the
+// leader's result and its failure detail.
+using CompileOutcome = std::pair<Result<ObjectCode>, CompileFailure>;
+FlightTable<Key, CompileOutcome>& flights() {
+  static auto* table = new FlightTable<Key, CompileOutcome>();  // never destroyed: used until exit
+  return *table;
+}
 
 std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target, const CompilerIdentity& id) {
   if (cache == nullptr) return std::nullopt;
@@ -467,39 +462,18 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id, deps));
   if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);
 
-  // Threads of this process asking for one key share one flight.
-  std::shared_ptr<Flight> flight;
-  bool leader = false;
-  {
-    MutexLock lock(g_flights_mu);
-    auto& slot = g_flights[key];
-    if (!slot) {
-      slot = std::make_shared<Flight>();
-      leader = true;
-    }
-    flight = slot;
-  }
+  auto [flight, leader] = flights().join(key);
   if (!leader) {
     counters().shared_waits.fetch_add(1);
-    MutexLock lock(flight->mu);
-    while (!flight->done) flight->cv.wait(flight->mu);
-    if (!flight->result->ok() && failure != nullptr) *failure = flight->failure;
-    return *flight->result;
+    flight->wait();
+    const auto outcome = flight->result();  // a leader always leaves one
+    if (!outcome->first.ok() && failure != nullptr) *failure = outcome->second;
+    return outcome->first;
   }
   CompileFailure local_failure;
   Result<ObjectCode> result = lead(program, target, options, key, id, deps, &local_failure);
   if (!result.ok() && failure != nullptr) *failure = local_failure;
-  {
-    MutexLock lock(g_flights_mu);
-    g_flights.erase(key);
-  }
-  {
-    MutexLock lock(flight->mu);
-    flight->result = result;
-    flight->failure = local_failure;
-    flight->done = true;
-  }
-  flight->cv.notify_all();
+  flights().finish(key, flight, CompileOutcome(result, local_failure));
   return result;
 }
 
