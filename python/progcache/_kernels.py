@@ -10,7 +10,6 @@ stringified, and keyword order never matters.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
 import marshal
@@ -224,9 +223,10 @@ class CachedKernel:
     key: str
 
 
-def _function_identity(func: Callable) -> str:
-    """Qualified name plus a digest of the source, so editing the function
-    invalidates its entries (keying by name alone served stale binaries)."""
+def _function_identity(func: Callable) -> tuple[str, bytes]:
+    """Qualified name and source, both key fields, so editing the function
+    invalidates its entries (keying by name alone served stale binaries).
+    The library's KeyBuilder hashes them; nothing is hashed here."""
     name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
     try:
         src = inspect.getsource(func).encode("utf-8")
@@ -235,7 +235,7 @@ def _function_identity(func: Callable) -> str:
         # bytecode and its constants.
         code = getattr(func, "__code__", None)
         src = marshal.dumps(code) if code is not None else repr(func).encode()
-    return name + "@" + hashlib.sha256(src).hexdigest()
+    return name, src
 
 
 class KernelCache:
@@ -263,7 +263,8 @@ class KernelCache:
     def key_of(self, func: Callable, args: tuple, kwargs: dict, target: str) -> str:
         """The key (64 hex digits) of one build: the function's identity and
         the typed arguments, through the library's KeyBuilder."""
-        fields = [("func", _function_identity(func)), ("args", list(args)), ("kwargs", dict(kwargs)),
+        name, source = _function_identity(func)
+        fields = [("func", name), ("func_source", source), ("args", list(args)), ("kwargs", dict(kwargs)),
                   ("target", target)]
         return _core.typed_key("tilelang-kernel", fields).hex()
 
