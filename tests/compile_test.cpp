@@ -2,6 +2,7 @@
 // why) when the CUDA toolkit's libraries are absent; the loader tests also
 // skip without a GPU.
 #include "progcache/compile.h"
+#include "progcache/lock_file.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -231,6 +232,24 @@ TEST_F(CompileTest, ThreadsShareOneInFlightCompile) {
   EXPECT_EQ(results[0].substr(0, 4),
             "\x7f"
             "ELF");
+}
+
+TEST_F(CompileTest, AHeldKeyLockDelaysACompileByTheTimeoutNeverStopsIt) {
+  REQUIRE_NVRTC();
+  const Program p = saxpy_program(salt());
+  auto key = program_key(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  // Another holder of the key's lock that never lets go (a stuck process).
+  auto held = LockFile::acquire(Env::posix(), m_opts.state_dir + "/locks", key->hex(), std::chrono::milliseconds(0));
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  CompileOptions o = m_opts;
+  o.lock_timeout = std::chrono::milliseconds(50);
+  const auto before = compile_stats();
+  auto r = compile(p, TargetType::cubin, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->from_cache);
+  EXPECT_EQ(compile_stats().lock_waits, before.lock_waits + 1);
+  EXPECT_TRUE(compile(p, TargetType::cubin, o)->from_cache);  // and it was stored
 }
 
 TEST_F(CompileTest, EightProcessesCompileAnUncachedKernelExactlyOnce) {
