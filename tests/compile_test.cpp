@@ -2,7 +2,6 @@
 // why) when the CUDA toolkit's libraries are absent; the loader tests also
 // skip without a GPU.
 #include "progcache/compile.h"
-#include "progcache/lock_file.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -14,6 +13,7 @@
 
 #include "progcache/entry.h"
 #include "progcache/file_store.h"
+#include "progcache/lock_file.h"
 #include "progcache/memory_store.h"
 #include "testing/fault_env.h"
 #include "testing/test_util.h"
