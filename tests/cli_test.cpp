@@ -336,6 +336,13 @@ TEST_F(CliTest, CompanionStoresAreSeenByEveryAdminCommand) {
   EXPECT_EQ(kernel_entries(), 0u);
   // A companion store is visited where it exists, never made by looking.
   EXPECT_FALSE(fs::exists(cache() + "/pyptx"));
+  // One that cannot be opened (here: group-writable under private sharing)
+  // is skipped with a warning; the root's own store is served as ever.
+  fs::create_directories(cache() + "/pyptx/v1");
+  fs::permissions(cache() + "/pyptx", fs::perms::owner_all | fs::perms::group_all);
+  auto stats = run({"stats"});
+  EXPECT_EQ(stats.code, 0) << stats.err;
+  EXPECT_NE(stats.err.find("skipping the pyptx store"), std::string::npos) << stats.err;
 }
 
 TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {

@@ -175,8 +175,9 @@ Result<std::string> read_regular_file(Env* env, const std::string& path, std::ui
 // A fresh path in `dir` for a temp file: "<prefix><pid>.<n>.<random>". The
 // pid and a process-wide counter make it unique on the host at any instant
 // (across threads too); the random part guards against a crashed process's
-// pid being reused. Every temp file the library writes is named here, so a
-// sweep recognizes them all by the prefix.
+// pid being reused. Every temp file the library writes is named here (the
+// file store's shard scans sweep stale ones by the prefix; elsewhere a
+// temp file is removed by its writer, or left by a crash).
 inline constexpr std::string_view k_temp_prefix = ".tmp.";
 std::string unique_temp_path(std::string_view dir, std::string_view prefix = k_temp_prefix);
 // unique_temp_path in the directory holding `path`, so a rename over `path`

@@ -25,7 +25,8 @@ class LockFile {
  public:
   // Takes the lock on <dir>/<name>.lock, making `dir` (one level, with
   // `dir_perms`) and the file (`file_perms`) if missing. Polls with backoff
-  // (1 ms doubling to 50 ms) for up to `timeout`, then deadline_exceeded.
+  // (1 ms doubling to 50 ms) for up to `timeout` (at most a year), then
+  // deadline_exceeded.
   // `waited` (optional) is set when another holder was found.
   static Result<LockFile> acquire(Env* env, const std::string& dir, const std::string& name,
                                   std::chrono::milliseconds timeout, bool* waited = nullptr,

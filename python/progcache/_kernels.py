@@ -312,7 +312,7 @@ class KernelCache:
         the build, as in compile()."""
         try:
             lock = _core.LockFile(self._locks_dir, key, self._lock_timeout_s, self._sharing == "group")
-        except OSError:  # TimeoutError included
+        except Exception:  # a timeout, or a lock directory or file that cannot be used
             return self._build(func, args, kwargs, target, build, key, store=True)
         try:
             if lock.waited:

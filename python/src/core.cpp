@@ -364,7 +364,9 @@ pc::TargetType target_of(const std::string& s) {
 class HeldLock {
  public:
   HeldLock(const std::string& dir, const std::string& name, double timeout_s, bool group) {
-    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::max(0.0, timeout_s) * 1000.0));
+    // Clamped to a year: an infinite or huge timeout is "wait", not overflow.
+    const double ms = std::min(std::max(0.0, timeout_s), 365.0 * 86400.0) * 1000.0;
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(ms));
     std::optional<pc::Result<pc::LockFile>> got;
     {
       nb::gil_scoped_release release;

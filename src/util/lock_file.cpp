@@ -12,7 +12,9 @@ Result<LockFile> LockFile::acquire(Env* env, const std::string& dir, const std::
     return s.with_context("making the lock directory");
   }
   const std::string path = join_path(dir, name + ".lock");
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Clamped to a year, so a huge timeout cannot overflow the deadline.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365)));
   auto backoff = std::chrono::milliseconds(1);
   if (waited != nullptr) *waited = false;
   while (true) {

@@ -20,8 +20,10 @@ struct NamedFileStore {
 };
 using Stores = std::vector<NamedFileStore>;
 
-// The root's own store, then each companion store that exists (never made
-// by looking).
+// The root's own store, then each companion store that holds a store (its
+// entry directory exists: nothing is made by looking). A companion that
+// cannot be opened (another sharing mode, another owner) is skipped with a
+// warning: it never costs the commands on the root's own store.
 pc::Result<Stores> open_stores(const pc::Config& cfg) {
   Stores out;
   PROGCACHE_ASSIGN_OR_RETURN(auto own, open_store(cfg));
@@ -29,12 +31,18 @@ pc::Result<Stores> open_stores(const pc::Config& cfg) {
   out.push_back({"programs", std::move(own)});
   for (const auto& c : pc::companion_stores()) {
     const std::string dir = pc::join_path(root, std::string(c.subdir));
+    const std::string entries = pc::join_path(dir, "v" + std::to_string(pc::k_entry_format_version));
     struct stat st {};
-    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (::stat(entries.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
     pc::FileStoreOptions o = cfg.file_store_options();
     o.root = dir;
-    PROGCACHE_ASSIGN_OR_RETURN(auto store, pc::FileStore::open(o));
-    out.push_back({std::string(c.name), std::move(store)});
+    auto store = pc::FileStore::open(o);
+    if (!store.ok()) {
+      std::fprintf(stderr, "progcache: skipping the %s store in '%s': %s\n", std::string(c.name).c_str(), dir.c_str(),
+                   store.status().to_string().c_str());
+      continue;
+    }
+    out.push_back({std::string(c.name), std::move(*store)});
   }
   return out;
 }
@@ -79,7 +87,9 @@ int run_ls(const AdminArgs& a, Stores& stores) {
         std::printf("%s  %10llu  %s  %s%s\n", e.key.hex().c_str(), static_cast<unsigned long long>(e.size),
                     format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str(),
                     name == "programs" ? "" : ("  " + name).c_str());
-      } else {
+      } else if (name == "programs") {
+        // Bare keys are the root's own, so they can be fed to get and rm;
+        // companions' entries are listed with --long and --json.
         std::printf("%s\n", e.key.hex().c_str());
       }
     }
@@ -207,7 +217,8 @@ int run_prune(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     age = *d;
     if (a.prune_size.empty()) max_size.reset();
   }
-  // Each store is pruned to the size on its own: a companion has its own cap.
+  // Each store is pruned to the size on its own (the root's own store and
+  // each companion), as each enforces its cap on its own.
   for (auto& named : stores) {
     auto report = named.store->prune(max_size, age, progress_bar("prune"));
     if (!report.ok()) return fail(report.status());
