@@ -2,11 +2,15 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -747,6 +751,54 @@ TEST_F(FileStoreTest, PrimaryIntoCallerMemoryVerifiesAndMatchesGet) {
   ASSERT_TRUE(signed_store->put_bytes(make_key(5), Bytes::copy_of("signed payload")).ok());
   ASSERT_TRUE(*signed_store->get_primary_into(make_key(5), into));
   EXPECT_EQ(out, "signed payload");
+}
+
+// Each put makes an inode and each replacement or eviction frees one. On
+// ext4 the shards must sit in block groups of their own (the top-directory
+// flag on the version directory), or every new inode of a busy store is
+// allocated in one group, past all the inodes freed there lately.
+TEST_F(FileStoreTest, ShardsAreSpreadAcrossTheFilesystemWhereItTakesTheHint) {
+  auto s = open_store();
+  ASSERT_NE(s, nullptr);
+  const std::string v1 = m_tmp.sub("cache") + "/v1";
+  const int fd = ::open(v1.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  int flags = 0;
+  const int r = ::ioctl(fd, FS_IOC_GETFLAGS, &flags);
+  const int err = errno;
+  struct statfs fsinfo {};
+  ASSERT_EQ(::fstatfs(fd, &fsinfo), 0);
+  ::close(fd);
+  if (r != 0)
+    GTEST_SKIP() << "the filesystem of the test's temp dir keeps no inode flags (" << std::strerror(err) << ")";
+  EXPECT_NE(flags & FS_TOPDIR_FL, 0) << "the version directory does not ask for its shards to be spread";
+  constexpr long k_ext4 = 0xEF53;
+  // ext4 holds at most 32768 inodes per block group: shards in one group
+  // have inode numbers within that span.
+  if (fsinfo.f_type != k_ext4 || fsinfo.f_files < 8 * 32768) return;
+  std::uint64_t lo = UINT64_MAX, hi = 0;
+  for (int i = 0; i < 256; ++i) {
+    ASSERT_TRUE(s->put(make_key(i, i), make_entry("e")).ok());
+    struct stat st {};
+    ASSERT_EQ(::stat(fs::path(s->entry_path(make_key(i, i))).parent_path().c_str(), &st), 0);
+    lo = std::min<std::uint64_t>(lo, st.st_ino);
+    hi = std::max<std::uint64_t>(hi, st.st_ino);
+  }
+  EXPECT_GT(hi - lo, 32768u) << "the 256 shard directories were all made in one block group";
+}
+
+TEST_F(FileStoreTest, AFilesystemThatRefusesThePlacementHintCostsOnlyTheHint) {
+  FaultEnv env;
+  for (const int err : {ENOTTY, EPERM, EIO}) {
+    env.fail(Op::spread_subdirectories, err, 0, /*sticky=*/true);
+    auto s = open_store({.root = m_tmp.sub("refused" + std::to_string(err)), .env = &env});
+    ASSERT_NE(s, nullptr) << std::strerror(err);
+    ASSERT_TRUE(s->put(make_key(1), make_entry("e1")).ok());
+    auto g = s->get(make_key(1));
+    ASSERT_TRUE(g.ok() && g->has_value());
+    EXPECT_EQ((*g)->primary().view(), "e1");
+  }
+  EXPECT_GE(env.calls(Op::spread_subdirectories), 3u);
 }
 
 TEST_F(FileStoreTest, ClosedStoreFails) {

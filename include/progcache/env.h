@@ -97,6 +97,12 @@ class Env {
   virtual Result<std::vector<DirEntry>> list_dir(const std::string& path) = 0;
   // Opens a directory for fsync (durability of a rename).
   virtual Status fsync_dir(const std::string& path) = 0;
+  // Asks the filesystem to place the directories later made in `dir` far
+  // apart (ext4's top-directory flag, FS_TOPDIR_FL: its allocator then puts
+  // each one, and so the files made in it, in a block group of its own).
+  // unavailable where the filesystem has no such hint. A hint only:
+  // nothing may depend on it.
+  virtual Status spread_subdirectories(const std::string& dir) = 0;
 
   // flock(2) on an open file. Returns false when try_only found it held.
   virtual Result<bool> lock(int fd, LockKind kind, LockWait wait) = 0;
@@ -137,6 +143,7 @@ class EnvWrapper : public Env {
   Status chmod(const std::string& path, std::uint32_t perms) override;
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override;
   Status fsync_dir(const std::string& path) override;
+  Status spread_subdirectories(const std::string& dir) override;
   Result<bool> lock(int fd, LockKind kind, LockWait wait) override;
   Status unlock(int fd) override;
   Result<void*> map_shared(int fd, std::size_t size) override;

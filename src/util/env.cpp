@@ -179,6 +179,9 @@ Result<std::vector<DirEntry>> EnvWrapper::list_dir(const std::string& path) {
 Status EnvWrapper::fsync_dir(const std::string& path) {
   return m_target->fsync_dir(path);
 }
+Status EnvWrapper::spread_subdirectories(const std::string& dir) {
+  return m_target->spread_subdirectories(dir);
+}
 Result<bool> EnvWrapper::lock(int fd, LockKind kind, LockWait wait) {
   return m_target->lock(fd, kind, wait);
 }

@@ -1,6 +1,8 @@
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -228,6 +230,24 @@ class PosixEnv final : public Env {
     ::close(fd);
     if (r != 0) return errno_status(err, "fsync directory", path);
     return {};
+  }
+
+  Status spread_subdirectories(const std::string& dir) override {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return errno_status(errno, "open directory", dir);
+    int flags = 0;
+    int r = ::ioctl(fd, FS_IOC_GETFLAGS, &flags);
+    if (r == 0 && (flags & FS_TOPDIR_FL) == 0) {
+      flags |= FS_TOPDIR_FL;
+      r = ::ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    const int err = errno;
+    ::close(fd);
+    if (r == 0) return {};
+    if (err == ENOTTY || err == EOPNOTSUPP || err == EINVAL) {
+      return unavailable("the filesystem of '" + dir + "' takes no placement hint");
+    }
+    return errno_status(err, "ioctl FS_IOC_SETFLAGS", dir);
   }
 
   Result<bool> lock(int fd, LockKind kind, LockWait wait) override {

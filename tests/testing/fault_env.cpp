@@ -3,11 +3,11 @@
 namespace progcache::testing {
 
 const char* op_name(Op op) {
-  static const char* k_names[] = {"open_read", "open_create", "open_rw",   "close",          "pread",
-                                  "write",     "fsync",       "ftruncate", "fstat",          "set_atime",
-                                  "fchmod",    "lstat",       "stat",      "rename",         "rename_noreplace",
-                                  "unlink",    "mkdir",       "chmod",     "list_dir",       "fsync_dir",
-                                  "lock",      "map_shared",  "allocate",  "rename_exchange"};
+  static const char* k_names[] = {"open_read", "open_create", "open_rw",   "close",           "pread",
+                                  "write",     "fsync",       "ftruncate", "fstat",           "set_atime",
+                                  "fchmod",    "lstat",       "stat",      "rename",          "rename_noreplace",
+                                  "unlink",    "mkdir",       "chmod",     "list_dir",        "fsync_dir",
+                                  "lock",      "map_shared",  "allocate",  "rename_exchange", "spread_subdirectories"};
   return k_names[static_cast<int>(op)];
 }
 
@@ -123,6 +123,10 @@ Result<std::vector<DirEntry>> FaultEnv::list_dir(const std::string& path) {
 Status FaultEnv::fsync_dir(const std::string& path) {
   PROGCACHE_FAULT(Op::fsync_dir, "fsync directory");
   return target()->fsync_dir(path);
+}
+Status FaultEnv::spread_subdirectories(const std::string& dir) {
+  PROGCACHE_FAULT(Op::spread_subdirectories, "ioctl FS_IOC_SETFLAGS");
+  return target()->spread_subdirectories(dir);
 }
 Result<bool> FaultEnv::lock(int fd, LockKind kind, LockWait wait) {
   PROGCACHE_FAULT(Op::lock, "flock");

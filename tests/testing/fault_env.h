@@ -37,6 +37,7 @@ enum class Op {
   map_shared,
   allocate,
   rename_exchange,
+  spread_subdirectories,
   count_
 };
 const char* op_name(Op op);
@@ -77,6 +78,7 @@ class FaultEnv final : public EnvWrapper {
   Status chmod(const std::string& path, std::uint32_t perms) override;
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override;
   Status fsync_dir(const std::string& path) override;
+  Status spread_subdirectories(const std::string& dir) override;
   Result<bool> lock(int fd, LockKind kind, LockWait wait) override;
   Result<void*> map_shared(int fd, std::size_t size) override;
   std::int64_t now_ns() override;

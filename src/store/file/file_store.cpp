@@ -41,7 +41,7 @@ FileStoreImpl::FileStoreImpl(FileStoreOptions options, std::string root)
 
 Status FileStoreImpl::init() {
   PROGCACHE_TRY(m_dirs.check_root(m_layout.root()));
-  PROGCACHE_TRY(m_dirs.ensure_dir(m_layout.dir()));
+  PROGCACHE_TRY(ensure_version_dir());
   PROGCACHE_ASSIGN_OR_RETURN(m_evict_fd,
                              m_env->open_file(m_layout.evict_lock_path(), OpenMode::read_write, m_dirs.file_perms()));
   PROGCACHE_TRY(m_acct.open(m_env, m_layout.accounting_path(), m_dirs.file_perms(), [this]() -> Status {
@@ -315,8 +315,22 @@ bool FileStoreImpl::shard_checked(int shard, bool create) {
 
 bool FileStoreImpl::recreate_dirs(int shard) {
   m_shard_ok[shard].store(false, std::memory_order_release);
-  if (!m_dirs.check_root(m_layout.root()).ok() || !m_dirs.ensure_dir(m_layout.dir()).ok()) return false;
+  if (!m_dirs.check_root(m_layout.root()).ok() || !ensure_version_dir().ok()) return false;
   return shard_checked(shard, /*create=*/true);
+}
+
+// Every shard made in the version directory lands, with its entries, in a
+// block group of its own where the filesystem takes the hint (ext4). Each
+// put makes an inode and each replacement or eviction frees one; ext4
+// without a journal will not reuse an inode freed in the last minute, and
+// scans past every such inode of the group on each allocation, so with all
+// shards in one group a busy store spent most of its time in that scan
+// (docs/benchmarks.md, "many processes"). Stores whose shards already exist
+// keep their placement.
+Status FileStoreImpl::ensure_version_dir() {
+  PROGCACHE_TRY(m_dirs.ensure_dir(m_layout.dir()));
+  m_env->spread_subdirectories(m_layout.dir()).ignore();
+  return {};
 }
 
 }  // namespace file_store

@@ -102,6 +102,8 @@ class FileStoreImpl final : public FileStore {
   // Makes the root, the version directory and a shard again after they were
   // removed under an open store; false when any is unacceptable.
   bool recreate_dirs(int shard);
+  // Makes the version directory and asks for its shards to be spread.
+  Status ensure_version_dir();
 
   // eviction.cpp
   static std::int64_t last_used(const FileInfo& info, std::int64_t now);
