@@ -7,7 +7,8 @@ measured in the same run.
 Workloads, on payloads of 4 KiB, 64 KiB and 1 MiB:
   hit, miss, put under the cap,
   put into a full store of N entries (eviction active; --entries, default 1000 10000),
-  and an 8-process mixed workload (60% get, 40% put) on a shared directory.
+  and a mixed workload (60% get, 40% put) of N processes on a shared directory
+  (--procs, default 8; 1 2 4 8 16 for the scaling figure).
 
 usage: python3 bench/compare.py [--entries 1000 10000 100000] [--out bench-out] [--plots]
 
@@ -153,11 +154,11 @@ def bench_full_store_puts(tmp: str, entries: list, results: list) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _mixed_worker(kind, path, seconds, q):
+def _mixed_worker(kind, path, seconds, q, seed):
     import random
     c = make(kind, path, max_size_bytes=32 << 20)
     payload = os.urandom(16 << 10)
-    rnd = random.Random(os.getpid())
+    rnd = random.Random(seed)
     ops = 0
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -170,19 +171,26 @@ def _mixed_worker(kind, path, seconds, q):
     q.put(ops)
 
 
-def bench_mixed(tmp: str, results: list, seconds: float = 3.0) -> None:
+def bench_mixed(tmp: str, results: list, procs: list, seconds: float = 3.0) -> None:
+    """N processes share one store: 60% get, 40% put of 16 KiB over 2 000
+    keys, 32 MiB cap. Records time per operation per process and the
+    aggregate throughput. Process counts outer, caches inner, so drift on a
+    shared machine spreads over every cache alike."""
     ctx = multiprocessing.get_context("fork")
-    for kind in FILE:
-        path = os.path.join(tmp, f"mixed-{kind}")
-        make(kind, path)  # create the directory once
-        q = ctx.Queue()
-        procs = [ctx.Process(target=_mixed_worker, args=(kind, path, seconds, q)) for _ in range(8)]
-        for p in procs:
-            p.start()
-        total = sum(q.get() for _ in procs)
-        for p in procs:
-            p.join()
-        results.append({"workload": "mixed_8proc", "payload": "16KiB", "impl": kind, "seconds": seconds / total * 8})
+    for n in procs:
+        for kind in FILE:
+            path = os.path.join(tmp, f"mixed-{kind}-{n}")
+            make(kind, path)  # create the directory once
+            q = ctx.Queue()
+            workers = [ctx.Process(target=_mixed_worker, args=(kind, path, seconds, q, i)) for i in range(n)]
+            for p in workers:
+                p.start()
+            total = sum(q.get() for _ in workers)
+            for p in workers:
+                p.join()
+            results.append({"workload": f"mixed_{n}proc", "payload": "16KiB", "impl": kind,
+                            "seconds": seconds / total * n, "ops_per_s": total / seconds})
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def table(results: list) -> str:
@@ -222,7 +230,8 @@ def plots(results: list, out: str) -> None:
             ax.plot(xs, ys, marker="o", label=impl)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("payload (bytes)")
+    ax.set_xticks(xs, [f"{x >> 10} KiB" for x in xs])
+    ax.set_xlabel("payload")
     ax.set_ylabel("hit latency (µs, median)")
     ax.set_title("Cache hit latency against payload size")
     ax.grid(True, which="both", alpha=0.3)
@@ -246,6 +255,26 @@ def plots(results: list, out: str) -> None:
     fig.tight_layout()
     fig.savefig(os.path.join(out, "put_vs_entries.png"), dpi=110)
 
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for impl in FILE:
+        pts = sorted((int(r["workload"][len("mixed_"):-len("proc")]), r["ops_per_s"]) for r in results
+                     if r["workload"].startswith("mixed_") and r["impl"] == impl)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=impl)
+    if ax.lines:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([p[0] for p in pts], [str(p[0]) for p in pts])
+        ax.set_yscale("log")
+        ax.set_xlabel("processes sharing one store (2 cores)")
+        ax.set_ylabel("operations per second, all processes")
+        ax.set_title("60% get / 40% put of 16 KiB, 2 000 keys, 32 MiB cap\n"
+                     "progcache: atomic rename, no fsync; diskcache: SQLite WAL, no fsync per commit; "
+                     "cuda.core: fsync per put", fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "mixed_scaling.png"), dpi=110)
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -253,6 +282,8 @@ def main() -> int:
     ap.add_argument("--out", default="bench-out")
     ap.add_argument("--plots", action="store_true")
     ap.add_argument("--skip-mixed", action="store_true")
+    ap.add_argument("--procs", type=int, nargs="*", default=[8],
+                    help="process counts for the mixed workload (the scaling figure: 1 2 4 8 16)")
     ap.add_argument("--skip-basic", action="store_true", help="skip hit/miss/put (full-store puts only)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -264,15 +295,27 @@ def main() -> int:
         if args.entries:
             bench_full_store_puts(tmp, args.entries, results)
         if not args.skip_mixed:
-            bench_mixed(tmp, results)
+            bench_mixed(tmp, results, args.procs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     with open(os.path.join(args.out, "compare-full.json" if args.skip_basic else "compare.json"), "w") as f:
         json.dump(results, f, indent=1)
     print(table(results))
+    scaling = sorted({int(r["workload"][len("mixed_"):-len("proc")]) for r in results
+                      if r["workload"].startswith("mixed_")})
+    if scaling:
+        ops = {(r["workload"], r["impl"]): r["ops_per_s"] for r in results if r["workload"].startswith("mixed_")}
+        print("\n| processes | progcache ops/s | cuda.core ops/s | diskcache ops/s | progcache / diskcache | target |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for n in scaling:
+            w = f"mixed_{n}proc"
+            pc, cc, dc = (ops.get((w, k)) for k in FILE)
+            ratio = pc / dc if pc and dc else None
+            mark = "" if ratio is None else (" ✔" if ratio >= 1.5 else " ✘")
+            print(f"| {n} | {pc:,.0f} | {cc:,.0f} | {dc:,.0f} | {ratio:.1f} x | ≥ 1.5 x{mark} |")
     if args.plots:
         plots(results, args.out)
-        print(f"plots: {args.out}/hit_latency.png {args.out}/put_vs_entries.png")
+        print(f"plots: {args.out}/hit_latency.png {args.out}/put_vs_entries.png {args.out}/mixed_scaling.png")
     return 0
 
 

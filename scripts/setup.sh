@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config
-  libssl-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
+  libssl-dev libxxhash-dev libzstd-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhiredis-dev redis-server python3
 )

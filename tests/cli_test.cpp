@@ -357,10 +357,22 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
        {"PROGCACHE_DIR", "PROGCACHE_MAX_SIZE", "PROGCACHE_MAX_ENTRIES", "PROGCACHE_DISABLE", "PROGCACHE_DURABILITY",
         "PROGCACHE_SHARING", "PROGCACHE_REMOTE", "PROGCACHE_REMOTE_PASSWORD_FILE", "PROGCACHE_REMOTE_PASSWORD",
         "PROGCACHE_READONLY", "PROGCACHE_HMAC_KEY_FILE", "PROGCACHE_NVRTC", "PROGCACHE_NVJITLINK", "PROGCACHE_LIBNVVM",
-        "PROGCACHE_LIBCUDA"}) {
+        "PROGCACHE_LIBCUDA", "PROGCACHE_COMPRESSION", "PROGCACHE_REMOTE_COMPRESSION"}) {
     EXPECT_EQ(rows.count(name), 1u) << name << " is not listed";
   }
-  EXPECT_EQ(rows.size(), 15u);
+  EXPECT_EQ(rows.size(), 17u);
+  // Compression: off on disk, zstd level 1 on the wire, unless set.
+  EXPECT_EQ(rows["PROGCACHE_COMPRESSION"], std::make_pair(std::string("off"), std::string("default")));
+  EXPECT_EQ(rows["PROGCACHE_REMOTE_COMPRESSION"], std::make_pair(std::string("zstd level 1"), std::string("default")));
+  auto set = run({"config"}, {"PROGCACHE_COMPRESSION=3", "PROGCACHE_REMOTE_COMPRESSION=off"});
+  EXPECT_NE(set.out.find("PROGCACHE_COMPRESSION = zstd level 3  (environment)"), std::string::npos) << set.out;
+  EXPECT_NE(set.out.find("PROGCACHE_REMOTE_COMPRESSION = off  (environment)"), std::string::npos) << set.out;
+  for (const char* bad :
+       {"PROGCACHE_COMPRESSION=20", "PROGCACHE_COMPRESSION=fast", "PROGCACHE_REMOTE_COMPRESSION=-1"}) {
+    auto r = run({"config"}, {bad});
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.err.find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos) << r.err;
+  }
   // A library override is shown with where it came from; unset, what is searched.
   EXPECT_EQ(rows["PROGCACHE_NVRTC"],
             std::make_pair(std::string("/opt/cuda/lib64/libnvrtc.so.13"), std::string("environment")));

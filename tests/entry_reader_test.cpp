@@ -3,6 +3,7 @@
 // on every damaged byte, on both read paths (whole entry and primary
 // artifact only).
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -203,6 +204,156 @@ TEST(EntryReader, PrimaryOfAnEntryWithoutArtifactsIsEmptyAndAllocFailureIsReport
   FakeFile f{bytes};
   Status st = EntryReader(f.read_at(), bytes.size()).read_primary(test_key(), [](std::size_t) { return nullptr; });
   EXPECT_EQ(st.code(), Code::resource_exhausted) << st.to_string();
+}
+
+std::string compressible(std::size_t n, unsigned seed) {
+  return testing::compressible_payload(n, seed);
+}
+
+Entry mixed_entry() {
+  std::vector<Artifact> arts;
+  arts.push_back({"cubin", Bytes::copy_of(compressible(300'001, 3))});
+  arts.push_back({"random", Bytes::copy_of(testing::make_payload(20'000, 9))});
+  arts.push_back({"log", Bytes::copy_of("ptxas info: 12 registers")});
+  return Entry(R"({"kind":"cubin"})", std::move(arts), 1'700'000'000'000'000'000);
+}
+
+std::uint32_t encoding_of(const std::string& bytes, std::size_t artifact) {
+  std::uint32_t v = 0;
+  std::memcpy(&v, bytes.data() + k_entry_fixed_header + 16 * artifact + 4, 4);
+  return v;
+}
+
+// Recomputes the checksum of an unsigned entry after it was edited: what a
+// writer with access to the store could do, as opposed to damage.
+void reseal(std::string& bytes) {
+  const std::size_t body = bytes.size() - k_entry_checksum_size;
+  const Digest128 d = xxh3_128(std::string_view(bytes).substr(0, body));
+  bytes.replace(body, k_entry_checksum_size, as_view(d));
+}
+
+TEST(EntryReader, CompressedArtifactsDecodeToTheirOwnBytesOnEveryReadPath) {
+  const Entry e = mixed_entry();
+  const std::string plain = encode(e);
+  for (const int level : {1, 3, 19}) {
+    const std::string bytes = encode(e, {.compression_level = level});
+    // Only what compression shrinks is stored compressed.
+    EXPECT_EQ(encoding_of(bytes, 0), k_encoding_zstd) << "level " << level;
+    EXPECT_EQ(encoding_of(bytes, 1), k_encoding_raw) << "random bytes stored compressed";
+    EXPECT_EQ(encoding_of(bytes, 2), k_encoding_raw) << "a 24-byte log stored compressed";
+    EXPECT_LT(bytes.size() * 3, plain.size()) << "level " << level << ": " << bytes.size() << " of " << plain.size();
+    for (std::size_t step : {std::size_t{1} << 30, std::size_t{4096}, std::size_t{1000}}) {
+      FakeFile f{bytes, step};
+      auto whole = EntryReader(f.read_at(), bytes.size()).read(test_key());
+      ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+      expect_same(*whole, e);
+      FakeFile g{bytes, step};
+      auto primary = primary_of(EntryReader(g.read_at(), bytes.size()), test_key());
+      ASSERT_TRUE(primary.ok()) << primary.status().to_string();
+      EXPECT_EQ(*primary, e.artifacts()[0].data.view());
+      EXPECT_EQ(f.served, bytes.size());
+      EXPECT_EQ(g.served, bytes.size());
+    }
+    auto mem = decode_entry(Bytes::copy_of(bytes), test_key());
+    ASSERT_TRUE(mem.ok()) << mem.status().to_string();
+    expect_same(*mem, e);
+    auto mem_primary = primary_of(EntryReader(Bytes::copy_of(bytes)), test_key());
+    ASSERT_TRUE(mem_primary.ok());
+    EXPECT_EQ(*mem_primary, e.artifacts()[0].data.view());
+    // Signed and compressed: the signature covers the stored bytes.
+    const EntryCodecOptions both{.hmac_key = "a-signing-key-of-some-length", .compression_level = level};
+    auto sig = decode_entry(Bytes::copy_of(encode(e, both)), test_key(), both);
+    ASSERT_TRUE(sig.ok()) << sig.status().to_string();
+    expect_same(*sig, e);
+  }
+  // Levels zstd would refuse, or that are not asked for, store every
+  // artifact as it is: the same bytes as no compression.
+  for (const int level : {0, -1, 20, 1000}) EXPECT_EQ(encode(e, {.compression_level = level}), plain) << level;
+}
+
+TEST(EntryReader, DamageToACompressedEntryFailsOnEveryReadPath) {
+  std::vector<Artifact> arts{{"cubin", Bytes::copy_of(compressible(3000, 5))}, {"log", Bytes::copy_of("ok")}};
+  const Entry e(R"({"a":1})", std::move(arts));
+  const EntryCodecOptions opts{.compression_level = 3};
+  const std::string bytes = encode(e, opts);
+  ASSERT_EQ(encoding_of(bytes, 0), k_encoding_zstd);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ (1 << (i % 8)));
+    FakeFile f{bad, 13};
+    EXPECT_FALSE(EntryReader(f.read_at(), bad.size()).read(test_key()).ok()) << "flip at " << i;
+    FakeFile g{bad, 13};
+    EXPECT_FALSE(primary_of(EntryReader(g.read_at(), bad.size()), test_key()).ok()) << "flip at " << i;
+    EXPECT_FALSE(decode_entry(Bytes::copy_of(bad), test_key()).ok()) << "flip at " << i;
+  }
+}
+
+TEST(EntryReader, AFrameEditedUnderAValidChecksumNeverOverrunsOrOverAllocates) {
+  // Someone who can write the store edits the stored frame and reseals the
+  // checksum: decoding must stay within the declared size, and a frame that
+  // no longer decodes exactly is data_loss, on every path.
+  std::vector<Artifact> arts{{"cubin", Bytes::copy_of(compressible(3000, 5))}};
+  const Entry e("{}", std::move(arts));
+  const std::string bytes = encode(e, {.compression_level = 3});
+  ASSERT_EQ(encoding_of(bytes, 0), k_encoding_zstd);
+  const std::size_t frame_at = k_entry_fixed_header + 16 + e.producer().size() + 2 + 5;
+  const std::size_t frame_end = bytes.size() - k_entry_checksum_size;
+  int failed = 0;
+  for (std::size_t i = frame_at; i < frame_end; ++i) {
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    reseal(bad);
+    std::size_t asked = 0;
+    std::string out;
+    Status st = EntryReader(Bytes::copy_of(bad)).read_primary(test_key(), [&](std::size_t n) {
+      asked = n;
+      out.assign(n, '\0');
+      return out.data();
+    });
+    auto whole = decode_entry(Bytes::copy_of(bad), test_key());
+    EXPECT_EQ(st.ok(), whole.ok()) << "byte " << i;
+    if (st.ok()) {
+      EXPECT_EQ(whole->primary().size(), asked);
+    } else {
+      EXPECT_EQ(st.code(), Code::data_loss) << st.to_string();
+      ++failed;
+    }
+    EXPECT_LE(asked, 256u * (frame_end - frame_at)) << "byte " << i;
+  }
+  EXPECT_GT(failed, 0);
+}
+
+TEST(EntryReader, AFrameDeclaringMoreThanItMayExpandToIsRefusedBeforeAllocating) {
+  // 64 MiB of zeros is a frame of a few KiB: far past the 256-fold bound.
+  const std::string zeros(std::size_t{64} << 20, '\0');
+  std::string frame(ZSTD_compressBound(zeros.size()), '\0');
+  frame.resize(ZSTD_compress(frame.data(), frame.size(), zeros.data(), zeros.size(), 1));
+  ASSERT_LT(frame.size() * 256, zeros.size());
+  // An entry whose one artifact is that frame, marked compressed, sealed.
+  std::vector<Artifact> arts{{"cubin", Bytes::copy_of(frame)}};
+  std::string bytes = encode(Entry("{}", std::move(arts)));
+  const std::uint32_t zstd_encoding = k_encoding_zstd;
+  std::memcpy(bytes.data() + k_entry_fixed_header + 4, &zstd_encoding, 4);
+  reseal(bytes);
+  bool allocated = false;
+  Status st = EntryReader(Bytes::copy_of(bytes)).read_primary(test_key(), [&](std::size_t) {
+    allocated = true;
+    return nullptr;
+  });
+  EXPECT_EQ(st.code(), Code::data_loss) << st.to_string();
+  EXPECT_NE(st.message().find("256 times"), std::string::npos) << st.message();
+  EXPECT_FALSE(allocated);
+  EXPECT_EQ(decode_entry(Bytes::copy_of(bytes), test_key()).status().code(), Code::data_loss);
+  // The encoder never writes such a frame: it stores those bytes as they are.
+  std::vector<Artifact> same{{"cubin", Bytes::copy_of(zeros)}};
+  const std::string stored = encode(Entry("{}", std::move(same)), {.compression_level = 1});
+  EXPECT_EQ(encoding_of(stored, 0), k_encoding_raw);
+  // An unknown encoding is damage.
+  std::string unknown = encode(Entry("{}", {{"cubin", Bytes::copy_of("abc")}}));
+  const std::uint32_t seven = 7;
+  std::memcpy(unknown.data() + k_entry_fixed_header + 4, &seven, 4);
+  reseal(unknown);
+  EXPECT_EQ(decode_entry(Bytes::copy_of(unknown), test_key()).status().code(), Code::data_loss);
 }
 
 }  // namespace

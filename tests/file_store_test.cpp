@@ -801,6 +801,43 @@ TEST_F(FileStoreTest, AFilesystemThatRefusesThePlacementHintCostsOnlyTheHint) {
   EXPECT_GE(env.calls(Op::spread_subdirectories), 3u);
 }
 
+// With compression on, what is on disk is smaller, and every read path
+// returns the bytes that were put; a store opened without the setting reads
+// the same entries (the encoding is in each entry).
+TEST_F(FileStoreTest, CompressedEntriesTakeLessDiskAndReadBackExactly) {
+  const std::string root = m_tmp.sub("cache");
+  auto s = open_store({.root = root, .codec = {.compression_level = 3}});
+  ASSERT_NE(s, nullptr);
+  std::uint64_t raw = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string cubin = testing::compressible_payload(20'000 + 5'000 * i, i);
+    raw += cubin.size();
+    ASSERT_TRUE(s->put_bytes(make_key(i), Bytes::copy_of(cubin)).ok());
+  }
+  const std::uint64_t on_disk = entry_bytes_on_disk(root);
+  EXPECT_LT(on_disk * 3, raw) << on_disk << " bytes on disk for " << raw << " bytes of payload";
+  EXPECT_EQ(*s->size_bytes(), on_disk) << "the cap is charged what is on disk";
+  auto plain = open_store({.root = root});
+  for (int i = 0; i < 8; ++i) {
+    const std::string cubin = testing::compressible_payload(20'000 + 5'000 * i, i);
+    for (FileStore* store : {s.get(), plain.get()}) {
+      auto g = store->get_bytes(make_key(i));
+      ASSERT_TRUE(g.ok() && g->has_value()) << g.status().to_string();
+      EXPECT_EQ((*g)->view(), cubin);
+      std::string into;
+      auto r = store->get_primary_into(make_key(i), [&](std::size_t n) {
+        into.assign(n, '\0');
+        return into.data();
+      });
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_TRUE(*r);
+      EXPECT_EQ(into, cubin);
+    }
+  }
+  EXPECT_EQ(s->stats().corrupt_dropped, 0u);
+  EXPECT_EQ(plain->stats().corrupt_dropped, 0u);
+}
+
 TEST_F(FileStoreTest, ClosedStoreFails) {
   auto s = open_store();
   ASSERT_TRUE(s->close().ok());

@@ -136,6 +136,27 @@ TEST(RedisStore, RoundTripsBinaryEntriesWithPrefixNamespacing) {
   EXPECT_EQ(st.puts, 2u);
 }
 
+TEST(RedisStore, CompressedEntriesCrossTheWireSmallerAndReadBackExactly) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  auto packed = redis({server.url()}, {.codec = {.compression_level = 1}});
+  auto plain = redis({server.url()});
+  const std::string cubin = testing::compressible_payload(64 << 10, 4);
+  ASSERT_TRUE(packed->put_bytes(make_key(1), Bytes::copy_of(cubin)).ok());
+  ASSERT_TRUE(plain->put_bytes(make_key(2), Bytes::copy_of(cubin)).ok());
+  const auto stored = std::stoull(server.command({"STRLEN", "progcache:" + make_key(1).hex()}));
+  const auto raw = std::stoull(server.command({"STRLEN", "progcache:" + make_key(2).hex()}));
+  EXPECT_GT(raw, cubin.size());
+  EXPECT_LT(stored * 3, raw) << stored << " bytes in Redis against " << raw;
+  for (RemoteStore* s : {packed.get(), plain.get()}) {
+    for (int k : {1, 2}) {
+      auto g = s->get_bytes(make_key(k));
+      ASSERT_TRUE(g.ok() && g->has_value()) << g.status().to_string();
+      EXPECT_EQ((*g)->view(), cubin);
+    }
+  }
+}
+
 TEST(RedisStore, TtlExpiresEntries) {
   REQUIRE_REDIS();
   RedisServer server;

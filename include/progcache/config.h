@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "progcache/file_store.h"
+#include "progcache/remote_store.h"
 #include "progcache/status.h"
 
 namespace progcache {
@@ -54,6 +55,11 @@ struct Config {
   Durability durability = Durability::none;
   Sharing sharing = Sharing::private_only;
   std::string hmac_key;  // the key itself, loaded from the file
+  // zstd levels entries are written at (0: off): the disk tier's, off by
+  // default (a local hit would pay decompression), and the remote tier's,
+  // on by default (docs/benchmarks.md, "Compression").
+  int compression_level = 0;
+  int remote_compression_level = 1;
   std::vector<std::string> remote_urls;
   std::string remote_password;  // for URLs that carry none
   bool read_only = false;
@@ -63,6 +69,8 @@ struct Config {
 
   // FileStoreOptions for this configuration.
   [[nodiscard]] FileStoreOptions file_store_options() const;
+  // RemoteStoreOptions for this configuration's remote tier.
+  [[nodiscard]] RemoteStoreOptions remote_store_options() const;
 };
 
 // Values given on the command line, which win over the environment.

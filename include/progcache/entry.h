@@ -12,10 +12,18 @@
 //    24    32  the key, echoed: an entry found under another key is a miss
 //    56     4  producer length P (bytes of "progcache x.y.z")
 //    60     4  metadata length M (bytes of UTF-8 JSON)
-//    64  16*N  artifact table: u32 name length, u32 zero, u64 data length
+//    64  16*N  artifact table: u32 name length, u32 encoding, u64 stored length
 //     …     P  producer, M metadata, then every name, then every payload
 //     …    16  XXH3-128 (canonical, big-endian) of all bytes before it
 //     …    32  HMAC-SHA256 of all bytes before it (only with flag bit 0)
+//
+// An artifact's encoding is 0 (stored as it is) or 1 (one zstd frame that
+// declares its decoded size; written only with EntryCodecOptions::
+// compression_level set, and only where it saves an eighth or more). The
+// checksum and signature cover the stored bytes, so damage is found before
+// anything is decompressed; decoding then bounds the declared size (at most
+// 256 times the stored one) before allocating it. Readers older than the
+// encoding field see a compressed artifact as a damaged entry: a miss.
 //
 // Decoding trusts no length: the declared sizes must add up exactly to the
 // buffer size (checked with overflow-safe arithmetic) before anything is
@@ -61,7 +69,17 @@ struct EntryCodecOptions {
   // When non-empty, encode appends an HMAC-SHA256 under this key and decode
   // rejects entries without a valid one (permission_denied, "signature").
   std::string hmac_key;
+  // zstd level (1 to 19) at which encode stores artifacts compressed; 0
+  // stores them as they are. Decoding needs no setting: the encoding is in
+  // the entry.
+  int compression_level = 0;
 };
+
+// The highest level compression_level takes (zstd's ultra levels need more
+// memory to decode than a cache should ask of its readers).
+inline constexpr int k_max_compression_level = 19;
+inline constexpr std::uint32_t k_encoding_raw = 0;
+inline constexpr std::uint32_t k_encoding_zstd = 1;
 
 class Entry {
  public:
@@ -131,7 +149,9 @@ struct EntryLayout {
   std::uint64_t producer_offset = 0;
   std::uint32_t producer_size = 0;
   struct Part {
+    // data_size is the stored size; see `encoding` for what the bytes are.
     std::uint64_t name_offset, name_size, data_offset, data_size;
+    std::uint32_t encoding = k_encoding_raw;
   };
   std::vector<Part> artifacts;
   std::uint64_t body_size = 0;  // bytes covered by the checksum
@@ -175,9 +195,10 @@ class EntryReader {
   Result<Entry> read(const Key& expected_key);
   // Only the first artifact (the raw program of a bytes-in / bytes-out
   // cache): alloc is called once with its size (0 when the entry has no
-  // artifact) and the bytes are written there as they are read; everything
-  // else is verified and dropped. Until this returns ok the memory holds
-  // unverified bytes: on an error the caller discards it.
+  // artifact) and the bytes are written there as they are read (a
+  // compressed one: decompressed there once verified); everything else is
+  // verified and dropped. Until this returns ok the memory holds unverified
+  // bytes: on an error the caller discards it.
   Status read_primary(const Key& expected_key, const Alloc& alloc);
 
  private:

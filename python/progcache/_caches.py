@@ -253,7 +253,7 @@ class FileStreamProgramCache(_StoreCache):
             self._bind(_NullStore())
             return
         self._bind(_core.open_file_store(root, cap, cfg["max_entries"], durability == "fsync", cfg["hmac_key"],
-                                         sharing))
+                                         sharing, compression=cfg["compression_level"]))
 
 
 def _configured_cap(value: Any, cfg: dict) -> Optional[int]:
@@ -291,7 +291,8 @@ class RedisProgramCache(_StoreCache):
             self._bind(_NullStore())
             return
         ro = cfg["read_only"] if read_only is None else bool(read_only)
-        self._bind(_core.open_remote_store(urls, ro, cfg["hmac_key"], cfg["remote_password"]))
+        self._bind(_core.open_remote_store(urls, ro, cfg["hmac_key"], cfg["remote_password"],
+                                           compression=cfg["remote_compression_level"]))
 
 
 class TieredProgramCache(_StoreCache):
@@ -320,7 +321,9 @@ class TieredProgramCache(_StoreCache):
             return
         ro = cfg["read_only"] if read_only is None else bool(read_only)
         self._bind(_core.open_tiered_store(memory, root, cap, urls, ro, cfg["hmac_key"], sharing, cfg["max_entries"],
-                                           cfg["fsync"], cfg["remote_password"]))
+                                           cfg["fsync"], cfg["remote_password"],
+                                           compression=cfg["compression_level"],
+                                           remote_compression=cfg["remote_compression_level"]))
 
 
 def _register_with_cuda_core() -> bool:

@@ -128,7 +128,7 @@ class CubinCache:
         # Capped, signed and shared as the configuration says, like the
         # program caches.
         self._disk = (_core.open_file_store(self.cache_dir, cfg["max_size_bytes"], cfg["max_entries"], cfg["fsync"],
-                                            cfg["hmac_key"], sharing)
+                                            cfg["hmac_key"], sharing, compression=cfg["compression_level"])
                       if enable_disk and not self._disabled else None)
 
     def __contains__(self, key: CacheKey) -> bool:
@@ -254,7 +254,8 @@ class KernelCache:
         self._disabled = cfg["disabled"]
         self._store = None if self._disabled else _core.open_file_store(
             self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
-            cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing)
+            cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing,
+            compression=cfg["compression_level"])
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._lock_timeout_s = lock_timeout_s
         self._flights = _core.Flights()

@@ -271,7 +271,7 @@ pc::Sharing sharing_of(const std::string& sharing) {
 // max_size None is no cap, as in cuda.core's caches.
 std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optional<std::uint64_t> max_size,
                                              std::optional<std::uint64_t> max_entries, bool fsync,
-                                             const nb::bytes& hmac_key, const std::string& sharing) {
+                                             const nb::bytes& hmac_key, const std::string& sharing, int compression) {
   pc::FileStoreOptions o;
   o.root = root;
   o.max_size_bytes = max_size;
@@ -279,15 +279,19 @@ std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optio
   o.max_entries = max_entries;
   o.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
   o.codec.hmac_key = std::string(view_of(hmac_key));
+  o.codec.compression_level = compression;
   auto fs = unwrap(pc::FileStore::open(o));
   pc::FileStore* raw = fs.get();
   return std::make_unique<StoreHandle>(std::move(fs), raw);
 }
 
 std::unique_ptr<pc::RemoteStore> open_remote(const std::vector<std::string>& urls, bool read_only,
-                                             const nb::bytes& hmac_key, const std::string& password) {
-  return unwrap(pc::make_remote_store(
-      {.urls = urls, .password = password, .read_only = read_only, .codec = {std::string(view_of(hmac_key))}}));
+                                             const nb::bytes& hmac_key, const std::string& password, int compression) {
+  return unwrap(
+      pc::make_remote_store({.urls = urls,
+                             .password = password,
+                             .read_only = read_only,
+                             .codec = {.hmac_key = std::string(view_of(hmac_key)), .compression_level = compression}}));
 }
 
 pc::CodeType code_type_of(const std::string& s) {
@@ -456,7 +460,7 @@ NB_MODULE(_core, m) {
 
   m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
         nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = nb::bytes(""),
-        nb::arg("sharing") = "private");
+        nb::arg("sharing") = "private", nb::arg("compression") = 0);
   m.attr("DEFAULT_MAX_SIZE") = pc::k_default_max_size;
   m.def("default_cache_root", []() { return pc::default_cache_root(); });
   // The library's configuration, resolved from the environment by the same
@@ -472,6 +476,8 @@ NB_MODULE(_core, m) {
     d["fsync"] = c.durability == pc::Durability::fsync;
     d["sharing"] = c.sharing == pc::Sharing::group ? "group" : "private";
     d["hmac_key"] = nb::bytes(c.hmac_key.data(), c.hmac_key.size());
+    d["compression_level"] = c.compression_level;
+    d["remote_compression_level"] = c.remote_compression_level;
     d["remote_urls"] = c.remote_urls;
     d["remote_password"] = c.remote_password;
     d["read_only"] = c.read_only;
@@ -498,19 +504,22 @@ NB_MODULE(_core, m) {
   m.attr("HAVE_REDIS") = std::find(schemes.begin(), schemes.end(), "redis") != schemes.end();
   m.def(
       "open_remote_store",
-      [](const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& password) {
-        return std::make_unique<StoreHandle>(open_remote(urls, read_only, hmac_key, password));
+      [](const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& password,
+         int compression) {
+        return std::make_unique<StoreHandle>(open_remote(urls, read_only, hmac_key, password, compression));
       },
-      nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("password") = "");
+      nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("password") = "",
+      nb::arg("compression") = 0);
   m.def(
       "open_tiered_store",
       [](std::optional<std::uint64_t> memory_bytes, const std::string& root, std::optional<std::uint64_t> max_size,
          const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& sharing,
-         std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password) {
+         std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password, int compression,
+         int remote_compression) {
         pc::TieredStoreOptions o;
         // The remote first: a URL this build cannot serve fails before the
         // cache directory is touched.
-        if (!urls.empty()) o.remote = open_remote(urls, read_only, hmac_key, password);
+        if (!urls.empty()) o.remote = open_remote(urls, read_only, hmac_key, password, remote_compression);
         if (!memory_bytes || *memory_bytes > 0)
           o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
         pc::FileStoreOptions fo;
@@ -520,6 +529,7 @@ NB_MODULE(_core, m) {
         fo.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
         fo.sharing = sharing_of(sharing);
         fo.codec.hmac_key = std::string(view_of(hmac_key));
+        fo.codec.compression_level = compression;
         std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
         pc::FileStore* disk = fs.get();
         o.disk = std::move(fs);
@@ -527,7 +537,8 @@ NB_MODULE(_core, m) {
       },
       nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
       nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("sharing") = "private",
-      nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "");
+      nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "",
+      nb::arg("compression") = 0, nb::arg("remote_compression") = 0);
 
   // The key of one program, through the same library function compile()
   // uses (pc::program_key): the compiler identity, the program name and the

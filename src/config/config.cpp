@@ -98,6 +98,33 @@ Status apply_max_entries(Config& c, const std::optional<std::string>& text, Sett
   return {};
 }
 
+// A zstd level for one tier: "off" or 0, else 1 to 19.
+Status parse_level(const char* name, const std::optional<std::string>& text, int& level, Setting& shown) {
+  if (text) {
+    const bool digits = !text->empty() && text->size() <= 2 &&
+                        std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
+    const int v = digits ? std::stoi(*text) : -1;
+    if (*text == "off" || *text == "none") {
+      level = 0;
+    } else if (v >= 0 && v <= k_max_compression_level) {
+      level = v;
+    } else {
+      return invalid_argument(std::string(name) + ": invalid compression level '" + *text +
+                              "': use off, or a zstd level from 1 to " + std::to_string(k_max_compression_level));
+    }
+  }
+  shown.value = level == 0 ? "off" : "zstd level " + std::to_string(level);
+  return {};
+}
+
+Status apply_compression(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  return parse_level("PROGCACHE_COMPRESSION", text, c.compression_level, shown);
+}
+
+Status apply_remote_compression(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  return parse_level("PROGCACHE_REMOTE_COMPRESSION", text, c.remote_compression_level, shown);
+}
+
 Status apply_disable(Config& c, const std::optional<std::string>& text, Setting& shown) {
   c.disabled = text && truthy(*text);
   shown.value = c.disabled ? "yes" : "no";
@@ -198,11 +225,13 @@ constexpr SettingRow k_rows[] = {
     {"PROGCACHE_MAX_ENTRIES", &ConfigOverrides::max_entries, "--max-entries", apply_max_entries},
     {"PROGCACHE_DISABLE", nullptr, "", apply_disable},
     {"PROGCACHE_DURABILITY", nullptr, "", apply_durability},
+    {"PROGCACHE_COMPRESSION", nullptr, "", apply_compression},
     {"PROGCACHE_SHARING", nullptr, "", apply_sharing},
     {"PROGCACHE_REMOTE", &ConfigOverrides::remote, "--remote", apply_remote},
     {"PROGCACHE_REMOTE_PASSWORD_FILE", nullptr, "", apply_remote_password_file},
     {"PROGCACHE_REMOTE_PASSWORD", nullptr, "", apply_remote_password},
     {"PROGCACHE_READONLY", nullptr, "", apply_read_only},
+    {"PROGCACHE_REMOTE_COMPRESSION", nullptr, "", apply_remote_compression},
     {"PROGCACHE_HMAC_KEY_FILE", nullptr, "", apply_hmac_key_file},
 };
 
@@ -258,7 +287,15 @@ FileStoreOptions Config::file_store_options() const {
   o.durability = durability;
   o.sharing = sharing;
   o.codec.hmac_key = hmac_key;
+  o.codec.compression_level = compression_level;
   return o;
+}
+
+RemoteStoreOptions Config::remote_store_options() const {
+  return {.urls = remote_urls,
+          .password = remote_password,
+          .read_only = read_only,
+          .codec = {.hmac_key = hmac_key, .compression_level = remote_compression_level}};
 }
 
 Result<Config> resolve_config(const ConfigOverrides& overrides) {

@@ -3,8 +3,10 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
+#include "entry/zstd_codec.h"
 #include "progcache/hash.h"
 #include "progcache/version.h"
 #include "util/coding.h"
@@ -93,9 +95,20 @@ Status Entry::validate() const {
 Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_t now_ns,
                                  const EntryCodecOptions& options) {
   PROGCACHE_TRY(entry.validate());
+  // What each artifact is stored as: compressed where that is asked for and
+  // worth it, else its own bytes.
+  std::vector<std::optional<std::string>> packed(entry.artifacts().size());
+  if (options.compression_level != 0) {
+    for (std::size_t i = 0; i < packed.size(); ++i) {
+      packed[i] = zstd::shrink(entry.artifacts()[i].data.view(), options.compression_level);
+    }
+  }
+  const auto stored = [&](std::size_t i) -> std::string_view {
+    return packed[i] ? std::string_view(*packed[i]) : entry.artifacts()[i].data.view();
+  };
   std::uint64_t body =
       k_entry_fixed_header + k_table_row * entry.artifacts().size() + entry.producer().size() + entry.metadata().size();
-  for (const auto& a : entry.artifacts()) body += a.name.size() + a.data.size();
+  for (std::size_t i = 0; i < packed.size(); ++i) body += entry.artifacts()[i].name.size() + stored(i).size();
   const bool sign = !options.hmac_key.empty();
   std::string out;
   out.reserve(body + k_entry_checksum_size + (sign ? k_entry_hmac_size : 0));
@@ -108,15 +121,15 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
   out.append(key.view());
   put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.producer().size()));
   put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.metadata().size()));
-  for (const auto& a : entry.artifacts()) {
-    put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(a.name.size()));
-    put_fixed<std::uint32_t>(out, 0);
-    put_fixed<std::uint64_t>(out, a.data.size());
+  for (std::size_t i = 0; i < packed.size(); ++i) {
+    put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.artifacts()[i].name.size()));
+    put_fixed<std::uint32_t>(out, packed[i] ? k_encoding_zstd : k_encoding_raw);
+    put_fixed<std::uint64_t>(out, stored(i).size());
   }
   out += entry.producer();
   out += entry.metadata();
   for (const auto& a : entry.artifacts()) out += a.name;
-  for (const auto& a : entry.artifacts()) out.append(a.data.view());
+  for (std::size_t i = 0; i < packed.size(); ++i) out.append(stored(i));
   const Digest128 sum = xxh3_128(out);
   out.append(as_view(sum));
   if (sign) {
@@ -172,7 +185,10 @@ Result<EntryLayout> parse_entry_layout(std::string_view prefix, std::uint64_t to
   l.artifacts.resize(l.header.artifact_count);
   for (std::uint32_t i = 0; i < l.header.artifact_count; ++i) {
     const char* row = prefix.data() + k_entry_fixed_header + k_table_row * i;
-    if (decode_fixed<std::uint32_t>(row + 4) != 0) return data_loss("artifact table has a nonzero reserved field");
+    l.artifacts[i].encoding = decode_fixed<std::uint32_t>(row + 4);
+    if (l.artifacts[i].encoding != k_encoding_raw && l.artifacts[i].encoding != k_encoding_zstd) {
+      return data_loss("artifact table names an unknown encoding " + std::to_string(l.artifacts[i].encoding));
+    }
     l.artifacts[i].name_size = decode_fixed<std::uint32_t>(row);
     l.artifacts[i].data_size = decode_fixed<std::uint64_t>(row + 8);
     l.artifacts[i].name_offset = total;

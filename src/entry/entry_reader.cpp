@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "entry/zstd_codec.h"
 #include "progcache/entry.h"
 #include "progcache/hash.h"
 
@@ -20,6 +21,15 @@ constexpr std::size_t k_first_read = 4096;
 // reads bytes the copy just brought into cache instead of making a second
 // trip to memory.
 constexpr std::size_t k_chunk = std::size_t{128} * 1024;
+
+// The decoded bytes of a verified, compressed artifact, in memory of their own.
+Result<Bytes> expanded(std::string_view stored) {
+  PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t n, zstd::expanded_size(stored));
+  char* base = nullptr;
+  Bytes out = Bytes::allocate(n, &base);
+  PROGCACHE_TRY(zstd::expand(stored, base, n));
+  return out;
+}
 
 Status shrank() {
   return data_loss("truncated: the entry ended early (the file shrank while being read)");
@@ -152,6 +162,9 @@ Result<Entry> EntryReader::read(const Key& expected_key) {
     e->artifacts[i].name.assign(c.prefix.substr(part.name_offset, part.name_size));
     e->artifacts[i].data = m_in_memory ? m_data.slice(part.data_offset, part.data_size)
                                        : payloads.slice(part.data_offset - first, part.data_size);
+    if (part.encoding == k_encoding_zstd) {
+      PROGCACHE_ASSIGN_OR_RETURN(e->artifacts[i].data, expanded(e->artifacts[i].data.view()));
+    }
   }
   Entry out;
   out.m_data = std::move(e);
@@ -164,12 +177,23 @@ Status EntryReader::read_primary(const Key& expected_key, const Alloc& alloc) {
     if (p == nullptr) return resource_exhausted("no memory for a cache hit of " + std::to_string(n) + " bytes");
     return p;
   };
+  // A compressed primary is read into scratch memory, and expanded into the
+  // caller's only once verified.
+  std::string packed;
   const auto dest = [&](const EntryLayout& l, std::size_t i) -> Result<char*> {
     if (i != 0) return nullptr;
-    return give(l.artifacts.front().data_size);
+    const auto& part = l.artifacts.front();
+    if (part.encoding == k_encoding_raw) return give(part.data_size);
+    packed.resize(part.data_size);  // no more than the entry's own size: the layout added up
+    return packed.data();
   };
   PROGCACHE_ASSIGN_OR_RETURN(Checked c, verify(expected_key, dest));
   if (c.layout.artifacts.empty()) return give(0).status();
+  if (c.layout.artifacts.front().encoding == k_encoding_zstd) {
+    PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t n, zstd::expanded_size(packed));
+    PROGCACHE_ASSIGN_OR_RETURN(char* p, give(n));
+    return zstd::expand(packed, p, n);
+  }
   return {};
 }
 

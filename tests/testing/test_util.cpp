@@ -87,4 +87,16 @@ std::uint64_t entry_bytes_on_disk(const std::string& root) {
   return n;
 }
 
+std::string compressible_payload(std::size_t size, unsigned seed) {
+  const std::string words = make_payload(64, seed);
+  std::string out;
+  out.reserve(size);
+  for (std::size_t i = 0; out.size() < size; ++i) {
+    out.append(words, (i * 8) % 56, 8);
+    if (i % 5 == 0) out.push_back(static_cast<char>(i * 31 + seed));
+  }
+  out.resize(size);
+  return out;
+}
+
 }  // namespace progcache::testing

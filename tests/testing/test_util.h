@@ -30,6 +30,9 @@ class TempDir {
 Key make_key(std::uint64_t n, int first_byte = -1);
 // A deterministic payload of `size` bytes seeded by `seed`.
 std::string make_payload(std::size_t size, std::uint64_t seed);
+// Bytes like a cubin's: runs of repeated instruction words with some
+// variety, which zstd shrinks several-fold.
+std::string compressible_payload(std::size_t size, unsigned seed);
 Entry make_entry(std::string_view payload);
 
 std::string read_all(const std::string& path);

@@ -55,10 +55,7 @@ pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c) {
 pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c) {
   PROGCACHE_ASSIGN_OR_RETURN(auto disk, open_store(c));
   if (c.remote_urls.empty()) return std::unique_ptr<pc::Store>(std::move(disk));
-  PROGCACHE_ASSIGN_OR_RETURN(
-      auto remote,
-      pc::make_remote_store(
-          {.urls = c.remote_urls, .password = c.remote_password, .read_only = c.read_only, .codec = {c.hmac_key}}));
+  PROGCACHE_ASSIGN_OR_RETURN(auto remote, pc::make_remote_store(c.remote_store_options()));
   pc::TieredStoreOptions o;
   o.disk = std::move(disk);
   o.remote = std::move(remote);

@@ -1,0 +1,38 @@
+// entry/zstd_codec.h — the zstd side of the entry codec: artifacts stored
+// compressed (entry.h, "artifact encodings"). Internal to the library.
+//
+// A stored artifact is one complete zstd frame that declares its decoded
+// size. Decoding judges the frame before allocating: it must be exactly one
+// frame, declare its size, and expand at most k_max_expansion times (the
+// encoder stores an artifact raw rather than exceed that), so a small
+// stored artifact cannot make a reader allocate without bound.
+//
+// Thread safety: all functions are thread-safe (contexts are per thread).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "progcache/entry.h"
+#include "progcache/status.h"
+
+namespace progcache::zstd {
+
+inline constexpr std::uint64_t k_max_expansion = 256;
+// Below this, an artifact is always stored as it is.
+inline constexpr std::size_t k_min_compressed_input = 512;
+
+// `raw` compressed at `level`, or nullopt when storing it compressed would
+// not save at least an eighth of it (or the level is not 1 to
+// k_max_compression_level).
+std::optional<std::string> shrink(std::string_view raw, int level);
+// The decoded size `stored` declares; data_loss unless it is one complete
+// frame declaring a size within k_max_expansion of its own.
+Result<std::uint64_t> expanded_size(std::string_view stored);
+// Expands `stored` into `dst`, which holds exactly expanded_size(stored)
+// bytes; data_loss when the frame does not decode to exactly that.
+Status expand(std::string_view stored, char* dst, std::uint64_t size);
+
+}  // namespace progcache::zstd
