@@ -249,7 +249,9 @@ def plots(results: list, out: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("entries in the (full) store")
     ax.set_ylabel("put with eviction (ms, median)")
-    ax.set_title("Put cost against entry count (cap reached)")
+    ax.set_title("Put cost against entry count (cap reached)\n"
+                 "progcache: fsync per put; cuda.core: fsync per put; diskcache: SQLite WAL, no fsync per commit",
+                 fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

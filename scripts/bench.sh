@@ -64,14 +64,30 @@ redis-server --port "$port" --bind 127.0.0.1 --save '' --daemonize yes --pidfile
 sleep 0.5
 PROGCACHE_BENCH_REDIS="redis://127.0.0.1:$port" "$build/bench/remote_bench" --benchmark_repetitions=5 \
   --benchmark_report_aggregates_only=true | tee "$out/remote.txt"
+
+echo "== compression: zstd levels on the example kernels' cubins (disk, memory, Redis over loopback)"
+# The corpus: every program the main job compiles, as the cache holds it.
+corpus_cache=$(mktemp -d)
+python3 scripts/main_job.py --progcache "$build/progcache" --cache-dir "$corpus_cache/pc" >/dev/null
+mkdir -p "$out/corpus"
+rm -f "$out/corpus"/*
+for key in $("$build/progcache" ls --dir "$corpus_cache/pc"); do
+  "$build/progcache" get --dir "$corpus_cache/pc" "$key" -o "$out/corpus/$key"
+done
+rm -rf "$corpus_cache"
+python3 scripts/compression_report.py "$build/bench/compression_bench" --corpus "$out/corpus" \
+  --redis "redis://127.0.0.1:$port" | tee "$out/compression.txt"
 kill "$(cat "$outabs/redis.pid")" || true
 
 echo "== Python: progcache vs cuda.core vs diskcache (tables and plots)"
 python3 -m pip install -q --disable-pip-version-check ./ "cuda-core[cu13]" diskcache matplotlib
 python3 bench/python_hits.py | tee "$out/python_hits.txt"
-python3 bench/compare.py --entries 1000 10000 --plots --out "$out" | tee "$out/compare.txt"
+python3 bench/compare.py --entries 1000 10000 --procs 1 2 4 8 16 --plots --out "$out" | tee "$out/compare.txt"
 python3 bench/compare.py --entries 1000 10000 100000 --skip-basic --skip-mixed --out "$out" \
   | tee "$out/compare_full.txt"
+
+echo "== plots into docs/img"
+cp "$out"/hit_latency.png "$out"/put_vs_entries.png "$out"/mixed_scaling.png docs/img/
 
 echo "== main job"
 python3 scripts/main_job.py --progcache "$build/progcache" | tee "$out/main_job.txt"

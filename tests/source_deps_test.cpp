@@ -91,8 +91,9 @@ TEST_F(SourceDepsTest, QuotedHeaderBesideTheSourceEditIsSeen) {
 
 TEST_F(SourceDepsTest, IncludesSpelledWithCommentsDigraphsAndSplicesAreSeen) {
   // Each spelling the preprocessor accepts for one #include: comments
-  // before, inside and after the '#', the '%:' digraph, a line splice, a
-  // block comment spanning lines. Each header edit must be a miss.
+  // before, inside and after the '#', the '%:' digraph (also split by a
+  // splice), a line splice, a block comment spanning lines. Each header
+  // edit must be a miss.
   const std::vector<std::pair<std::string, std::string>> spellings = {
       {"comment_before", "/**/#include \"val_a.h\""},
       {"comment_inside", "#/**/include \"val_b.h\""},
@@ -100,6 +101,9 @@ TEST_F(SourceDepsTest, IncludesSpelledWithCommentsDigraphsAndSplicesAreSeen) {
       {"splice", "#inc\\\nlude \"val_d.h\""},
       {"multiline_comment", "/* a comment\n   over lines */ #include \"val_e.h\""},
       {"line_comment_after", "#include \"val_f.h\" // trailing /* not a comment start"},
+      // No '#' anywhere, and the digraph split by a splice: the scan must
+      // not be skipped as if there were no directive.
+      {"spliced_digraph", "%\\\n:include \"val_g.h\""},
   };
   char which = 'a';
   for (const auto& [label, include] : spellings) {

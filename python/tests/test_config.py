@@ -131,3 +131,35 @@ def test_remote_password_file_reaches_the_python_caches(tmp_path, monkeypatch, r
     assert progcache.TieredProgramCache(tmp_path / "fresh").get("k") is None
     with pytest.raises(PermissionError, match="authentication failed"):
         progcache.RedisProgramCache(redis_with_password).get("k")
+
+
+def _cubin_like(n: int) -> bytes:
+    words = os.urandom(64)
+    out = bytearray()
+    i = 0
+    while len(out) < n:
+        out += words[(i * 8) % 56:(i * 8) % 56 + 8]
+        if i % 5 == 0:
+            out.append((i * 31) & 0xFF)
+        i += 1
+    return bytes(out[:n])
+
+
+def test_compression_setting_reaches_the_python_caches(tmp_path, monkeypatch):
+    """PROGCACHE_COMPRESSION makes the disk tier store entries smaller; they
+    read back as they were, also through a cache opened without it."""
+    payload = _cubin_like(200_000)
+    monkeypatch.setenv("PROGCACHE_COMPRESSION", "3")
+    assert progcache._core.resolve_config()["compression_level"] == 3
+    c = FileStreamProgramCache(tmp_path / "z")
+    c["k"] = payload
+    files = [p for p in (tmp_path / "z").rglob("*") if p.is_file() and len(p.name) == 62]
+    assert len(files) == 1 and files[0].stat().st_size * 3 < len(payload)
+    assert c["k"] == payload
+    monkeypatch.delenv("PROGCACHE_COMPRESSION")
+    cfg = progcache._core.resolve_config()
+    assert cfg["compression_level"] == 0 and cfg["remote_compression_level"] == 1
+    assert FileStreamProgramCache(tmp_path / "z")["k"] == payload
+    monkeypatch.setenv("PROGCACHE_COMPRESSION", "fast")
+    with pytest.raises(ValueError, match="PROGCACHE_COMPRESSION"):
+        FileStreamProgramCache(tmp_path / "y")

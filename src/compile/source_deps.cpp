@@ -285,7 +285,21 @@ std::string replace_trigraphs(std::string_view text) {
 // replaced depends on the language standard, and reading them the wrong way
 // could hide an include (a "??/" ending a comment would splice the next line
 // into it).
+// Whether `text` may hold a directive: a '#', or what can become one (the
+// digraph '%:', also with a splice between its two characters, and any
+// trigraph), or __has_include. A program with none of them has nothing to
+// scan; scanning one that includes nothing was most of a warm hit's time.
+bool may_hold_directives(std::string_view text) {
+  constexpr auto npos = std::string_view::npos;
+  if (text.find('#') != npos || text.find("??") != npos || text.find("__has_include") != npos) return true;
+  for (std::size_t p = text.find('%'); p != npos; p = text.find('%', p + 1)) {
+    if (p + 1 < text.size() && (text[p + 1] == ':' || text[p + 1] == '\\')) return true;
+  }
+  return false;
+}
+
 std::vector<Directive> directives(std::string_view text) {
+  if (!may_hold_directives(text)) return {};
   std::vector<Directive> out = directives_of(text);
   if (text.find("??") != std::string_view::npos) {
     for (auto& d : directives_of(replace_trigraphs(text))) out.push_back(std::move(d));
