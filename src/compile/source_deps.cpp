@@ -290,9 +290,9 @@ std::string replace_trigraphs(std::string_view text) {
 // trigraph), or __has_include. A program with none of them has nothing to
 // scan; scanning one that includes nothing was most of a warm hit's time.
 bool may_hold_directives(std::string_view text) {
-  constexpr auto npos = std::string_view::npos;
-  if (text.find('#') != npos || text.find("??") != npos || text.find("__has_include") != npos) return true;
-  for (std::size_t p = text.find('%'); p != npos; p = text.find('%', p + 1)) {
+  constexpr auto k_npos = std::string_view::npos;
+  if (text.find('#') != k_npos || text.find("??") != k_npos || text.find("__has_include") != k_npos) return true;
+  for (std::size_t p = text.find('%'); p != k_npos; p = text.find('%', p + 1)) {
     if (p + 1 < text.size() && (text[p + 1] == ':' || text[p + 1] == '\\')) return true;
   }
   return false;

@@ -208,6 +208,11 @@ int millis_until(RemoteDeadline deadline) {
   return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
 }
 
+// The most one read takes from a socket, and the largest read buffer a
+// pooled connection keeps between replies (a larger one is freed).
+constexpr std::size_t k_read_chunk = std::size_t{256} << 10;
+constexpr std::size_t k_kept_read_buffer = std::size_t{4} << 20;
+
 // One connection, driven without blocking: every command it runs must finish
 // by the deadline of the call it serves, however the server trickles bytes.
 // hiredis's blocking mode bounds each read, not the call, so the socket is
@@ -245,10 +250,27 @@ class Conn {
                       what + ": reply larger than the " + std::to_string(m_max_reply) + "-byte limit for one value");
       }
       PROGCACHE_TRY(wait_for(POLLIN, what));
-      if (redisBufferRead(m_c) != REDIS_OK) return classify(what);
+      PROGCACHE_TRY(read_available(what));
     }
     reply.r = static_cast<redisReply*>(r);
     return reply;
+  }
+
+  // Reads what the socket holds, up to k_read_chunk at once (hiredis's own
+  // read takes 16 KiB, one poll and one read per 16 KiB of a reply), and
+  // feeds it to the reply parser.
+  Status read_available(const std::string& what) {
+    thread_local const std::unique_ptr<char[]> buf(new char[k_read_chunk]);
+    const ssize_t n = ::read(m_c->fd, buf.get(), k_read_chunk);
+    if (n > 0) {
+      if (redisReaderFeed(m_c->reader, buf.get(), static_cast<std::size_t>(n)) != REDIS_OK) {
+        return broken(Code::data_loss, what + ": " + m_c->reader->errstr);
+      }
+      return {};
+    }
+    if (n == 0) return broken(Code::unavailable, what + ": the server closed the connection");
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return {};
+    return broken(Code::unavailable, what + ": read: " + std::strerror(errno));
   }
 
   Status classify(const std::string& what) const {
@@ -446,6 +468,12 @@ class RedisBackend final : public RemoteBackend {
       return unavailable("remote " + m_id + ": cannot make the socket non-blocking");
     }
     c->flags &= ~REDIS_BLOCK;
+    // hiredis frees its read buffer whenever a reply leaves more than 16 KiB
+    // of it unused, so every reply of 64 KiB grew a buffer from nothing,
+    // past glibc's mmap threshold: pages mapped, faulted and unmapped on
+    // each hit (a 64 KiB hit cost 4.7 times a 4 KiB one). A pooled
+    // connection keeps up to k_kept_read_buffer instead.
+    c->reader->maxbuf = k_kept_read_buffer;
     Conn conn(c, m_url, deadline, m_max_reply);
     if (!m_url.password.empty()) {
       auto r =
