@@ -314,7 +314,9 @@ def main() -> int:
             pc, cc, dc = (ops.get((w, k)) for k in FILE)
             ratio = pc / dc if pc and dc else None
             mark = "" if ratio is None else (" ✔" if ratio >= 1.5 else " ✘")
-            print(f"| {n} | {pc:,.0f} | {cc:,.0f} | {dc:,.0f} | {ratio:.1f} x | ≥ 1.5 x{mark} |")
+            num = lambda v: "—" if v is None else f"{v:,.0f}"
+            shown = "—" if ratio is None else f"{ratio:.1f} x"
+            print(f"| {n} | {num(pc)} | {num(cc)} | {num(dc)} | {shown} | ≥ 1.5 x{mark} |")
     if args.plots:
         plots(results, args.out)
         print(f"plots: {args.out}/hit_latency.png {args.out}/put_vs_entries.png {args.out}/mixed_scaling.png")

@@ -7,6 +7,8 @@
 //   PROGCACHE_MAX_ENTRIES  entry cap of the disk tier (default: none)
 //   PROGCACHE_DISABLE      1/true/yes: bypass the cache entirely
 //   PROGCACHE_DURABILITY   none (default) | fsync
+//   PROGCACHE_COMPRESSION  zstd level 1-19 for the disk tier's entries, or off (default)
+//   PROGCACHE_REMOTE_COMPRESSION  the same for the remote tier (default 1)
 //   PROGCACHE_SHARING      private (default) | group: a group-writable root
 //                          (setgid 2770, entries 0660) shared by a team
 //   PROGCACHE_HMAC_KEY_FILE  file holding the signing key (never printed)

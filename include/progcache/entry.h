@@ -22,13 +22,16 @@
 // compression_level set, and only where it saves an eighth or more). The
 // checksum and signature cover the stored bytes, so damage is found before
 // anything is decompressed; decoding then bounds the declared size (at most
-// 256 times the stored one) before allocating it. Readers older than the
-// encoding field see a compressed artifact as a damaged entry: a miss.
+// 256 times the stored one, and 1 GiB) before allocating it; the frame
+// carries zstd's checksum of the decoded bytes, which decoding checks.
+// Readers older than the encoding field see a compressed artifact as a
+// damaged entry: a miss (and the file store removes it).
 //
 // Decoding trusts no length: the declared sizes must add up exactly to the
 // buffer size (checked with overflow-safe arithmetic) before anything is
 // allocated or sliced, so a 20-byte file claiming a 1 TiB payload allocates
-// nothing. A decoded Entry's artifacts are slices of the input buffer.
+// nothing. A decoded Entry's artifacts are slices of the input buffer
+// (compressed ones: decoded into memory of their own).
 //
 // EntryReader is the one decoder: it reads an entry in order, from a buffer
 // or through a read_at callable (a file), verifying as it goes, so a file
@@ -187,7 +190,8 @@ class EntryReader {
 
   // An entry of `size` bytes, read through `read_at` (a file's pread).
   EntryReader(ReadAt read_at, std::uint64_t size, EntryCodecOptions options = {});
-  // An entry held in `data`: nothing is copied, artifacts are slices of it.
+  // An entry held in `data`: nothing is copied, artifacts are slices of it
+  // (compressed ones are decoded into memory of their own).
   explicit EntryReader(Bytes data, EntryCodecOptions options = {});
 
   // The whole entry. Through read_at, the artifacts share one allocation,

@@ -102,7 +102,9 @@ class Env {
   // each one, and so the files made in it, in a block group of its own).
   // unavailable where the filesystem has no such hint. A hint only:
   // nothing may depend on it.
-  virtual Status spread_subdirectories(const std::string& dir) = 0;
+  // The default says the hint is not available, so an Env written before
+  // this call existed still builds.
+  virtual Status spread_subdirectories(const std::string& dir);
 
   // flock(2) on an open file. Returns false when try_only found it held.
   virtual Result<bool> lock(int fd, LockKind kind, LockWait wait) = 0;

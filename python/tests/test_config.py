@@ -163,3 +163,42 @@ def test_compression_setting_reaches_the_python_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("PROGCACHE_COMPRESSION", "fast")
     with pytest.raises(ValueError, match="PROGCACHE_COMPRESSION"):
         FileStreamProgramCache(tmp_path / "y")
+
+
+def test_each_tier_compresses_as_its_own_setting_says(tmp_path, monkeypatch, redis_with_password):
+    """A tiered cache writes the remote tier at PROGCACHE_REMOTE_COMPRESSION
+    and the disk at PROGCACHE_COMPRESSION, each as set."""
+    if not progcache._core.HAVE_REDIS:
+        pytest.skip("built without the Redis tier")
+    payload = _cubin_like(200_000)
+    monkeypatch.setenv("PROGCACHE_REMOTE_PASSWORD", "s3cret-pw")
+    monkeypatch.setenv("PROGCACHE_REMOTE", redis_with_password)
+    port = redis_with_password.rsplit(":", 1)[1]
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        pytest.skip("redis-cli not installed")
+
+    def remote_bytes() -> int:
+        keys = subprocess.run([cli, "-p", port, "-a", "s3cret-pw", "--no-auth-warning", "KEYS", "progcache:*"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert len(keys) == 1
+        return int(subprocess.run([cli, "-p", port, "-a", "s3cret-pw", "--no-auth-warning", "STRLEN", keys[0]],
+                                  capture_output=True, text=True, check=True).stdout)
+
+    def disk_bytes(root) -> int:
+        files = [p for p in root.rglob("*") if p.is_file() and len(p.name) == 62]
+        assert len(files) == 1
+        return files[0].stat().st_size
+
+    for disk_level, remote_level in (("off", "3"), ("3", "off")):
+        subprocess.run([cli, "-p", port, "-a", "s3cret-pw", "--no-auth-warning", "FLUSHALL"], check=True,
+                       capture_output=True)
+        monkeypatch.setenv("PROGCACHE_COMPRESSION", disk_level)
+        monkeypatch.setenv("PROGCACHE_REMOTE_COMPRESSION", remote_level)
+        root = tmp_path / f"t-{disk_level}-{remote_level}"
+        t = progcache.TieredProgramCache(root)
+        t["k"] = payload
+        t.close()  # flushes the remote queue
+        small, large = (disk_bytes(root), remote_bytes()) if disk_level == "3" else (remote_bytes(), disk_bytes(root))
+        assert small * 3 < len(payload) < large, (disk_level, remote_level, small, large)
+        assert progcache.TieredProgramCache(tmp_path / "reader")["k"] == payload

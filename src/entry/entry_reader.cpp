@@ -3,6 +3,7 @@
 // store runs it over pread.
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -26,7 +27,12 @@ constexpr std::size_t k_chunk = std::size_t{128} * 1024;
 Result<Bytes> expanded(std::string_view stored) {
   PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t n, zstd::expanded_size(stored));
   char* base = nullptr;
-  Bytes out = Bytes::allocate(n, &base);
+  Bytes out;
+  try {
+    out = Bytes::allocate(n, &base);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("no memory to decompress an artifact of " + std::to_string(n) + " bytes");
+  }
   PROGCACHE_TRY(zstd::expand(stored, base, n));
   return out;
 }

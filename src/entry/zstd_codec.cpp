@@ -4,6 +4,8 @@
 
 #include <memory>
 
+#include "util/coding.h"
+
 namespace progcache::zstd {
 
 namespace {
@@ -28,6 +30,10 @@ ZSTD_DCtx* dctx() {
 
 }  // namespace
 
+bool within_bound(std::uint64_t decoded, std::uint64_t stored) {
+  return decoded <= k_max_expanded && decoded / k_max_expansion <= stored && stored != 0;
+}
+
 std::optional<std::string> shrink(std::string_view raw, int level) {
   if (raw.size() < k_min_compressed_input || level < 1 || level > k_max_compression_level) return std::nullopt;
   ZSTD_CCtx* c = cctx();
@@ -39,16 +45,18 @@ std::optional<std::string> shrink(std::string_view raw, int level) {
   if (ZSTD_isError(ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters)) ||
       ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, level)) ||
       ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1)) ||
-      ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 0))) {
+      ZSTD_isError(ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1))) {
     return std::nullopt;
   }
   const std::size_t n = ZSTD_compress2(c, out.data(), out.size(), raw.data(), raw.size());
-  if (ZSTD_isError(n) || n == 0 || raw.size() / n > k_max_expansion) return std::nullopt;
+  if (ZSTD_isError(n) || !within_bound(raw.size(), n)) return std::nullopt;
   out.resize(n);
   return out;
 }
 
 Result<std::uint64_t> expanded_size(std::string_view stored) {
+  if (stored.size() < 4 || decode_fixed<std::uint32_t>(stored.data()) != ZSTD_MAGICNUMBER)
+    return data_loss("compressed artifact: not a standard zstd frame");
   const unsigned long long n = ZSTD_getFrameContentSize(stored.data(), stored.size());
   if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN) {
     return data_loss("compressed artifact: not a zstd frame that declares its size");
@@ -56,9 +64,10 @@ Result<std::uint64_t> expanded_size(std::string_view stored) {
   if (ZSTD_findFrameCompressedSize(stored.data(), stored.size()) != stored.size()) {
     return data_loss("compressed artifact: not exactly one zstd frame");
   }
-  if (n / k_max_expansion > stored.size()) {
+  if (!within_bound(n, stored.size())) {
     return data_loss("compressed artifact: declares " + std::to_string(n) + " bytes from " +
-                     std::to_string(stored.size()) + ", more than " + std::to_string(k_max_expansion) + " times");
+                     std::to_string(stored.size()) + ", more than " + std::to_string(k_max_expansion) +
+                     " times that or more than " + std::to_string(k_max_expanded) + " bytes");
   }
   return static_cast<std::uint64_t>(n);
 }

@@ -179,6 +179,9 @@ Result<std::vector<DirEntry>> EnvWrapper::list_dir(const std::string& path) {
 Status EnvWrapper::fsync_dir(const std::string& path) {
   return m_target->fsync_dir(path);
 }
+Status Env::spread_subdirectories(const std::string& dir) {
+  return unavailable("this Env takes no placement hint for '" + dir + "'");
+}
 Status EnvWrapper::spread_subdirectories(const std::string& dir) {
   return m_target->spread_subdirectories(dir);
 }
