@@ -80,6 +80,24 @@ Result<std::string> primary_of(EntryReader reader, const Key& key) {
   return out;
 }
 
+// Reads `bytes` through a callable in chunks of each size in `steps`, as a
+// whole entry and as its primary artifact: each equals `e`, and each byte
+// is read once (the first read's bytes are not read again).
+void expect_every_chunking_reads(const std::string& bytes, const Entry& e, std::initializer_list<std::size_t> steps) {
+  for (const std::size_t step : steps) {
+    FakeFile f{bytes, step};
+    auto whole = EntryReader(f.read_at(), bytes.size()).read(test_key());
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    expect_same(*whole, e);
+    FakeFile g{bytes, step};
+    auto primary = primary_of(EntryReader(g.read_at(), bytes.size()), test_key());
+    ASSERT_TRUE(primary.ok()) << primary.status().to_string();
+    EXPECT_EQ(*primary, e.artifacts()[0].data.view());
+    EXPECT_EQ(f.served, bytes.size()) << "step " << step;
+    EXPECT_EQ(g.served, bytes.size()) << "step " << step;
+  }
+}
+
 TEST(HmacSha256, StreamingEqualsOneShotAtEverySplit) {
   const std::string data = testing::make_payload(300, 3);
   for (const std::string& key : {std::string(), std::string("k"), std::string(64, 'x'), std::string(100, 'y')}) {
@@ -96,19 +114,7 @@ TEST(HmacSha256, StreamingEqualsOneShotAtEverySplit) {
 TEST(EntryReader, ReadThroughACallableEqualsDecodeHoweverReadsAreChunked) {
   const Entry e = three_artifacts();
   const std::string bytes = encode(e);
-  for (std::size_t step : {std::size_t{1} << 30, std::size_t{4096}, std::size_t{4095}, std::size_t{1000}}) {
-    FakeFile f{bytes, step};
-    auto whole = EntryReader(f.read_at(), bytes.size()).read(test_key());
-    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
-    expect_same(*whole, e);
-    FakeFile g{bytes, step};
-    auto primary = primary_of(EntryReader(g.read_at(), bytes.size()), test_key());
-    ASSERT_TRUE(primary.ok()) << primary.status().to_string();
-    EXPECT_EQ(*primary, e.artifacts()[0].data.view());
-    // Each byte is read once: the first read's bytes are not read again.
-    EXPECT_EQ(f.served, bytes.size()) << "step " << step;
-    EXPECT_EQ(g.served, bytes.size()) << "step " << step;
-  }
+  expect_every_chunking_reads(bytes, e, {std::size_t{1} << 30, 4096, 4095, 1000});
   // From memory: the same entry, artifacts slicing the input.
   const Bytes in = Bytes::copy_of(bytes);
   auto mem = EntryReader(in).read(test_key());
@@ -245,18 +251,7 @@ TEST(EntryReader, CompressedArtifactsDecodeToTheirOwnBytesOnEveryReadPath) {
     EXPECT_EQ(encoding_of(bytes, 2), k_encoding_raw) << "a 24-byte log stored compressed";
     EXPECT_EQ(encoding_of(bytes, 3), k_encoding_zstd) << "level " << level;
     EXPECT_LT(bytes.size() * 3, plain.size()) << "level " << level << ": " << bytes.size() << " of " << plain.size();
-    for (std::size_t step : {std::size_t{1} << 30, std::size_t{4096}, std::size_t{1000}}) {
-      FakeFile f{bytes, step};
-      auto whole = EntryReader(f.read_at(), bytes.size()).read(test_key());
-      ASSERT_TRUE(whole.ok()) << whole.status().to_string();
-      expect_same(*whole, e);
-      FakeFile g{bytes, step};
-      auto primary = primary_of(EntryReader(g.read_at(), bytes.size()), test_key());
-      ASSERT_TRUE(primary.ok()) << primary.status().to_string();
-      EXPECT_EQ(*primary, e.artifacts()[0].data.view());
-      EXPECT_EQ(f.served, bytes.size());
-      EXPECT_EQ(g.served, bytes.size());
-    }
+    expect_every_chunking_reads(bytes, e, {std::size_t{1} << 30, 4096, 1000});
     auto mem = decode_entry(Bytes::copy_of(bytes), test_key());
     ASSERT_TRUE(mem.ok()) << mem.status().to_string();
     expect_same(*mem, e);
