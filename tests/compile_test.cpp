@@ -395,6 +395,33 @@ TEST_F(CompileTest, WrongTypedCompilerMemoCostsALoadNeverTheProcess) {
   EXPECT_EQ(*k, *program_key(saxpy_program(salt()), TargetType::cubin, m_opts));
 }
 
+// A warm call trusts the library file found before only as far as its own
+// stat of it: once that file is gone, the search runs again.
+TEST_F(CompileTest, ACompilerFileGoneSinceItWasFoundIsSearchedForAgain) {
+  REQUIRE_NVRTC();
+  auto info = compiler_info();
+  ASSERT_TRUE(info.ok());
+  const std::string link = m_tmp.sub("lib/libnvrtc.so");
+  fs::create_directories(fs::path(link).parent_path());
+  fs::create_symlink(info->nvrtc_path, link);
+  ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
+  const Program p = saxpy_program(salt());
+  auto first = program_key(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  fs::remove(link);
+  auto gone = program_key(p, TargetType::cubin, m_opts);
+  // Neither the identity of the file found before nor a stat error of it:
+  // the search's own verdict, "not found", which keys never match.
+  ASSERT_TRUE(gone.ok()) << gone.status().to_string();
+  EXPECT_NE(*gone, *first);
+  EXPECT_FALSE(compile(p, TargetType::cubin, m_opts).ok());
+  fs::create_symlink(info->nvrtc_path, link);
+  auto back = program_key(p, TargetType::cubin, m_opts);
+  ::unsetenv("PROGCACHE_NVRTC");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(*back, *first);
+}
+
 TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {
   ::setenv("PROGCACHE_NVJITLINK", "/nonexistent/libnvJitLink.so.13", 1);
   Program p;

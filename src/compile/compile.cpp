@@ -98,7 +98,13 @@ Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o,
   const std::string dir = state_dir_of(o);
   const std::string_view library = uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
   cuda::LibraryIdentity li;
-  if (auto path = cuda::locate(library); path.ok()) {
+  // The file found before is tried first: identity() stats it anyway, so
+  // the search's own re-check is skipped; a file gone since means a search.
+  Result<cuda::LibraryIdentity> known = unavailable("not searched yet");
+  if (auto before = cuda::located_before(library)) known = cuda::identity(library, *before, dir);
+  if (known.ok()) {
+    li = *known;
+  } else if (auto path = cuda::locate(library); path.ok()) {
     PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
   } else if (tolerate_missing || library == "nvvm") {
     li.fingerprint = "lib" + std::string(library) + " not found";

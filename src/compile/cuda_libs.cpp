@@ -125,29 +125,54 @@ std::vector<std::string> library_search_paths(std::string_view library) {
 
 namespace progcache::cuda {
 
-Result<std::string> locate(std::string_view library) {
-  const auto& spec = spec_of(library);
-  // The search (several stats and globs of site-packages) is memoized per
-  // process, keyed by every variable that steers it; a hit re-checks only
-  // that the file is still there.
-  std::string memo_key(library);
-  const std::string override_var(library_override_variable(spec.name));
+namespace {
+
+// The search (several stats and globs of site-packages) is memoized per
+// process, keyed by every variable that steers it.
+struct FoundMemo {
+  std::mutex mu;
+  std::map<std::string, std::string> paths;  // under mu
+};
+FoundMemo& found_memo() {
+  static FoundMemo memo;
+  return memo;
+}
+
+std::string found_key(std::string_view library) {
+  std::string key(library);
+  const std::string override_var(library_override_variable(spec_of(library).name));
   for (const char* var : {override_var.c_str(), "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV",
                           "CONDA_PREFIX", "PYTHONPATH"}) {
-    memo_key += '\0';
-    memo_key += getenv_str(var);
+    key += '\0';
+    key += getenv_str(var);
   }
-  static std::mutex mu;
-  static std::map<std::string, std::string> found;
+  return key;
+}
+
+}  // namespace
+
+std::optional<std::string> located_before(std::string_view library) {
+  const std::string memo_key = found_key(library);
+  FoundMemo& memo = found_memo();
+  std::lock_guard lock(memo.mu);
+  if (auto it = memo.paths.find(memo_key); it != memo.paths.end()) return it->second;
+  return std::nullopt;
+}
+
+Result<std::string> locate(std::string_view library) {
+  const auto& spec = spec_of(library);
+  // A memo hit re-checks only that the file is still there.
+  const std::string memo_key = found_key(library);
+  FoundMemo& memo = found_memo();
   {
-    std::lock_guard lock(mu);
-    if (auto it = found.find(memo_key); it != found.end() && is_file(it->second)) return it->second;
+    std::lock_guard lock(memo.mu);
+    if (auto it = memo.paths.find(memo_key); it != memo.paths.end() && is_file(it->second)) return it->second;
   }
   const auto candidates = library_search_paths(library);
   for (const auto& c : candidates) {
     if (is_file(c)) {
-      std::lock_guard lock(mu);
-      found[memo_key] = c;
+      std::lock_guard lock(memo.mu);
+      memo.paths[memo_key] = c;
       return c;
     }
   }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,6 +85,11 @@ struct Driver {
 // (PROGCACHE_NVRTC, PROGCACHE_NVJITLINK, PROGCACHE_LIBCUDA) that names a
 // missing file is an error, not a hint.
 Result<std::string> locate(std::string_view library);
+// The file locate() last found for `library` under the current environment,
+// without looking at the filesystem; nullopt when it has not searched. A
+// caller that stats the file anyway (identity) uses this and falls back to
+// locate() when the file is gone, saving the re-check's stat.
+std::optional<std::string> located_before(std::string_view library);
 
 // Loads (once per process) and returns the API. unavailable on failure.
 Result<const Nvrtc*> nvrtc();
