@@ -8,11 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "progcache/entry.h"
 #include "progcache/file_store.h"
+#include "progcache/hash.h"
 #include "progcache/lock_file.h"
 #include "progcache/memory_store.h"
 #include "testing/fault_env.h"
@@ -397,17 +400,71 @@ TEST_F(CompileTest, WrongTypedCompilerMemoCostsALoadNeverTheProcess) {
 
 // A warm call trusts the library file found before only as far as its own
 // stat of it: once that file is gone, the search runs again.
+// Runs `fn` in a forked child and returns what it returned. A library the
+// child loads stays in the child: this process can still test what happens
+// before one is loaded.
+std::string in_child(const std::function<std::string()>& fn) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const std::string out = fn();
+    for (std::size_t done = 0; done < out.size();) {
+      const ssize_t n = ::write(fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return out;
+}
+
+bool is_loaded(const std::string& path) {
+  void* h = ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (h != nullptr) ::dlclose(h);
+  return h != nullptr;
+}
+
+// Where NVRTC is, found in a child so that this process has not loaded it;
+// empty when there is none.
+std::string nvrtc_path_unloaded() {
+  return in_child([] {
+    auto info = compiler_info();
+    return info.ok() ? info->nvrtc_path : std::string();
+  });
+}
+
 TEST_F(CompileTest, ACompilerFileGoneSinceItWasFoundIsSearchedForAgain) {
-  REQUIRE_NVRTC();
-  auto info = compiler_info();
-  ASSERT_TRUE(info.ok());
+  const std::string nvrtc = nvrtc_path_unloaded();
+  if (nvrtc.empty()) GTEST_SKIP() << "no NVRTC";
+  ASSERT_FALSE(is_loaded(nvrtc));  // what follows is about a process that has not loaded it
   const std::string link = m_tmp.sub("lib/libnvrtc.so");
   fs::create_directories(fs::path(link).parent_path());
-  fs::create_symlink(info->nvrtc_path, link);
+  fs::create_symlink(nvrtc, link);
   ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
   const Program p = saxpy_program(salt());
+  // The identity memo is written by a process that loads the library, so
+  // this one reads it and never loads.
+  const std::string in_other = in_child([&] {
+    auto k = program_key(p, TargetType::cubin, m_opts);
+    return k.ok() ? k->hex() : std::string();
+  });
   auto first = program_key(p, TargetType::cubin, m_opts);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_EQ(first->hex(), in_other);
+  ASSERT_FALSE(is_loaded(link));
   fs::remove(link);
   auto gone = program_key(p, TargetType::cubin, m_opts);
   // Neither the identity of the file found before nor a stat error of it:
@@ -415,11 +472,74 @@ TEST_F(CompileTest, ACompilerFileGoneSinceItWasFoundIsSearchedForAgain) {
   ASSERT_TRUE(gone.ok()) << gone.status().to_string();
   EXPECT_NE(*gone, *first);
   EXPECT_FALSE(compile(p, TargetType::cubin, m_opts).ok());
-  fs::create_symlink(info->nvrtc_path, link);
+  fs::create_symlink(nvrtc, link);
   auto back = program_key(p, TargetType::cubin, m_opts);
   ::unsetenv("PROGCACHE_NVRTC");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(*back, *first);
+}
+
+// An upgrade installed over the library while a process runs changes the
+// file, not the library the process loaded: its compiles are still the old
+// library's, and must be keyed as such, never under the new file's
+// fingerprint where processes running the new library would find them.
+TEST_F(CompileTest, ALibraryReplacedAfterItWasLoadedStaysTheCompilerOfThisProcess) {
+  REQUIRE_NVRTC();
+  auto info = compiler_info();
+  ASSERT_TRUE(info.ok());
+  const std::string link = m_tmp.sub("lib/libnvrtc.so");
+  fs::create_directories(fs::path(link).parent_path());
+  fs::create_symlink(info->nvrtc_path, link);
+  ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
+  const Program a = saxpy_program(salt() + "-a");
+  auto first = compile(a, TargetType::cubin, m_opts);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  const std::string loaded = first->compiler.nvrtc_fingerprint;
+  testing::write_all(m_tmp.sub("lib/new"), "another build of the library");
+  fs::rename(m_tmp.sub("lib/new"), link);
+  const Program b = saxpy_program(salt() + "-b");
+  auto second = compile(b, TargetType::cubin, m_opts);
+  auto key_b = program_key(b, TargetType::cubin, m_opts);
+  auto again = compile(a, TargetType::cubin, m_opts);
+  ::unsetenv("PROGCACHE_NVRTC");
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_FALSE(second->from_cache);
+  EXPECT_EQ(second->compiler.nvrtc_fingerprint, loaded);
+  ASSERT_TRUE(key_b.ok());
+  EXPECT_EQ(*key_b, second->key);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->from_cache);
+  EXPECT_EQ(again->key, first->key);
+}
+
+// Loaded, then replaced before any compile asked who it was, with no memo
+// of its fingerprint for this state directory: its bytes cannot be read by
+// path any more. Its compiles get keys of their own, never the new file's.
+TEST_F(CompileTest, ALibraryReplacedBeforeItsFingerprintWasTakenGetsKeysOfItsOwn) {
+  const std::string nvrtc = nvrtc_path_unloaded();
+  if (nvrtc.empty()) GTEST_SKIP() << "no NVRTC";
+  ASSERT_FALSE(is_loaded(nvrtc));
+  const std::string link = m_tmp.sub("lib/libnvrtc.so");
+  fs::create_directories(fs::path(link).parent_path());
+  fs::create_symlink(nvrtc, link);
+  ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
+  // Loads the library, remembering its fingerprint under another state
+  // directory than the compiles below use.
+  auto info = compiler_info({.state_dir = m_tmp.sub("other-state")});
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  ASSERT_TRUE(is_loaded(link));
+  testing::write_all(m_tmp.sub("lib/new"), "another build of the library");
+  fs::rename(m_tmp.sub("lib/new"), link);
+  const Program p = saxpy_program(salt());
+  auto r = compile(p, TargetType::cubin, m_opts);
+  auto again = compile(p, TargetType::cubin, m_opts);
+  ::unsetenv("PROGCACHE_NVRTC");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_NE(r->compiler.nvrtc_fingerprint, info->identity.nvrtc_fingerprint);
+  EXPECT_NE(r->compiler.nvrtc_fingerprint, digest_hex(sha256("another build of the library")));
+  EXPECT_TRUE(r->compiler.nvrtc_fingerprint.starts_with("loaded nvrtc ")) << r->compiler.nvrtc_fingerprint;
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->from_cache);
 }
 
 TEST(CompileLibraries, MissingLibraryListsWhereItLooked) {

@@ -98,18 +98,29 @@ Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o,
   const std::string dir = state_dir_of(o);
   const std::string_view library = uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
   cuda::LibraryIdentity li;
-  // The file found before is tried first: identity() stats it anyway, so
-  // the search's own re-check is skipped; a file gone since means a search.
-  Result<cuda::LibraryIdentity> known = unavailable("not searched yet");
-  if (auto before = cuda::located_before(library)) known = cuda::identity(library, *before, dir);
-  if (known.ok()) {
-    li = *known;
-  } else if (auto path = cuda::locate(library); path.ok()) {
-    PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
-  } else if (tolerate_missing || library == "nvvm") {
-    li.fingerprint = "lib" + std::string(library) + " not found";
+  // A library this process has loaded is the compiler, whatever its path
+  // holds now: its identity was pinned at the load, and costs no syscall.
+  PROGCACHE_ASSIGN_OR_RETURN(const cuda::LibraryIdentity* pinned, cuda::loaded_identity(library, dir));
+  if (pinned != nullptr) {
+    li = *pinned;
   } else {
-    return path.status();
+    // The file found before is tried first: identity() stats it anyway, so
+    // the search's own re-check is skipped; a file gone since means a search.
+    Result<cuda::LibraryIdentity> known = unavailable("not searched yet");
+    if (auto before = cuda::located_before(library)) known = cuda::identity(library, *before, dir);
+    if (known.ok()) {
+      li = *known;
+    } else if (auto path = cuda::locate(library); path.ok()) {
+      PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
+    } else if (tolerate_missing || library == "nvvm") {
+      li.fingerprint = "lib" + std::string(library) + " not found";
+    } else {
+      return path.status();
+    }
+    // A memo miss above loads the library to ask its version: from then on
+    // the loaded file is the compiler.
+    PROGCACHE_ASSIGN_OR_RETURN(pinned, cuda::loaded_identity(library, dir));
+    if (pinned != nullptr) li = *pinned;
   }
   if (library == "nvrtc") {
     id.nvrtc_version = li.version;

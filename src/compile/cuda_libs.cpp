@@ -1,12 +1,14 @@
 #include "cuda_libs.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -196,12 +198,70 @@ bool bind(void* handle, F& fn, std::initializer_list<const char*> names) {
   return false;
 }
 
-Result<void*> open_library(std::string_view library, std::string* path) {
+// What makes a library file the same file to the identity memo.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  timespec mtime{};
+
+  static FileStamp of(const struct stat& st) { return {st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+  bool operator==(const FileStamp& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+           mtime.tv_nsec == o.mtime.tv_nsec;
+  }
+  // The memo files' spelling, unchanged from earlier releases.
+  std::string spelling() const {
+    return std::to_string(size) + "|" + std::to_string(mtime.tv_sec) + "." + std::to_string(mtime.tv_nsec) + "|" +
+           std::to_string(ino) + "|" + std::to_string(dev);
+  }
+};
+
+Result<FileStamp> stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno_status(errno, "stat", path);
+  return FileStamp::of(st);
+}
+
+// The file a library was loaded from, when that can be told. Written once,
+// before `loaded` is set; the pinned identity is made on first use.
+struct LoadRecord {
+  std::atomic<bool> loaded{false};
+  bool known = false;
+  std::string path;
+  FileStamp stamp;
+  std::mutex mu;
+  std::atomic<const LibraryIdentity*> identity{nullptr};  // never freed: lives as long as the loaded library
+};
+
+LoadRecord& load_record(std::string_view library) {
+  static LoadRecord nvrtc_record;
+  static LoadRecord jitlink_record;
+  static LoadRecord other_record;
+  if (library == "nvrtc") return nvrtc_record;
+  if (library == "nvJitLink") return jitlink_record;
+  return other_record;
+}
+
+Result<void*> open_library(std::string_view library, std::string* path, LoadRecord& record) {
   PROGCACHE_ASSIGN_OR_RETURN(*path, locate(library));
+  // A library the application loaded under this name before progcache did
+  // is reused by dlopen; which file that was cannot be told.
+  void* earlier = ::dlopen(path->c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (earlier != nullptr) ::dlclose(earlier);
+  auto before = stamp_of(*path);
   void* h = ::dlopen(path->c_str(), RTLD_NOW | RTLD_LOCAL);
   if (h == nullptr) {
     const char* err = ::dlerror();
     return unavailable("cannot load '" + *path + "': " + (err != nullptr ? err : "unknown error"));
+  }
+  // The same file at the path just before and just after the load is the
+  // file that was loaded.
+  auto after = stamp_of(*path);
+  if (earlier == nullptr && before.ok() && after.ok() && *before == *after) {
+    record.known = true;
+    record.path = *path;
+    record.stamp = *before;
   }
   return h;
 }
@@ -214,7 +274,8 @@ Result<const Api*> load_once(std::once_flag& once, Result<const Api*>& result, s
                              std::string_view what, BindAll bind_all) {
   std::call_once(once, [&] {
     auto api = std::make_unique<Api>();
-    auto h = open_library(library, &api->path);
+    LoadRecord& record = load_record(library);
+    auto h = open_library(library, &api->path, record);
     if (!h.ok()) {
       result = h.status();
       return;
@@ -224,6 +285,7 @@ Result<const Api*> load_once(std::once_flag& once, Result<const Api*>& result, s
       return;
     }
     result = static_cast<const Api*>(api.release());  // lives as long as the loaded library: the process
+    record.loaded.store(true, std::memory_order_release);
   });
   return result;
 }
@@ -288,55 +350,62 @@ Result<const Driver*> driver() {
 
 namespace {
 
-Result<LibraryIdentity> load_identity(std::string_view library, const std::string& path) {
-  LibraryIdentity id;
+// The version the loaded library reports ("13.0"); empty for libNVVM,
+// which is never loaded. Loads the library when it is not yet.
+Result<std::string> loaded_version(std::string_view library) {
   if (library == "nvrtc") {
     PROGCACHE_ASSIGN_OR_RETURN(const Nvrtc* api, nvrtc());
     int major = 0, minor = 0;
     api->version(&major, &minor);
-    id.version = std::to_string(major) + "." + std::to_string(minor);
-  } else if (library == "nvvm") {
-    // Not loaded: the file's digest below identifies it.
-  } else {
-    PROGCACHE_ASSIGN_OR_RETURN(const NvJitLink* api, nvjitlink());
-    unsigned major = 0, minor = 0;
-    api->version(&major, &minor);
-    id.version = std::to_string(major) + "." + std::to_string(minor);
+    return std::to_string(major) + "." + std::to_string(minor);
   }
-  // The build fingerprint is the digest of the library file itself: two
-  // builds that report the same version (a hotfix, a distro rebuild) still
-  // get different keys.
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return unavailable("cannot read '" + path + "' to fingerprint it");
-  Sha256 sha;
-  std::string buf(1 << 20, '\0');
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    sha.update(std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
-  }
-  const Digest256 d = sha.finish();
-  id.fingerprint = digest_hex(d);
-  return id;
+  if (library == "nvvm") return std::string();
+  PROGCACHE_ASSIGN_OR_RETURN(const NvJitLink* api, nvjitlink());
+  unsigned major = 0, minor = 0;
+  api->version(&major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
 }
 
-}  // namespace
-
-Result<LibraryIdentity> identity(std::string_view library, const std::string& path, const std::string& state_dir) {
+// The build fingerprint is the digest of the library file itself: two
+// builds that report the same version (a hotfix, a distro rebuild) still
+// get different keys. The file is read through one descriptor whose stamp
+// must be `stamp`, so the digest and the stamp it is memoized under name
+// one file; failed_precondition when the path now holds another.
+Result<std::string> fingerprint_file(const std::string& path, const FileStamp& stamp) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status(errno, "open", path);
+  const std::unique_ptr<const int, void (*)(const int*)> closer(&fd, [](const int* f) { ::close(*f); });
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return errno_status(errno, "stat", path);
-  const std::string file_id = std::string(library) + "|" + path + "|" + std::to_string(st.st_size) + "|" +
-                              std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "|" +
-                              std::to_string(st.st_ino) + "|" + std::to_string(st.st_dev);
+  if (::fstat(fd, &st) != 0) return errno_status(errno, "fstat", path);
+  if (!(FileStamp::of(st) == stamp)) return failed_precondition("'" + path + "' changed while it was fingerprinted");
+  Sha256 sha;
+  std::string buf(1 << 20, '\0');
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status(errno, "read", path);
+    if (n == 0) break;
+    sha.update(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+  }
+  return digest_hex(sha.finish());
+}
+
+// The identity of the file `stamp` describes at `path`. Memoized in memory
+// and in <state_dir>/compilers/ under the stamp.
+Result<LibraryIdentity> identity_at(std::string_view library, const std::string& path, const FileStamp& stamp,
+                                    const std::string& state_dir) {
+  const std::string file_id = std::string(library) + "|" + path + "|" + stamp.spelling();
+  // In-process memo, per state directory: each gets its own memo file.
+  static std::mutex mu;
+  static std::map<std::string, LibraryIdentity, std::less<>> memo;
+  const std::string memo_key = state_dir + '\0' + file_id;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = memo.find(memo_key); it != memo.end()) return it->second;
+  }
   const Digest256 d = sha256(file_id);
   const std::string dir = join_path(state_dir, "compilers");
   const std::string memo_path = join_path(dir, to_hex(as_view(d).substr(0, 16)) + ".json");
-  // In-process memo, per memo file: each state directory gets its own file.
-  static std::mutex mu;
-  static std::map<std::string, LibraryIdentity> memo;
-  {
-    std::lock_guard lock(mu);
-    if (auto it = memo.find(memo_path); it != memo.end()) return it->second;
-  }
   LibraryIdentity id;
   bool found = false;
   // Read without following links or blocking on a FIFO: the state
@@ -361,7 +430,14 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
     }
   }
   if (!found) {
-    PROGCACHE_ASSIGN_OR_RETURN(id, load_identity(library, path));
+    PROGCACHE_ASSIGN_OR_RETURN(id.version, loaded_version(library));
+    PROGCACHE_ASSIGN_OR_RETURN(id.fingerprint, fingerprint_file(path, stamp));
+    // The version came from the loaded library: recorded for this file only
+    // when the loaded library is this file.
+    const LoadRecord& record = load_record(library);
+    const bool version_is_this_files =
+        library == "nvvm" || (record.known && record.path == path && record.stamp == stamp);
+    if (!version_is_this_files) return id;
     // Best effort: a memo that cannot be written only costs the next
     // process one library load.
     Env* env = Env::posix();
@@ -371,8 +447,40 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
     }
   }
   std::lock_guard lock(mu);
-  memo.emplace(memo_path, id);
+  memo.emplace(memo_key, id);
   return id;
+}
+
+}  // namespace
+
+Result<LibraryIdentity> identity(std::string_view library, const std::string& path, const std::string& state_dir) {
+  PROGCACHE_ASSIGN_OR_RETURN(const FileStamp stamp, stamp_of(path));
+  return identity_at(library, path, stamp, state_dir);
+}
+
+Result<const LibraryIdentity*> loaded_identity(std::string_view library, const std::string& state_dir) {
+  if (library == "nvvm") return nullptr;
+  LoadRecord& record = load_record(library);
+  if (!record.loaded.load(std::memory_order_acquire) || !record.known) return nullptr;
+  if (const LibraryIdentity* id = record.identity.load(std::memory_order_acquire)) return id;
+  std::lock_guard lock(record.mu);
+  if (const LibraryIdentity* id = record.identity.load(std::memory_order_acquire)) return id;
+  auto id = identity_at(library, record.path, record.stamp, state_dir);
+  if (!id.ok() && id.status().code() != Code::not_found && id.status().code() != Code::failed_precondition) {
+    return id.status();
+  }
+  if (!id.ok()) {
+    // The file was replaced or removed since it was loaded: its bytes can no
+    // longer be read by path. The fingerprint names the loaded inode instead,
+    // so this process's keys match no process that fingerprinted a file.
+    LibraryIdentity by_stamp;
+    PROGCACHE_ASSIGN_OR_RETURN(by_stamp.version, loaded_version(library));
+    by_stamp.fingerprint = "loaded " + std::string(library) + " " + record.stamp.spelling() + ", since replaced";
+    id = std::move(by_stamp);
+  }
+  const auto* pinned = new LibraryIdentity(std::move(*id));  // never freed, as the library is never unloaded
+  record.identity.store(pinned, std::memory_order_release);
+  return pinned;
 }
 
 }  // namespace progcache::cuda

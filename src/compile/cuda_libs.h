@@ -105,4 +105,13 @@ struct LibraryIdentity {
 };
 Result<LibraryIdentity> identity(std::string_view library, const std::string& path, const std::string& state_dir);
 
+// The identity of `library` as this process loaded it, pinned at the load:
+// once a library is loaded, it is what every compile of this process runs,
+// whatever the path holds later. nullptr when it is not loaded, or was loaded
+// by the application before progcache (which file that was cannot be told);
+// then identity() of the file found is the compiler's. A file replaced since
+// the load, whose memo was never written, gets a fingerprint naming the
+// loaded inode: keys that match no other process's, never another file's.
+Result<const LibraryIdentity*> loaded_identity(std::string_view library, const std::string& state_dir);
+
 }  // namespace progcache::cuda
