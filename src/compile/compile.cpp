@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -18,6 +19,9 @@
 #include "progcache/hash.h"
 #include "progcache/lock_file.h"
 #include "source_deps.h"
+#include "util/coding.h"
+#include "util/lru.h"
+#include "util/mutex.h"
 #include "util/single_flight.h"
 
 namespace progcache {
@@ -143,6 +147,16 @@ Result<std::optional<std::string>> deps_for(const Program& p, const CompileOptio
   return std::optional<std::string>(std::move(deps.digest));
 }
 
+// The working directory is keyed only for -G and -lineinfo (see
+// ProgramKeyInputs); every spelling of those options names "G", "debug" or
+// "line", so other programs skip the getcwd.
+bool may_key_working_directory(const Program& p) {
+  return std::any_of(p.options.begin(), p.options.end(), [](const std::string& o) {
+    return o.find('G') != std::string::npos || o.find("debug") != std::string::npos ||
+           o.find("line") != std::string::npos;
+  });
+}
+
 Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity& id,
                     const std::optional<std::string>& deps) {
   ProgramKeyInputs in;
@@ -159,9 +173,98 @@ Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity&
   for (const auto& m : p.link_inputs) in.extra_inputs.push_back(m);
   in.nvvm_extra_sources = p.nvvm_extra_sources;
   in.use_libdevice = p.use_libdevice;
-  std::error_code ec;
-  in.working_directory = std::filesystem::current_path(ec).string();
+  if (may_key_working_directory(p)) {
+    std::error_code ec;
+    in.working_directory = std::filesystem::current_path(ec).string();
+  }
   return make_program_cache_key(in);
+}
+
+// ------------------------------------------------------------ key memo
+
+// A key is a pure function of the program, the target, the compiler's
+// identity, the digest of what the source reads and (for -G and -lineinfo)
+// the working directory. A warm call has all of these but the key: this
+// memo maps their exact bytes to it, so repeated calls skip option parsing
+// and SHA-256. Its index is every byte of the inputs, length-prefixed, so
+// two calls share a key only when their inputs are equal.
+class KeyMemo {
+ public:
+  static KeyMemo& instance() {
+    static auto* memo = new KeyMemo();  // never destroyed: used until exit
+    return *memo;
+  }
+
+  static std::string index_of(const Program& p, TargetType target, const CompilerIdentity& id,
+                              const std::optional<std::string>& deps) {
+    std::string out;
+    out.reserve(p.code.size() + 512);
+    auto field = [&out](std::string_view v) {
+      put_fixed<std::uint64_t>(out, v.size());
+      out.append(v);
+    };
+    auto list = [&](const std::vector<std::string>& v) {
+      put_fixed<std::uint64_t>(out, v.size());
+      for (const auto& s : v) field(s);
+    };
+    auto headers = [&](const std::vector<InMemoryHeader>& v) {
+      put_fixed<std::uint64_t>(out, v.size());
+      for (const auto& h : v) {
+        field(h.name);
+        field(h.content);
+      }
+    };
+    auto optional = [&](const std::optional<std::string>& v) {
+      out.push_back(v ? '1' : '0');
+      if (v) field(*v);
+    };
+    out.push_back(static_cast<char>(target));
+    out.push_back(static_cast<char>(p.code_type));
+    out.push_back(p.use_libdevice ? '1' : '0');
+    field(p.code);
+    list(p.options);
+    headers(p.headers);
+    list(p.name_expressions);
+    field(p.name);
+    list(p.link_inputs);
+    optional(p.extra_digest);
+    headers(p.nvvm_extra_sources);
+    for (const std::string* s :
+         {&id.nvrtc_version, &id.nvrtc_fingerprint, &id.nvjitlink_version, &id.driver_version, &id.nvvm_fingerprint})
+      field(*s);
+    optional(deps);
+    return out;
+  }
+
+  std::optional<Key> find(const std::string& index) {
+    MutexLock lock(m_mu);
+    const Key* k = m_keys.find(index);
+    return k != nullptr ? std::optional<Key>(*k) : std::nullopt;
+  }
+
+  void remember(std::string index, const Key& key) {
+    const std::uint64_t charge = index.size() + sizeof(Key);
+    MutexLock lock(m_mu);
+    m_keys.put(std::move(index), key, charge, k_limits);
+  }
+
+ private:
+  // Each index is held twice (list and map): 16 MiB at most in all.
+  static constexpr LruLimits k_limits{.bytes = 8u << 20, .entries = 4096};
+  Mutex m_mu;
+  LruMap<std::string, Key> m_keys PROGCACHE_GUARDED_BY(m_mu);
+};
+
+// key_for through the memo. A program whose key names the working
+// directory is keyed afresh each time.
+Result<Key> memo_key_for(const Program& p, TargetType target, const CompilerIdentity& id,
+                         const std::optional<std::string>& deps) {
+  if (may_key_working_directory(p)) return key_for(p, target, id, deps);
+  std::string index = KeyMemo::index_of(p, target, id, deps);
+  if (auto known = KeyMemo::instance().find(index)) return *known;
+  PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(p, target, id, deps));
+  KeyMemo::instance().remember(std::move(index), key);
+  return key;
 }
 
 // ------------------------------------------------------------ entry <-> object
@@ -188,33 +291,66 @@ std::optional<std::string> string_field(const json& meta, const char* name) {
   return it->get<std::string>();
 }
 
+// An entry's metadata, parsed: what from_entry reads of it.
+struct ParsedMeta {
+  std::string kind;
+  std::string name;
+  std::string log;
+  std::map<std::string, std::string> symbols;
+};
+
+// nullptr when the metadata is not what progcache writes (damage, a foreign
+// writer): never an exception, the bytes are not ours.
+std::shared_ptr<const ParsedMeta> parse_meta(const std::string& text) {
+  const auto meta = json::parse(text, nullptr, false);
+  if (!meta.is_object()) return nullptr;
+  auto out = std::make_shared<ParsedMeta>();
+  const auto kind = string_field(meta, "kind");
+  const auto name = string_field(meta, "name");
+  const auto log = string_field(meta, "log");
+  if (!kind || !name || !log) return nullptr;  // written by progcache, these are always strings
+  out->kind = *kind;
+  out->name = *name;
+  out->log = *log;
+  if (auto it = meta.find("symbols"); it != meta.end()) {
+    if (!it->is_object()) return nullptr;
+    for (const auto& [k, v] : it->items()) {
+      if (!v.is_string()) return nullptr;
+      out->symbols.emplace(k, v.get<std::string>());
+    }
+  }
+  return out;
+}
+
+// The same metadata bytes parse the same way: a thread's recent parses are
+// kept, indexed by every byte of the text, so a warm hit skips the parser.
+std::shared_ptr<const ParsedMeta> parsed_meta(const std::string& text) {
+  static constexpr LruLimits k_limits{.bytes = 1u << 20, .entries = 64};
+  thread_local LruMap<std::string, std::shared_ptr<const ParsedMeta>> recent;
+  if (auto* known = recent.find(text)) return *known;
+  auto parsed = parse_meta(text);
+  if (parsed != nullptr) recent.put(text, parsed, 2 * text.size(), k_limits);
+  return parsed;
+}
+
 // A hit whose metadata does not describe the requested object is treated as
 // damage (a miss), never returned.
 std::optional<ObjectCode> from_entry(const Entry& e, const Key& key, TargetType target, const CompilerIdentity& id) {
-  const auto meta = json::parse(e.metadata(), nullptr, false);
-  if (!meta.is_object() || string_field(meta, "kind") != target_type_name(target)) return std::nullopt;
+  const auto meta = parsed_meta(e.metadata());
+  if (meta == nullptr || meta->kind != target_type_name(target)) return std::nullopt;
   const Artifact* art = e.find(target_type_name(target));
   if (art == nullptr) return std::nullopt;
-  ObjectCode oc;
-  oc.code = art->data;
-  oc.kind = target;
-  const auto name = string_field(meta, "name");
-  const auto log = string_field(meta, "log");
-  if (!name || !log) return std::nullopt;  // written by progcache, these are always strings
-  oc.name = *name;
-  oc.log = *log;
-  if (auto it = meta.find("symbols"); it != meta.end()) {
-    if (!it->is_object()) return std::nullopt;
-    for (const auto& [k, v] : it->items()) {
-      if (!v.is_string()) return std::nullopt;
-      oc.symbol_mapping.emplace(k, v.get<std::string>());
-    }
-  }
   // A cubin is an ELF image: anything else under a cubin key was not
   // written by a compiler.
   if (target == TargetType::cubin && !art->data.view().starts_with("\x7f"
                                                                    "ELF"))
     return std::nullopt;
+  ObjectCode oc;
+  oc.code = art->data;
+  oc.kind = target;
+  oc.name = meta->name;
+  oc.log = meta->log;
+  oc.symbol_mapping = meta->symbols;
   oc.compiler = id;
   oc.key = key;
   oc.from_cache = true;
@@ -476,7 +612,7 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   PROGCACHE_TRY(check_program(program, target, /*for_compile=*/true));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/false));
   PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
-  PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id, deps));
+  PROGCACHE_ASSIGN_OR_RETURN(Key key, memo_key_for(program, target, id, deps));
   if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);
 
   auto [flight, leader] = flights().join(key);

@@ -61,9 +61,9 @@ KeyBuilder::KeyBuilder(std::string_view domain) {
 }
 
 void KeyBuilder::write_u64(std::uint64_t n) {
-  std::string buf;
-  put_fixed(buf, n);
-  m_sha.update(buf);
+  char buf[sizeof n];
+  encode_fixed(buf, n);
+  m_sha.update(std::string_view(buf, sizeof buf));
 }
 
 void KeyBuilder::write_label(char tag, std::string_view label) {

@@ -8,10 +8,18 @@
 
 namespace progcache {
 
-// Appends the low sizeof(T) bytes of `v`, least significant first.
+// Writes the low sizeof(T) bytes of `v` at `p`, least significant first.
+template <typename T>
+void encode_fixed(char* p, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+// Appends `v` as encode_fixed writes it.
 template <typename T>
 void put_fixed(std::string& out, T v) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char buf[sizeof(T)];
+  encode_fixed(buf, v);
+  out.append(buf, sizeof(T));
 }
 
 // Reads sizeof(T) bytes at `p` written by put_fixed.

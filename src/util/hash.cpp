@@ -6,6 +6,8 @@
 #include <openssl/hmac.h>
 #include <openssl/params.h>
 
+#include <array>
+#include <cstring>
 #include <stdexcept>
 
 #include "progcache/bytes.h"
@@ -41,16 +43,37 @@ std::string digest_hex(const Digest256& d) {
   return to_hex(as_view(d));
 }
 
+namespace {
+// Fetched once: an implicit fetch (EVP_sha256()) on every init costs a
+// lookup in OpenSSL's provider store, more than hashing a key's inputs.
+const EVP_MD* sha256_md() {
+  static const EVP_MD* md = [] {
+    EVP_MD* m = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return m != nullptr ? static_cast<const EVP_MD*>(m) : EVP_sha256();
+  }();
+  return md;
+}
+}  // namespace
+
+// Small updates (a key's labels and lengths, 8 bytes at a time) are staged
+// and handed to OpenSSL in blocks: its per-call dispatch costs more than
+// hashing them.
 struct Sha256::Impl {
   EVP_MD_CTX* ctx = nullptr;
+  std::size_t staged = 0;
+  std::array<char, 512> stage{};
   ~Impl() { EVP_MD_CTX_free(ctx); }
+  void flush() {
+    if (staged != 0) EVP_DigestUpdate(ctx, stage.data(), staged);
+    staged = 0;
+  }
 };
 
 Sha256::Sha256() : m_impl(std::make_unique<Impl>()) {
   m_impl->ctx = EVP_MD_CTX_new();
   // Allocation failure inside OpenSSL is the one case progcache treats as
   // fatal: there is no meaningful way to derive a key without a digest.
-  if (m_impl->ctx == nullptr || EVP_DigestInit_ex(m_impl->ctx, EVP_sha256(), nullptr) != 1) {
+  if (m_impl->ctx == nullptr || EVP_DigestInit_ex(m_impl->ctx, sha256_md(), nullptr) != 1) {
     throw std::bad_alloc();
   }
 }
@@ -59,12 +82,25 @@ Sha256::Sha256(Sha256&&) noexcept = default;
 Sha256& Sha256::operator=(Sha256&&) noexcept = default;
 
 void Sha256::update(std::string_view data) {
-  if (!data.empty()) EVP_DigestUpdate(m_impl->ctx, data.data(), data.size());
+  Impl& m = *m_impl;
+  if (data.size() <= m.stage.size() - m.staged) {
+    std::memcpy(m.stage.data() + m.staged, data.data(), data.size());
+    m.staged += data.size();
+    return;
+  }
+  m.flush();
+  if (data.size() < m.stage.size()) {
+    std::memcpy(m.stage.data(), data.data(), data.size());
+    m.staged = data.size();
+  } else {
+    EVP_DigestUpdate(m.ctx, data.data(), data.size());
+  }
 }
 
 Digest256 Sha256::finish() {
   Digest256 out{};
   unsigned int len = 0;
+  m_impl->flush();
   EVP_DigestFinal_ex(m_impl->ctx, out.data(), &len);
   return out;
 }
@@ -105,7 +141,7 @@ Digest256 HmacSha256::finish() {
 Digest256 sha256(std::string_view data) {
   Digest256 out{};
   unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
+  EVP_Digest(data.data(), data.size(), out.data(), &len, sha256_md(), nullptr);
   return out;
 }
 
