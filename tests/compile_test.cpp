@@ -135,6 +135,73 @@ TEST_F(CompileTest, OptionsTargetAndCompilerChangeTheKey) {
   EXPECT_EQ(*program_key(p, TargetType::cubin, m_opts), *k1);  // one option, three spellings
 }
 
+// A warm call finds its key in a memo of the key's inputs: each input,
+// changed alone after the program is warm, must still give the key a fresh
+// derivation gives (program_key derives afresh) and never the warm one.
+TEST_F(CompileTest, EveryInputOfAWarmProgramStillDecidesItsKey) {
+  REQUIRE_NVRTC();
+  auto mem = std::move(*make_memory_store());
+  const CompileOptions o{.cache = mem.get(), .state_dir = m_tmp.sub("cache")};
+  const Program base = saxpy_program(salt());
+  auto warm = compile(base, TargetType::cubin, o);
+  ASSERT_TRUE(warm.ok()) << warm.status().to_string();
+  ASSERT_TRUE(compile(base, TargetType::cubin, o)->from_cache);
+  std::vector<std::pair<std::string, Program>> variants;
+  auto variant = [&](const std::string& what, auto change) {
+    Program v = base;
+    change(v);
+    variants.emplace_back(what, std::move(v));
+  };
+  variant("code", [](Program& v) { v.code += "// edited\n"; });
+  variant("options", [](Program& v) { v.options.push_back("-DSCALE=2"); });
+  variant("option order", [](Program& v) { std::swap(v.options[0], v.options[1]); });
+  variant("headers", [](Program& v) { v.headers.push_back({"unused.h", "// not included"}); });
+  variant("name expressions", [](Program& v) { v.name_expressions.pop_back(); });
+  variant("name", [](Program& v) { v.name = "other.cu"; });
+  variant("extra digest", [](Program& v) { v.extra_digest = "a fingerprint of files the key cannot see"; });
+  for (const auto& [what, v] : variants) {
+    for (TargetType target : {TargetType::cubin, TargetType::ptx}) {
+      auto fresh = program_key(v, target, o);
+      ASSERT_TRUE(fresh.ok()) << what << ": " << fresh.status().to_string();
+      for (int call = 0; call < 2; ++call) {  // a miss, then a warm call through the memo
+        auto r = compile(v, target, o);
+        ASSERT_TRUE(r.ok()) << what << ": " << r.status().to_string();
+        EXPECT_EQ(r->key, *fresh) << what << ", call " << call;
+        EXPECT_NE(r->key, warm->key) << what;
+        EXPECT_EQ(r->from_cache, call == 1) << what;
+      }
+    }
+  }
+  auto again = compile(base, TargetType::cubin, o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->from_cache);
+  EXPECT_EQ(again->key, warm->key);
+}
+
+// Parsed metadata is kept by its bytes: two entries whose metadata differs
+// in one field each keep their own on every warm hit.
+TEST_F(CompileTest, WarmHitsOfProgramsWithNearlyEqualMetadataKeepTheirOwn) {
+  REQUIRE_NVRTC();
+  auto mem = std::move(*make_memory_store());
+  const CompileOptions o{.cache = mem.get(), .state_dir = m_tmp.sub("cache")};
+  Program a = saxpy_program(salt());
+  Program b = a;
+  a.name = "a.cu";
+  b.name = "b.cu";
+  b.name_expressions = {"saxpy<float>"};
+  for (int round = 0; round < 3; ++round) {
+    auto ra = compile(a, TargetType::cubin, o);
+    auto rb = compile(b, TargetType::cubin, o);
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    EXPECT_EQ(ra->from_cache, round > 0);
+    EXPECT_EQ(rb->from_cache, round > 0);
+    EXPECT_EQ(ra->name, "a.cu") << round;
+    EXPECT_EQ(rb->name, "b.cu") << round;
+    EXPECT_EQ(ra->symbol_mapping.size(), 2u) << round;
+    EXPECT_EQ(rb->symbol_mapping.size(), 1u) << round;
+  }
+}
+
 TEST_F(CompileTest, CompileErrorCarriesTheLogAndIsNeverStored) {
   REQUIRE_NVRTC();
   Program p;
