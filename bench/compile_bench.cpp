@@ -88,6 +88,21 @@ void register_all() {
         if (!r.ok() || !r->from_cache) st.SkipWithError("not a hit");
       }
     })->Unit(benchmark::kMicrosecond);
+    // The floor of a warm memory hit: the store's own get of the entry.
+    benchmark::RegisterBenchmark(("memory_get/" + name).c_str(), [p = *prog](benchmark::State& st) {
+      auto mem = std::move(*pc::make_memory_store());
+      pc::CompileOptions o{.cache = mem.get(), .state_dir = state};
+      auto r = pc::compile(p, pc::TargetType::cubin, o);
+      if (!r.ok()) {
+        st.SkipWithError(r.status().to_string().c_str());
+        return;
+      }
+      for (auto _ : st) {
+        auto got = mem->get(r->key);
+        if (!got.ok() || !got->has_value()) st.SkipWithError("not a hit");
+        benchmark::DoNotOptimize(got);
+      }
+    })->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("warm_disk/" + name).c_str(), [p = *prog](benchmark::State& st) {
       auto disk = std::move(*pc::FileStore::open({.root = state + "/disk"}));
       pc::CompileOptions o{.cache = disk.get(), .state_dir = state};
