@@ -195,6 +195,14 @@ class KeyMemo {
     return *memo;
   }
 
+  // Every field of Program and CompilerIdentity is in the index. A field
+  // added to either changes its size, which stops the build here until the
+  // field is added to the index too (the sizes are libstdc++'s on x86-64).
+#if defined(__GLIBCXX__) && defined(__x86_64__)
+  static_assert(sizeof(Program) == 240, "a new Program field must be added to KeyMemo::index_of");
+  static_assert(sizeof(CompilerIdentity) == 5 * sizeof(std::string),
+                "a new CompilerIdentity field must be added to KeyMemo::index_of");
+#endif
   static std::string index_of(const Program& p, TargetType target, const CompilerIdentity& id,
                               const std::optional<std::string>& deps) {
     std::string out;
