@@ -14,8 +14,17 @@ from ._core import __version__
 from ._kernels import (CacheEntry, CacheKey, CachedKernel, CubinCache, KernelCache, cached, get_global_cache,
                        set_global_cache)
 
-#: True when the caches were registered with cuda.core's ProgramCacheResource.
-REGISTERED_WITH_CUDA_CORE = _register_with_cuda_core()
+_register_with_cuda_core(import_now=False)
+
+
+def __getattr__(name: str):
+    # REGISTERED_WITH_CUDA_CORE: True when the caches are registered with
+    # cuda.core's ProgramCacheResource. Asking imports cuda.core (and so
+    # registers); importing progcache does not: cuda.core takes ~200 ms to
+    # import, and the caches register themselves when it is imported.
+    if name == "REGISTERED_WITH_CUDA_CORE":
+        return _register_with_cuda_core(import_now=True)
+    raise AttributeError(f"module 'progcache' has no attribute {name!r}")
 
 __all__ = [
     "CacheEntry", "CacheKey", "CachedKernel", "CompileError", "CompiledProgram", "CubinCache",

@@ -10,7 +10,10 @@ miss), ``__setitem__``, ``__delitem__``, ``__len__``, ``get``, ``update``,
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional, Union
 
@@ -326,14 +329,59 @@ class TieredProgramCache(_StoreCache):
                                            remote_compression=cfg["remote_compression_level"]))
 
 
-def _register_with_cuda_core() -> bool:
+_CACHE_CLASSES = (InMemoryProgramCache, FileStreamProgramCache, RedisProgramCache, TieredProgramCache)
+_registered = False
+
+
+def _register(resource: type) -> None:
+    global _registered
+    for cls in _CACHE_CLASSES:
+        resource.register(cls)
+    _registered = True
+
+
+class _RegisterWhenImported(importlib.abc.MetaPathFinder):
+    """Registers the caches the moment cuda.core.utils is imported.
+
+    Importing cuda.core takes about 200 ms (it loads CUDA bindings); a
+    progcache user who never touches cuda.core must not pay it, and one who
+    does gets the registration before any code can see the module."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "cuda.core.utils":
+            return None
+        sys.meta_path.remove(self)  # the real finders locate the module
+        spec = importlib.util.find_spec(name)
+        loader = spec.loader if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_and_register(module):
+            run(module)
+            resource = getattr(module, "ProgramCacheResource", None)
+            if resource is not None:
+                _register(resource)
+
+        loader.exec_module = exec_and_register
+        return spec
+
+
+def _register_with_cuda_core(import_now: bool) -> bool:
     """Registers the caches as virtual subclasses of cuda.core's
-    ProgramCacheResource so ``Program.compile(..., cache=...)`` accepts them.
-    Returns False when cuda.core is not importable."""
-    try:
-        from cuda.core.utils import ProgramCacheResource  # type: ignore
-    except Exception:  # cuda.core absent, or unusable without a driver
-        return False
-    for cls in (InMemoryProgramCache, FileStreamProgramCache, RedisProgramCache, TieredProgramCache):
-        ProgramCacheResource.register(cls)
-    return True
+    ProgramCacheResource so ``Program.compile(..., cache=...)`` accepts them:
+    at once when cuda.core.utils is loaded (or `import_now`), else when it
+    is imported. Returns whether they are registered now; False when
+    cuda.core is not importable."""
+    if _registered:
+        return True
+    if import_now or "cuda.core.utils" in sys.modules:
+        try:
+            from cuda.core.utils import ProgramCacheResource  # type: ignore
+        except Exception:  # cuda.core absent, or unusable without a driver
+            return False
+        _register(ProgramCacheResource)
+        return True
+    if not any(isinstance(f, _RegisterWhenImported) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterWhenImported())
+    return False

@@ -1,5 +1,7 @@
 """cuda.core's ProgramCacheResource contract, on every progcache cache."""
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -284,6 +286,24 @@ def test_cuda_core_registration_when_available():
     assert progcache.REGISTERED_WITH_CUDA_CORE
     assert isinstance(InMemoryProgramCache(), ProgramCacheResource)
     assert issubclass(FileStreamProgramCache, ProgramCacheResource)
+
+
+def test_importing_progcache_does_not_import_cuda_core_yet_registers_when_it_is():
+    try:
+        import cuda.core.utils  # noqa: F401
+    except Exception as e:
+        pytest.skip(f"cuda.core not importable here: {e}")
+    # A fresh interpreter: this one has imported cuda.core already.
+    code = (
+        "import sys, progcache\n"
+        "assert 'cuda.core' not in sys.modules, 'import progcache imported cuda.core'\n"
+        "from cuda.core.utils import ProgramCacheResource\n"
+        "assert isinstance(progcache.InMemoryProgramCache(), ProgramCacheResource)\n"
+        "assert issubclass(progcache.TieredProgramCache, ProgramCacheResource)\n"
+        "assert progcache.REGISTERED_WITH_CUDA_CORE\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
 
 
 def test_cuda_core_program_compile_accepts_progcache_caches(tmp_path):
