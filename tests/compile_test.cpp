@@ -516,7 +516,9 @@ std::string nvrtc_path_unloaded() {
 TEST_F(CompileTest, ACompilerFileGoneSinceItWasFoundIsSearchedForAgain) {
   const std::string nvrtc = nvrtc_path_unloaded();
   if (nvrtc.empty()) GTEST_SKIP() << "no NVRTC";
-  ASSERT_FALSE(is_loaded(nvrtc));  // what follows is about a process that has not loaded it
+  // What follows is about a process that has not loaded it (ctest runs each
+  // test in a process of its own; a run of the whole binary may not).
+  if (is_loaded(nvrtc)) GTEST_SKIP() << "NVRTC is already loaded in this process; run this test on its own";
   const std::string link = m_tmp.sub("lib/libnvrtc.so");
   fs::create_directories(fs::path(link).parent_path());
   fs::create_symlink(nvrtc, link);
@@ -585,7 +587,7 @@ TEST_F(CompileTest, ALibraryReplacedAfterItWasLoadedStaysTheCompilerOfThisProces
 TEST_F(CompileTest, ALibraryReplacedBeforeItsFingerprintWasTakenGetsKeysOfItsOwn) {
   const std::string nvrtc = nvrtc_path_unloaded();
   if (nvrtc.empty()) GTEST_SKIP() << "no NVRTC";
-  ASSERT_FALSE(is_loaded(nvrtc));
+  if (is_loaded(nvrtc)) GTEST_SKIP() << "NVRTC is already loaded in this process; run this test on its own";
   const std::string link = m_tmp.sub("lib/libnvrtc.so");
   fs::create_directories(fs::path(link).parent_path());
   fs::create_symlink(nvrtc, link);
