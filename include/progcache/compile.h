@@ -86,7 +86,7 @@ struct CompileStats {
   std::uint64_t shared_waits = 0;     // waited for another thread's compile of the same key
   std::uint64_t lock_waits = 0;       // waited for another process's compile of the same key
   std::uint64_t cache_errors = 0;     // cache lookups or stores that failed (compile still returned)
-  std::uint64_t unstable_inputs = 0;  // compiles not stored: a header changed while the compiler ran
+  std::uint64_t unstable_inputs = 0;  // compiles not stored: a header, or the compiler file, changed meanwhile
 };
 CompileStats compile_stats();
 

@@ -14,6 +14,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional, Union
 
@@ -345,23 +346,36 @@ class _RegisterWhenImported(importlib.abc.MetaPathFinder):
 
     Importing cuda.core takes about 200 ms (it loads CUDA bindings); a
     progcache user who never touches cuda.core must not pay it, and one who
-    does gets the registration before any code can see the module."""
+    does gets the registration before any code can see the module. The
+    finder stays in sys.meta_path (changing that list during an import can
+    make another thread's import skip a finder) and answers nothing once the
+    caches are registered; a probe (importlib.util.find_spec) or a failed
+    import leaves it armed for the next import."""
+
+    def __init__(self):
+        self._busy = threading.local()
 
     def find_spec(self, name, path, target=None):
-        if name != "cuda.core.utils":
+        if name != "cuda.core.utils" or _registered or getattr(self._busy, "on", False):
             return None
-        sys.meta_path.remove(self)  # the real finders locate the module
-        spec = importlib.util.find_spec(name)
+        self._busy.on = True  # the real finders locate the module; this one stands aside
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._busy.on = False
         loader = spec.loader if spec is not None else None
         if loader is None or not hasattr(loader, "exec_module"):
-            return spec
+            return None  # the import goes on as if this finder were not here
         run = loader.exec_module
 
         def exec_and_register(module):
             run(module)
             resource = getattr(module, "ProgramCacheResource", None)
             if resource is not None:
-                _register(resource)
+                try:
+                    _register(resource)
+                except Exception:  # never cuda.core's import that fails for progcache
+                    pass
 
         loader.exec_module = exec_and_register
         return spec

@@ -97,35 +97,12 @@ Status check_program(const Program& p, TargetType target, bool for_compile) {
 // The identity of the compiler that would run. `tolerate_missing` (keys
 // only): a library that is not found gives a fixed marker instead of an
 // error, so the key exists but never equals one made with the library.
-Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o, bool tolerate_missing) {
+std::string_view library_of(const Program& p) {
+  return uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
+}
+
+CompilerIdentity identity_of(std::string_view library, const cuda::LibraryIdentity& li) {
   CompilerIdentity id;
-  const std::string dir = state_dir_of(o);
-  const std::string_view library = uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
-  cuda::LibraryIdentity li;
-  // A library this process has loaded is the compiler, whatever its path
-  // holds now: its identity was pinned at the load, and costs no syscall.
-  PROGCACHE_ASSIGN_OR_RETURN(const cuda::LibraryIdentity* pinned, cuda::loaded_identity(library, dir));
-  if (pinned != nullptr) {
-    li = *pinned;
-  } else {
-    // The file found before is tried first: identity() stats it anyway, so
-    // the search's own re-check is skipped; a file gone since means a search.
-    Result<cuda::LibraryIdentity> known = unavailable("not searched yet");
-    if (auto before = cuda::located_before(library)) known = cuda::identity(library, *before, dir);
-    if (known.ok()) {
-      li = *known;
-    } else if (auto path = cuda::locate(library); path.ok()) {
-      PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
-    } else if (tolerate_missing || library == "nvvm") {
-      li.fingerprint = "lib" + std::string(library) + " not found";
-    } else {
-      return path.status();
-    }
-    // A memo miss above loads the library to ask its version: from then on
-    // the loaded file is the compiler.
-    PROGCACHE_ASSIGN_OR_RETURN(pinned, cuda::loaded_identity(library, dir));
-    if (pinned != nullptr) li = *pinned;
-  }
   if (library == "nvrtc") {
     id.nvrtc_version = li.version;
     id.nvrtc_fingerprint = li.fingerprint;
@@ -137,6 +114,36 @@ Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o,
     id.nvrtc_fingerprint = li.fingerprint;
   }
   return id;
+}
+
+// The identity of the compiler that would run. `tolerate_missing` (keys
+// only): a library that is not found gives a fixed marker instead of an
+// error, so the key exists but never equals one made with the library.
+Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o, bool tolerate_missing) {
+  const std::string dir = state_dir_of(o);
+  const std::string_view library = library_of(p);
+  // A library this process has loaded is the compiler, whatever its path
+  // holds now: its identity was pinned at the load, and costs no syscall.
+  PROGCACHE_ASSIGN_OR_RETURN(const cuda::LibraryIdentity* pinned, cuda::loaded_identity(library, dir));
+  if (pinned != nullptr) return identity_of(library, *pinned);
+  cuda::LibraryIdentity li;
+  // The file found before is tried first: identity() stats it anyway, so
+  // the search's own re-check is skipped; a file gone since means a search.
+  Result<cuda::LibraryIdentity> known = unavailable("not searched yet");
+  if (auto before = cuda::located_before(library)) known = cuda::identity(library, *before, dir);
+  if (known.ok()) {
+    li = *known;
+  } else if (auto path = cuda::locate(library); path.ok()) {
+    PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
+  } else if (tolerate_missing || library == "nvvm") {
+    li.fingerprint = "lib" + std::string(library) + " not found";
+  } else {
+    return path.status();
+  }
+  // A memo miss above loads the library to ask its version: from then on
+  // the loaded file is the compiler.
+  PROGCACHE_ASSIGN_OR_RETURN(pinned, cuda::loaded_identity(library, dir));
+  return identity_of(library, pinned != nullptr ? *pinned : li);
 }
 
 // The digest of what the compiler can read from the filesystem: C++ only
@@ -195,18 +202,16 @@ class KeyMemo {
     return *memo;
   }
 
-  // Every field of Program and CompilerIdentity is in the index. A field
-  // added to either changes its size, which stops the build here until the
-  // field is added to the index too (the sizes are libstdc++'s on x86-64).
-#if defined(__GLIBCXX__) && defined(__x86_64__)
-  static_assert(sizeof(Program) == 240, "a new Program field must be added to KeyMemo::index_of");
-  static_assert(sizeof(CompilerIdentity) == 5 * sizeof(std::string),
-                "a new CompilerIdentity field must be added to KeyMemo::index_of");
-#endif
+  // Every field of Program and CompilerIdentity is in the index: they are
+  // taken apart by structured bindings, which stop compiling when either
+  // gains a field, until it is added here too.
   static std::string index_of(const Program& p, TargetType target, const CompilerIdentity& id,
                               const std::optional<std::string>& deps) {
+    const auto& [code, code_type, options, headers, name_expressions, name, link_inputs, extra_digest,
+                 nvvm_extra_sources, use_libdevice] = p;
+    const auto& [nvrtc_version, nvrtc_fingerprint, nvjitlink_version, driver_version, nvvm_fingerprint] = id;
     std::string out;
-    out.reserve(p.code.size() + 512);
+    out.reserve(code.size() + 512);
     auto field = [&out](std::string_view v) {
       put_fixed<std::uint64_t>(out, v.size());
       out.append(v);
@@ -215,11 +220,11 @@ class KeyMemo {
       put_fixed<std::uint64_t>(out, v.size());
       for (const auto& s : v) field(s);
     };
-    auto headers = [&](const std::vector<InMemoryHeader>& v) {
+    auto named = [&](const std::vector<InMemoryHeader>& v) {
       put_fixed<std::uint64_t>(out, v.size());
-      for (const auto& h : v) {
-        field(h.name);
-        field(h.content);
+      for (const auto& [header_name, content] : v) {
+        field(header_name);
+        field(content);
       }
     };
     auto optional = [&](const std::optional<std::string>& v) {
@@ -227,18 +232,18 @@ class KeyMemo {
       if (v) field(*v);
     };
     out.push_back(static_cast<char>(target));
-    out.push_back(static_cast<char>(p.code_type));
-    out.push_back(p.use_libdevice ? '1' : '0');
-    field(p.code);
-    list(p.options);
-    headers(p.headers);
-    list(p.name_expressions);
-    field(p.name);
-    list(p.link_inputs);
-    optional(p.extra_digest);
-    headers(p.nvvm_extra_sources);
+    out.push_back(static_cast<char>(code_type));
+    out.push_back(use_libdevice ? '1' : '0');
+    field(code);
+    list(options);
+    named(headers);
+    list(name_expressions);
+    field(name);
+    list(link_inputs);
+    optional(extra_digest);
+    named(nvvm_extra_sources);
     for (const std::string* s :
-         {&id.nvrtc_version, &id.nvrtc_fingerprint, &id.nvjitlink_version, &id.driver_version, &id.nvvm_fingerprint})
+         {&nvrtc_version, &nvrtc_fingerprint, &nvjitlink_version, &driver_version, &nvvm_fingerprint})
       field(*s);
     optional(deps);
     return out;
@@ -583,6 +588,19 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
   oc.compiler = id;
   oc.key = key;
   oc.from_cache = false;
+  // The key named the library found before the compile (from the identity
+  // memo, without loading it). If the compile loaded another file (the path
+  // replaced meanwhile, during a wait for the lock, say), its output is not
+  // what the key says: returned, never stored.
+  if (auto ran = cuda::loaded_identity(library_of(p), state_dir_of(o)); ran.ok() && *ran != nullptr) {
+    const CompilerIdentity actual = identity_of(library_of(p), **ran);
+    if (actual.nvrtc_fingerprint != id.nvrtc_fingerprint || actual.nvrtc_version != id.nvrtc_version ||
+        actual.nvjitlink_version != id.nvjitlink_version) {
+      oc.compiler = actual;
+      counters().unstable_inputs.fetch_add(1);
+      return oc;
+    }
+  }
   if (o.cache != nullptr) {
     // A header edited while the compiler ran may or may not be in the
     // output: such a result is returned but never stored under a key that

@@ -223,6 +223,11 @@ Result<FileStamp> stamp_of(const std::string& path) {
   return FileStamp::of(st);
 }
 
+struct PinnedIdentity {
+  std::string state_dir;
+  LibraryIdentity identity;
+};
+
 // The file a library was loaded from, when that can be told. Written once,
 // before `loaded` is set; the pinned identity is made on first use.
 struct LoadRecord {
@@ -231,7 +236,7 @@ struct LoadRecord {
   std::string path;
   FileStamp stamp;
   std::mutex mu;
-  std::atomic<const LibraryIdentity*> identity{nullptr};  // never freed: lives as long as the loaded library
+  std::atomic<const PinnedIdentity*> identity{nullptr};  // never freed: lives as long as the loaded library
 };
 
 LoadRecord& load_record(std::string_view library) {
@@ -434,14 +439,18 @@ Result<LibraryIdentity> identity_at(std::string_view library, const std::string&
     PROGCACHE_ASSIGN_OR_RETURN(id.fingerprint, fingerprint_file(path, stamp));
     // The version came from the loaded library: recorded for this file only
     // when the loaded library is this file.
+    // The version came from the loaded library: written down for this file
+    // only when the loaded library is this file. In memory it is kept either
+    // way: it is what this process's library says, every call.
     const LoadRecord& record = load_record(library);
     const bool version_is_this_files =
         library == "nvvm" || (record.known && record.path == path && record.stamp == stamp);
-    if (!version_is_this_files) return id;
     // Best effort: a memo that cannot be written only costs the next
     // process one library load.
     Env* env = Env::posix();
-    if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
+    if (!version_is_this_files) {
+      // not recorded on disk
+    } else if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
       const nlohmann::json j{{"id", file_id}, {"version", id.version}, {"fingerprint", id.fingerprint}};
       write_file_atomic(env, memo_path, temp_path_beside(memo_path), j.dump(), 0600, Durability::none).ignore();
     }
@@ -462,25 +471,40 @@ Result<const LibraryIdentity*> loaded_identity(std::string_view library, const s
   if (library == "nvvm") return nullptr;
   LoadRecord& record = load_record(library);
   if (!record.loaded.load(std::memory_order_acquire) || !record.known) return nullptr;
-  if (const LibraryIdentity* id = record.identity.load(std::memory_order_acquire)) return id;
+  // The identity is pinned for the first state directory asked (its memo
+  // file gave or took the fingerprint); another directory's comes from its
+  // own memo and is kept apart, so a memo file in one never speaks for
+  // another.
+  const PinnedIdentity* pinned = record.identity.load(std::memory_order_acquire);
+  if (pinned != nullptr && pinned->state_dir == state_dir) return &pinned->identity;
   std::lock_guard lock(record.mu);
-  if (const LibraryIdentity* id = record.identity.load(std::memory_order_acquire)) return id;
-  auto id = identity_at(library, record.path, record.stamp, state_dir);
-  if (!id.ok() && id.status().code() != Code::not_found && id.status().code() != Code::failed_precondition) {
-    return id.status();
+  // Other directories' identities, kept as long as the process (never
+  // replaced, so a pointer handed out stays valid).
+  static auto* others = new std::map<std::string, std::unique_ptr<const LibraryIdentity>>();
+  const std::string other_key = std::string(library) + '\0' + state_dir;
+  pinned = record.identity.load(std::memory_order_acquire);
+  if (pinned != nullptr) {
+    if (pinned->state_dir == state_dir) return &pinned->identity;
+    if (auto it = others->find(other_key); it != others->end()) return it->second.get();
   }
+  auto id = identity_at(library, record.path, record.stamp, state_dir);
   if (!id.ok()) {
-    // The file was replaced or removed since it was loaded: its bytes can no
-    // longer be read by path. The fingerprint names the loaded inode instead,
-    // so this process's keys match no process that fingerprinted a file.
+    // The file cannot be read as it was loaded (replaced, removed, or an
+    // I/O error): the fingerprint names the loaded inode instead, so this
+    // process's keys match no process that fingerprinted a file.
     LibraryIdentity by_stamp;
     PROGCACHE_ASSIGN_OR_RETURN(by_stamp.version, loaded_version(library));
     by_stamp.fingerprint = "loaded " + std::string(library) + " " + record.stamp.spelling() + ", since replaced";
     id = std::move(by_stamp);
   }
-  const auto* pinned = new LibraryIdentity(std::move(*id));  // never freed, as the library is never unloaded
-  record.identity.store(pinned, std::memory_order_release);
-  return pinned;
+  if (pinned == nullptr) {
+    pinned = new PinnedIdentity{state_dir, std::move(*id)};  // never freed, as the library is never unloaded
+    record.identity.store(pinned, std::memory_order_release);
+    return &pinned->identity;
+  }
+  auto& slot = (*others)[other_key];
+  slot = std::make_unique<const LibraryIdentity>(std::move(*id));
+  return slot.get();
 }
 
 }  // namespace progcache::cuda

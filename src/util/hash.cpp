@@ -82,6 +82,7 @@ Sha256::Sha256(Sha256&&) noexcept = default;
 Sha256& Sha256::operator=(Sha256&&) noexcept = default;
 
 void Sha256::update(std::string_view data) {
+  if (data.empty()) return;  // data() may be null
   Impl& m = *m_impl;
   if (data.size() <= m.stage.size() - m.staged) {
     std::memcpy(m.stage.data() + m.staged, data.data(), data.size());
