@@ -476,6 +476,7 @@ std::string in_child(const std::function<std::string()>& fn) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
+    ::alarm(120);  // a child stuck after fork fails the test, never hangs it
     const std::string out = fn();
     for (std::size_t done = 0; done < out.size();) {
       const ssize_t n = ::write(fds[1], out.data() + done, out.size() - done);
@@ -495,6 +496,10 @@ std::string in_child(const std::function<std::string()>& fn) {
   ::close(fds[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    ADD_FAILURE() << "the child process did not exit cleanly (status " << status << ")";
+    return {};
+  }
   return out;
 }
 
@@ -579,6 +584,59 @@ TEST_F(CompileTest, ALibraryReplacedAfterItWasLoadedStaysTheCompilerOfThisProces
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->from_cache);
   EXPECT_EQ(again->key, first->key);
+}
+
+// A cold process keys a program by the library its identity memo names,
+// without loading it; the compile loads it later. A file replaced in
+// between (here while the compile waits for another process's key lock)
+// compiles under a key naming the old file: its output is returned with the
+// identity of what ran, and never stored.
+TEST_F(CompileTest, AResultFromAnotherLibraryThanItsKeyNamesIsNeverStored) {
+  const std::string nvrtc = nvrtc_path_unloaded();
+  if (nvrtc.empty()) GTEST_SKIP() << "no NVRTC";
+  if (is_loaded(nvrtc)) GTEST_SKIP() << "NVRTC is already loaded in this process; run this test on its own";
+  std::string other;
+  for (const auto& e : fs::directory_iterator(fs::path(nvrtc).parent_path())) {
+    const std::string n = e.path().filename().string();
+    if (n.starts_with("libnvrtc.alt.so.") && fs::is_regular_file(e.path())) other = e.path().string();
+  }
+  if (other.empty()) GTEST_SKIP() << "no second NVRTC build (libnvrtc.alt.so.*) beside " << nvrtc;
+  const std::string link = m_tmp.sub("lib/libnvrtc.so");
+  fs::create_directories(fs::path(link).parent_path());
+  fs::create_symlink(nvrtc, link);
+  ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
+  const Program p = saxpy_program(salt());
+  const std::string in_other = in_child([&] {
+    auto k = program_key(p, TargetType::cubin, m_opts);
+    return k.ok() ? k->hex() : std::string();
+  });
+  auto key = program_key(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  ASSERT_EQ(key->hex(), in_other);
+  ASSERT_FALSE(is_loaded(link));
+  auto held = LockFile::acquire(Env::posix(), m_opts.state_dir + "/locks", key->hex(), std::chrono::milliseconds(0));
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  CompileOptions o = m_opts;
+  o.lock_timeout = std::chrono::seconds(30);
+  const auto before = compile_stats();
+  Result<ObjectCode> r = internal_error("not run");
+  std::thread compiling([&] { r = compile(p, TargetType::cubin, o); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  fs::create_symlink(other, m_tmp.sub("lib/new"));
+  fs::rename(m_tmp.sub("lib/new"), link);  // an upgrade lands while the compile waits
+  held->release();
+  compiling.join();
+  ::unsetenv("PROGCACHE_NVRTC");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->from_cache);
+  EXPECT_EQ(r->key, *key);
+  auto known = compiler_info();  // the library the key named, as another process sees it
+  ASSERT_TRUE(known.ok());
+  EXPECT_NE(r->compiler.nvrtc_fingerprint, known->identity.nvrtc_fingerprint);
+  EXPECT_EQ(compile_stats().unstable_inputs, before.unstable_inputs + 1);
+  auto stored = m_store->get(*key);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_FALSE(stored->has_value()) << "stored under a key that names another library";
 }
 
 // Loaded, then replaced before any compile asked who it was, with no memo
