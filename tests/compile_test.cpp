@@ -518,23 +518,34 @@ std::string nvrtc_path_unloaded() {
   });
 }
 
+// Points PROGCACHE_NVRTC at a link to `nvrtc` in `dir` and returns the
+// link; then has a forked child key `p`, so the identity memo is on disk and
+// this process can key it without loading the library. The child's key is
+// returned in `*child_key`.
+std::string link_nvrtc_and_key_in_child(const std::string& nvrtc, const std::string& dir, const Program& p,
+                                        const CompileOptions& o, std::string* child_key) {
+  const std::string link = dir + "/libnvrtc.so";
+  fs::create_directories(dir);
+  fs::create_symlink(nvrtc, link);
+  ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
+  *child_key = in_child([&] {
+    auto k = program_key(p, TargetType::cubin, o);
+    return k.ok() ? k->hex() : std::string();
+  });
+  return link;
+}
+
 TEST_F(CompileTest, ACompilerFileGoneSinceItWasFoundIsSearchedForAgain) {
   const std::string nvrtc = nvrtc_path_unloaded();
   if (nvrtc.empty()) GTEST_SKIP() << "no NVRTC";
   // What follows is about a process that has not loaded it (ctest runs each
   // test in a process of its own; a run of the whole binary may not).
   if (is_loaded(nvrtc)) GTEST_SKIP() << "NVRTC is already loaded in this process; run this test on its own";
-  const std::string link = m_tmp.sub("lib/libnvrtc.so");
-  fs::create_directories(fs::path(link).parent_path());
-  fs::create_symlink(nvrtc, link);
-  ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
   const Program p = saxpy_program(salt());
   // The identity memo is written by a process that loads the library, so
   // this one reads it and never loads.
-  const std::string in_other = in_child([&] {
-    auto k = program_key(p, TargetType::cubin, m_opts);
-    return k.ok() ? k->hex() : std::string();
-  });
+  std::string in_other;
+  const std::string link = link_nvrtc_and_key_in_child(nvrtc, m_tmp.sub("lib"), p, m_opts, &in_other);
   auto first = program_key(p, TargetType::cubin, m_opts);
   ASSERT_TRUE(first.ok()) << first.status().to_string();
   EXPECT_EQ(first->hex(), in_other);
@@ -601,15 +612,9 @@ TEST_F(CompileTest, AResultFromAnotherLibraryThanItsKeyNamesIsNeverStored) {
     if (n.starts_with("libnvrtc.alt.so.") && fs::is_regular_file(e.path())) other = e.path().string();
   }
   if (other.empty()) GTEST_SKIP() << "no second NVRTC build (libnvrtc.alt.so.*) beside " << nvrtc;
-  const std::string link = m_tmp.sub("lib/libnvrtc.so");
-  fs::create_directories(fs::path(link).parent_path());
-  fs::create_symlink(nvrtc, link);
-  ::setenv("PROGCACHE_NVRTC", link.c_str(), 1);
   const Program p = saxpy_program(salt());
-  const std::string in_other = in_child([&] {
-    auto k = program_key(p, TargetType::cubin, m_opts);
-    return k.ok() ? k->hex() : std::string();
-  });
+  std::string in_other;
+  const std::string link = link_nvrtc_and_key_in_child(nvrtc, m_tmp.sub("lib"), p, m_opts, &in_other);
   auto key = program_key(p, TargetType::cubin, m_opts);
   ASSERT_TRUE(key.ok()) << key.status().to_string();
   ASSERT_EQ(key->hex(), in_other);
