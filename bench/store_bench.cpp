@@ -106,20 +106,26 @@ void BM_FileHit(benchmark::State& state) {
 }
 BENCHMARK(BM_FileHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
 
+// The floor's one read: open, fstat, read the whole file into a fresh
+// buffer of its exact size, close.
+void read_whole_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  ::fstat(fd, &st);
+  std::unique_ptr<char[]> buf(new char[static_cast<std::size_t>(st.st_size)]);
+  const ssize_t n = ::read(fd, buf.get(), static_cast<std::size_t>(st.st_size));
+  ::close(fd);
+  benchmark::DoNotOptimize(n);
+  benchmark::DoNotOptimize(buf.get());
+}
+
 // The floor: the same files, read the cheapest way the kernel allows into a
 // fresh buffer of the exact size.
 void BM_FileReadFloor(benchmark::State& state) {
   auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
   std::size_t i = 0;
   for (auto _ : state) {
-    const int fd = ::open(f.paths[i++ & 63].c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    ::fstat(fd, &st);
-    std::unique_ptr<char[]> buf(new char[static_cast<std::size_t>(st.st_size)]);
-    const ssize_t n = ::read(fd, buf.get(), static_cast<std::size_t>(st.st_size));
-    ::close(fd);
-    benchmark::DoNotOptimize(n);
-    benchmark::DoNotOptimize(buf.get());
+    read_whole_file(f.paths[i++ & 63]);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
   f.store.reset();
@@ -150,14 +156,7 @@ BENCHMARK(BM_FileHitHot)->Arg(1 << 20);
 void BM_FileReadFloorHot(benchmark::State& state) {
   auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) {
-    const int fd = ::open(f.paths[0].c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    ::fstat(fd, &st);
-    std::unique_ptr<char[]> buf(new char[static_cast<std::size_t>(st.st_size)]);
-    const ssize_t n = ::read(fd, buf.get(), static_cast<std::size_t>(st.st_size));
-    ::close(fd);
-    benchmark::DoNotOptimize(n);
-    benchmark::DoNotOptimize(buf.get());
+    read_whole_file(f.paths[0]);
   }
   f.store.reset();
   fs::remove_all(f.dir);
