@@ -163,6 +163,35 @@ void BM_FileReadFloorHot(benchmark::State& state) {
 }
 BENCHMARK(BM_FileReadFloorHot)->Arg(1 << 20);
 
+// The floor of a verified hit of that entry, in the hit's own shape: open,
+// fstat, one read of the entry file into fresh memory of the artifact's
+// size, close, then XXH3-128 over what was read. What BM_FileHitHot costs
+// over this is the cache's own work (header, trailer, layout checks).
+void BM_FileReadChecksumFloorHot(benchmark::State& state) {
+  auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const int fd0 = ::open(f.paths[0].c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st0 {};
+  ::fstat(fd0, &st0);
+  ::close(fd0);
+  // The artifact's offset in the entry file: the same source alignment the hit copies from.
+  const auto offset = static_cast<off_t>(static_cast<std::size_t>(st0.st_size) - n - 16);
+  for (auto _ : state) {
+    const int fd = ::open(f.paths[0].c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    ::fstat(fd, &st);
+    std::unique_ptr<char[]> buf(new char[n]);
+    const ssize_t got = ::pread(fd, buf.get(), n, offset);
+    ::close(fd);
+    auto d = pc::xxh3_128(std::string_view(buf.get(), n));
+    benchmark::DoNotOptimize(got);
+    benchmark::DoNotOptimize(d);
+  }
+  f.store.reset();
+  fs::remove_all(f.dir);
+}
+BENCHMARK(BM_FileReadChecksumFloorHot)->Arg(1 << 20);
+
 // Puts into a store already full at its entry cap, so every put runs the
 // accounting and eviction path. The cost per put should not grow with the
 // number of entries.

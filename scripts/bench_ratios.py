@@ -21,6 +21,8 @@ RATIOS = [
      ("BM_FileReadFloor/1048576", "BM_Xxh3Floor1MiB"), None),
     ("one hot 1 MiB entry into caller memory / (bare read + XXH3-128)", "BM_FileHitHot/1048576",
      ("BM_FileReadFloorHot/1048576", "BM_Xxh3Floor1MiB"), None),
+    ("one hot 1 MiB entry into caller memory / its read + XXH3-128 in one loop", "BM_FileHitHot/1048576",
+     "BM_FileReadChecksumFloorHot/1048576", None),
     ("put, cap active: 100k entries / 1k entries", "BM_PutCapActive/100000", "BM_PutCapActive/1000", 1.5),
     ("put 1k entries / bare create+rename+unlink", "BM_PutCapActive/1000", "BM_PutFloor/1000", None),
     ("put 100k entries / bare create+rename+unlink", "BM_PutCapActive/100000", "BM_PutFloor/100000", None),

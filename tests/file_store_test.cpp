@@ -93,6 +93,34 @@ TEST_F(FileStoreTest, MissIsNulloptAndRoundTripWorks) {
   EXPECT_EQ(st.puts, 1u);
 }
 
+// Where a read lands decides what the kernel's copy and the checksum cost
+// (bytes.cpp): an artifact read from disk starts at the same offset modulo 64
+// as it has in its file, for entries read whole and for entries streamed
+// (over 1 MiB), whatever the metadata's length puts it at.
+TEST_F(FileStoreTest, ArtifactsReadFromDiskKeepTheAlignmentTheyHaveInTheirFile) {
+  auto s = open_store();
+  std::uint64_t n = 0;
+  for (const std::size_t payload : {std::size_t{100}, std::size_t{3} << 20}) {
+    for (const std::size_t pad : {0, 1, 5, 17, 31, 40, 63}) {
+      const Key k = make_key(static_cast<int>(++n));
+      const std::string metadata = "{\"p\":\"" + std::string(pad, 'x') + "\"}";
+      ASSERT_TRUE(s->put(k, Entry(metadata, {{"code", Bytes::copy_of(std::string(payload, 'a'))}})).ok());
+      const auto file_size = fs::file_size(s->entry_path(k));
+      const std::uint64_t offset = file_size - 16 - payload;  // one artifact, then the 16-byte checksum
+      auto hit = s->get(k);
+      ASSERT_TRUE(hit.ok() && hit->has_value());
+      const auto addr = reinterpret_cast<std::uintptr_t>((*hit)->artifacts()[0].data.data());
+      EXPECT_EQ((addr - offset) % 64, 0u) << "payload " << payload << ", artifact at file offset " << offset;
+    }
+  }
+  char* p = nullptr;
+  for (const std::uint64_t phase : {0, 1, 16, 63, 64, 101}) {
+    const Bytes b = Bytes::allocate(1 << 20, &p, phase);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % 64, phase % 64);
+    EXPECT_EQ(b.data(), p);
+  }
+}
+
 TEST_F(FileStoreTest, LayoutIsShardedAndPrivate) {
   auto s = open_store();
   const Key k = make_key(7);

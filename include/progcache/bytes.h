@@ -34,8 +34,10 @@ class Bytes {
     return b;
   }
   // A buffer of `size` uninitialised bytes the caller fills through
-  // `mutable_data` before sharing it.
-  static Bytes allocate(std::size_t size, char** mutable_data);
+  // `mutable_data` before sharing it. The data starts `phase` bytes (mod 64)
+  // past a 64-byte boundary: a buffer that a file is read into should have
+  // the phase of the file offset it is read from (see bytes.cpp).
+  static Bytes allocate(std::size_t size, char** mutable_data, std::uint64_t phase = 0);
 
   [[nodiscard]] const char* data() const noexcept { return m_data; }
   [[nodiscard]] std::size_t size() const noexcept { return m_size; }

@@ -17,6 +17,7 @@
 #include "progcache/compile.h"
 #include "progcache/config.h"
 #include "progcache/file_store.h"
+#include "progcache/hash.h"
 #include "progcache/key.h"
 #include "progcache/lock_file.h"
 #include "progcache/memory_store.h"
@@ -594,6 +595,14 @@ NB_MODULE(_core, m) {
     for (const auto& [label, value] : fields) b.add(label, key_value_of(value));
     const pc::Key key = b.finish();
     return nb::bytes(key.bytes.data(), key.bytes.size());
+  });
+
+  // The checksum every file hit verifies (XXH3-128, the library's own
+  // build): bench/python_hits.py times a bare read plus this as the floor of
+  // any verified hit.
+  m.def("entry_checksum", [](const nb::bytes& data) {
+    const pc::Digest128 d = pc::xxh3_128(view_of(data));
+    return nb::bytes(d.data(), d.size());
   });
 
   m.def("compile_stats", []() {

@@ -18,6 +18,10 @@ namespace {
 // The first read of a file: the fixed header, the artifact table of any
 // ordinary entry, and often the whole of a small one.
 constexpr std::size_t k_first_read = 4096;
+// A file up to this size is read whole by the first read: copying its
+// artifact out of that costs less than the one or two more reads (the rest
+// of the artifact, the trailer) it would take otherwise.
+constexpr std::size_t k_first_read_whole_up_to = std::size_t{16} * 1024;
 // Payloads are read and hashed in chunks that fit in L2, so the checksum
 // reads bytes the copy just brought into cache instead of making a second
 // trip to memory.
@@ -89,7 +93,9 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
   }
   // The header and table are judged before anything sized by them is read:
   // a file claiming a huge payload costs its first 4 KiB.
-  PROGCACHE_ASSIGN_OR_RETURN(std::string_view head, prefix(std::min<std::uint64_t>(m_size, k_first_read)));
+  const std::uint64_t first =
+      m_size <= k_first_read_whole_up_to ? m_size : std::min<std::uint64_t>(m_size, k_first_read);
+  PROGCACHE_ASSIGN_OR_RETURN(std::string_view head, prefix(first));
   PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t table_end, entry_table_end(head));
   if (table_end > head.size() && table_end <= m_size) {
     PROGCACHE_ASSIGN_OR_RETURN(head, prefix(table_end));
@@ -159,7 +165,7 @@ Result<Entry> EntryReader::read(const Key& expected_key) {
     if (m_in_memory) return nullptr;
     if (i == 0) {
       first = l.artifacts.front().data_offset;
-      payloads = Bytes::allocate(l.body_size - first, &base);
+      payloads = Bytes::allocate(l.body_size - first, &base, /*phase=*/first);  // keeps the file's alignment
     }
     return base + (l.artifacts[i].data_offset - first);
   };
