@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <random>
 #include <unordered_map>
 
@@ -266,19 +267,72 @@ void BM_Sha256Floor1MiB(benchmark::State& state) {
 }
 BENCHMARK(BM_Sha256Floor1MiB);
 
-// The checksum every file hit verifies, alone: XXH3-128 over 1 MiB. A 1 MiB
-// hit costs at least the bare read plus this (scripts/bench_ratios.py).
+// 1 MiB of random bytes starting `offset` bytes past a 64-byte boundary.
+struct PhasedMiB {
+  explicit PhasedMiB(std::size_t offset)
+      : base(static_cast<char*>(::operator new[]((1 << 20) + 4096, std::align_val_t{4096}))), data(base + offset) {
+    std::mt19937_64 rng(9);
+    for (std::size_t i = 0; i < (1 << 20); ++i) data[i] = static_cast<char>(rng());
+  }
+  ~PhasedMiB() { ::operator delete[](base, std::align_val_t{4096}); }
+  PhasedMiB(const PhasedMiB&) = delete;
+  PhasedMiB& operator=(const PhasedMiB&) = delete;
+  char* base;
+  char* data;
+};
+
+// The checksum every file hit verifies, alone: XXH3-128 over 1 MiB that
+// starts on a 64-byte boundary. A 1 MiB hit costs at least the bare read
+// plus this (scripts/bench_ratios.py).
 void BM_Xxh3Floor1MiB(benchmark::State& state) {
-  std::string data(1 << 20, '\0');
-  std::mt19937_64 rng(9);
-  for (auto& c : data) c = static_cast<char>(rng());
+  const PhasedMiB m(0);
   for (auto _ : state) {
-    auto d = pc::xxh3_128(data);
+    auto d = pc::xxh3_128(std::string_view(m.data, 1 << 20));
     benchmark::DoNotOptimize(d);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * (1 << 20));
 }
 BENCHMARK(BM_Xxh3Floor1MiB);
+
+// The same checksum over bytes starting `offset` bytes past a 64-byte
+// boundary: XXH3 reads 32-byte vectors, so where the bytes sit changes its
+// speed ("Where a read lands" in docs/benchmarks.md).
+void BM_Xxh3At(benchmark::State& state) {
+  const PhasedMiB m(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) {
+    auto d = pc::xxh3_128(std::string_view(m.data, 1 << 20));
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * (1 << 20));
+}
+BENCHMARK(BM_Xxh3At)->Arg(0)->Arg(16)->Arg(32)->Arg(5);
+
+// One pread of 1 MiB from file offset 4096 (page cache, hot) into memory
+// whose address is `delta` bytes past the same offset modulo a page: the
+// kernel's copy, by where it lands. Buffers from bytes.cpp keep delta a
+// multiple of 64.
+void BM_ReadLandingAt(benchmark::State& state) {
+  const std::string dir = bench_dir("landing");
+  const std::string path = dir + "/f";
+  fs::create_directories(dir);
+  {
+    const PhasedMiB m(0);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(::write(fd, m.data, 1 << 20));
+    ::close(fd);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) state.SkipWithError("cannot open the file it wrote");
+  const PhasedMiB dst(0);
+  const auto delta = static_cast<std::size_t>(state.range(0));
+  char* into = dst.base + delta;  // base is page-aligned, the source offset is 4096
+  for (auto _ : state) {
+    if (::pread(fd, into, 1 << 20, 4096) != (1 << 20)) state.SkipWithError("short read");
+  }
+  ::close(fd);
+  fs::remove_all(dir);
+}
+BENCHMARK(BM_ReadLandingAt)->Arg(0)->Arg(16)->Arg(48)->Arg(64)->Arg(2048);
 
 }  // namespace
 

@@ -245,6 +245,19 @@ def test_damaged_file_entry_is_a_miss(tmp_path):
     assert c.stats()["corrupt_dropped"] == 1
 
 
+def test_entry_checksum_is_the_checksum_a_file_hit_verifies(tmp_path):
+    # bench/python_hits.py times a bare read plus entry_checksum as the floor
+    # of any verified hit: it must be the checksum stored in (and checked
+    # against) every entry file's last 16 bytes, over everything before them.
+    c = FileStreamProgramCache(tmp_path / "ck")
+    c[b"k"] = os.urandom(70000)
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "ck" / "v1") for f in fs if len(f) == 62]
+    assert len(files) == 1
+    data = open(files[0], "rb").read()
+    assert progcache._core.entry_checksum(data[:-16]) == data[-16:]
+    assert progcache._core.entry_checksum(data[:-17]) != data[-16:]
+
+
 def test_foreign_writable_root_is_refused(tmp_path):
     root = tmp_path / "open"
     root.mkdir()
