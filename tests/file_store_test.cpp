@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -264,6 +265,66 @@ TEST_F(FileStoreTest, AJunkFileNamedLikeAnEntryIsJudgedOnItsHeaderNotReadWhole) 
   ::getrusage(RUSAGE_SELF, &after);
   // ru_maxrss is in KiB: the peak grew by far less than the file's size.
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "the junk file was read whole";
+}
+
+// An entry whose layout adds up but is larger than the memory the process
+// may still take: the read fails with an error the caller can handle, the
+// process goes on, and the file (not damaged) stays. Before, the failed
+// allocation threw std::bad_alloc out of get(). Runs in a child under
+// RLIMIT_AS (not under the sanitizers, whose shadow memory needs more).
+TEST_F(FileStoreTest, AnEntryLargerThanTheMemoryLeftIsAnErrorNotAnException) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "RLIMIT_AS cannot be used under a sanitizer";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "RLIMIT_AS cannot be used under a sanitizer";
+#endif
+#endif
+  auto s = open_store();
+  const Key k = make_key(1);
+  ASSERT_TRUE(s->put(k, make_entry("abc")).ok());
+  const std::string path = s->entry_path(k);
+  // The artifact's stored length (table row 0, bytes 8-15 of the row at
+  // offset 64) becomes 6 GiB, and the file grows to match it, sparse: the
+  // layout adds up, so the reader allocates before it reads any payload.
+  const std::uint64_t huge = std::uint64_t{6} << 30;
+  const auto old_size = fs::file_size(path);
+  std::uint64_t old_len = 0;
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(64 + 8);
+    f.read(reinterpret_cast<char*>(&old_len), 8);  // little-endian, as is this machine
+    f.seekp(64 + 8);
+    f.write(reinterpret_cast<const char*>(&huge), 8);
+  }
+  ASSERT_EQ(old_len, 3u);
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(old_size - old_len + huge)), 0);
+
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(60);
+    rlimit lim{};
+    std::ifstream status("/proc/self/status");
+    std::uint64_t vm_kib = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("VmSize:")) vm_kib = std::stoull(line.substr(7));
+    }
+    lim.rlim_cur = lim.rlim_max = (vm_kib << 10) + (std::uint64_t{1} << 30);  // 1 GiB more than now
+    if (vm_kib == 0 || ::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+    try {
+      auto r = s->get(k);
+      ::_exit(!r.ok() && r.status().code() == Code::resource_exhausted ? 0 : 1);
+    } catch (...) {
+      ::_exit(2);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status);
+  EXPECT_NE(WEXITSTATUS(status), 2) << "get() threw instead of returning an error";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "exit " << WEXITSTATUS(status)
+                                    << " (1: get() did not fail with resource_exhausted; 3: no limit set)";
+  EXPECT_TRUE(fs::exists(path)) << "an entry too large for this process's memory is not damage";
 }
 
 TEST_F(FileStoreTest, FifoAtAnEntryPathIsAMissNeverAHangAndRepairRemovesIt) {

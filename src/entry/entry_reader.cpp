@@ -165,7 +165,11 @@ Result<Entry> EntryReader::read(const Key& expected_key) {
     if (m_in_memory) return nullptr;
     if (i == 0) {
       first = l.artifacts.front().data_offset;
-      payloads = Bytes::allocate(l.body_size - first, &base, /*phase=*/first);  // keeps the file's alignment
+      try {
+        payloads = Bytes::allocate(l.body_size - first, &base, /*phase=*/first);  // keeps the file's alignment
+      } catch (const std::bad_alloc&) {
+        return resource_exhausted("no memory to read an entry of " + std::to_string(l.body_size) + " bytes");
+      }
     }
     return base + (l.artifacts[i].data_offset - first);
   };

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <random>
 
 #include "store/file/file_store_impl.h"
@@ -112,7 +113,12 @@ Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& k
   Result<Entry> decoded = Status();
   if (r.info.size <= k_read_whole_up_to) {
     char* buf = nullptr;
-    Bytes data = Bytes::allocate(r.info.size, &buf);
+    Bytes data;
+    try {
+      data = Bytes::allocate(r.info.size, &buf);
+    } catch (const std::bad_alloc&) {
+      return resource_exhausted("no memory to read an entry of " + std::to_string(r.info.size) + " bytes");
+    }
     std::uint64_t done = 0;
     while (done < r.info.size) {
       PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, m_env->pread(fd, buf + done, r.info.size - done, done));
