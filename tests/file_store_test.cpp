@@ -270,61 +270,123 @@ TEST_F(FileStoreTest, AJunkFileNamedLikeAnEntryIsJudgedOnItsHeaderNotReadWhole) 
 // An entry whose layout adds up but is larger than the memory the process
 // may still take: the read fails with an error the caller can handle, the
 // process goes on, and the file (not damaged) stays. Before, the failed
-// allocation threw std::bad_alloc out of get(). Runs in a child under
-// RLIMIT_AS (not under the sanitizers, whose shadow memory needs more).
+// allocation threw std::bad_alloc out of get(). Each case runs in a child
+// under RLIMIT_AS (not under the sanitizers, whose shadow memory needs more).
 TEST_F(FileStoreTest, AnEntryLargerThanTheMemoryLeftIsAnErrorNotAnException) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "RLIMIT_AS cannot be used under a sanitizer";
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer) || \
+    __has_feature(hwaddress_sanitizer)
   GTEST_SKIP() << "RLIMIT_AS cannot be used under a sanitizer";
 #endif
 #endif
+  static_assert(sizeof(std::size_t) == 8, "the declared sizes below need a 64-bit address space");
   auto s = open_store();
-  const Key k = make_key(1);
-  ASSERT_TRUE(s->put(k, make_entry("abc")).ok());
-  const std::string path = s->entry_path(k);
-  // The artifact's stored length (table row 0, bytes 8-15 of the row at
-  // offset 64) becomes 6 GiB, and the file grows to match it, sparse: the
-  // layout adds up, so the reader allocates before it reads any payload.
-  const std::uint64_t huge = std::uint64_t{6} << 30;
-  const auto old_size = fs::file_size(path);
-  std::uint64_t old_len = 0;
-  {
+  // Entry layout (entry.h): the metadata length is the u32 at offset 60, the
+  // first artifact's encoding and stored length are the u32 at 68 and the u64
+  // at 72; all little-endian, as is this machine. The file grows (sparse) by
+  // what the new length adds, so the layout adds up and the reader allocates
+  // before it reads what the lengths cover.
+  enum class Grow { payload, payload_compressed, metadata };
+  const auto craft = [&](int n, Grow grow) -> std::string {
+    const Key k = make_key(n);
+    EXPECT_TRUE(s->put(k, make_entry("abc")).ok());
+    const std::string path = s->entry_path(k);
+    const auto old_size = fs::file_size(path);
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(64 + 8);
-    f.read(reinterpret_cast<char*>(&old_len), 8);  // little-endian, as is this machine
-    f.seekp(64 + 8);
-    f.write(reinterpret_cast<const char*>(&huge), 8);
-  }
-  ASSERT_EQ(old_len, 3u);
-  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(old_size - old_len + huge)), 0);
-
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::alarm(60);
-    rlimit lim{};
-    std::ifstream status("/proc/self/status");
-    std::uint64_t vm_kib = 0;
-    for (std::string line; std::getline(status, line);) {
-      if (line.starts_with("VmSize:")) vm_kib = std::stoull(line.substr(7));
+    std::uint64_t added = 0;
+    if (grow == Grow::metadata) {
+      std::uint32_t len = 0;
+      f.seekg(60);
+      f.read(reinterpret_cast<char*>(&len), 4);
+      const std::uint32_t huge = 0xE0000000u;  // 3.5 GiB
+      f.seekp(60);
+      f.write(reinterpret_cast<const char*>(&huge), 4);
+      added = huge - len;
+    } else {
+      std::uint64_t len = 0;
+      f.seekg(72);
+      f.read(reinterpret_cast<char*>(&len), 8);
+      EXPECT_EQ(len, 3u);
+      const std::uint64_t huge = std::uint64_t{6} << 30;
+      const std::uint32_t encoding = grow == Grow::payload_compressed ? 1 : 0;
+      f.seekp(68);
+      f.write(reinterpret_cast<const char*>(&encoding), 4);
+      f.write(reinterpret_cast<const char*>(&huge), 8);
+      added = huge - len;
     }
-    lim.rlim_cur = lim.rlim_max = (vm_kib << 10) + (std::uint64_t{1} << 30);  // 1 GiB more than now
-    if (vm_kib == 0 || ::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
-    try {
-      auto r = s->get(k);
-      ::_exit(!r.ok() && r.status().code() == Code::resource_exhausted ? 0 : 1);
-    } catch (...) {
-      ::_exit(2);
+    f.close();
+    if (::truncate(path.c_str(), static_cast<off_t>(old_size + added)) != 0) return "";
+    return path;
+  };
+  // 0: failed with resource_exhausted; 1: another result; 2: threw; 3: no limit could be set.
+  const auto in_child = [&](const std::function<Status()>& read) -> int {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(60);
+      std::ifstream status("/proc/self/status");
+      std::uint64_t vm_kib = 0;
+      for (std::string line; std::getline(status, line);) {
+        if (line.starts_with("VmSize:")) vm_kib = std::stoull(line.substr(7));
+      }
+      rlimit lim{};
+      if (vm_kib == 0 || ::getrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+      const rlim_t want = (vm_kib << 10) + (rlim_t{1} << 30);  // 1 GiB more than now
+      if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < want) ::_exit(3);
+      lim.rlim_cur = want;
+      if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+      try {
+        const Status st = read();
+        ::_exit(st.code() == Code::resource_exhausted ? 0 : 1);
+      } catch (...) {
+        ::_exit(2);
+      }
     }
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  };
+  const auto get = [&](int n) {
+    return [&, n]() -> Status {
+      auto r = s->get(make_key(n));
+      return r.ok() ? Status() : r.status();
+    };
+  };
+  const auto get_into = [&](int n) {
+    return [&, n]() -> Status {
+      std::unique_ptr<char[]> buf;
+      auto r = s->get_primary_into(make_key(n), [&](std::size_t size) {
+        buf.reset(new char[size]);  // throws std::bad_alloc for the 6 GiB payload
+        return buf.get();
+      });
+      return r.ok() ? Status() : r.status();
+    };
+  };
+  struct Case {
+    const char* what;
+    Grow grow;
+    bool into;
+  };
+  const Case cases[] = {
+      {"a 6 GiB payload, get()", Grow::payload, false},
+      {"3.5 GiB of metadata, get()", Grow::metadata, false},
+      {"3.5 GiB of metadata, get_primary_into()", Grow::metadata, true},
+      {"a 6 GiB payload, get_primary_into() whose allocation throws", Grow::payload, true},
+      {"a 6 GiB compressed payload, get_primary_into()", Grow::payload_compressed, true},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string path = craft(++n, c.grow);
+    if (path.empty()) GTEST_SKIP() << "this filesystem cannot make a sparse file of gigabytes";
+    const int got = in_child(c.into ? std::function<Status()>(get_into(n)) : std::function<Status()>(get(n)));
+    if (got == 3) GTEST_SKIP() << "RLIMIT_AS cannot be set here";
+    EXPECT_NE(got, -1) << "the child was killed";
+    EXPECT_NE(got, 2) << "the read threw instead of returning an error";
+    EXPECT_EQ(got, 0) << "the read did not fail with resource_exhausted";
+    EXPECT_TRUE(fs::exists(path)) << "an entry too large for this process's memory is not damage";
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed by signal " << WTERMSIG(status);
-  EXPECT_NE(WEXITSTATUS(status), 2) << "get() threw instead of returning an error";
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "exit " << WEXITSTATUS(status)
-                                    << " (1: get() did not fail with resource_exhausted; 3: no limit set)";
-  EXPECT_TRUE(fs::exists(path)) << "an entry too large for this process's memory is not damage";
 }
 
 TEST_F(FileStoreTest, FifoAtAnEntryPathIsAMissNeverAHangAndRepairRemovesIt) {

@@ -37,7 +37,8 @@ class Bytes {
   // `mutable_data` before sharing it. The data starts `phase` bytes (mod 64)
   // past a 64-byte boundary: a buffer that a file is read into should have
   // the phase of the file offset it is read from (see bytes.cpp).
-  static Bytes allocate(std::size_t size, char** mutable_data, std::uint64_t phase = 0);
+  static Bytes allocate(std::size_t size, char** mutable_data, std::uint64_t phase);
+  static Bytes allocate(std::size_t size, char** mutable_data);  // phase 0
 
   [[nodiscard]] const char* data() const noexcept { return m_data; }
   [[nodiscard]] std::size_t size() const noexcept { return m_size; }

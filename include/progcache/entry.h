@@ -204,9 +204,14 @@ class EntryReader {
   // verified and dropped. Until this returns ok the memory holds unverified
   // bytes: on an error the caller discards it.
   Status read_primary(const Key& expected_key, const Alloc& alloc);
+  // Both fail with resource_exhausted when memory runs out (a declared length
+  // that adds up but is larger than what the process can still allocate, or
+  // an `alloc` that throws std::bad_alloc): nothing is thrown.
 
  private:
   struct Checked;
+  Result<Entry> read_unguarded(const Key& expected_key);
+  Status read_primary_unguarded(const Key& expected_key, const Alloc& alloc);
   // Where artifact `index` of `layout` is written as it is read; nullptr:
   // verified and dropped.
   using Destination = std::function<Result<char*>(const EntryLayout& layout, std::size_t index)>;

@@ -155,7 +155,7 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
   return c;
 }
 
-Result<Entry> EntryReader::read(const Key& expected_key) {
+Result<Entry> EntryReader::read_unguarded(const Key& expected_key) {
   // Through read_at, every payload lands in one buffer, allocated once the
   // layout is known to add up; from memory, payloads are slices of it.
   Bytes payloads;
@@ -165,11 +165,7 @@ Result<Entry> EntryReader::read(const Key& expected_key) {
     if (m_in_memory) return nullptr;
     if (i == 0) {
       first = l.artifacts.front().data_offset;
-      try {
-        payloads = Bytes::allocate(l.body_size - first, &base, /*phase=*/first);  // keeps the file's alignment
-      } catch (const std::bad_alloc&) {
-        return resource_exhausted("no memory to read an entry of " + std::to_string(l.body_size) + " bytes");
-      }
+      payloads = Bytes::allocate(l.body_size - first, &base, /*phase=*/first);  // keeps the file's alignment
     }
     return base + (l.artifacts[i].data_offset - first);
   };
@@ -194,7 +190,7 @@ Result<Entry> EntryReader::read(const Key& expected_key) {
   return out;
 }
 
-Status EntryReader::read_primary(const Key& expected_key, const Alloc& alloc) {
+Status EntryReader::read_primary_unguarded(const Key& expected_key, const Alloc& alloc) {
   const auto give = [&](std::uint64_t n) -> Result<char*> {
     char* p = alloc(n);
     if (p == nullptr) return resource_exhausted("no memory for a cache hit of " + std::to_string(n) + " bytes");
@@ -218,6 +214,26 @@ Status EntryReader::read_primary(const Key& expected_key, const Alloc& alloc) {
     return zstd::expand(packed, p, n);
   }
   return {};
+}
+
+// Every length an entry declares is checked to add up before anything is
+// sized by it, but one that adds up can still be more than this process may
+// allocate (a prefix or payload of gigabytes in a file of up to 8 GiB):
+// that is a failed read, never an exception out of a cache lookup.
+Result<Entry> EntryReader::read(const Key& expected_key) {
+  try {
+    return read_unguarded(expected_key);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("no memory to read an entry of " + std::to_string(m_size) + " bytes");
+  }
+}
+
+Status EntryReader::read_primary(const Key& expected_key, const Alloc& alloc) {
+  try {
+    return read_primary_unguarded(expected_key, alloc);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("no memory to read an entry of " + std::to_string(m_size) + " bytes");
+  }
 }
 
 }  // namespace progcache

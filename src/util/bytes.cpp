@@ -1,6 +1,7 @@
 #include "progcache/bytes.h"
 
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 
@@ -22,26 +23,31 @@ Bytes Bytes::adopt(std::string&& data) {
 // cache and the checksum's 32-byte vector loads run fastest when the bytes
 // keep the alignment they have in the file; on some CPUs (AMD EPYC here) a
 // copy whose destination sits 1-31 bytes past its source, modulo a page, runs
-// about seven times slower, and a fresh large allocation from glibc starts
-// exactly 16 bytes past a page boundary: a 1 MiB entry read whole from offset
-// 0 into it took 810 us instead of 494 us. So buffers are 64-byte aligned and
-// start at the phase the caller names (docs/benchmarks.md, "Where a read
-// lands").
+// about ten times slower, and a fresh large allocation from glibc starts
+// exactly 16 bytes past a page boundary, so a process's first whole read of
+// a 900 000-byte entry from offset 0 took 784 us instead of 537 us. Buffers
+// are 64-byte aligned and start at the phase the caller names
+// (docs/benchmarks.md, "Where a read lands").
 Bytes Bytes::allocate(std::size_t size, char** mutable_data, std::uint64_t phase) {
   constexpr std::size_t k_align = 64;
   const std::size_t skip = static_cast<std::size_t>(phase % k_align);
+  if (size > std::numeric_limits<std::size_t>::max() - k_align) throw std::bad_alloc();
   // make_shared_for_overwrite is C++20 but missing from libstdc++ 12 for
   // arrays; the buffer is handed to a shared_ptr (one extra allocation) and
   // left uninitialised (no memset of large payloads).
   struct Free {
-    void operator()(const char* p) const { ::operator delete[](const_cast<char*>(p), std::align_val_t{k_align}); }
+    void operator()(char* p) const { ::operator delete[](p, std::align_val_t{k_align}); }
   };
   std::unique_ptr<char[], Free> buf(
       static_cast<char*>(::operator new[](skip + (size == 0 ? 1 : size), std::align_val_t{k_align})));
   *mutable_data = buf.get() + skip;
-  std::shared_ptr<const char> owner(buf.release(), Free{});
+  std::shared_ptr<char> owner(buf.release(), Free{});
   const char* data = owner.get() + skip;
   return wrap(std::shared_ptr<const void>(owner, data), data, size);
+}
+
+Bytes Bytes::allocate(std::size_t size, char** mutable_data) {
+  return allocate(size, mutable_data, 0);
 }
 
 std::string to_hex(std::string_view data) {
