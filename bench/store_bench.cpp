@@ -286,16 +286,21 @@ struct PhasedMiB {
   char* data;
 };
 
-// The checksum every file hit verifies, alone: XXH3-128 over 1 MiB that
-// starts on a 64-byte boundary. A 1 MiB hit costs at least the bare read
-// plus this (scripts/bench_ratios.py).
-void BM_Xxh3Floor1MiB(benchmark::State& state) {
-  const PhasedMiB m(0);
+// XXH3-128 of 1 MiB starting `offset` bytes past a page boundary.
+void xxh3_of_phased_mib(benchmark::State& state, std::size_t offset) {
+  const PhasedMiB m(offset);
   for (auto _ : state) {
     auto d = pc::xxh3_128(std::string_view(m.data, 1 << 20));
     benchmark::DoNotOptimize(d);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * (1 << 20));
+}
+
+// The checksum every file hit verifies, alone, over 1 MiB that starts on a
+// 64-byte boundary. A 1 MiB hit costs at least the bare read plus this
+// (scripts/bench_ratios.py).
+void BM_Xxh3Floor1MiB(benchmark::State& state) {
+  xxh3_of_phased_mib(state, 0);
 }
 BENCHMARK(BM_Xxh3Floor1MiB);
 
@@ -303,12 +308,7 @@ BENCHMARK(BM_Xxh3Floor1MiB);
 // boundary: XXH3 reads 32-byte vectors, so where the bytes sit changes its
 // speed ("Where a read lands" in docs/benchmarks.md).
 void BM_Xxh3At(benchmark::State& state) {
-  const PhasedMiB m(static_cast<std::size_t>(state.range(0)));
-  for (auto _ : state) {
-    auto d = pc::xxh3_128(std::string_view(m.data, 1 << 20));
-    benchmark::DoNotOptimize(d);
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * (1 << 20));
+  xxh3_of_phased_mib(state, static_cast<std::size_t>(state.range(0)));
 }
 BENCHMARK(BM_Xxh3At)->Arg(0)->Arg(16)->Arg(32)->Arg(5);
 

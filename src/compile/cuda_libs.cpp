@@ -437,8 +437,6 @@ Result<LibraryIdentity> identity_at(std::string_view library, const std::string&
   if (!found) {
     PROGCACHE_ASSIGN_OR_RETURN(id.version, loaded_version(library));
     PROGCACHE_ASSIGN_OR_RETURN(id.fingerprint, fingerprint_file(path, stamp));
-    // The version came from the loaded library: recorded for this file only
-    // when the loaded library is this file.
     // The version came from the loaded library: written down for this file
     // only when the loaded library is this file. In memory it is kept either
     // way: it is what this process's library says, every call.
@@ -448,11 +446,11 @@ Result<LibraryIdentity> identity_at(std::string_view library, const std::string&
     // Best effort: a memo that cannot be written only costs the next
     // process one library load.
     Env* env = Env::posix();
-    if (!version_is_this_files) {
-      // not recorded on disk
-    } else if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
-      const nlohmann::json j{{"id", file_id}, {"version", id.version}, {"fingerprint", id.fingerprint}};
-      write_file_atomic(env, memo_path, temp_path_beside(memo_path), j.dump(), 0600, Durability::none).ignore();
+    if (version_is_this_files) {
+      if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
+        const nlohmann::json j{{"id", file_id}, {"version", id.version}, {"fingerprint", id.fingerprint}};
+        write_file_atomic(env, memo_path, temp_path_beside(memo_path), j.dump(), 0600, Durability::none).ignore();
+      }
     }
   }
   std::lock_guard lock(mu);
