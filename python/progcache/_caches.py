@@ -80,16 +80,13 @@ def _cap(value: Any, name: str = "max_size_bytes") -> Optional[int]:
     return value
 
 
-class _ProgramCache:
-    """Shared mapping behaviour; subclasses provide _get/_put/_del/_clear/_len."""
+class _ProgramCache(_core.CacheFront):
+    """Shared mapping behaviour; subclasses provide _get/_put/_del/_clear/_len
+    and bind their backend with ``_front_bind``. ``cache[key]``, the hot
+    path, is ``_core.CacheFront.__getitem__``: the key as ``_key`` makes it,
+    the backend's get, KeyError(key) on a miss, with no Python frame."""
 
     _closed = False
-
-    def __getitem__(self, key: KeyLike) -> bytes:
-        value = self._get(_key(key))
-        if value is None:
-            raise KeyError(key)
-        return value
 
     def get(self, key: KeyLike, default: Optional[bytes] = None) -> Optional[bytes]:
         value = self._get(_key(key))
@@ -134,18 +131,14 @@ class InMemoryProgramCache(_ProgramCache):
     """
 
     def __init__(self, *, max_size_bytes: Optional[int] = None) -> None:
+        super().__init__()
         self._mem = _core.MemoryCache(_cap(max_size_bytes))
+        self._front_bind(self._mem)
         self._get = self._mem.get
         self._put = self._mem.put
         self._del = self._mem.erase
         self._len = self._mem.__len__
         self._clear = self._mem.clear
-
-    def __getitem__(self, key: KeyLike) -> bytes:  # the hot path, kept short
-        value = self._mem.get(key if type(key) is bytes else _key(key))
-        if value is None:
-            raise KeyError(key)
-        return value
 
     def get(self, key: KeyLike, default: Optional[bytes] = None) -> Optional[bytes]:
         value = self._mem.get(key if type(key) is bytes else _key(key))
@@ -160,6 +153,7 @@ class _StoreCache(_ProgramCache):
     """A mapping over a C++ Store handle (file, redis or tiered)."""
 
     def _bind(self, store) -> None:
+        self._front_bind(store)
         self._store = store
         self._get = store.get
         self._put = store.put
@@ -244,6 +238,7 @@ class FileStreamProgramCache(_StoreCache):
 
     def __init__(self, path: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = _UNSET,
                  durability: Optional[str] = None, sharing: Optional[str] = None) -> None:
+        super().__init__()
         cfg = _config()
         root = os.fspath(path) if path is not None else cfg["dir"]
         self.path = root
@@ -285,6 +280,7 @@ class RedisProgramCache(_StoreCache):
     ``$PROGCACHE_READONLY``."""
 
     def __init__(self, urls: Union[str, Iterable[str]], *, read_only: Optional[bool] = None) -> None:
+        super().__init__()
         if not _core.HAVE_REDIS:
             raise RuntimeError("this progcache was built without the Redis tier")
         urls = [urls] if isinstance(urls, str) else list(urls)
@@ -310,6 +306,7 @@ class TieredProgramCache(_StoreCache):
     def __init__(self, path: Union[str, os.PathLike, None] = None, *, urls: Union[str, Iterable[str], None] = None,
                  max_size_bytes: Optional[int] = _UNSET, memory_size_bytes: Optional[int] = 256 << 20,
                  read_only: Optional[bool] = None, sharing: Optional[str] = None) -> None:
+        super().__init__()
         cfg = _config()
         if urls is None:
             urls = list(cfg["remote_urls"])

@@ -1,4 +1,4 @@
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 __version__: str
 HAVE_REDIS: bool
@@ -13,6 +13,13 @@ class MemoryCache:
     def clear(self) -> None: ...
     def __len__(self) -> int: ...
     def size_bytes(self) -> int: ...
+
+class CacheFront:
+    """The base of the cache classes: ``cache[key]`` in C++ (bytes, or str as
+    its UTF-8; KeyError on a miss) over the backend bound with _front_bind."""
+    def __init__(self) -> None: ...
+    def _front_bind(self, backend: object) -> None: ...
+    def __getitem__(self, key: Union[bytes, str]) -> bytes: ...
 
 class LockFile:
     """Holds <dir>/<name>.lock (flock, host-wide) until release(); raises

@@ -263,6 +263,86 @@ class StoreHandle {
   pc::FileStore* m_disk;  // the disk tier, owned by m_store
 };
 
+// ---------------------------------------------------------------- front
+
+// The base of every Python cache class: `cache[key]` is its type's C-level
+// subscript slot (subscript() below), answered with no Python frame and no
+// argument dispatch in between (those were half of a memory hit's time).
+// The key is bytes, or a str as its UTF-8, as _key() makes it in Python; a
+// miss is KeyError(key). The backend is a MemoryCache or a Store, called
+// directly, or any object with get(key) (the null store of PROGCACHE_DISABLE).
+class CacheFront {
+ public:
+  void bind(nb::object backend) {
+    m_mem = nullptr;
+    m_store = nullptr;
+    if (!nb::try_cast<MemoryCache*>(backend, m_mem)) nb::try_cast<StoreHandle*>(backend, m_store);
+    m_backend = std::move(backend);
+  }
+
+  nb::object getitem(PyObject* key) {
+    nb::object value;
+    const nb::bytes k = key_bytes(key);
+    if (m_mem != nullptr) {
+      value = m_mem->get(k);
+    } else if (m_store != nullptr) {
+      value = m_store->get(k);
+    } else if (m_backend.is_valid()) {
+      value = m_backend.attr("get")(k);
+    } else {
+      throw std::runtime_error("cache is not initialised (a subclass's __init__ must run the base's)");
+    }
+    if (value.is_none()) {
+      PyErr_SetObject(PyExc_KeyError, key);
+      throw nb::python_error();
+    }
+    return value;
+  }
+
+ private:
+  static nb::bytes key_bytes(PyObject* key) {
+    if (PyBytes_Check(key)) return nb::borrow<nb::bytes>(key);
+    if (PyUnicode_Check(key)) {
+      PyObject* utf8 = PyUnicode_AsUTF8String(key);
+      if (utf8 == nullptr) throw nb::python_error();
+      return nb::steal<nb::bytes>(utf8);
+    }
+    const std::string type =
+        nb::cast<std::string>(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(key))).attr("__name__"));
+    throw nb::type_error(("cache keys are bytes or str, not " + type).c_str());
+  }
+
+  nb::object m_backend;
+  MemoryCache* m_mem = nullptr;    // owned by m_backend
+  StoreHandle* m_store = nullptr;  // owned by m_backend
+};
+
+// CacheFront's mp_subscript. A Python subclass that defines no __getitem__
+// of its own inherits this slot as it is, so `cache[key]` calls it directly.
+PyObject* cache_front_subscript(PyObject* self, PyObject* key) noexcept {
+  try {
+    if (!nb::inst_ready(self)) {
+      PyErr_SetString(PyExc_RuntimeError, "cache is not initialised (a subclass's __init__ must run the base's)");
+      return nullptr;
+    }
+    return nb::inst_ptr<CacheFront>(self)->getitem(key).release().ptr();
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const nb::builtin_exception& e) {
+    PyObject* type = PyExc_RuntimeError;
+    if (e.type() == nb::exception_type::value_error) type = PyExc_ValueError;
+    if (e.type() == nb::exception_type::type_error) type = PyExc_TypeError;
+    PyErr_SetString(type, e.what());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+  return nullptr;
+}
+
+PyType_Slot cache_front_slots[] = {{Py_mp_subscript, reinterpret_cast<void*>(cache_front_subscript)}, {0, nullptr}};
+
 pc::Sharing sharing_of(const std::string& sharing) {
   if (sharing == "group") return pc::Sharing::group;
   if (sharing == "private") return pc::Sharing::private_only;
@@ -444,6 +524,10 @@ NB_MODULE(_core, m) {
       .def_prop_ro("waited", &HeldLock::waited);
 
   nb::class_<Flights>(m, "Flights").def(nb::init<>()).def("run", &Flights::run, nb::arg("key"), nb::arg("fn"));
+
+  nb::class_<CacheFront>(m, "CacheFront", nb::type_slots(cache_front_slots))
+      .def(nb::init<>())
+      .def("_front_bind", &CacheFront::bind, nb::arg("backend"));
 
   nb::class_<StoreHandle>(m, "Store")
       .def("get", &StoreHandle::get)

@@ -20,6 +20,8 @@ def test_disable_bypasses_every_cache_and_never_touches_the_root(tmp_path, monke
     c = FileStreamProgramCache()
     c["k"] = b"v"
     assert c.get("k") is None and len(c) == 0
+    with pytest.raises(KeyError):
+        c["k"]
     t = progcache.TieredProgramCache()
     t["k"] = b"v"
     assert t.get("k") is None

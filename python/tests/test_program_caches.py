@@ -78,6 +78,37 @@ def test_bad_keys_and_values_raise_typeerror(cache):
             cache[b"k"] = bad
 
 
+def test_subscript_keys_as_set_and_errors_as_python_gives_them(cache):
+    cache["ключ"] = b"v"
+    assert cache["ключ"] == cache["ключ".encode("utf-8")] == b"v"
+    for bad in (1, 1.5, None, ("t",), bytearray(b"k"), memoryview(b"k")):
+        with pytest.raises(TypeError, match=f"not {type(bad).__name__}"):
+            cache[bad]
+    with pytest.raises(UnicodeEncodeError):
+        cache["\udc80"]  # a lone surrogate has no UTF-8, as str.encode says
+    for absent in (b"absent", "absent"):
+        with pytest.raises(KeyError) as e:
+            cache[absent]
+        assert e.value.args == (absent,)  # the key as the caller gave it
+
+
+def test_subscript_is_the_c_level_slot_on_every_cache_class():
+    """cache[key], the hot path, runs in C++ with no Python frame: a Python
+    __getitem__ on any cache class would shadow it (and double a memory
+    hit's time)."""
+    for cls in progcache._caches._CACHE_CLASSES:
+        assert cls.__getitem__ is progcache._core.CacheFront.__getitem__, cls
+
+
+def test_a_subclass_that_skips_the_base_init_gets_an_error_not_a_crash():
+    class Careless(InMemoryProgramCache):
+        def __init__(self):
+            pass
+
+    with pytest.raises(RuntimeError, match="not initialised"):
+        Careless()[b"k"]
+
+
 def test_no_contains(cache):
     cache[b"k"] = b"v"
     with pytest.raises(TypeError):
