@@ -21,22 +21,49 @@ Key test_key() {
 }
 
 // Serves `data` as a file of `size` bytes (default: its length), at most
-// `step` bytes per call, counting what was read and how far.
+// `step` bytes per call (a vectored call too, its short count ending in any
+// piece), counting what was read, how far, and the calls.
 struct FakeFile {
   std::string data;
   std::size_t step = ~std::size_t{0};
   std::uint64_t served = 0;    // bytes handed out
   std::uint64_t furthest = 0;  // the end of the furthest range asked for
+  int calls = 0;               // reads, plain or vectored
 
   EntryReader::ReadAt read_at() {
     return [this](std::uint64_t off, char* dst, std::size_t n) -> Result<std::size_t> {
-      furthest = std::max<std::uint64_t>(furthest, off + n);
-      if (off >= data.size()) return std::size_t{0};
-      const std::size_t k = std::min({n, step, static_cast<std::size_t>(data.size() - off)});
-      std::memcpy(dst, data.data() + off, k);
-      served += k;
-      return k;
+      const ReadPiece piece{dst, n};
+      return read(std::span<const ReadPiece>(&piece, 1), off);
     };
+  }
+  EntryReader::ReadAtV read_at_v() {
+    return [this](std::uint64_t off, std::span<const ReadPiece> pieces) -> Result<std::size_t> {
+      return read(pieces, off);
+    };
+  }
+  // A reader over this file: through pread alone, or with preadv as well.
+  EntryReader reader(std::uint64_t size, bool vectored, const EntryCodecOptions& options = {}) {
+    return vectored ? EntryReader(read_at(), read_at_v(), size, options) : EntryReader(read_at(), size, options);
+  }
+
+ private:
+  Result<std::size_t> read(std::span<const ReadPiece> pieces, std::uint64_t off) {
+    ++calls;
+    std::size_t want = 0;
+    for (const ReadPiece& p : pieces) want += p.size;
+    furthest = std::max<std::uint64_t>(furthest, off + want);
+    if (off >= data.size()) return std::size_t{0};
+    const std::size_t k = std::min({want, step, static_cast<std::size_t>(data.size() - off)});
+    std::size_t left = k;
+    const char* from = data.data() + off;
+    for (const ReadPiece& p : pieces) {
+      const std::size_t n = std::min(left, p.size);
+      std::memcpy(p.data, from, n);
+      from += n;
+      left -= n;
+    }
+    served += k;
+    return k;
   }
 };
 
@@ -85,16 +112,18 @@ Result<std::string> primary_of(EntryReader reader, const Key& key) {
 // is read once (the first read's bytes are not read again).
 void expect_every_chunking_reads(const std::string& bytes, const Entry& e, std::initializer_list<std::size_t> steps) {
   for (const std::size_t step : steps) {
-    FakeFile f{bytes, step};
-    auto whole = EntryReader(f.read_at(), bytes.size()).read(test_key());
-    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
-    expect_same(*whole, e);
-    FakeFile g{bytes, step};
-    auto primary = primary_of(EntryReader(g.read_at(), bytes.size()), test_key());
-    ASSERT_TRUE(primary.ok()) << primary.status().to_string();
-    EXPECT_EQ(*primary, e.artifacts()[0].data.view());
-    EXPECT_EQ(f.served, bytes.size()) << "step " << step;
-    EXPECT_EQ(g.served, bytes.size()) << "step " << step;
+    for (const bool vectored : {false, true}) {
+      FakeFile f{bytes, step};
+      auto whole = f.reader(bytes.size(), vectored).read(test_key());
+      ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+      expect_same(*whole, e);
+      FakeFile g{bytes, step};
+      auto primary = primary_of(g.reader(bytes.size(), vectored), test_key());
+      ASSERT_TRUE(primary.ok()) << primary.status().to_string();
+      EXPECT_EQ(*primary, e.artifacts()[0].data.view());
+      EXPECT_EQ(f.served, bytes.size()) << "step " << step << (vectored ? ", vectored" : "");
+      EXPECT_EQ(g.served, bytes.size()) << "step " << step << (vectored ? ", vectored" : "");
+    }
   }
 }
 
@@ -127,6 +156,24 @@ TEST(EntryReader, ReadThroughACallableEqualsDecodeHoweverReadsAreChunked) {
   EXPECT_EQ(*mem_primary, e.artifacts()[0].data.view());
 }
 
+// An entry read whole by the first read (up to 16 KiB): the artifact and
+// the trailer come out of that read; and reads cut short anywhere, in the
+// artifact or in the trailer, still read each byte once (a larger entry too,
+// whose artifact and trailer are read after the first read).
+TEST(EntryReader, ReadsCutShortAnywhereEvenInTheTrailerReadEachByteOnce) {
+  const Entry larger(R"({"kind":"cubin"})", {{"cubin", Bytes::copy_of(testing::make_payload(20'000, 6))}},
+                     1'700'000'000'000'000'000);
+  expect_every_chunking_reads(encode(larger), larger, {7, 5, 1});
+  const Entry one(R"({"kind":"cubin"})", {{"cubin", Bytes::copy_of(testing::make_payload(100, 2))}},
+                  1'700'000'000'000'000'000);
+  expect_every_chunking_reads(encode(one), one, {std::size_t{1} << 30, 4096, 7, 1});
+  std::vector<Artifact> arts{{"cubin", Bytes::copy_of(testing::make_payload(3000, 4))},
+                             {"log", Bytes::copy_of("ptxas info: 12 registers")}};
+  const Entry two(R"({"kind":"cubin"})", std::move(arts), 1'700'000'000'000'000'000);
+  expect_every_chunking_reads(encode(two), two, {std::size_t{1} << 30, 4096, 7, 1});
+  expect_every_chunking_reads(encode(two, {"a-signing-key"}), two, {std::size_t{1} << 30, 5});
+}
+
 TEST(EntryReader, EveryTruncationAndEveryFlippedByteFailsOnEveryReadPath) {
   std::vector<Artifact> arts{{"cubin", Bytes::copy_of(testing::make_payload(200, 1))}, {"log", Bytes::copy_of("ok")}};
   const Entry e(R"({"a":1})", std::move(arts));
@@ -134,10 +181,13 @@ TEST(EntryReader, EveryTruncationAndEveryFlippedByteFailsOnEveryReadPath) {
   for (const EntryCodecOptions& opts : {EntryCodecOptions{}, signer}) {
     const std::string bytes = encode(e, opts);
     const auto all_fail = [&](const std::string& data, std::uint64_t size, const std::string& what) {
-      FakeFile f{data, 13};
-      EXPECT_FALSE(EntryReader(f.read_at(), size, opts).read(test_key()).ok()) << what << " (read)";
-      FakeFile g{data, 13};
-      EXPECT_FALSE(primary_of(EntryReader(g.read_at(), size, opts), test_key()).ok()) << what << " (primary)";
+      for (const bool vectored : {false, true}) {
+        const std::string how = vectored ? ", vectored" : "";
+        FakeFile f{data, 13};
+        EXPECT_FALSE(f.reader(size, vectored, opts).read(test_key()).ok()) << what << " (read" << how << ")";
+        FakeFile g{data, 13};
+        EXPECT_FALSE(primary_of(g.reader(size, vectored, opts), test_key()).ok()) << what << " (primary" << how << ")";
+      }
       EXPECT_FALSE(primary_of(EntryReader(Bytes::copy_of(data.substr(0, size)), opts), test_key()).ok())
           << what << " (primary from memory)";
       EXPECT_FALSE(EntryReader(Bytes::copy_of(data.substr(0, size)), opts).read(test_key()).ok())
@@ -153,6 +203,30 @@ TEST(EntryReader, EveryTruncationAndEveryFlippedByteFailsOnEveryReadPath) {
       bad[i] = static_cast<char>(bad[i] ^ (1 << (i % 8)));
       all_fail(bad, bad.size(), "flip at " + std::to_string(i));
     }
+  }
+}
+
+// A hit into the caller's memory (read_primary) and the whole-entry read
+// take an artifact and the trailer after it in one vectored read: an entry
+// over the first read's 16 KiB is two reads, the header's and that one.
+TEST(EntryReader, TheLastArtifactAndTheTrailerAreOneRead) {
+  for (const std::size_t size : {std::size_t{20'000}, std::size_t{65'536}, std::size_t{1} << 20}) {
+    const Entry e(R"({"kind":"cubin"})", {{"cubin", Bytes::copy_of(testing::make_payload(size, 5))}},
+                  1'700'000'000'000'000'000);
+    const std::string bytes = encode(e);
+    FakeFile f{bytes};
+    auto primary = primary_of(f.reader(bytes.size(), /*vectored=*/true), test_key());
+    ASSERT_TRUE(primary.ok()) << primary.status().to_string();
+    EXPECT_EQ(*primary, e.artifacts()[0].data.view());
+    EXPECT_EQ(f.calls, 2) << size << " bytes";
+    FakeFile g{bytes};
+    auto whole = g.reader(bytes.size(), /*vectored=*/true).read(test_key());
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    expect_same(*whole, e);
+    EXPECT_EQ(g.calls, 2) << size << " bytes";
+    FakeFile h{bytes};  // without preadv, one more
+    ASSERT_TRUE(primary_of(h.reader(bytes.size(), /*vectored=*/false), test_key()).ok());
+    EXPECT_EQ(h.calls, 3) << size << " bytes";
   }
 }
 

@@ -35,5 +35,44 @@ TEST(EnvWrapper, ForwardsEveryCallItDoesNotOverride) {
   EXPECT_EQ(env.lstat(path).status().code(), Code::not_found);
 }
 
+// An Env that implements pread only: preadv is the default, pread per piece.
+class PreadOnlyEnv final : public EnvWrapper {
+ public:
+  PreadOnlyEnv() : EnvWrapper(Env::posix()) {}
+  Result<std::size_t> preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) override {
+    return Env::preadv(fd, pieces, offset);
+  }
+};
+
+// preadv fills each piece before the next, from the offset, and stops short
+// at the end of the file: the posix one (one system call) and the default.
+TEST(Env, PreadvFillsEachPieceInTurnAndStopsAtTheEnd) {
+  testing::TempDir tmp;
+  const std::string path = tmp.sub("f");
+  ASSERT_TRUE(write_file_atomic(Env::posix(), path, tmp.sub(".f.tmp"), "0123456789", 0600, Durability::none).ok());
+  PreadOnlyEnv fallback;
+  for (Env* env : {Env::posix(), static_cast<Env*>(&fallback)}) {
+    auto fd = env->open_file(path, OpenMode::read, 0);
+    ASSERT_TRUE(fd.ok()) << fd.status().to_string();
+    char a[3] = {}, b[4] = {}, c[8] = {};
+    const ReadPiece whole[] = {{a, 3}, {b, 4}};
+    auto got = env->preadv(*fd, whole, 2);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(*got, 7u);
+    EXPECT_EQ(std::string_view(a, 3), "234");
+    EXPECT_EQ(std::string_view(b, 4), "5678");
+    const ReadPiece past_the_end[] = {{a, 3}, {c, 8}};  // 4 bytes are left at offset 6
+    got = env->preadv(*fd, past_the_end, 6);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 4u);
+    EXPECT_EQ(std::string_view(a, 3), "678");
+    EXPECT_EQ(c[0], '9');
+    got = env->preadv(*fd, past_the_end, 10);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 0u);
+    EXPECT_TRUE(env->close_file(*fd).ok());
+  }
+}
+
 }  // namespace
 }  // namespace progcache

@@ -1064,6 +1064,24 @@ TEST_F(FileStoreTest, ReadFaultsAreErrorsNotCorruption) {
   EXPECT_EQ(s->get(make_key(1)).status().code(), Code::resource_exhausted);
 }
 
+// A hit of an entry too large for the first read: one read for the header,
+// one (vectored) for the artifact and the trailer after it.
+TEST_F(FileStoreTest, AHitOfALargeEntryIsTwoReads) {
+  FaultEnv env;
+  auto s = open_store({.env = &env});
+  const std::string payload = testing::make_payload(64 * 1024, 3);
+  ASSERT_TRUE(s->put(make_key(1), make_entry(payload)).ok());
+  const auto before = env.calls(Op::pread);
+  std::string out;
+  auto r = s->get_primary_into(make_key(1), [&](std::size_t n) {
+    out.resize(n);
+    return out.data();
+  });
+  ASSERT_TRUE(r.ok() && *r) << r.status().to_string();
+  EXPECT_EQ(out, payload);
+  EXPECT_EQ(env.calls(Op::pread) - before, 2u);
+}
+
 TEST_F(FileStoreTest, DurabilityFsyncSyncsFileAndDirectory) {
   FaultEnv env;
   auto s = open_store({.durability = Durability::fsync, .env = &env});

@@ -60,6 +60,12 @@ class Bytes {
   std::size_t m_size = 0;
 };
 
+// One destination of a vectored read: `size` bytes at `data`.
+struct ReadPiece {
+  char* data;
+  std::size_t size;
+};
+
 // Lower-case hex of `data`.
 std::string to_hex(std::string_view data);
 // Decodes hex (either case). Fails with invalid_argument naming the first bad

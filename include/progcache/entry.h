@@ -45,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -185,11 +186,17 @@ class EntryReader {
   // Reads up to `n` bytes at `offset` into `dst`; returns how many were
   // read, 0 when the data ends there.
   using ReadAt = std::function<Result<std::size_t>(std::uint64_t offset, char* dst, std::size_t n)>;
+  // The same into several pieces, filling each before the next (a file's
+  // preadv); a short count may end in any piece.
+  using ReadAtV = std::function<Result<std::size_t>(std::uint64_t offset, std::span<const ReadPiece> pieces)>;
   // Memory for `n` bytes, or nullptr when there is none.
   using Alloc = std::function<char*(std::size_t n)>;
 
   // An entry of `size` bytes, read through `read_at` (a file's pread).
   EntryReader(ReadAt read_at, std::uint64_t size, EntryCodecOptions options = {});
+  // With `read_at_v` as well, an artifact read into the caller's memory and
+  // the trailer after it take one read instead of two.
+  EntryReader(ReadAt read_at, ReadAtV read_at_v, std::uint64_t size, EntryCodecOptions options = {});
   // An entry held in `data`: nothing is copied, artifacts are slices of it
   // (compressed ones are decoded into memory of their own).
   explicit EntryReader(Bytes data, EntryCodecOptions options = {});
@@ -220,8 +227,13 @@ class EntryReader {
   Result<std::string_view> prefix(std::uint64_t n);
   // Bytes [offset, offset + n): a view of the buffer, or read into `into`.
   Result<std::string_view> fetch(std::uint64_t offset, std::size_t n, char* into);
+  // Bytes [offset, offset + n) into `into` and the `tail_n` after them into
+  // `tail`: one read through m_read_at_v (both pieces are the caller's or
+  // the reader's memory, never a view of it).
+  Status fetch_with_tail(std::uint64_t offset, std::size_t n, char* into, std::size_t tail_n, char* tail);
 
   ReadAt m_read_at;
+  ReadAtV m_read_at_v;  // may be empty
   Bytes m_data;
   bool m_in_memory = false;
   std::uint64_t m_size = 0;

@@ -11,10 +11,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "progcache/bytes.h"
 #include "progcache/status.h"
 
 namespace progcache {
@@ -66,6 +68,11 @@ class Env {
   virtual Status close_file(int fd) = 0;
   // Reads up to `n` bytes at `offset`; returns the count (0 at end of file).
   virtual Result<std::size_t> pread(int fd, char* buf, std::size_t n, std::uint64_t offset) = 0;
+  // Reads at `offset` into `pieces`, filling each before the next (one
+  // preadv where pread would take one call per piece); returns the count, 0
+  // at end of file. A short count may end in any piece. The default runs
+  // pread per piece.
+  virtual Result<std::size_t> preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset);
   // Writes all of `data` (retrying short writes) or fails.
   virtual Status write_all(int fd, std::string_view data) = 0;
   virtual Status fsync(int fd) = 0;
@@ -128,6 +135,7 @@ class EnvWrapper : public Env {
   Result<int> open_file(const std::string& path, OpenMode mode, std::uint32_t perms) override;
   Status close_file(int fd) override;
   Result<std::size_t> pread(int fd, char* buf, std::size_t n, std::uint64_t offset) override;
+  Result<std::size_t> preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) override;
   Status write_all(int fd, std::string_view data) override;
   Status fsync(int fd) override;
   Status ftruncate(int fd, std::uint64_t size) override;

@@ -55,6 +55,9 @@ struct EntryReader::Checked {
 EntryReader::EntryReader(ReadAt read_at, std::uint64_t size, EntryCodecOptions options)
     : m_read_at(std::move(read_at)), m_size(size), m_options(std::move(options)) {}
 
+EntryReader::EntryReader(ReadAt read_at, ReadAtV read_at_v, std::uint64_t size, EntryCodecOptions options)
+    : m_read_at(std::move(read_at)), m_read_at_v(std::move(read_at_v)), m_size(size), m_options(std::move(options)) {}
+
 EntryReader::EntryReader(Bytes data, EntryCodecOptions options)
     : m_data(std::move(data)), m_in_memory(true), m_size(m_data.size()), m_options(std::move(options)) {}
 
@@ -87,6 +90,32 @@ Result<std::string_view> EntryReader::fetch(std::uint64_t offset, std::size_t n,
   return std::string_view(into, n);
 }
 
+Status EntryReader::fetch_with_tail(std::uint64_t offset, std::size_t n, char* into, std::size_t tail_n, char* tail) {
+  if (!m_read_at_v) {
+    PROGCACHE_TRY(fetch(offset, n, into).status());
+    return fetch(offset + n, tail_n, tail).status();
+  }
+  const std::size_t total = n + tail_n;
+  std::size_t done = 0;
+  if (offset < m_head.size()) {  // already read with the prefix
+    done = std::min<std::size_t>(total, m_head.size() - offset);
+    const char* from = m_head.data() + offset;
+    std::memcpy(into, from, std::min(done, n));
+    if (done > n) std::memcpy(tail, from + n, done - n);
+  }
+  while (done < total) {
+    ReadPiece rest[2];
+    std::size_t count = 0;
+    if (done < n) rest[count++] = {into + done, n - done};
+    const std::size_t tail_done = done < n ? 0 : done - n;
+    rest[count++] = {tail + tail_done, tail_n - tail_done};
+    PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_read_at_v(offset + done, std::span<const ReadPiece>(rest, count)));
+    if (got == 0) return shrank();
+    done += std::min(got, total - done);
+  }
+  return {};
+}
+
 Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const Destination& dest) {
   if (m_size < k_entry_fixed_header + k_entry_checksum_size) {
     return data_loss("truncated: " + std::to_string(m_size) + " bytes is shorter than an entry header");
@@ -116,15 +145,25 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
   };
   feed(c.prefix);
   std::string scratch;
+  char trailer_buf[k_entry_checksum_size + k_entry_hmac_size] = {};  // never a stale trailer
+  const std::size_t trailer_size = m_size - l.body_size;             // 16 or 48: parse_entry_layout checked
+  bool trailer_read = false;
   for (std::size_t i = 0; i < l.artifacts.size(); ++i) {
     const auto& part = l.artifacts[i];
     PROGCACHE_ASSIGN_OR_RETURN(char* dst, dest(l, i));
     if (dst == nullptr && !m_in_memory) scratch.resize(std::min<std::uint64_t>(k_chunk, part.data_size));
     if (dst != nullptr && !m_in_memory) {
       // Into the caller's memory: one read of the whole artifact (a system
-      // call per chunk costs more than the chunks' cache locality saves).
-      PROGCACHE_ASSIGN_OR_RETURN(std::string_view got, fetch(part.data_offset, part.data_size, dst));
-      feed(got);
+      // call per chunk costs more than the chunks' cache locality saves),
+      // and the last one takes the trailer with it.
+      if (i + 1 == l.artifacts.size()) {
+        PROGCACHE_TRY(fetch_with_tail(part.data_offset, part.data_size, dst, trailer_size, trailer_buf));
+        trailer_read = true;
+        feed(std::string_view(dst, part.data_size));
+      } else {
+        PROGCACHE_ASSIGN_OR_RETURN(std::string_view got, fetch(part.data_offset, part.data_size, dst));
+        feed(got);
+      }
       continue;
     }
     for (std::uint64_t off = 0; off < part.data_size; off += k_chunk) {
@@ -135,9 +174,10 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
       feed(got);
     }
   }
-  char trailer_buf[k_entry_checksum_size + k_entry_hmac_size];
-  const std::size_t trailer_size = m_size - l.body_size;  // 16 or 48: parse_entry_layout checked
-  PROGCACHE_ASSIGN_OR_RETURN(std::string_view trailer, fetch(l.body_size, trailer_size, trailer_buf));
+  std::string_view trailer(trailer_buf, trailer_size);
+  if (!trailer_read) {
+    PROGCACHE_ASSIGN_OR_RETURN(trailer, fetch(l.body_size, trailer_size, trailer_buf));
+  }
   const Digest128 d = sum.finish();
   if (std::memcmp(d.data(), trailer.data(), d.size()) != 0) return data_loss("checksum mismatch");
   if (want_mac) {

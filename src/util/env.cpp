@@ -119,6 +119,16 @@ Status write_file_atomic(Env* env, const std::string& path, const std::string& t
   return {};
 }
 
+Result<std::size_t> Env::preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) {
+  std::size_t done = 0;
+  for (const ReadPiece& p : pieces) {
+    PROGCACHE_ASSIGN_OR_RETURN(const std::size_t got, pread(fd, p.data, p.size, offset + done));
+    done += got;
+    if (got < p.size) break;
+  }
+  return done;
+}
+
 Result<int> EnvWrapper::open_file(const std::string& path, OpenMode mode, std::uint32_t perms) {
   return m_target->open_file(path, mode, perms);
 }
@@ -127,6 +137,9 @@ Status EnvWrapper::close_file(int fd) {
 }
 Result<std::size_t> EnvWrapper::pread(int fd, char* buf, std::size_t n, std::uint64_t offset) {
   return m_target->pread(fd, buf, n, offset);
+}
+Result<std::size_t> EnvWrapper::preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) {
+  return m_target->preadv(fd, pieces, offset);
 }
 Status EnvWrapper::write_all(int fd, std::string_view data) {
   return m_target->write_all(fd, data);

@@ -5,6 +5,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -71,6 +72,19 @@ class PosixEnv final : public Env {
     ssize_t r;
     do {
       r = ::pread(fd, buf, n, static_cast<off_t>(offset));
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return errno_status(errno, "read");
+    return static_cast<std::size_t>(r);
+  }
+
+  Result<std::size_t> preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) override {
+    constexpr std::size_t k_max_pieces = 8;  // what progcache asks for at once; more go through the default
+    if (pieces.size() > k_max_pieces) return Env::preadv(fd, pieces, offset);
+    struct iovec iov[k_max_pieces];
+    for (std::size_t i = 0; i < pieces.size(); ++i) iov[i] = {pieces[i].data, pieces[i].size};
+    ssize_t r;
+    do {
+      r = ::preadv(fd, iov, static_cast<int>(pieces.size()), static_cast<off_t>(offset));
     } while (r < 0 && errno == EINTR);
     if (r < 0) return errno_status(errno, "read");
     return static_cast<std::size_t>(r);

@@ -52,6 +52,10 @@ Result<std::size_t> FaultEnv::pread(int fd, char* buf, std::size_t n, std::uint6
   PROGCACHE_FAULT(Op::pread, "read");
   return target()->pread(fd, buf, n, offset);
 }
+Result<std::size_t> FaultEnv::preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) {
+  PROGCACHE_FAULT(Op::pread, "read");
+  return target()->preadv(fd, pieces, offset);
+}
 Status FaultEnv::write_all(int fd, std::string_view data) {
   bool short_write = false;
   if (int err = check(Op::write, &short_write); err != 0) {

@@ -61,6 +61,8 @@ class FaultEnv final : public EnvWrapper {
   Result<int> open_file(const std::string& path, OpenMode mode, std::uint32_t perms) override;
   Status close_file(int fd) override;
   Result<std::size_t> pread(int fd, char* buf, std::size_t n, std::uint64_t offset) override;
+  // Counted and failed as Op::pread: one read, however many pieces.
+  Result<std::size_t> preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) override;
   Status write_all(int fd, std::string_view data) override;
   Status fsync(int fd) override;
   Status ftruncate(int fd, std::uint64_t size) override;

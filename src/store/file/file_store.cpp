@@ -29,6 +29,9 @@ constexpr std::int64_t k_future_slack_ns = std::int64_t{60} * 1000000000;
 EntryReader::ReadAt pread_of(Env* env, int fd) {
   return [env, fd](std::uint64_t off, char* dst, std::size_t n) { return env->pread(fd, dst, n, off); };
 }
+EntryReader::ReadAtV preadv_of(Env* env, int fd) {
+  return [env, fd](std::uint64_t off, std::span<const ReadPiece> pieces) { return env->preadv(fd, pieces, off); };
+}
 
 }  // namespace
 
@@ -128,7 +131,7 @@ Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& k
     decoded = done == r.info.size ? EntryReader(std::move(data), m_opt.codec).read(key)
                                   : Result<Entry>(data_loss("truncated: the file shrank while being read"));
   } else {
-    decoded = EntryReader(pread_of(m_env, fd), r.info.size, m_opt.codec).read(key);
+    decoded = EntryReader(pread_of(m_env, fd), preadv_of(m_env, fd), r.info.size, m_opt.codec).read(key);
   }
   if (!decoded.ok()) {
     const Code code = decoded.status().code();
@@ -177,7 +180,7 @@ Result<bool> FileStoreImpl::get_primary_into(const Key& key, const EntryReader::
   } else if (info->size > k_max_entry_file) {
     read = data_loss("larger than any entry");
   } else {
-    read = EntryReader(pread_of(m_env, *fd), info->size, m_opt.codec).read_primary(key, alloc);
+    read = EntryReader(pread_of(m_env, *fd), preadv_of(m_env, *fd), info->size, m_opt.codec).read_primary(key, alloc);
     if (read.ok()) stamp_use(*fd, *info);
   }
   m_env->close_file(*fd).ignore();
