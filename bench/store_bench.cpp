@@ -107,6 +107,27 @@ void BM_FileHit(benchmark::State& state) {
 }
 BENCHMARK(BM_FileHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
 
+// The same hits into the caller's memory (get_primary_into: the path every
+// Python hit takes): the artifact is read straight into it, with the
+// trailer in the same read.
+void BM_FileHitInto(benchmark::State& state) {
+  auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    std::unique_ptr<char[]> buf;
+    auto r = f.store->get_primary_into(f.keys[i++ & 63], [&](std::size_t n) {
+      buf.reset(new char[n]);
+      return buf.get();
+    });
+    if (!r.ok() || !*r) state.SkipWithError("miss");
+    benchmark::DoNotOptimize(buf.get());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
+  f.store.reset();
+  fs::remove_all(f.dir);
+}
+BENCHMARK(BM_FileHitInto)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
 // The floor's one read: open, fstat, read the whole file into a fresh
 // buffer of its exact size, close.
 void read_whole_file(const std::string& path) {
@@ -152,7 +173,7 @@ void BM_FileHitHot(benchmark::State& state) {
   f.store.reset();
   fs::remove_all(f.dir);
 }
-BENCHMARK(BM_FileHitHot)->Arg(1 << 20);
+BENCHMARK(BM_FileHitHot)->Arg(64 << 10)->Arg(1 << 20);
 
 void BM_FileReadFloorHot(benchmark::State& state) {
   auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
@@ -162,7 +183,7 @@ void BM_FileReadFloorHot(benchmark::State& state) {
   f.store.reset();
   fs::remove_all(f.dir);
 }
-BENCHMARK(BM_FileReadFloorHot)->Arg(1 << 20);
+BENCHMARK(BM_FileReadFloorHot)->Arg(64 << 10)->Arg(1 << 20);
 
 // The floor of a verified hit of that entry, in the hit's own shape: open,
 // fstat, one read of the entry file into fresh memory of the artifact's
@@ -341,6 +362,31 @@ void BM_ReadLandingAt(benchmark::State& state) {
   fs::remove_all(dir);
 }
 BENCHMARK(BM_ReadLandingAt)->Arg(0)->Arg(8)->Arg(16)->Arg(31)->Arg(48)->Arg(64)->Arg(2048)->Arg(4032);
+
+// A hit into the caller's memory (get_primary_into, one entry, hot) whose
+// buffer sits `past` bytes past the artifact's file offset modulo a page:
+// what a caller pays by where its allocator put the buffer.
+void BM_FileHitIntoLanding(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const auto past = static_cast<std::size_t>(state.range(1));
+  auto f = make_file_fixture(size);
+  struct stat st {};
+  if (::stat(f.paths[0].c_str(), &st) != 0) state.SkipWithError("no entry file");
+  const auto at = static_cast<std::size_t>(st.st_size) - size - 16;  // the artifact's file offset
+  const PhasedMiB arena(0);                                          // page-aligned, 1 MiB + a page
+  char* into = arena.base + (at + past) % 4096;
+  for (auto _ : state) {
+    auto r = f.store->get_primary_into(f.keys[0], [&](std::size_t n) { return n == size ? into : nullptr; });
+    if (!r.ok() || !*r) {
+      state.SkipWithError("miss");
+      break;
+    }
+    benchmark::DoNotOptimize(into);
+  }
+  f.store.reset();
+  fs::remove_all(f.dir);
+}
+BENCHMARK(BM_FileHitIntoLanding)->ArgsProduct({{64 << 10, 1 << 20}, {0, 16, 48, 2048}});
 
 }  // namespace
 
