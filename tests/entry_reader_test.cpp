@@ -230,6 +230,38 @@ TEST(EntryReader, TheLastArtifactAndTheTrailerAreOneRead) {
   }
 }
 
+// Entries over the first read's 16 KiB, signed and not, whose last
+// artifact and trailer come through the vectored read: every truncation,
+// shrink while read and flipped byte near the read's boundaries (the first
+// read's end, the artifact's end, the trailer) fails on both read paths,
+// with whole and cut-short reads.
+TEST(EntryReader, DamageMetByTheVectoredReadIsAFailure) {
+  const Entry e(R"({"kind":"cubin"})", {{"cubin", Bytes::copy_of(testing::make_payload(20'000, 12))}},
+                1'700'000'000'000'000'000);
+  const EntryCodecOptions signer{"a-signing-key-of-some-length"};
+  for (const EntryCodecOptions& opts : {EntryCodecOptions{}, signer}) {
+    const std::string bytes = encode(e, opts);
+    const std::size_t size = bytes.size();
+    const auto all_fail = [&](const std::string& data, std::uint64_t declared, const std::string& what) {
+      for (const std::size_t step : {~std::size_t{0}, std::size_t{1000}}) {
+        FakeFile f{data, step};
+        EXPECT_FALSE(f.reader(declared, /*vectored=*/true, opts).read(test_key()).ok()) << what << " (read)";
+        FakeFile g{data, step};
+        EXPECT_FALSE(primary_of(g.reader(declared, /*vectored=*/true, opts), test_key()).ok()) << what << " (primary)";
+      }
+    };
+    std::vector<std::size_t> at{0, 100, 4095, 4096, 4097, 10'000};
+    for (std::size_t back = 1; back <= 64; ++back) at.push_back(size - back);
+    for (const std::size_t n : at) {
+      all_fail(bytes.substr(0, n), n, "prefix of " + std::to_string(n));
+      all_fail(bytes.substr(0, n), size, "shrank to " + std::to_string(n));
+      std::string bad = bytes;
+      bad[n] = static_cast<char>(bad[n] ^ 0x10);
+      all_fail(bad, size, "flip at " + std::to_string(n));
+    }
+  }
+}
+
 TEST(EntryReader, SignaturesAreCheckedWhileStreaming) {
   const Entry e = three_artifacts();
   const EntryCodecOptions signer{"0123456789abcdef-secret"};

@@ -35,13 +35,16 @@ TEST(EnvWrapper, ForwardsEveryCallItDoesNotOverride) {
   EXPECT_EQ(env.lstat(path).status().code(), Code::not_found);
 }
 
-// An Env that implements pread only: preadv is the default, pread per piece.
-class PreadOnlyEnv final : public EnvWrapper {
+// A wrapper that overrides pread alone: preadv through it is the default,
+// pread per piece, so the override sees every read.
+class CountingPreadEnv final : public EnvWrapper {
  public:
-  PreadOnlyEnv() : EnvWrapper(Env::posix()) {}
-  Result<std::size_t> preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) override {
-    return Env::preadv(fd, pieces, offset);
+  CountingPreadEnv() : EnvWrapper(Env::posix()) {}
+  Result<std::size_t> pread(int fd, char* buf, std::size_t n, std::uint64_t offset) override {
+    ++preads;
+    return target()->pread(fd, buf, n, offset);
   }
+  int preads = 0;
 };
 
 // preadv fills each piece before the next, from the offset, and stops short
@@ -50,7 +53,7 @@ TEST(Env, PreadvFillsEachPieceInTurnAndStopsAtTheEnd) {
   testing::TempDir tmp;
   const std::string path = tmp.sub("f");
   ASSERT_TRUE(write_file_atomic(Env::posix(), path, tmp.sub(".f.tmp"), "0123456789", 0600, Durability::none).ok());
-  PreadOnlyEnv fallback;
+  CountingPreadEnv fallback;
   for (Env* env : {Env::posix(), static_cast<Env*>(&fallback)}) {
     auto fd = env->open_file(path, OpenMode::read, 0);
     ASSERT_TRUE(fd.ok()) << fd.status().to_string();
@@ -72,6 +75,7 @@ TEST(Env, PreadvFillsEachPieceInTurnAndStopsAtTheEnd) {
     EXPECT_EQ(*got, 0u);
     EXPECT_TRUE(env->close_file(*fd).ok());
   }
+  EXPECT_EQ(fallback.preads, 5);  // 2 and 2 (the second short), then 1 at the end of the file
 }
 
 }  // namespace

@@ -194,8 +194,9 @@ class EntryReader {
 
   // An entry of `size` bytes, read through `read_at` (a file's pread).
   EntryReader(ReadAt read_at, std::uint64_t size, EntryCodecOptions options = {});
-  // With `read_at_v` as well, an artifact read into the caller's memory and
-  // the trailer after it take one read instead of two.
+  // With `read_at_v` as well, the last artifact, when it is read into memory
+  // (the caller's, or read()'s one buffer), and the trailer after it take
+  // one read instead of two.
   EntryReader(ReadAt read_at, ReadAtV read_at_v, std::uint64_t size, EntryCodecOptions options = {});
   // An entry held in `data`: nothing is copied, artifacts are slices of it
   // (compressed ones are decoded into memory of their own).

@@ -126,7 +126,8 @@ class Env {
 
 // An Env that forwards every call to another: derive from it and override
 // only what you change (a test that fails one call, a fake clock), as
-// leveldb's EnvWrapper. Does not own its target.
+// leveldb's EnvWrapper. Does not own its target. preadv runs through the
+// wrapper's own pread, so overriding pread covers every read.
 class EnvWrapper : public Env {
  public:
   explicit EnvWrapper(Env* target) : m_target(target) {}

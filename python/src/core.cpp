@@ -144,9 +144,12 @@ class StoreHandle {
   explicit StoreHandle(std::unique_ptr<pc::Store> s, pc::FileStore* file = nullptr, pc::FileStore* disk = nullptr)
       : m_store(std::move(s)), m_file(file), m_disk(disk != nullptr ? disk : file) {}
 
-  pc::Store* store() {
+  // The store, shared with the caller for the length of its call: taken
+  // with the GIL held, before the call releases it, so a close() on another
+  // thread meanwhile cannot free the store under a read in flight.
+  std::shared_ptr<pc::Store> store() {
     if (!m_store) throw std::runtime_error("cache is closed");
-    return m_store.get();
+    return m_store;
   }
 
   // The primary artifact's bytes, or None, written straight into a new bytes
@@ -154,7 +157,7 @@ class StoreHandle {
   // allocation, no copy); other stores copy their hit into it once.
   nb::object get(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
-    pc::Store* s = store();
+    const std::shared_ptr<pc::Store> s = store();
     PyObject* out = nullptr;
     pc::Result<bool> r = pc::Status();
     {
@@ -179,10 +182,11 @@ class StoreHandle {
     // Copied: a tier may keep the buffer after this call (and after the
     // Python object is gone), and the copy is made before the GIL is released.
     const pc::Bytes payload = pc::Bytes::copy_of(view_of(value));
+    const std::shared_ptr<pc::Store> s = store();
     pc::Status st;
     {
       nb::gil_scoped_release release;
-      st = store()->put(k, pc::Entry::from_bytes(payload));
+      st = s->put(k, pc::Entry::from_bytes(payload));
     }
     check(st);
   }
@@ -191,9 +195,10 @@ class StoreHandle {
   nb::object get_entry(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
     pc::Result<std::optional<pc::Entry>> r = pc::Status();
+    const std::shared_ptr<pc::Store> s = store();
     {
       nb::gil_scoped_release release;
-      r = store()->get(k);
+      r = s->get(k);
     }
     auto e = unwrap(std::move(r));
     if (!e) return nb::none();
@@ -209,26 +214,33 @@ class StoreHandle {
     for (const auto& [name, data] : artifacts) arts.push_back({name, pc::Bytes::copy_of(view_of(data))});
     pc::Entry entry(metadata, std::move(arts));
     check(entry.validate());
+    const std::shared_ptr<pc::Store> s = store();
     pc::Status st;
     {
       nb::gil_scoped_release release;
-      st = store()->put(k, entry);
+      st = s->put(k, entry);
     }
     check(st);
   }
 
   bool erase(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
-    nb::gil_scoped_release release;
-    auto r = store()->erase(k);
-    nb::gil_scoped_acquire acquire;
+    const std::shared_ptr<pc::Store> s = store();
+    pc::Result<bool> r = pc::Status();
+    {
+      nb::gil_scoped_release release;
+      r = s->erase(k);
+    }
     return unwrap(std::move(r));
   }
 
   void clear() {
-    nb::gil_scoped_release release;
-    pc::Status st = store()->clear();
-    nb::gil_scoped_acquire acquire;
+    const std::shared_ptr<pc::Store> s = store();
+    pc::Status st;
+    {
+      nb::gil_scoped_release release;
+      st = s->clear();
+    }
     check(st);
   }
 
@@ -248,17 +260,20 @@ class StoreHandle {
     return m_disk != nullptr ? m_disk->max_size_bytes() : std::nullopt;
   }
 
+  // Later calls see a closed cache at once; the store itself goes when the
+  // last call still using it returns.
   void close() {
-    if (m_store) {
-      nb::gil_scoped_release release;
-      m_store->close().ignore();
-    }
+    const std::shared_ptr<pc::Store> s = std::move(m_store);
     m_store.reset();
     m_file = m_disk = nullptr;
+    if (s) {
+      nb::gil_scoped_release release;
+      s->close().ignore();
+    }
   }
 
  private:
-  std::unique_ptr<pc::Store> m_store;
+  std::shared_ptr<pc::Store> m_store;
   pc::FileStore* m_file;  // when the store is a FileStore (for host stats, root)
   pc::FileStore* m_disk;  // the disk tier, owned by m_store
 };
@@ -283,6 +298,9 @@ class CacheFront {
   nb::object getitem(PyObject* key) {
     nb::object value;
     const nb::bytes k = key_bytes(key);
+    // Held for the call: a store read releases the GIL, and another thread
+    // may rebind this front meanwhile (the raw pointers below live in it).
+    const nb::object keep = m_backend;
     if (m_mem != nullptr) {
       value = m_mem->get(k);
     } else if (m_store != nullptr) {
@@ -307,15 +325,41 @@ class CacheFront {
       if (utf8 == nullptr) throw nb::python_error();
       return nb::steal<nb::bytes>(utf8);
     }
-    const std::string type =
-        nb::cast<std::string>(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(key))).attr("__name__"));
-    throw nb::type_error(("cache keys are bytes or str, not " + type).c_str());
+    const nb::str type(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(key))).attr("__name__"));
+    throw nb::type_error((std::string("cache keys are bytes or str, not ") + type.c_str()).c_str());
   }
 
+  // The backend never refers back to the cache (a MemoryCache holds only
+  // values, a Store nothing of Python's), so this reference closes no cycle
+  // and the type needs no garbage-collector hooks.
   nb::object m_backend;
   MemoryCache* m_mem = nullptr;    // owned by m_backend
   StoreHandle* m_store = nullptr;  // owned by m_backend
 };
+
+// The Python exception nanobind raises for one of its C++ exceptions.
+PyObject* python_type_of(nb::exception_type t) {
+  switch (t) {
+    case nb::exception_type::stop_iteration:
+      return PyExc_StopIteration;
+    case nb::exception_type::index_error:
+      return PyExc_IndexError;
+    case nb::exception_type::key_error:
+      return PyExc_KeyError;
+    case nb::exception_type::value_error:
+      return PyExc_ValueError;
+    case nb::exception_type::type_error:
+      return PyExc_TypeError;
+    case nb::exception_type::buffer_error:
+      return PyExc_BufferError;
+    case nb::exception_type::import_error:
+      return PyExc_ImportError;
+    case nb::exception_type::attribute_error:
+      return PyExc_AttributeError;
+    default:
+      return PyExc_RuntimeError;
+  }
+}
 
 // CacheFront's mp_subscript. A Python subclass that defines no __getitem__
 // of its own inherits this slot as it is, so `cache[key]` calls it directly.
@@ -329,10 +373,9 @@ PyObject* cache_front_subscript(PyObject* self, PyObject* key) noexcept {
   } catch (nb::python_error& e) {
     e.restore();
   } catch (const nb::builtin_exception& e) {
-    PyObject* type = PyExc_RuntimeError;
-    if (e.type() == nb::exception_type::value_error) type = PyExc_ValueError;
-    if (e.type() == nb::exception_type::type_error) type = PyExc_TypeError;
-    PyErr_SetString(type, e.what());
+    PyErr_SetString(python_type_of(e.type()), e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   } catch (...) {
@@ -709,7 +752,8 @@ NB_MODULE(_core, m) {
         pc::Program p = program_of(code, code_type, options, name_expressions, name, extra_digest);
         const pc::TargetType t = target_of(target);
         pc::CompileOptions o;
-        o.cache = cache != nullptr ? cache->store() : nullptr;
+        const std::shared_ptr<pc::Store> store = cache != nullptr ? cache->store() : nullptr;  // held for the call
+        o.cache = store.get();
         o.state_dir = state_dir;
         pc::CompileFailure failure;
         pc::Result<pc::ObjectCode> r = pc::Status();

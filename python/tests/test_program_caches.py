@@ -264,6 +264,47 @@ def test_threads_hammering_one_cache(cache):
     assert errors == []
 
 
+def test_closing_while_other_threads_use_the_cache_is_safe(tmp_path):
+    """close() on one thread while others read and write: each call works or
+    says the cache is closed; the store is not freed under a call in flight
+    (which released the GIL for its I/O)."""
+    for r in range(10):
+        c = FileStreamProgramCache(tmp_path / f"round{r}")
+        for i in range(8):
+            c[f"k{i}"] = bytes([i]) * 20000
+        stop = threading.Event()
+        errors = []
+
+        def work(t):
+            i = 0
+            while not stop.is_set() or i % 8:
+                key = f"k{(i + t) % 8}"
+                try:
+                    v = c.get(key)
+                    if v is not None and len(v) != 20000:
+                        errors.append(f"{key}: {len(v)} bytes")
+                    if i % 5 == t:
+                        c[key] = b"z" * 20000
+                except RuntimeError as e:
+                    if "closed" not in str(e):
+                        errors.append(repr(e))
+                except Exception as e:  # noqa: BLE001 - anything else is the failure
+                    errors.append(repr(e))
+                i += 1
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.002 + r * 0.0005)
+        c.close()
+        stop.set()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        with pytest.raises(RuntimeError, match="closed"):
+            c[b"k1"]
+
+
 def test_damaged_file_entry_is_a_miss(tmp_path):
     c = FileStreamProgramCache(tmp_path / "dmg")
     c[b"k"] = b"x" * 5000

@@ -138,8 +138,11 @@ Status EnvWrapper::close_file(int fd) {
 Result<std::size_t> EnvWrapper::pread(int fd, char* buf, std::size_t n, std::uint64_t offset) {
   return m_target->pread(fd, buf, n, offset);
 }
+// Through this wrapper's own pread, piece by piece: a wrapper that overrides
+// pread alone (to fail or shorten reads) sees every read. One that wants the
+// target's single vectored call overrides preadv too, as FaultEnv does.
 Result<std::size_t> EnvWrapper::preadv(int fd, std::span<const ReadPiece> pieces, std::uint64_t offset) {
-  return m_target->preadv(fd, pieces, offset);
+  return Env::preadv(fd, pieces, offset);
 }
 Status EnvWrapper::write_all(int fd, std::string_view data) {
   return m_target->write_all(fd, data);

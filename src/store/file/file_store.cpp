@@ -287,22 +287,27 @@ Result<std::uint64_t> FileStoreImpl::size_bytes() {
 }
 
 StoreStats FileStoreImpl::stats() {
-  std::lock_guard lock(m_close_mu);
   return m_acct.process_stats();
 }
 
 StoreStats FileStoreImpl::host_stats() {
-  std::lock_guard lock(m_close_mu);
   return m_acct.host_stats();
 }
 
+// Closing refuses every later call; what a call already in flight on
+// another thread uses (the shared accounting's mapping, the eviction lock's
+// descriptor) stays until the store is destroyed. Unmapping or closing them
+// here raced such a call: a counter written through a mapping just removed,
+// a lock taken on a descriptor number the process had reused.
 Status FileStoreImpl::close() {
-  std::lock_guard lock(m_close_mu);
-  if (m_closed.exchange(true)) return {};
+  m_closed.store(true);
+  return {};
+}
+
+FileStoreImpl::~FileStoreImpl() {
+  close().ignore();
   m_acct.close();
   if (m_evict_fd >= 0) m_env->close_file(m_evict_fd).ignore();
-  m_evict_fd = -1;
-  return {};
 }
 
 // A shard directory is used only once it is known to be a real directory

@@ -44,7 +44,7 @@ enum class Reconcile {
 class FileStoreImpl final : public FileStore {
  public:
   FileStoreImpl(FileStoreOptions options, std::string root);
-  ~FileStoreImpl() override { close().ignore(); }
+  ~FileStoreImpl() override;
 
   Status init();
 
@@ -132,7 +132,6 @@ class FileStoreImpl final : public FileStore {
   Mutex m_trim_mu;
   // Set by a trim that removed something; read after it under the same lock.
   bool m_trim_progress PROGCACHE_GUARDED_BY(m_trim_mu) = false;
-  std::mutex m_close_mu;
   std::atomic<bool> m_closed{false};
 };
 
