@@ -262,6 +262,40 @@ TEST(EntryReader, DamageMetByTheVectoredReadIsAFailure) {
   }
 }
 
+// A caller's buffer at any distance past the artifact's file offset,
+// modulo a page, gets the same bytes. Those 1 to 31 bytes past it, where
+// the kernel's copy runs slowly on the CPUs measured, are filled through a
+// staging buffer in chunks (more reads); every other distance takes the one
+// read.
+TEST(EntryReader, ThePrimaryArrivesWholeWhereverTheCallersBufferLands) {
+  for (const std::size_t size : {std::size_t{20'000}, std::size_t{300'001}}) {
+    const Entry e(R"({"kind":"cubin"})", {{"cubin", Bytes::copy_of(testing::make_payload(size, 8))}},
+                  1'700'000'000'000'000'000);
+    const std::string bytes = encode(e);
+    const std::uint64_t at = bytes.size() - k_entry_checksum_size - size;  // the artifact's file offset
+    std::vector<char> arena(size + 2 * 4096);
+    const auto page = (reinterpret_cast<std::uintptr_t>(arena.data()) + 4095) & ~std::uintptr_t{4095};
+    for (const std::size_t past : {0, 1, 8, 15, 16, 31, 32, 48, 64, 100, 2048, 4095}) {
+      char* dst = reinterpret_cast<char*>(page + (at + past) % 4096);
+      for (const std::size_t step : {~std::size_t{0}, std::size_t{1000}}) {
+        FakeFile f{bytes, step};
+        std::memset(dst, 0, size);
+        Status st = f.reader(bytes.size(), /*vectored=*/true).read_primary(test_key(), [&](std::size_t n) {
+          EXPECT_EQ(n, size);
+          return dst;
+        });
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        EXPECT_EQ(std::string_view(dst, size), e.artifacts()[0].data.view()) << past << " bytes past";
+        EXPECT_EQ(f.served, bytes.size()) << past << " bytes past, step " << step;
+        if (step == ~std::size_t{0}) {
+          const bool staged = past >= 1 && past < 32;
+          EXPECT_EQ(f.calls > 2, staged) << past << " bytes past: " << f.calls << " reads";
+        }
+      }
+    }
+  }
+}
+
 TEST(EntryReader, SignaturesAreCheckedWhileStreaming) {
   const Entry e = three_artifacts();
   const EntryCodecOptions signer{"0123456789abcdef-secret"};

@@ -27,6 +27,22 @@ constexpr std::size_t k_first_read_whole_up_to = std::size_t{16} * 1024;
 // trip to memory.
 constexpr std::size_t k_chunk = std::size_t{128} * 1024;
 
+// On the AMD EPYC machines measured, the kernel's copy from the page cache
+// runs about seven to ten times slower when its destination sits a few
+// bytes past its source modulo a page: 1 to 15 bytes on one (330 us for
+// 1 MiB against 45), 1 to 31 on another (docs/benchmarks.md, "Where a read
+// lands"). The store's own buffers keep the file's alignment
+// (Bytes::allocate's phase); a caller's buffer lands where its allocator
+// put it, and one that lands in that window is filled through a staging
+// buffer that does not: a user-space copy has no such penalty (1 MiB: 25 us).
+constexpr std::uintptr_t k_page = 4096;
+constexpr std::uintptr_t k_slow_landing = 32;
+
+bool lands_slowly(const char* dst, std::uint64_t file_offset) {
+  const std::uintptr_t d = (reinterpret_cast<std::uintptr_t>(dst) - static_cast<std::uintptr_t>(file_offset)) % k_page;
+  return d != 0 && d < k_slow_landing;
+}
+
 // The decoded bytes of a verified, compressed artifact, in memory of their own.
 Result<Bytes> expanded(std::string_view stored) {
   PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t n, zstd::expanded_size(stored));
@@ -151,8 +167,11 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
   for (std::size_t i = 0; i < l.artifacts.size(); ++i) {
     const auto& part = l.artifacts[i];
     PROGCACHE_ASSIGN_OR_RETURN(char* dst, dest(l, i));
-    if (dst == nullptr && !m_in_memory) scratch.resize(std::min<std::uint64_t>(k_chunk, part.data_size));
-    if (dst != nullptr && !m_in_memory) {
+    // Artifacts up to the first read's size are copied out of it, never
+    // read by the kernel into `dst`.
+    const bool stage = dst != nullptr && !m_in_memory && part.data_size > k_first_read_whole_up_to &&
+                       lands_slowly(dst, part.data_offset);
+    if (dst != nullptr && !m_in_memory && !stage) {
       // Into the caller's memory: one read of the whole artifact (a system
       // call per chunk costs more than the chunks' cache locality saves),
       // and the last one takes the trailer with it.
@@ -166,11 +185,21 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
       }
       continue;
     }
+    // In chunks: from memory (slices of it), dropped (through scratch), or
+    // staged (read into memory with the file's alignment, then copied).
+    char* staging = nullptr;
+    Bytes staging_memory;
+    if (stage) {
+      staging_memory = Bytes::allocate(std::min<std::uint64_t>(k_chunk, part.data_size), &staging, part.data_offset);
+    } else if (dst == nullptr && !m_in_memory) {
+      scratch.resize(std::min<std::uint64_t>(k_chunk, part.data_size));
+      staging = scratch.data();
+    }
     for (std::uint64_t off = 0; off < part.data_size; off += k_chunk) {
       const std::size_t n = std::min<std::uint64_t>(k_chunk, part.data_size - off);
-      char* into = dst != nullptr ? dst + off : scratch.data();
+      char* into = staging != nullptr ? staging : (dst != nullptr ? dst + off : scratch.data());
       PROGCACHE_ASSIGN_OR_RETURN(std::string_view got, fetch(part.data_offset + off, n, into));
-      if (dst != nullptr && got.data() != into) std::memcpy(into, got.data(), n);
+      if (dst != nullptr && got.data() != dst + off) std::memcpy(dst + off, got.data(), n);
       feed(got);
     }
   }
