@@ -268,10 +268,10 @@ def test_closing_while_other_threads_use_the_cache_is_safe(tmp_path):
     """close() on one thread while others read and write: each call works or
     says the cache is closed; the store is not freed under a call in flight
     (which released the GIL for its I/O)."""
-    for r in range(10):
+    for r in range(30):
         c = FileStreamProgramCache(tmp_path / f"round{r}")
         for i in range(8):
-            c[f"k{i}"] = bytes([i]) * 20000
+            c[f"k{i}"] = bytes([i]) * 200_000
         stop = threading.Event()
         errors = []
 
@@ -281,10 +281,10 @@ def test_closing_while_other_threads_use_the_cache_is_safe(tmp_path):
                 key = f"k{(i + t) % 8}"
                 try:
                     v = c.get(key)
-                    if v is not None and len(v) != 20000:
+                    if v is not None and len(v) != 200_000:
                         errors.append(f"{key}: {len(v)} bytes")
                     if i % 5 == t:
-                        c[key] = b"z" * 20000
+                        c[key] = b"z" * 200_000
                 except RuntimeError as e:
                     if "closed" not in str(e):
                         errors.append(repr(e))
@@ -295,7 +295,7 @@ def test_closing_while_other_threads_use_the_cache_is_safe(tmp_path):
         threads = [threading.Thread(target=work, args=(t,)) for t in range(3)]
         for t in threads:
             t.start()
-        time.sleep(0.002 + r * 0.0005)
+        time.sleep(0.002 + (r % 10) * 0.0005)
         c.close()
         stop.set()
         for t in threads:
