@@ -155,6 +155,23 @@ void BM_FileReadFloor(benchmark::State& state) {
 }
 BENCHMARK(BM_FileReadFloor)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
 
+// A verified read's floor: open `path`, fstat it, read `n` bytes at
+// `offset` (n = 0: the whole file) into fresh memory of that size, close,
+// and run XXH3-128 over what was read. False on a short read.
+bool read_and_checksum(const std::string& path, std::size_t n, off_t offset) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (n == 0) n = static_cast<std::size_t>(st.st_size);
+  std::unique_ptr<char[]> buf(new char[n]);
+  const ssize_t got = ::pread(fd, buf.get(), n, offset);
+  ::close(fd);
+  if (got != static_cast<ssize_t>(n)) return false;
+  auto d = pc::xxh3_128(std::string_view(buf.get(), n));
+  benchmark::DoNotOptimize(d);
+  return true;
+}
+
 // The floor of a verified hit in the hit's own loop: the same rotating
 // entry files, each read whole into fresh memory and XXH3-128 run over what
 // was read (the checksum reads bytes the copy just brought in, as a hit's
@@ -163,19 +180,10 @@ void BM_FileReadChecksumFloor(benchmark::State& state) {
   auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
   std::size_t i = 0;
   for (auto _ : state) {
-    const int fd = ::open(f.paths[i++ & 63].c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    ::fstat(fd, &st);
-    const auto n = static_cast<std::size_t>(st.st_size);
-    std::unique_ptr<char[]> buf(new char[n]);
-    const ssize_t got = ::read(fd, buf.get(), n);
-    ::close(fd);
-    if (got != static_cast<ssize_t>(n)) {
+    if (!read_and_checksum(f.paths[i++ & 63], 0, 0)) {
       state.SkipWithError("short read");
       break;
     }
-    auto d = pc::xxh3_128(std::string_view(buf.get(), n));
-    benchmark::DoNotOptimize(d);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
   f.store.reset();
@@ -227,19 +235,10 @@ void BM_FileReadChecksumFloorHot(benchmark::State& state) {
   // The artifact's offset in the entry file: the same source alignment the hit copies from.
   const auto offset = static_cast<off_t>(static_cast<std::size_t>(st0.st_size) - n - 16);
   for (auto _ : state) {
-    const int fd = ::open(f.paths[0].c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    ::fstat(fd, &st);
-    std::unique_ptr<char[]> buf(new char[n]);
-    const ssize_t got = ::pread(fd, buf.get(), n, offset);
-    ::close(fd);
-    if (got != static_cast<ssize_t>(n)) {
+    if (!read_and_checksum(f.paths[0], n, offset)) {
       state.SkipWithError("short read");
       break;
     }
-    auto d = pc::xxh3_128(std::string_view(buf.get(), n));
-    benchmark::DoNotOptimize(got);
-    benchmark::DoNotOptimize(d);
   }
   f.store.reset();
   fs::remove_all(f.dir);
