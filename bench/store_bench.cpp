@@ -388,7 +388,18 @@ void BM_ReadLandingAt(benchmark::State& state) {
   ::close(fd);
   fs::remove_all(dir);
 }
-BENCHMARK(BM_ReadLandingAt)->Arg(0)->Arg(8)->Arg(16)->Arg(31)->Arg(48)->Arg(64)->Arg(2048)->Arg(4032);
+BENCHMARK(BM_ReadLandingAt)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(8)
+    ->Arg(15)
+    ->Arg(16)
+    ->Arg(31)
+    ->Arg(32)
+    ->Arg(48)
+    ->Arg(64)
+    ->Arg(2048)
+    ->Arg(4032);
 
 // A hit into the caller's memory (get_primary_into, one entry, hot) whose
 // buffer sits `past` bytes past the artifact's file offset modulo a page:

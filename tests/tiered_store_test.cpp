@@ -140,6 +140,25 @@ TEST_F(TieredStoreTest, RemotePutsAreAsynchronousFlushedOnCloseAndHitsComeBackDo
   EXPECT_TRUE((*(*disk)->get(make_key(4))).has_value());
 }
 
+// After close() no call reports success it cannot have: a put is refused,
+// not queued for a remote worker that has stopped.
+TEST_F(TieredStoreTest, AfterCloseEveryCallFailsAndNothingIsQueued) {
+  auto state = std::make_shared<FakeBackend::State>();
+  TieredStoreOptions o;
+  o.memory = std::move(*make_memory_store({}));
+  o.disk = std::move(*FileStore::open({.root = m_tmp.sub("closed")}));
+  o.remote = fake_remote(state);
+  auto t = make_tiered_store(std::move(o));
+  ASSERT_TRUE(t->put(make_key(1), make_entry("before")).ok());
+  ASSERT_TRUE(t->close().ok());
+  EXPECT_EQ(t->put(make_key(2), make_entry("after")).code(), Code::failed_precondition);
+  EXPECT_EQ(t->get(make_key(1)).status().code(), Code::failed_precondition);
+  EXPECT_EQ(t->erase(make_key(1)).status().code(), Code::failed_precondition);
+  EXPECT_EQ(t->clear().code(), Code::failed_precondition);
+  EXPECT_EQ(state->data.size(), 1u);  // what was put before the close, flushed
+  EXPECT_EQ(t->tiered_stats().dropped, 0u);
+}
+
 TEST_F(TieredStoreTest, ARemoteOutageCostsAMissNeverAFailedCall) {
   auto state = std::make_shared<FakeBackend::State>();
   state->mode = FakeBackend::Mode::down;

@@ -11,7 +11,9 @@
 //   * put: either the whole new entry becomes visible or nothing changes.
 //   * erase: true when an entry was removed.
 //   * count/size: entries and bytes currently charged against the caps.
-//   * close: releases resources; later calls fail with failed_precondition.
+//   * close: later calls fail with failed_precondition. It is not a barrier:
+//     a call already past its check finishes (a put may still write its
+//     entry); what such calls use is released with the store itself.
 // There is deliberately no `contains`: "check then read" races with other
 // writers and eviction; get answers both questions in one step.
 //

@@ -265,22 +265,24 @@ Status EntryReader::read_primary_unguarded(const Key& expected_key, const Alloc&
     if (p == nullptr) return resource_exhausted("no memory for a cache hit of " + std::to_string(n) + " bytes");
     return p;
   };
-  // A compressed primary is read into scratch memory, and expanded into the
-  // caller's only once verified.
-  std::string packed;
+  // A compressed primary is read into scratch memory with the file's
+  // alignment (never staged), and expanded into the caller's only once
+  // verified.
+  Bytes packed;
   const auto dest = [&](const EntryLayout& l, std::size_t i) -> Result<char*> {
     if (i != 0) return nullptr;
     const auto& part = l.artifacts.front();
     if (part.encoding == k_encoding_raw) return give(part.data_size);
-    packed.resize(part.data_size);  // no more than the entry's own size: the layout added up
-    return packed.data();
+    char* p = nullptr;  // no more than the entry's own size: the layout added up
+    packed = Bytes::allocate(part.data_size, &p, /*phase=*/part.data_offset);
+    return p;
   };
   PROGCACHE_ASSIGN_OR_RETURN(Checked c, verify(expected_key, dest));
   if (c.layout.artifacts.empty()) return give(0).status();
   if (c.layout.artifacts.front().encoding == k_encoding_zstd) {
-    PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t n, zstd::expanded_size(packed));
+    PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t n, zstd::expanded_size(packed.view()));
     PROGCACHE_ASSIGN_OR_RETURN(char* p, give(n));
-    return zstd::expand(packed, p, n);
+    return zstd::expand(packed.view(), p, n);
   }
   return {};
 }

@@ -25,6 +25,7 @@ class Tiered final : public TieredStore {
   ~Tiered() override { close().ignore(); }
 
   Result<std::optional<Entry>> get(const Key& key) override {
+    PROGCACHE_TRY(check_open());
     Status last_error;
     bool any_answered = false;
     for (std::size_t i = 0; i < m_tiers.size(); ++i) {
@@ -49,6 +50,7 @@ class Tiered final : public TieredStore {
   }
 
   Status put(const Key& key, const Entry& entry) override {
+    PROGCACHE_TRY(check_open());
     Status first_error;
     bool any_ok = false;
     for (Store* t : {m_opt.memory.get(), m_opt.disk.get()}) {
@@ -61,7 +63,9 @@ class Tiered final : public TieredStore {
     }
     if (m_opt.remote) {
       MutexLock l(m_mu);
-      if (m_queue.size() >= m_opt.remote_queue) {
+      // Full, or closed since the check above (the worker is gone): counted
+      // as dropped, never queued to be lost silently.
+      if (m_stop || m_queue.size() >= m_opt.remote_queue) {
         ++m_dropped;
       } else {
         m_queue.emplace_back(key, entry);
@@ -78,6 +82,7 @@ class Tiered final : public TieredStore {
   }
 
   Result<bool> erase(const Key& key) override {
+    PROGCACHE_TRY(check_open());
     bool any = false;
     Status first_error;
     for (Store* t : m_tiers) {
@@ -92,6 +97,7 @@ class Tiered final : public TieredStore {
   }
 
   Status clear() override {
+    PROGCACHE_TRY(check_open());
     Status first_error;
     for (Store* t : m_tiers) {
       Status st = t->clear();
@@ -176,6 +182,12 @@ class Tiered final : public TieredStore {
   [[nodiscard]] std::string name() const override { return "tiered"; }
 
  private:
+  // After close() every call fails as the tiers' own do; the remote queue
+  // takes nothing more.
+  Status check_open() const {
+    if (m_closed.load()) return failed_precondition("tiered store is closed");
+    return {};
+  }
   Store* local() { return m_opt.disk ? m_opt.disk.get() : m_opt.memory ? m_opt.memory.get() : m_tiers.front(); }
 
   void drain() {

@@ -10,7 +10,8 @@
 // between a rename and its charge, or a damaged file, heals.
 //
 // Thread safety: all methods are thread-safe once open() has returned;
-// close() must not race other calls (the store serializes them).
+// close() must not race other calls: the store calls it only from its
+// destructor, when no call is running.
 #pragma once
 
 #include <atomic>
