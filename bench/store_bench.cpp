@@ -425,7 +425,8 @@ void BM_FileHitIntoLanding(benchmark::State& state) {
   f.store.reset();
   fs::remove_all(f.dir);
 }
-BENCHMARK(BM_FileHitIntoLanding)->ArgsProduct({{64 << 10, 1 << 20}, {0, 8, 16, 48, 2048}});
+BENCHMARK(BM_FileHitIntoLanding)
+    ->ArgsProduct({{64 << 10, 1 << 20}, {0, 8, 16, 27, 32, 43, 48, 59, 2048, 2059, 2064, 2075, 2096}});
 
 }  // namespace
 

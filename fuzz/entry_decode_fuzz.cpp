@@ -1,7 +1,7 @@
 // libFuzzer target: decode_entry on arbitrary bytes, with and without a
 // signing key. It must never crash, read out of bounds, or allocate in
 // proportion to a declared (rather than actual) length; a success must
-// re-encode to the same bytes.
+// re-encode to the same content, and re-encoding that must change nothing.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -18,14 +18,35 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto plain = decode_entry(bytes, key);
   if (plain.ok()) {
     auto again = encode_entry(key, *plain, plain->created_unix_ns());
-    // The producer string and metadata round-trip, so the encoding does too
-    // (an unsigned entry; a signed one decodes without a key configured).
-    // Compressed artifacts are decoded, so only an entry stored as is
-    // re-encodes byte for byte with the default options.
+    // Content round-trips through the encoding (an unsigned entry; a signed
+    // one decodes without a key configured), and the writer's own output is
+    // a fixed point: an input laid out otherwise (its first payload off a
+    // multiple of 64) is re-encoded aligned, once. Compressed artifacts are
+    // decoded, so only an entry stored as is re-encodes to itself with the
+    // default options.
     bool stored_raw = true;
     auto layout = parse_entry_layout(in, in.size());
     for (const auto& part : layout->artifacts) stored_raw &= part.encoding == k_encoding_raw;
-    if (again.ok() && stored_raw && !peek_entry_header(in)->signed_entry && *again != in) __builtin_trap();
+    if (again.ok() && stored_raw && !peek_entry_header(in)->signed_entry) {
+      auto back = decode_entry(Bytes::copy_of(*again), key);
+      if (!back.ok() || back->metadata() != plain->metadata() || back->producer() != plain->producer() ||
+          back->artifacts().size() != plain->artifacts().size()) {
+        __builtin_trap();
+      }
+      for (std::size_t i = 0; i < back->artifacts().size(); ++i) {
+        if (back->artifacts()[i].name != plain->artifacts()[i].name ||
+            back->artifacts()[i].data != plain->artifacts()[i].data) {
+          __builtin_trap();
+        }
+      }
+      auto twice = encode_entry(key, *back, back->created_unix_ns());
+      if (!twice.ok() || *twice != *again) __builtin_trap();
+      auto aligned = parse_entry_layout(*again, again->size());
+      if (!aligned.ok() ||
+          (!aligned->artifacts.empty() && aligned->artifacts.front().data_offset % k_entry_payload_alignment != 0)) {
+        __builtin_trap();
+      }
+    }
   }
   decode_entry(bytes, key, EntryCodecOptions{"fuzzing-signing-key"}).status().ignore();
   peek_entry_header(in).status().ignore();

@@ -434,7 +434,7 @@ TEST(EntryReader, AFrameEditedUnderAValidChecksumNeverOverrunsOrOverAllocates) {
   const Entry e("{}", std::move(arts));
   const std::string bytes = encode(e, {.compression_level = 3});
   ASSERT_EQ(encoding_of(bytes, 0), k_encoding_zstd);
-  const std::size_t frame_at = k_entry_fixed_header + 16 + e.producer().size() + 2 + 5;
+  const std::size_t frame_at = parse_entry_layout(bytes, bytes.size())->artifacts.front().data_offset;
   const std::size_t frame_end = bytes.size() - k_entry_checksum_size;
   int failed = 0;
   for (std::size_t i = frame_at; i < frame_end; ++i) {

@@ -147,28 +147,95 @@ TEST(Entry, SignedEntriesVerifyAndUnsignedOrWrongKeyAreRejected) {
             Code::permission_denied);
 }
 
-// The golden file pins format version 1. If this fails, the encoding changed:
+// Two golden files pin format version 1: entry_v1.bin as written before
+// payloads were aligned (producer unpadded, first payload at an odd offset),
+// entry_v1_aligned.bin as written now. Both must read; the writer must
+// reproduce the second byte for byte. If this fails, the encoding changed:
 // bump k_entry_format_version (old entries then read as misses) and
-// regenerate with PROGCACHE_UPDATE_GOLDEN=1.
-TEST(Entry, GoldenFileDecodesAndReencodesByteForByte) {
-  const std::string path = std::string(PROGCACHE_TEST_SOURCE_DIR) + "/golden/entry_v1.bin";
-  if (std::getenv("PROGCACHE_UPDATE_GOLDEN") != nullptr) testing::write_all(path, encoded(golden_entry()));
-  const std::string golden = testing::read_all(path);
-  ASSERT_FALSE(golden.empty()) << "missing " << path;
+// regenerate the second with PROGCACHE_UPDATE_GOLDEN=1.
+void expect_golden_entry(const std::string& golden) {
   auto d = decode_entry(Bytes::copy_of(golden), golden_key());
   ASSERT_TRUE(d.ok()) << d.status().to_string();
   EXPECT_EQ(d->metadata(), golden_entry().metadata());
   EXPECT_EQ(d->producer(), "progcache 0.1.0");
   ASSERT_EQ(d->artifacts().size(), 2u);
   EXPECT_EQ(d->artifacts()[0].data, golden_entry().artifacts()[0].data);
+  EXPECT_EQ(d->find("log")->data.view(), "ok\n");
   EXPECT_EQ(d->created_unix_ns(), k_t0);
-  auto again = encode_entry(golden_key(), *d, 0);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, golden);
   auto header = peek_entry_header(golden);
   ASSERT_TRUE(header.ok());
   EXPECT_EQ(header->key, golden_key());
   EXPECT_EQ(golden.substr(0, 8), std::string("PCENTRY\x01", 8));
+}
+
+std::uint64_t first_payload_offset(const std::string& bytes) {
+  auto l = parse_entry_layout(bytes, bytes.size());
+  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  return l.ok() && !l->artifacts.empty() ? l->artifacts.front().data_offset : 0;
+}
+
+TEST(Entry, GoldenFilesDecodeAndTheWriterReproducesTheAlignedOne) {
+  const std::string dir = std::string(PROGCACHE_TEST_SOURCE_DIR) + "/golden/";
+  if (std::getenv("PROGCACHE_UPDATE_GOLDEN") != nullptr) {
+    testing::write_all(dir + "entry_v1_aligned.bin", encoded(golden_entry()));
+  }
+  const std::string before = testing::read_all(dir + "entry_v1.bin");
+  const std::string aligned = testing::read_all(dir + "entry_v1_aligned.bin");
+  ASSERT_FALSE(before.empty() || aligned.empty()) << "missing golden files in " << dir;
+  ASSERT_NE(first_payload_offset(before) % k_entry_payload_alignment, 0u) << "the older file is unpadded";
+  EXPECT_EQ(first_payload_offset(aligned) % k_entry_payload_alignment, 0u);
+  expect_golden_entry(before);
+  expect_golden_entry(aligned);
+  // Re-encoding either (a promotion between tiers does) writes the aligned
+  // layout; the padding never accumulates.
+  for (const std::string* golden : {&before, &aligned}) {
+    auto again = encode_entry(golden_key(), *decode_entry(Bytes::copy_of(*golden), golden_key()), 0);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, aligned);
+  }
+}
+
+TEST(Entry, TheFirstPayloadStartsOnACacheLineWhateverPrecedesIt) {
+  // Metadata and names of every length modulo 64, one to three artifacts,
+  // raw, compressed and signed: the first payload starts on a multiple of
+  // 64, the entry reads back as it was given, and its producer carries no
+  // padding.
+  int checked = 0;
+  for (std::size_t meta = 0; meta < 70; ++meta) {
+    for (const std::size_t count : {1, 2, 3}) {
+      for (const int variant : {0, 1, 2}) {
+        std::vector<Artifact> arts;
+        for (std::size_t i = 0; i < count; ++i) {
+          arts.push_back({std::string(1 + (meta * 7 + i) % 61, static_cast<char>('a' + i)),
+                          Bytes::copy_of(std::string(1000 + 333 * i, static_cast<char>('0' + meta % 10)))});
+        }
+        const std::string metadata = R"({"m":")" + std::string(meta, 'x') + R"("})";
+        const Entry e(metadata, std::move(arts), k_t0);
+        EntryCodecOptions o;
+        if (variant == 1) o.compression_level = 3;
+        if (variant == 2) o.hmac_key = "signing key";
+        const std::string bytes = encoded(e, golden_key(), o);
+        EXPECT_EQ(first_payload_offset(bytes) % k_entry_payload_alignment, 0u)
+            << "metadata " << meta << ", " << count << " artifacts, variant " << variant;
+        auto d = decode_entry(Bytes::copy_of(bytes), golden_key(), o);
+        ASSERT_TRUE(d.ok()) << d.status().to_string();
+        EXPECT_EQ(d->producer(), producer_string());
+        EXPECT_EQ(d->metadata(), metadata);
+        ASSERT_EQ(d->artifacts().size(), count);
+        for (std::size_t i = 0; i < count; ++i) {
+          EXPECT_EQ(d->artifacts()[i].name, e.artifacts()[i].name);
+          EXPECT_EQ(d->artifacts()[i].data, e.artifacts()[i].data);
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 70 * 3 * 3);
+}
+
+TEST(Entry, AnEntryWithoutArtifactsIsNotPadded) {
+  const std::string bytes = encoded(Entry("{}", {}, k_t0));
+  EXPECT_EQ(bytes.size(), k_entry_fixed_header + producer_string().size() + 2 + k_entry_checksum_size);
 }
 
 }  // namespace

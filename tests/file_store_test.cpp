@@ -95,9 +95,11 @@ TEST_F(FileStoreTest, MissIsNulloptAndRoundTripWorks) {
 }
 
 // Where a read lands decides what the kernel's copy and the checksum cost
-// (bytes.cpp): an artifact read from disk starts at the same offset modulo 64
-// as it has in its file, for entries read whole and for entries streamed
-// (over 1 MiB), whatever the metadata's length puts it at.
+// (bytes.cpp): an entry's first artifact starts on a multiple of 64 in its
+// file whatever the metadata's length (entry.h), and an artifact read from
+// disk starts at the same offset modulo 64 as it has in its file, for
+// entries read whole and for entries streamed (over 1 MiB), and for an
+// entry written before artifacts were aligned.
 TEST_F(FileStoreTest, ArtifactsReadFromDiskKeepTheAlignmentTheyHaveInTheirFile) {
   auto s = open_store();
   std::uint64_t n = 0;
@@ -108,12 +110,26 @@ TEST_F(FileStoreTest, ArtifactsReadFromDiskKeepTheAlignmentTheyHaveInTheirFile) 
       ASSERT_TRUE(s->put(k, Entry(metadata, {{"code", Bytes::copy_of(std::string(payload, 'a'))}})).ok());
       const auto file_size = fs::file_size(s->entry_path(k));
       const std::uint64_t offset = file_size - 16 - payload;  // one artifact, then the 16-byte checksum
+      EXPECT_EQ(offset % 64, 0u) << "metadata padded by " << pad;
       auto hit = s->get(k);
       ASSERT_TRUE(hit.ok() && hit->has_value());
       const auto addr = reinterpret_cast<std::uintptr_t>((*hit)->artifacts()[0].data.data());
       EXPECT_EQ((addr - offset) % 64, 0u) << "payload " << payload << ", artifact at file offset " << offset;
     }
   }
+  // Written before the alignment: its 256-byte artifact, then a 3-byte one,
+  // then the checksum, starts at an odd offset.
+  const Key old_key = KeyBuilder("golden").add_string("name", "saxpy").finish();
+  const std::string old = testing::read_all(std::string(PROGCACHE_TEST_SOURCE_DIR) + "/golden/entry_v1.bin");
+  ASSERT_FALSE(old.empty());
+  fs::create_directories(fs::path(s->entry_path(old_key)).parent_path());
+  testing::write_all(s->entry_path(old_key), old);
+  const std::uint64_t old_offset = old.size() - 16 - 3 - 256;
+  ASSERT_NE(old_offset % 64, 0u);
+  auto old_hit = s->get(old_key);
+  ASSERT_TRUE(old_hit.ok() && old_hit->has_value()) << old_hit.status().to_string();
+  const auto old_addr = reinterpret_cast<std::uintptr_t>((*old_hit)->primary().data());
+  EXPECT_EQ((old_addr - old_offset) % 64, 0u) << "artifact at file offset " << old_offset;
   char* p = nullptr;
   for (const std::uint64_t phase : {0, 1, 16, 63, 64, 101}) {
     const Bytes b = Bytes::allocate(1 << 20, &p, phase);

@@ -118,6 +118,10 @@ TEST(MemoryStore, ClosedStoreFails) {
   ASSERT_TRUE(s->close().ok());
   EXPECT_EQ(s->get(make_key(1)).status().code(), Code::failed_precondition);
   EXPECT_EQ(s->put(make_key(1), make_entry("x")).code(), Code::failed_precondition);
+  EXPECT_EQ(s->erase(make_key(1)).status().code(), Code::failed_precondition);
+  EXPECT_EQ(s->clear().code(), Code::failed_precondition);
+  EXPECT_EQ(s->count().status().code(), Code::failed_precondition);
+  EXPECT_EQ(s->size_bytes().status().code(), Code::failed_precondition);
 }
 
 TEST(MemoryStore, ManyThreadsKeepTheCapAndSeeConsistentEntries) {

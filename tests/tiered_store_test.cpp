@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "progcache/file_store.h"
@@ -33,6 +35,45 @@ class BrokenStore final : public Store {
   StoreStats stats() override { return {}; }
   Status close() override { return {}; }
   [[nodiscard]] std::string name() const override { return "broken"; }
+};
+
+// A memory tier whose put waits until released, then answers as a store
+// closed meanwhile does: what a put overtaken by close() meets.
+class HeldStore final : public Store {
+ public:
+  Result<std::optional<Entry>> get(const Key&) override { return std::optional<Entry>(); }
+  Status put(const Key&, const Entry&) override {
+    std::unique_lock<std::mutex> l(m_mu);
+    m_entered = true;
+    m_cv.notify_all();
+    m_cv.wait(l, [&] { return m_released; });
+    return m_closed ? failed_precondition("held store is closed") : Status();
+  }
+  Result<bool> erase(const Key&) override { return false; }
+  Status clear() override { return {}; }
+  Result<std::uint64_t> count() override { return 0; }
+  Result<std::uint64_t> size_bytes() override { return 0; }
+  StoreStats stats() override { return {}; }
+  Status close() override {
+    std::lock_guard<std::mutex> l(m_mu);
+    m_closed = true;
+    return {};
+  }
+  [[nodiscard]] std::string name() const override { return "held"; }
+  void wait_entered() {
+    std::unique_lock<std::mutex> l(m_mu);
+    m_cv.wait(l, [&] { return m_entered; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(m_mu);
+    m_released = true;
+    m_cv.notify_all();
+  }
+
+ private:
+  std::mutex m_mu;
+  std::condition_variable m_cv;
+  bool m_entered = false, m_released = false, m_closed = false;
 };
 
 class TieredStoreTest : public ::testing::Test {
@@ -155,7 +196,31 @@ TEST_F(TieredStoreTest, AfterCloseEveryCallFailsAndNothingIsQueued) {
   EXPECT_EQ(t->get(make_key(1)).status().code(), Code::failed_precondition);
   EXPECT_EQ(t->erase(make_key(1)).status().code(), Code::failed_precondition);
   EXPECT_EQ(t->clear().code(), Code::failed_precondition);
+  EXPECT_EQ(t->count().status().code(), Code::failed_precondition);
+  EXPECT_EQ(t->size_bytes().status().code(), Code::failed_precondition);
   EXPECT_EQ(state->data.size(), 1u);  // what was put before the close, flushed
+  EXPECT_EQ(t->tiered_stats().dropped, 0u);
+}
+
+// A put already past the closed check when close() runs to the end (its
+// memory tier still busy): no tier took it and the remote worker is gone,
+// so it fails; it is not reported stored.
+TEST_F(TieredStoreTest, APutOvertakenByCloseIsRefusedNotReportedStored) {
+  auto state = std::make_shared<FakeBackend::State>();
+  TieredStoreOptions o;
+  auto held = std::make_unique<HeldStore>();
+  HeldStore* memory = held.get();
+  o.memory = std::move(held);
+  o.remote = fake_remote(state);
+  auto t = make_tiered_store(std::move(o));
+  Status put_result;
+  std::thread putter([&] { put_result = t->put(make_key(1), make_entry("overtaken")); });
+  memory->wait_entered();
+  ASSERT_TRUE(t->close().ok());
+  memory->release();
+  putter.join();
+  EXPECT_EQ(put_result.code(), Code::failed_precondition) << put_result.to_string();
+  EXPECT_EQ(state->data.size(), 0u);
   EXPECT_EQ(t->tiered_stats().dropped, 0u);
 }
 

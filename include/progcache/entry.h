@@ -14,6 +14,8 @@
 //    60     4  metadata length M (bytes of UTF-8 JSON)
 //    64  16*N  artifact table: u32 name length, u32 encoding, u64 stored length
 //     …     P  producer, M metadata, then every name, then every payload
+//              (P counts the spaces that pad the producer string so the
+//              first payload starts at a multiple of 64; see below)
 //     …    16  XXH3-128 (canonical, big-endian) of all bytes before it
 //     …    32  HMAC-SHA256 of all bytes before it (only with flag bit 0)
 //
@@ -26,6 +28,16 @@
 // carries zstd's checksum of the decoded bytes, which decoding checks.
 // Readers older than the encoding field see a compressed artifact as a
 // damaged entry: a miss (and the file store removes it).
+//
+// The first payload starts a multiple of k_entry_payload_alignment (64)
+// bytes into the entry, so a reader whose buffer is aligned like the file
+// copies and checksums it on whole cache lines; the kernel's copy and the
+// checksum's 32-byte loads run slower on split lines (docs/benchmarks.md,
+// "Payloads on a cache line"). The writer gets there by padding the producer
+// string with spaces, which readers strip: the lengths still add up, so
+// readers that predate the padding read these entries, showing the spaces,
+// and entries written before it read as they always did. Only the first
+// payload is aligned: the others follow it without gaps.
 //
 // Decoding trusts no length: the declared sizes must add up exactly to the
 // buffer size (checked with overflow-safe arithmetic) before anything is
@@ -61,6 +73,8 @@ inline constexpr std::uint32_t k_max_artifacts = 1024;
 inline constexpr std::size_t k_entry_fixed_header = 64;
 inline constexpr std::size_t k_entry_checksum_size = 16;
 inline constexpr std::size_t k_entry_hmac_size = 32;
+// Where an entry's first payload starts: a multiple of this many bytes.
+inline constexpr std::size_t k_entry_payload_alignment = 64;
 // The name `Entry::from_bytes` gives its single artifact.
 inline constexpr std::string_view k_default_artifact = "code";
 

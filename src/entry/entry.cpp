@@ -108,7 +108,16 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
   };
   std::uint64_t body =
       k_entry_fixed_header + k_table_row * entry.artifacts().size() + entry.producer().size() + entry.metadata().size();
-  for (std::size_t i = 0; i < packed.size(); ++i) body += entry.artifacts()[i].name.size() + stored(i).size();
+  for (const auto& a : entry.artifacts()) body += a.name.size();
+  // Spaces after the producer string put the first payload on a multiple of
+  // k_entry_payload_alignment (entry.h); nothing before it is the caller's.
+  std::size_t pad = 0;
+  if (!packed.empty()) {
+    pad = (k_entry_payload_alignment - body % k_entry_payload_alignment) % k_entry_payload_alignment;
+    if (entry.producer().size() + pad > std::numeric_limits<std::uint32_t>::max()) pad = 0;
+    body += pad;
+  }
+  for (std::size_t i = 0; i < packed.size(); ++i) body += stored(i).size();
   const bool sign = !options.hmac_key.empty();
   std::string out;
   out.reserve(body + k_entry_checksum_size + (sign ? k_entry_hmac_size : 0));
@@ -119,7 +128,7 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
   const std::int64_t created = entry.created_unix_ns() != 0 ? entry.created_unix_ns() : now_ns;
   put_fixed<std::uint64_t>(out, static_cast<std::uint64_t>(created));
   out.append(key.view());
-  put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.producer().size()));
+  put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.producer().size() + pad));
   put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.metadata().size()));
   for (std::size_t i = 0; i < packed.size(); ++i) {
     put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.artifacts()[i].name.size()));
@@ -127,6 +136,7 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
     put_fixed<std::uint64_t>(out, stored(i).size());
   }
   out += entry.producer();
+  out.append(pad, ' ');
   out += entry.metadata();
   for (const auto& a : entry.artifacts()) out += a.name;
   for (std::size_t i = 0; i < packed.size(); ++i) out.append(stored(i));

@@ -242,7 +242,9 @@ Result<Entry> EntryReader::read_unguarded(const Key& expected_key) {
   const EntryLayout& l = c.layout;
   auto e = std::make_shared<Entry::Data>();
   e->created_ns = l.header.created_unix_ns;
-  e->producer.assign(c.prefix.substr(l.producer_offset, l.producer_size));
+  std::string_view producer = c.prefix.substr(l.producer_offset, l.producer_size);
+  while (!producer.empty() && producer.back() == ' ') producer.remove_suffix(1);  // the alignment padding
+  e->producer.assign(producer);
   e->metadata.assign(c.prefix.substr(l.metadata_offset, l.metadata_size));
   e->artifacts.resize(l.artifacts.size());
   for (std::size_t i = 0; i < l.artifacts.size(); ++i) {

@@ -85,8 +85,14 @@ class MemoryStore final : public Store {
     return {};
   }
 
-  Result<std::uint64_t> count() override { return usage().first; }
-  Result<std::uint64_t> size_bytes() override { return usage().second; }
+  Result<std::uint64_t> count() override {
+    if (m_closed.load(std::memory_order_relaxed)) return closed();
+    return usage().first;
+  }
+  Result<std::uint64_t> size_bytes() override {
+    if (m_closed.load(std::memory_order_relaxed)) return closed();
+    return usage().second;
+  }
 
   StoreStats stats() override {
     StoreStats s;

@@ -63,15 +63,18 @@ class Tiered final : public TieredStore {
     }
     if (m_opt.remote) {
       MutexLock l(m_mu);
-      // Full, or closed since the check above (the worker is gone): counted
-      // as dropped, never queued to be lost silently.
-      if (m_stop || m_queue.size() >= m_opt.remote_queue) {
-        ++m_dropped;
+      if (m_stop) {
+        // Closed since the check above (the worker is gone): refused, as
+        // every call after close is, unless a tier above took it.
+        if (first_error.ok()) first_error = failed_precondition("tiered store is closed");
+      } else if (m_queue.size() >= m_opt.remote_queue) {
+        ++m_dropped;    // full: counted, never queued to be lost silently
+        any_ok = true;  // the remote is best effort
       } else {
         m_queue.emplace_back(key, entry);
         m_cv.notify_one();
+        any_ok = true;
       }
-      any_ok = true;  // queued (or knowingly dropped): the remote is best effort
     }
     if (any_ok || m_tiers.empty()) {
       ++m_puts;
@@ -107,8 +110,14 @@ class Tiered final : public TieredStore {
   }
 
   // The lowest local tier is the authority on what this host holds.
-  Result<std::uint64_t> count() override { return local()->count(); }
-  Result<std::uint64_t> size_bytes() override { return local()->size_bytes(); }
+  Result<std::uint64_t> count() override {
+    PROGCACHE_TRY(check_open());
+    return local()->count();
+  }
+  Result<std::uint64_t> size_bytes() override {
+    PROGCACHE_TRY(check_open());
+    return local()->size_bytes();
+  }
 
   // Hits, misses, puts and errors as the caller saw them (a get that hit
   // any tier is one hit); what each tier dropped as damaged or refused,

@@ -11,22 +11,49 @@
 #include <stdexcept>
 
 #include "progcache/bytes.h"
+#include "util/xxh3_vector.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 namespace progcache {
 
-#if defined(__x86_64__)
 namespace detail {
-XXH128_hash_t xxh3_128_avx2(const void* data, std::size_t size);
-void xxh3_update_avx2(void* state, const void* data, std::size_t size);
-}  // namespace detail
 
 namespace {
-const bool k_have_avx2 = __builtin_cpu_supports("avx2");
+void xxh3_128_baseline(const void* data, std::size_t size, std::uint64_t out[2]) {
+  const XXH128_hash_t h = XXH3_128bits(data, size);
+  out[0] = h.low64;
+  out[1] = h.high64;
+}
+void xxh3_update_baseline(void* state, const void* data, std::size_t size) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state), data, size);
+}
 }  // namespace
+
+const std::vector<Xxh3Vector>& xxh3_vectors() {
+  // __builtin_cpu_supports checks that the OS saves the vector registers
+  // too (XGETBV), not only CPUID.
+  static const std::vector<Xxh3Vector> all = {
+#if defined(__x86_64__)
+    {"avx2", __builtin_cpu_supports("avx2") != 0, xxh3_128_avx2, xxh3_update_avx2},
 #endif
+    {"baseline", true, xxh3_128_baseline, xxh3_update_baseline},
+  };
+  return all;
+}
+
+const Xxh3Vector& xxh3_active() {
+  static const Xxh3Vector& active = []() -> const Xxh3Vector& {
+    for (const auto& v : xxh3_vectors()) {
+      if (v.supported) return v;
+    }
+    return xxh3_vectors().back();
+  }();
+  return active;
+}
+
+}  // namespace detail
 
 namespace {
 Digest128 canonical(XXH128_hash_t h) {
@@ -147,13 +174,9 @@ Digest256 sha256(std::string_view data) {
 }
 
 Digest128 xxh3_128(std::string_view data) {
-#if defined(__x86_64__)
-  const XXH128_hash_t h =
-      k_have_avx2 ? detail::xxh3_128_avx2(data.data(), data.size()) : XXH3_128bits(data.data(), data.size());
-#else
-  const XXH128_hash_t h = XXH3_128bits(data.data(), data.size());
-#endif
-  return canonical(h);
+  std::uint64_t h[2];
+  detail::xxh3_active().hash(data.data(), data.size(), h);
+  return canonical(XXH128_hash_t{h[0], h[1]});
 }
 
 Xxh3Stream::Xxh3Stream() : m_state(XXH3_createState()) {
@@ -165,13 +188,7 @@ Xxh3Stream::~Xxh3Stream() {
 }
 
 void Xxh3Stream::update(std::string_view data) {
-#if defined(__x86_64__)
-  if (k_have_avx2) {
-    detail::xxh3_update_avx2(m_state, data.data(), data.size());
-    return;
-  }
-#endif
-  XXH3_128bits_update(static_cast<XXH3_state_t*>(m_state), data.data(), data.size());
+  detail::xxh3_active().update(m_state, data.data(), data.size());
 }
 
 Digest128 Xxh3Stream::finish() {
