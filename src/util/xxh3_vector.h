@@ -3,9 +3,9 @@
 // so on x86-64 the AVX2 variant is compiled apart (xxh3_avx2.cpp) and
 // hash.cpp runs it where the CPU and its OS support it. Every variant
 // computes the same digest (hash_test checks each against xxHash's scalar
-// code). No AVX-512 variant: it hashes memory in cache 20 % faster, but a
-// hit hashes what the kernel's copy just wrote, and there it measured no
-// faster (docs/benchmarks.md, "Payloads on a cache line").
+// code). No AVX-512 variant: one was tried and made no hit faster, since a
+// hit hashes what the kernel's copy has just written (docs/benchmarks.md,
+// "Payloads on a cache line").
 #pragma once
 
 #include <cstddef>
