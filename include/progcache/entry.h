@@ -242,10 +242,11 @@ class EntryReader {
   Result<std::string_view> prefix(std::uint64_t n);
   // Bytes [offset, offset + n): a view of the buffer, or read into `into`.
   Result<std::string_view> fetch(std::uint64_t offset, std::size_t n, char* into);
-  // Bytes [offset, offset + n) into `into` and the `tail_n` after them into
-  // `tail`: one read through m_read_at_v (both pieces are the caller's or
-  // the reader's memory, never a view of it).
-  Status fetch_with_tail(std::uint64_t offset, std::size_t n, char* into, std::size_t tail_n, char* tail);
+  // Through read_at: bytes from `offset` on into `pieces` (at most
+  // k_max_pieces), filled in order; what the prefix holds is copied, the
+  // rest read, all pieces in one read through m_read_at_v where there is one.
+  static constexpr std::size_t k_max_pieces = 2;
+  Status read_into(std::uint64_t offset, std::span<const ReadPiece> pieces);
 
   ReadAt m_read_at;
   ReadAtV m_read_at_v;  // may be empty

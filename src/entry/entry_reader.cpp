@@ -91,45 +91,50 @@ Result<std::string_view> EntryReader::prefix(std::uint64_t n) {
   return std::string_view(m_head).substr(0, n);
 }
 
-Result<std::string_view> EntryReader::fetch(std::uint64_t offset, std::size_t n, char* into) {
-  if (m_in_memory) return m_data.view().substr(offset, n);
-  std::size_t done = 0;
-  if (offset < m_head.size()) {  // already read with the prefix
-    done = std::min<std::size_t>(n, m_head.size() - offset);
-    std::memcpy(into, m_head.data() + offset, done);
-  }
-  while (done < n) {
-    PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_read_at(offset + done, into + done, n - done));
-    if (got == 0) return shrank();
-    done += got;
-  }
-  return std::string_view(into, n);
-}
-
-Status EntryReader::fetch_with_tail(std::uint64_t offset, std::size_t n, char* into, std::size_t tail_n, char* tail) {
-  if (!m_read_at_v) {
-    PROGCACHE_TRY(fetch(offset, n, into).status());
-    return fetch(offset + n, tail_n, tail).status();
-  }
-  const std::size_t total = n + tail_n;
+Status EntryReader::read_into(std::uint64_t offset, std::span<const ReadPiece> pieces) {
+  if (pieces.size() > k_max_pieces) return invalid_argument("read_into takes at most two pieces");
+  std::size_t total = 0;
+  for (const ReadPiece& p : pieces) total += p.size;
+  // The pieces from byte `done` of the run on: at most as many as given.
+  ReadPiece rest[k_max_pieces];
+  const auto pieces_from = [&](std::size_t done) {
+    std::size_t count = 0;
+    for (const ReadPiece& p : pieces) {
+      if (done >= p.size) {
+        done -= p.size;
+        continue;
+      }
+      rest[count++] = {p.data + done, p.size - done};
+      done = 0;
+    }
+    return std::span<const ReadPiece>(rest, count);
+  };
   std::size_t done = 0;
   if (offset < m_head.size()) {  // already read with the prefix
     done = std::min<std::size_t>(total, m_head.size() - offset);
-    const char* from = m_head.data() + offset;
-    std::memcpy(into, from, std::min(done, n));
-    if (done > n) std::memcpy(tail, from + n, done - n);
+    std::size_t copied = 0;
+    for (const ReadPiece& p : pieces) {
+      const std::size_t n = std::min(p.size, done - copied);
+      if (n != 0) std::memcpy(p.data, m_head.data() + offset + copied, n);
+      copied += n;
+    }
   }
   while (done < total) {
-    ReadPiece rest[2];
-    std::size_t count = 0;
-    if (done < n) rest[count++] = {into + done, n - done};
-    const std::size_t tail_done = done < n ? 0 : done - n;
-    rest[count++] = {tail + tail_done, tail_n - tail_done};
-    PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, m_read_at_v(offset + done, std::span<const ReadPiece>(rest, count)));
-    if (got == 0) return shrank();
-    done += std::min(got, total - done);
+    const std::span<const ReadPiece> todo = pieces_from(done);
+    Result<std::size_t> got =
+        m_read_at_v ? m_read_at_v(offset + done, todo) : m_read_at(offset + done, todo.front().data, todo.front().size);
+    if (!got.ok()) return got.status();
+    if (*got == 0) return shrank();
+    done += std::min(*got, total - done);
   }
   return {};
+}
+
+Result<std::string_view> EntryReader::fetch(std::uint64_t offset, std::size_t n, char* into) {
+  if (m_in_memory) return m_data.view().substr(offset, n);
+  const ReadPiece piece{into, n};
+  PROGCACHE_TRY(read_into(offset, std::span<const ReadPiece>(&piece, 1)));
+  return std::string_view(into, n);
 }
 
 Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const Destination& dest) {
@@ -176,7 +181,8 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
       // call per chunk costs more than the chunks' cache locality saves),
       // and the last one takes the trailer with it.
       if (i + 1 == l.artifacts.size()) {
-        PROGCACHE_TRY(fetch_with_tail(part.data_offset, part.data_size, dst, trailer_size, trailer_buf));
+        const ReadPiece pieces[] = {{dst, part.data_size}, {trailer_buf, trailer_size}};
+        PROGCACHE_TRY(read_into(part.data_offset, pieces));
         trailer_read = true;
         feed(std::string_view(dst, part.data_size));
       } else {
