@@ -304,9 +304,9 @@ Status FileStoreImpl::close() {
   return {};
 }
 
+// What calls in flight used is released here, with the store (close() only
+// refuses later calls); the accounting's mapping goes with its destructor.
 FileStoreImpl::~FileStoreImpl() {
-  close().ignore();
-  m_acct.close();
   if (m_evict_fd >= 0) m_env->close_file(m_evict_fd).ignore();
 }
 
