@@ -7,10 +7,12 @@ targets (memory >= 3x at every size; file >= 3x at 4 and 64 KiB, >= 1.2x at
 bare read of a plain file of the same size (the floor of any file cache, with
 no checksum) and that read plus the XXH3-128 every hit verifies (the floor of
 any verified one). "cuda.core/verified floor" is the most any cache that
-checks every byte could lead cuda.core by on this machine.
+checks every byte could lead cuda.core by on this machine. "phase" is where
+a file hit's bytes started modulo 32 in this run (0: on the fast path).
 
 usage: python3 bench/python_hits.py      (needs: pip install . "cuda-core[cu13]")
 """
+import ctypes
 import hashlib
 import os
 import statistics
@@ -62,10 +64,17 @@ def verified_floor(path: str, size: int):
 KEY = hashlib.sha256(b"a program").digest()
 
 
+def phase(data: bytes) -> int:
+    """Where a hit's bytes start modulo 32. An entry's payload starts on a
+    multiple of 64 in its file, so 0 means the copy and the checksum ran on
+    whole 32-byte units (docs/benchmarks.md, "Payloads on a cache line")."""
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value % 32
+
+
 def main() -> int:
     print(f"{'payload':>8} {'memory: progcache':>18} {'cuda.core':>10} {'ratio':>6}   "
           f"{'file: progcache':>16} {'cuda.core':>10} {'ratio':>6} {'target':>7}   {'bare read':>10} "
-          f"{'progcache/bare':>14} {'read+XXH3':>10} {'progcache/that':>14} {'cuda.core/that':>14}")
+          f"{'progcache/bare':>14} {'read+XXH3':>10} {'progcache/that':>14} {'cuda.core/that':>14} {'phase':>5}")
     for size, target_file in ((4 << 10, 3.0), (64 << 10, 3.0), (1 << 20, 1.2)):
         payload = os.urandom(size)
         pm, cm = progcache.InMemoryProgramCache(), CoreMemory()
@@ -85,7 +94,8 @@ def main() -> int:
         mem_ok, file_ok = b / a >= 3.0, d / c >= target_file
         print(f"{size >> 10:>5} KiB {a:>15.3f} us {b:>7.3f} us {b / a:>5.1f}x   {c:>13.1f} us {d:>7.1f} us "
               f"{d / c:>5.1f}x {'>= ' + format(target_file, '.1f'):>7}{'' if mem_ok and file_ok else ' MISSED'}"
-              f"   {floor:>7.1f} us {c / floor:>13.2f}x {vfloor:>7.1f} us {c / vfloor:>13.2f}x {d / vfloor:>13.2f}x")
+              f"   {floor:>7.1f} us {c / floor:>13.2f}x {vfloor:>7.1f} us {c / vfloor:>13.2f}x {d / vfloor:>13.2f}x"
+              f" {phase(pf[KEY]):>5}")
     return 0
 
 
