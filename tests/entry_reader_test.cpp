@@ -29,6 +29,7 @@ struct FakeFile {
   std::uint64_t served = 0;    // bytes handed out
   std::uint64_t furthest = 0;  // the end of the furthest range asked for
   int calls = 0;               // reads, plain or vectored
+  std::size_t overclaim = 0;   // added to the count of a read that filled all it was asked for
 
   EntryReader::ReadAt read_at() {
     return [this](std::uint64_t off, char* dst, std::size_t n) -> Result<std::size_t> {
@@ -63,7 +64,7 @@ struct FakeFile {
       left -= n;
     }
     served += k;
-    return k;
+    return k == want ? k + overclaim : k;
   }
 };
 
@@ -293,6 +294,26 @@ TEST(EntryReader, ThePrimaryArrivesWholeWhereverTheCallersBufferLands) {
         }
       }
     }
+  }
+}
+
+// A read_at that claims more than it was asked for (a broken callable, or a
+// file that grew) never makes the reader skip bytes it did not get: the
+// claim counts for what was asked, so a good entry still reads.
+TEST(EntryReader, ACallableClaimingMoreThanItWasAskedForNeverSkipsBytes) {
+  const Entry e = three_artifacts();
+  const std::string bytes = encode(e);
+  for (const bool vectored : {false, true}) {
+    FakeFile f{bytes};
+    f.overclaim = 100;
+    auto whole = f.reader(bytes.size(), vectored).read(test_key());
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string() << (vectored ? ", vectored" : "");
+    expect_same(*whole, e);
+    FakeFile g{bytes};
+    g.overclaim = 100;
+    auto primary = primary_of(g.reader(bytes.size(), vectored), test_key());
+    ASSERT_TRUE(primary.ok()) << primary.status().to_string() << (vectored ? ", vectored" : "");
+    EXPECT_EQ(*primary, e.artifacts()[0].data.view());
   }
 }
 

@@ -224,6 +224,22 @@ TEST_F(TieredStoreTest, APutOvertakenByCloseIsRefusedNotReportedStored) {
   EXPECT_EQ(t->tiered_stats().dropped, 0u);
 }
 
+// No tier at all (every option left empty): a cache that holds nothing,
+// not a crash on the first question about its size.
+TEST_F(TieredStoreTest, ATieredStoreWithNoTiersHoldsNothing) {
+  auto t = make_tiered_store({});
+  auto g = t->get(make_key(1));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  EXPECT_FALSE(g->has_value());
+  EXPECT_TRUE(t->put(make_key(1), make_entry("nowhere")).ok());
+  ASSERT_TRUE(t->count().ok());
+  EXPECT_EQ(*t->count(), 0u);
+  ASSERT_TRUE(t->size_bytes().ok());
+  EXPECT_EQ(*t->size_bytes(), 0u);
+  EXPECT_EQ(t->stats().entries, 0u);
+  EXPECT_TRUE(t->close().ok());
+}
+
 TEST_F(TieredStoreTest, ARemoteOutageCostsAMissNeverAFailedCall) {
   auto state = std::make_shared<FakeBackend::State>();
   state->mode = FakeBackend::Mode::down;

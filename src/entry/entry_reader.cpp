@@ -121,11 +121,12 @@ Status EntryReader::read_into(std::uint64_t offset, std::span<const ReadPiece> p
   }
   while (done < total) {
     const std::span<const ReadPiece> todo = pieces_from(done);
+    const std::size_t asked = m_read_at_v ? total - done : todo.front().size;
     Result<std::size_t> got =
-        m_read_at_v ? m_read_at_v(offset + done, todo) : m_read_at(offset + done, todo.front().data, todo.front().size);
+        m_read_at_v ? m_read_at_v(offset + done, todo) : m_read_at(offset + done, todo.front().data, asked);
     if (!got.ok()) return got.status();
     if (*got == 0) return shrank();
-    done += std::min(*got, total - done);
+    done += std::min(*got, asked);  // never past what was asked for, whatever the callable claims
   }
   return {};
 }

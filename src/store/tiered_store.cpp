@@ -112,11 +112,11 @@ class Tiered final : public TieredStore {
   // The lowest local tier is the authority on what this host holds.
   Result<std::uint64_t> count() override {
     PROGCACHE_TRY(check_open());
-    return local()->count();
+    return local() != nullptr ? local()->count() : std::uint64_t{0};
   }
   Result<std::uint64_t> size_bytes() override {
     PROGCACHE_TRY(check_open());
-    return local()->size_bytes();
+    return local() != nullptr ? local()->size_bytes() : std::uint64_t{0};
   }
 
   // Hits, misses, puts and errors as the caller saw them (a get that hit
@@ -197,7 +197,12 @@ class Tiered final : public TieredStore {
     if (m_closed.load()) return failed_precondition("tiered store is closed");
     return {};
   }
-  Store* local() { return m_opt.disk ? m_opt.disk.get() : m_opt.memory ? m_opt.memory.get() : m_tiers.front(); }
+  // The lowest local tier, else the remote; nullptr with no tier at all.
+  Store* local() {
+    if (m_opt.disk) return m_opt.disk.get();
+    if (m_opt.memory) return m_opt.memory.get();
+    return m_tiers.empty() ? nullptr : m_tiers.front();
+  }
 
   void drain() {
     while (true) {

@@ -10,8 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
-#include <vector>
 
 namespace progcache::detail {
 
@@ -25,7 +25,7 @@ struct Xxh3Vector {
 };
 
 // Every variant this build has, widest first; the last is the baseline.
-const std::vector<Xxh3Vector>& xxh3_vectors();
+std::span<const Xxh3Vector> xxh3_vectors();
 // The first supported one: what xxh3_128 and Xxh3Stream run.
 const Xxh3Vector& xxh3_active();
 
