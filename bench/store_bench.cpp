@@ -110,12 +110,14 @@ BENCHMARK(BM_FileHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
 // The same hits into the caller's memory (get_primary_into: the path every
 // Python hit takes): the artifact is read straight into it, with the
 // trailer in the same read.
-void BM_FileHitInto(benchmark::State& state) {
+// Hits of the fixture's entries into fresh memory of each hit's size,
+// rotating over the first `rotate` of them.
+void hits_into_fresh_memory(benchmark::State& state, std::size_t rotate) {
   auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
   std::size_t i = 0;
   for (auto _ : state) {
     std::unique_ptr<char[]> buf;
-    auto r = f.store->get_primary_into(f.keys[i++ & 63], [&](std::size_t n) {
+    auto r = f.store->get_primary_into(f.keys[i++ % rotate], [&](std::size_t n) {
       buf.reset(new char[n]);
       return buf.get();
     });
@@ -125,6 +127,10 @@ void BM_FileHitInto(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
   f.store.reset();
   fs::remove_all(f.dir);
+}
+
+void BM_FileHitInto(benchmark::State& state) {
+  hits_into_fresh_memory(state, 64);
 }
 BENCHMARK(BM_FileHitInto)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
 
@@ -196,18 +202,7 @@ BENCHMARK(BM_FileReadChecksumFloor)->Arg(1 << 20);
 // the same file into fresh memory: with BM_Xxh3Floor1MiB, what a 1 MiB hit
 // is made of.
 void BM_FileHitHot(benchmark::State& state) {
-  auto f = make_file_fixture(static_cast<std::size_t>(state.range(0)));
-  for (auto _ : state) {
-    std::unique_ptr<char[]> buf;
-    auto r = f.store->get_primary_into(f.keys[0], [&](std::size_t n) {
-      buf.reset(new char[n]);
-      return buf.get();
-    });
-    if (!r.ok() || !*r) state.SkipWithError("miss");
-    benchmark::DoNotOptimize(buf.get());
-  }
-  f.store.reset();
-  fs::remove_all(f.dir);
+  hits_into_fresh_memory(state, 1);
 }
 BENCHMARK(BM_FileHitHot)->Arg(64 << 10)->Arg(1 << 20);
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "progcache/compile.h"
 #include "progcache/config.h"
@@ -157,18 +158,15 @@ class StoreHandle {
   // allocation, no copy); other stores copy their hit into it once.
   nb::object get(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
-    const std::shared_ptr<pc::Store> s = store();
     PyObject* out = nullptr;
-    pc::Result<bool> r = pc::Status();
-    {
-      nb::gil_scoped_release release;
-      r = s->get_primary_into(k, [&](std::size_t n) -> char* {
+    pc::Result<bool> r = released([&](pc::Store& s) {
+      return s.get_primary_into(k, [&](std::size_t n) -> char* {
         nb::gil_scoped_acquire acquire;
         Py_XDECREF(out);
         out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(n));
         return out != nullptr ? PyBytes_AS_STRING(out) : nullptr;
       });
-    }
+    });
     if (!r.ok() || !*r) {
       Py_XDECREF(out);
       if (!r.ok()) raise(r.status());
@@ -182,25 +180,13 @@ class StoreHandle {
     // Copied: a tier may keep the buffer after this call (and after the
     // Python object is gone), and the copy is made before the GIL is released.
     const pc::Bytes payload = pc::Bytes::copy_of(view_of(value));
-    const std::shared_ptr<pc::Store> s = store();
-    pc::Status st;
-    {
-      nb::gil_scoped_release release;
-      st = s->put(k, pc::Entry::from_bytes(payload));
-    }
-    check(st);
+    check(released([&](pc::Store& s) { return s.put(k, pc::Entry::from_bytes(payload)); }));
   }
 
   // A whole entry: (metadata JSON, [(name, bytes)]) or None.
   nb::object get_entry(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
-    pc::Result<std::optional<pc::Entry>> r = pc::Status();
-    const std::shared_ptr<pc::Store> s = store();
-    {
-      nb::gil_scoped_release release;
-      r = s->get(k);
-    }
-    auto e = unwrap(std::move(r));
+    auto e = unwrap(released([&](pc::Store& s) { return s.get(k); }));
     if (!e) return nb::none();
     nb::list arts;
     for (const auto& a : e->artifacts()) arts.append(nb::make_tuple(a.name, to_bytes(a.data)));
@@ -214,34 +200,16 @@ class StoreHandle {
     for (const auto& [name, data] : artifacts) arts.push_back({name, pc::Bytes::copy_of(view_of(data))});
     pc::Entry entry(metadata, std::move(arts));
     check(entry.validate());
-    const std::shared_ptr<pc::Store> s = store();
-    pc::Status st;
-    {
-      nb::gil_scoped_release release;
-      st = s->put(k, entry);
-    }
-    check(st);
+    check(released([&](pc::Store& s) { return s.put(k, entry); }));
   }
 
   bool erase(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
-    const std::shared_ptr<pc::Store> s = store();
-    pc::Result<bool> r = pc::Status();
-    {
-      nb::gil_scoped_release release;
-      r = s->erase(k);
-    }
-    return unwrap(std::move(r));
+    return unwrap(released([&](pc::Store& s) { return s.erase(k); }));
   }
 
   void clear() {
-    const std::shared_ptr<pc::Store> s = store();
-    pc::Status st;
-    {
-      nb::gil_scoped_release release;
-      st = s->clear();
-    }
-    check(st);
+    check(released([](pc::Store& s) { return s.clear(); }));
   }
 
   std::uint64_t count() { return unwrap(store()->count()); }
@@ -273,6 +241,15 @@ class StoreHandle {
   }
 
  private:
+  // `call` on the store with the GIL released, the store held for the call
+  // (store()). The GIL is taken back before the store is let go.
+  template <class Call>
+  std::invoke_result_t<Call&, pc::Store&> released(Call&& call) {
+    const std::shared_ptr<pc::Store> s = store();
+    nb::gil_scoped_release release;
+    return call(*s);
+  }
+
   std::shared_ptr<pc::Store> m_store;
   pc::FileStore* m_file;  // when the store is a FileStore (for host stats, root)
   pc::FileStore* m_disk;  // the disk tier, owned by m_store
