@@ -1,0 +1,525 @@
+"""progcache for Triton: a cache manager Triton (PyPI ``triton`` 3.x) selects with
+one variable::
+
+    TRITON_CACHE_MANAGER=progcache.triton:CacheManager
+
+or in code, ``progcache.triton.enable()`` (which sets
+``triton.knobs.cache.manager_class``). What it changes, against Triton's own
+FileCacheManager (docs/triton.md has the figures):
+
+- A kernel's whole group (source, IRs, PTX, cubin, metadata) is ONE progcache
+  entry: published atomically, checksummed, signed when signing is on, counted
+  under the byte cap, and carried by every tier of the configuration (disk,
+  and Redis with ``PROGCACHE_REMOTE``). It lives in ``<progcache root>/triton``.
+- Triton and PyTorch read the files of a group by path, so a hit materialises
+  the group in Triton's own layout under ``TRITON_CACHE_DIR`` (a new directory
+  appears whole, by one rename) and later lookups answer from that copy, after
+  checking each file's stat identity against the record written with it: a
+  file missing, cut short or replaced is never served; the entry is asked
+  again. The remote tier is asked only when nothing local has the group.
+- Processes that meet the same new kernel at once compile it once: the first
+  holds a per-key lock (the library's, with its bounded wait) from its miss to
+  its ``put_group``; the others wait, then read what it stored.
+- Any failure of the cache (a damaged entry, a full disk, a dead Redis) is a
+  miss, and Triton compiles as if there were no cache.
+
+``PROGCACHE_TRITON_WARM_START=1`` (or ``enable(warm_start=True)``) also
+memoises ``triton_key()``, the SHA-256 of Triton's own sources and its
+``libtriton.so`` that every process computes before any cache is asked, under a
+manifest of the stat identities of every file and directory it read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import weakref
+from typing import Any, Dict, List, Optional
+
+try:
+    import triton
+    from triton import knobs as _knobs
+    from triton.runtime import cache as _tcache
+except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "progcache.triton needs Triton 3.2 or newer (PyPI 'triton'): pip install 'triton>=3.2'. "
+        f"Importing it failed: {_e}") from None
+
+from . import _core
+
+_MIN_TRITON = (3, 2)
+
+
+def _triton_version() -> tuple:
+    m = re.match(r"(\d+)\.(\d+)", getattr(triton, "__version__", ""))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+if (_triton_version() < _MIN_TRITON or _triton_version()[0] != 3 or not hasattr(_tcache, "CacheManager")
+        or not hasattr(getattr(_knobs, "cache", None), "manager_class")):
+    raise ImportError(f"progcache.triton supports Triton 3.x from 3.2 (PyPI 'triton>=3.2,<4'); this is Triton "
+                      f"{getattr(triton, '__version__', '?')}. pip install 'triton>=3.2,<4'")
+
+# Bump when the entry's layout or metadata changes: older entries then miss.
+_SCHEMA = 1
+_GROUP_PREFIX = "__grp__"
+_STAMP_KEY = "progcache"
+# The library's bounded wait for another process's compile of the same key
+# (CompileOptions::lock_timeout): past it, the waiter compiles too.
+LOCK_TIMEOUT_S = 600.0
+
+
+# ------------------------------------------------------------------ the store
+
+class _State:
+    """What one process resolves once: the configuration and the store. Reset
+    by reset() (tests, or a program that changes the PROGCACHE_ variables)."""
+
+    def __init__(self) -> None:
+        cfg = _core.resolve_config()
+        self.disabled = bool(cfg["disabled"])
+        self.root = os.path.join(cfg["dir"], _core.COMPANION_STORES["triton"])
+        self.sharing = cfg["sharing"]
+        self.errors = 0
+        self.store = None
+        if self.disabled:
+            return
+        urls = list(cfg["remote_urls"])
+        # No memory tier: Triton keeps the kernels it loaded, and a second
+        # lookup of a group in one process is answered by the materialised
+        # copy. Disk, then the remote tier when PROGCACHE_REMOTE names one.
+        self.store = _core.open_tiered_store(0, self.root, cfg["max_size_bytes"], urls, cfg["read_only"],
+                                             cfg["hmac_key"], cfg["sharing"], cfg["max_entries"], cfg["fsync"],
+                                             cfg["remote_password"], compression=cfg["compression_level"],
+                                             remote_compression=cfg["remote_compression_level"])
+
+
+_state_lock = threading.Lock()
+_state_obj: Optional[_State] = None
+
+
+def _state() -> _State:
+    global _state_obj
+    s = _state_obj
+    if s is None:
+        with _state_lock:
+            if _state_obj is None:
+                _state_obj = _State()
+            s = _state_obj
+    return s
+
+
+def reset() -> None:
+    """Forgets the resolved configuration and closes the store (flushing
+    remote writes); the next lookup resolves and opens them again."""
+    global _state_obj
+    with _state_lock:
+        s, _state_obj = _state_obj, None
+    if s is not None and s.store is not None:
+        try:
+            s.store.close()
+        except Exception:
+            pass
+
+
+def stats() -> Dict[str, int]:
+    """The store's counters (hits, misses, errors per tier) plus ``errors``:
+    failures of this module that were turned into misses."""
+    s = _state()
+    out = dict(s.store.stats()) if s.store is not None else {}
+    out["errors"] = s.errors
+    return out
+
+
+def _get(key: bytes):
+    s = _state()
+    if s.store is None:
+        return None
+    try:
+        return s.store.get_entry(key)
+    except Exception:  # a cache failure is a miss
+        s.errors += 1
+        return None
+
+
+def _put(key: bytes, meta: dict, artifacts: List[tuple]) -> None:
+    s = _state()
+    if s.store is None:
+        return
+    try:
+        s.store.put_entry(key, json.dumps(meta, sort_keys=True), artifacts)
+    except Exception:  # the compile succeeded; a failed store costs only a later miss
+        s.errors += 1
+
+
+# ------------------------------------------------------------ files on disk
+
+def _safe_name(name: Any) -> bool:
+    """A child's name is written under TRITON_CACHE_DIR/<key>/: a plain file
+    name only, so no entry can write outside its directory."""
+    return (isinstance(name, str) and 0 < len(name) < 256 and name not in (".", "..") and "/" not in name
+            and "\\" not in name and "\0" not in name and not name.startswith(".progcache"))
+
+
+def _identity(path: str) -> Optional[list]:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _write_atomic(directory: str, name: str, data: bytes) -> str:
+    """Writes directory/name by a temp file and a rename; returns the path."""
+    path = os.path.join(directory, name)
+    fd, tmp = tempfile.mkstemp(prefix=".progcache-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+_fallback_lock = threading.Lock()
+_fallback_dir: Optional[tempfile.TemporaryDirectory] = None
+
+
+def _fallback_path(name: str, data: bytes) -> str:
+    """Where a file goes when TRITON_CACHE_DIR cannot take it (full disk, no
+    permission): a private temporary directory removed at exit, so Triton
+    still gets a path to read and the compile still succeeds."""
+    global _fallback_dir
+    with _fallback_lock:
+        if _fallback_dir is None:
+            _fallback_dir = tempfile.TemporaryDirectory(prefix="progcache-triton-")
+        d = tempfile.mkdtemp(dir=_fallback_dir.name)
+    path = os.path.join(d, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _entry_key(kind: str, triton_key: str, name: str) -> bytes:
+    return _core.typed_key("triton-" + kind, [("schema", _SCHEMA), ("key", triton_key), ("name", name)])
+
+
+# ------------------------------------------------------------ the manager
+
+class CacheManager(_tcache.CacheManager):
+    """Triton's cache manager contract on progcache's store. Triton makes one
+    per compile (``key`` is its kernel hash in base32); ``override`` and
+    ``dump`` managers are directories of Triton's debugging tools, not
+    caches, and are served by Triton's own FileCacheManager unchanged."""
+
+    def __init__(self, key, override=False, dump=False):
+        self.key = key
+        self._files: Optional[_tcache.FileCacheManager] = None
+        if override or dump:
+            self._files = _tcache.FileCacheManager(key, override=override, dump=dump)
+            self.cache_dir = self._files.cache_dir
+            return
+        base = _knobs.cache.dir
+        if not base:
+            raise RuntimeError("Could not create or locate cache dir")
+        self.cache_dir = os.path.join(base, key)
+        self._group_mode = False
+        self._pending: Dict[str, bytes] = {}
+        self._lock = None
+        self._release = None
+
+    # ---- Triton's contract
+
+    def get_file(self, filename: str) -> Optional[str]:
+        if self._files is not None:
+            return self._files.get_file(filename)
+        path = os.path.join(self.cache_dir, filename)
+        if filename in self._pending or (self._group_mode and os.path.exists(path)):
+            return path  # a file this compile just wrote (Triton's USE_IR_LOC reads it back)
+        if not _safe_name(filename):
+            return None
+        found = _get(_entry_key("file", self.key, filename))
+        if found is None:
+            return None
+        meta, arts = self._decode(found, "file", filename)
+        if meta is None or len(arts) != 1 or arts[0][0] != filename:
+            return None
+        try:
+            with open(path, "rb") as f:
+                if f.read() == arts[0][1]:
+                    return path
+        except OSError:
+            pass
+        try:
+            os.makedirs(self.cache_dir, exist_ok=True)
+            return _write_atomic(self.cache_dir, filename, arts[0][1])
+        except OSError:
+            _state().errors += 1
+            return None
+
+    def put(self, data, filename: str, binary=True) -> str:
+        if self._files is not None:
+            return self._files.put(data, filename, binary=binary)
+        if not isinstance(data, bytes):
+            data = str(data).encode("utf-8")
+        try:
+            os.makedirs(self.cache_dir, exist_ok=True)
+            path = _write_atomic(self.cache_dir, filename, data)
+        except OSError:
+            _state().errors += 1
+            path = _fallback_path(filename, data)
+        if self._group_mode:
+            # A child of the group put_group will name: stored with it, as one entry.
+            self._pending[filename] = data
+        elif _safe_name(filename):
+            # A file of its own (a launcher's .so, autotuning results): Triton
+            # asked get_file for it and missed, so it is stored by itself.
+            _put(_entry_key("file", self.key, filename), self._meta("file", filename, [filename]),
+                 [(filename, data)])
+        return path
+
+    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
+        if self._files is not None:
+            return self._files.get_group(filename)
+        self._group_mode = True
+        if not _safe_name(filename):
+            return None
+        paths = self._local_group(filename)
+        if paths is None:
+            paths = self._stored_group(filename)
+        if paths is not None:
+            return paths
+        # A miss: this process compiles. Others that miss the same key now
+        # wait on the lock until put_group (or this manager's end) releases it.
+        s = _state()
+        if s.store is None:
+            return None
+        try:
+            lock = _core.LockFile(os.path.join(s.root, "locks"), _entry_key("group", self.key, filename).hex(),
+                                  LOCK_TIMEOUT_S, s.sharing == "group")
+        except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
+            return None
+        if lock.waited:
+            paths = self._local_group(filename) or self._stored_group(filename)
+            if paths is not None:
+                lock.release()
+                return paths
+        self._lock = lock
+        # Released when put_group stores the group, or when Triton drops this
+        # manager without one (its compile raised).
+        self._release = weakref.finalize(self, lock.release)
+        return None
+
+    def put_group(self, filename: str, group: Dict[str, str]) -> str:
+        if self._files is not None:
+            return self._files.put_group(filename, group)
+        try:
+            return self._put_group(filename, group)
+        finally:
+            if self._release is not None:
+                self._release()
+                self._release = None
+                self._lock = None
+
+    # ---- internals
+
+    def _meta(self, kind: str, name: str, children: List[str]) -> dict:
+        return {"kind": kind, "schema": _SCHEMA, "key": self.key, "name": name, "children": sorted(children),
+                "triton": triton.__version__}
+
+    def _decode(self, found, kind: str, name: str):
+        """(metadata, artifacts) of an entry read back, or (None, []) when it
+        is not what this manager writes for (kind, key, name) with this
+        Triton: a foreign or old entry is a miss."""
+        meta_json, arts = found
+        try:
+            meta = json.loads(meta_json)
+        except ValueError:
+            return None, []
+        names = [a[0] for a in arts]
+        if (not isinstance(meta, dict) or meta.get("kind") != kind or meta.get("schema") != _SCHEMA
+                or meta.get("key") != self.key or meta.get("name") != name
+                or meta.get("triton") != triton.__version__ or meta.get("children") != sorted(names)
+                or len(set(names)) != len(names) or not all(_safe_name(n) for n in names)):
+            return None, []
+        return meta, arts
+
+    def _put_group(self, filename: str, group: Dict[str, str]) -> str:
+        children: List[tuple] = []
+        complete = _safe_name(filename)
+        for child, path in group.items():
+            data = self._pending.get(child)
+            if data is None:
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                except OSError:
+                    complete = False
+                    break
+            if not _safe_name(child):
+                complete = False
+                break
+            children.append((child, data))
+        if complete:
+            children.sort()
+            _put(_entry_key("group", self.key, filename), self._meta("group", filename, [c for c, _ in children]),
+                 children)
+        try:
+            return self._write_stamp(self.cache_dir, filename, dict(group))
+        except OSError:
+            _state().errors += 1
+            return _fallback_path(_GROUP_PREFIX + filename, json.dumps({"child_paths": group}).encode())
+
+    def _write_stamp(self, directory: str, filename: str, child_paths: Dict[str, str]) -> str:
+        """The group file in Triton's format (``child_paths``), plus the stat
+        identity of each child as it is now in ``directory``; written last,
+        by a rename, so a lookup trusts the children only as they were."""
+        record = {}
+        for child, path in child_paths.items():
+            if os.path.dirname(path) == self.cache_dir:
+                ident = _identity(os.path.join(directory, child))
+                if ident is not None:
+                    record[child] = ident
+        stamp = {"child_paths": child_paths, _STAMP_KEY: {"schema": _SCHEMA, "key": self.key, "children": record}}
+        os.makedirs(directory, exist_ok=True)
+        return _write_atomic(directory, _GROUP_PREFIX + filename, json.dumps(stamp).encode())
+
+    def _local_group(self, filename: str) -> Optional[Dict[str, str]]:
+        """The group as materialised under TRITON_CACHE_DIR, if every child
+        is still the file the stamp recorded; else None."""
+        try:
+            with open(os.path.join(self.cache_dir, _GROUP_PREFIX + filename), "rb") as f:
+                stamp = json.loads(f.read())
+            rec = stamp[_STAMP_KEY]
+            paths = stamp["child_paths"]
+            if rec["schema"] != _SCHEMA or rec["key"] != self.key or not paths:
+                return None
+            children = rec["children"]
+            out = {}
+            for child, path in paths.items():
+                want = children.get(child)
+                if (want is None or path != os.path.join(self.cache_dir, child)
+                        or _identity(path) != want):
+                    return None
+                out[child] = path
+            return out
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def _stored_group(self, filename: str) -> Optional[Dict[str, str]]:
+        found = _get(_entry_key("group", self.key, filename))
+        if found is None:
+            return None
+        meta, arts = self._decode(found, "group", filename)
+        if meta is None or not arts:
+            return None
+        try:
+            return self._materialise(filename, arts)
+        except OSError:
+            _state().errors += 1
+            return None
+
+    def _materialise(self, filename: str, arts: List[tuple]) -> Dict[str, str]:
+        """Writes the group under TRITON_CACHE_DIR/<key>: a directory that
+        does not exist yet appears whole, by one rename of a staging
+        directory; one that exists (torn, edited) has each file replaced by a
+        rename, then the stamp."""
+        paths = {name: os.path.join(self.cache_dir, name) for name, _ in arts}
+        base = os.path.dirname(self.cache_dir)
+        os.makedirs(base, exist_ok=True)
+        if not os.path.isdir(self.cache_dir):
+            staging = tempfile.mkdtemp(prefix=".progcache-", dir=base)
+            try:
+                for name, data in arts:
+                    with open(os.path.join(staging, name), "wb") as f:
+                        f.write(data)
+                self._write_stamp(staging, filename, paths)
+                os.rename(staging, self.cache_dir)
+                return paths
+            except OSError:
+                _rmtree(staging)
+                if not os.path.isdir(self.cache_dir):
+                    raise
+        for name, data in arts:
+            _write_atomic(self.cache_dir, name, data)
+        self._write_stamp(self.cache_dir, filename, paths)
+        return paths
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------- Triton's RemoteCacheManager
+
+class RemoteCacheBackend(_tcache.RemoteCacheBackend):
+    """A backend for Triton's own RemoteCacheManager
+    (``TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager``,
+    ``TRITON_REMOTE_CACHE_BACKEND=progcache.triton:RemoteCacheBackend``): each
+    file is a progcache entry on the configured tiers (checksummed, signed,
+    capped). CacheManager is the better choice: RemoteCacheManager asks the
+    backend on every lookup, rewrites each file of a hit, and stores a group's
+    files one by one; see docs/triton.md."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self._key = key
+
+    def get(self, filenames: List[str]) -> Dict[str, bytes]:
+        out = {}
+        for name in filenames:
+            if not isinstance(name, str) or not _safe_name(os.path.basename(name)):
+                continue
+            found = _get(_entry_key("remote-file", self._key, name))
+            if found is None:
+                continue
+            meta_json, arts = found
+            try:
+                meta = json.loads(meta_json)
+            except ValueError:
+                continue
+            if (isinstance(meta, dict) and meta.get("key") == self._key and meta.get("name") == name
+                    and meta.get("triton") == triton.__version__ and len(arts) == 1):
+                out[name] = arts[0][1]
+        return out
+
+    def put(self, filename: str, data: bytes) -> None:
+        if not isinstance(data, bytes):
+            data = str(data).encode("utf-8")
+        _put(_entry_key("remote-file", self._key, filename),
+             {"kind": "remote-file", "key": self._key, "name": filename, "triton": triton.__version__},
+             [("data", data)])
+
+
+# ------------------------------------------------------------ enabling
+
+def enable(*, warm_start: Optional[bool] = None) -> None:
+    """Makes Triton use this cache manager in this process (and in processes
+    it starts, through ``TRITON_CACHE_MANAGER``); with ``warm_start`` (default:
+    ``$PROGCACHE_TRITON_WARM_START``) also memoises ``triton_key()``."""
+    os.environ["TRITON_CACHE_MANAGER"] = "progcache.triton:CacheManager"
+    _knobs.cache.manager_class = CacheManager
+    if warm_start is None:
+        warm_start = _env_flag("PROGCACHE_TRITON_WARM_START")
+    if warm_start:
+        from . import _triton_key
+        _triton_key.install(_tcache)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+if _env_flag("PROGCACHE_TRITON_WARM_START"):
+    from . import _triton_key as _tk
+    _tk.install(_tcache)
