@@ -31,6 +31,7 @@ manifest of the stat identities of every file and directory it read.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -60,7 +61,8 @@ def _triton_version() -> tuple:
 
 
 if (_triton_version() < _MIN_TRITON or _triton_version()[0] != 3 or not hasattr(_tcache, "CacheManager")
-        or not hasattr(getattr(_knobs, "cache", None), "manager_class")):
+        # On the class: reading the knob itself would import this module again.
+        or "manager_class" not in vars(type(getattr(_knobs, "cache", None)))):
     raise ImportError(f"progcache.triton supports Triton 3.x from 3.2 (PyPI 'triton>=3.2,<4'); this is Triton "
                       f"{getattr(triton, '__version__', '?')}. pip install 'triton>=3.2,<4'")
 
@@ -109,8 +111,20 @@ def _state() -> _State:
         with _state_lock:
             if _state_obj is None:
                 _state_obj = _State()
+                _register_exit()
             s = _state_obj
     return s
+
+
+_exit_registered = False
+
+
+def _register_exit() -> None:
+    # Remote writes are queued; closing the store flushes them before exit.
+    global _exit_registered
+    if not _exit_registered:
+        atexit.register(reset)
+        _exit_registered = True
 
 
 def reset() -> None:
