@@ -25,7 +25,10 @@ python3 scripts/main_job.py --progcache "$build_dir/progcache" | tail -n 6
 # The Python module, installed the way users install it, and its pytest suite.
 # cuda-core (with its CUDA 13 bindings) is installed so the suite checks that
 # cuda.core accepts progcache's caches; its GPU-only parts skip themselves.
-python3 -m pip install -q --disable-pip-version-check pytest "cuda-core[cu13]" nanobind scikit-build-core
+# Triton (PyPI, about 1 GB installed) is installed for progcache.triton's
+# tests, which compile for sm_90 with the ptxas in its wheel: measured, the
+# install adds about 10 s and the tests about 50 s (docs/triton.md).
+python3 -m pip install -q --disable-pip-version-check pytest "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4"
 # `pip install .` must not write into the source tree (a read-only checkout
 # must install): compare the tree, ignored files included, before and after.
 tree_before=$(git status --porcelain --ignored 2>/dev/null || true)

@@ -1,0 +1,120 @@
+"""Warm start of a Triton process: progcache.triton against Triton's own
+file cache, on the five kernels of examples/triton/kernels.py (sm_90, no
+GPU needed).
+
+Each round starts fresh processes, alternating the two sides:
+- triton: Triton's FileCacheManager, its cache directory warm;
+- progcache: TRITON_CACHE_MANAGER=progcache.triton:CacheManager with
+  PROGCACHE_TRITON_WARM_START=1, the store warm and the materialised copy
+  under TRITON_CACHE_DIR warm;
+- progcache-store: the same with an empty TRITON_CACHE_DIR each time (a new
+  machine or container with the store mounted): every group is materialised.
+Each process times its import (Triton, and progcache.triton where used), each
+kernel's triton.compile, and the whole. Medians over the rounds; the cold
+compile of each kernel is measured once per side. Also counts the files and
+bytes each cache keeps per kernel.
+
+    python3 bench/triton_warm.py [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNELS_DIR = os.path.join(HERE, "..", "examples", "triton")
+NAMES = ["vector_add", "softmax", "matmul", "layer_norm", "attention"]
+
+CHILD = r"""
+import time, sys, os, json
+t0 = time.perf_counter()
+if os.environ.get("BENCH_PROGCACHE") == "1":
+    import progcache.triton
+import triton
+sys.path.insert(0, sys.argv[1])
+import kernels
+t1 = time.perf_counter()
+per = {}
+for name in kernels.KERNELS:
+    a = time.perf_counter()
+    kernels.compile_kernel(name)
+    per[name] = time.perf_counter() - a
+t2 = time.perf_counter()
+print(json.dumps({"import": t1 - t0, "kernels": per, "compiles": t2 - t1, "total": t2 - t0}))
+"""
+
+
+def run(env: dict) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, KERNELS_DIR], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def tree_size(path: str) -> tuple:
+    files = size = 0
+    for d, _, fs in os.walk(path):
+        for f in fs:
+            files += 1
+            size += os.path.getsize(os.path.join(d, f))
+    return files, size
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="triton-bench-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "PROGCACHE_"))}
+    base["TRITON_DEFAULT_FP_FUSION"] = "1"
+    sides = {
+        "triton": dict(base, TRITON_CACHE_DIR=f"{work}/triton-own", TRITON_HOME=work),
+        "progcache": dict(base, TRITON_CACHE_DIR=f"{work}/triton-pc", TRITON_HOME=work, PROGCACHE_DIR=f"{work}/pc",
+                          TRITON_CACHE_MANAGER="progcache.triton:CacheManager", PROGCACHE_TRITON_WARM_START="1",
+                          BENCH_PROGCACHE="1"),
+    }
+    store_only = dict(sides["progcache"], TRITON_CACHE_DIR=f"{work}/triton-fresh")
+    try:
+        cold = {side: run(env) for side, env in sides.items()}
+        rows = {side: [] for side in ("triton", "progcache", "progcache-store")}
+        for _ in range(args.rounds):
+            rows["triton"].append(run(sides["triton"]))
+            rows["progcache"].append(run(sides["progcache"]))
+            shutil.rmtree(store_only["TRITON_CACHE_DIR"], ignore_errors=True)
+            rows["progcache-store"].append(run(store_only))
+
+        def med(side, f):
+            return statistics.median(f(r) for r in rows[side])
+
+        print(f"Triton {__import__('triton').__version__}, {args.rounds} rounds of fresh processes, medians (ms)\n")
+        print(f"{'kernel':<12}{'cold':>10}{'triton warm':>13}{'progcache':>11}{'ratio':>7}"
+              f"{'pc, fresh dir':>15}{'ratio':>7}")
+        for n in NAMES:
+            t = med("triton", lambda r: r["kernels"][n]) * 1e3
+            p = med("progcache", lambda r: r["kernels"][n]) * 1e3
+            s = med("progcache-store", lambda r: r["kernels"][n]) * 1e3
+            print(f"{n:<12}{cold['triton']['kernels'][n] * 1e3:>10.1f}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}"
+                  f"{s:>15.2f}{s / t:>7.2f}")
+        for label, f in (("mean/kernel", lambda r: r["compiles"] / len(NAMES)), ("import", lambda r: r["import"]),
+                         ("process", lambda r: r["total"])):
+            t, p, s = (med(side, f) * 1e3 for side in ("triton", "progcache", "progcache-store"))
+            print(f"{label:<12}{'':>10}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}{s:>15.2f}{s / t:>7.2f}")
+        tf, tb = tree_size(sides["triton"]["TRITON_CACHE_DIR"])
+        pf, pb = tree_size(os.path.join(f"{work}/pc", "triton"))
+        entries = sum(1 for d, _, fs in os.walk(f"{work}/pc/triton") for f in fs if len(f) == 62)
+        print(f"\nkept per kernel: Triton's cache {tf / len(NAMES):.1f} files, {tb / len(NAMES) / 1e3:.1f} KB; "
+              f"progcache store {entries} entries for {len(NAMES)} kernels (+ the triton_key and ptxas memos), "
+              f"{pb / len(NAMES) / 1e3:.1f} KB per kernel with its bookkeeping files ({pf} files in all)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
