@@ -274,7 +274,7 @@ class CacheManager(_tcache.CacheManager):
         except OSError:
             pass
         try:
-            os.makedirs(self.cache_dir, exist_ok=True)
+            os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
             return _write_atomic(self.cache_dir, filename, arts[0][1])
         except OSError:
             _state().errors += 1
@@ -286,7 +286,7 @@ class CacheManager(_tcache.CacheManager):
         if not isinstance(data, bytes):
             data = str(data).encode("utf-8")
         try:
-            os.makedirs(self.cache_dir, exist_ok=True)
+            os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
             path = _write_atomic(self.cache_dir, filename, data)
         except OSError:
             _state().errors += 1
@@ -404,7 +404,7 @@ class CacheManager(_tcache.CacheManager):
                 if ident is not None:
                     record[child] = ident
         stamp = {"child_paths": child_paths, _STAMP_KEY: {"schema": _SCHEMA, "key": self.key, "children": record}}
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         return _write_atomic(directory, _GROUP_PREFIX + filename, json.dumps(stamp).encode())
 
     def _local_group(self, filename: str) -> Optional[Dict[str, str]]:
@@ -449,12 +449,13 @@ class CacheManager(_tcache.CacheManager):
         rename, then the stamp."""
         paths = {name: os.path.join(self.cache_dir, name) for name, _ in arts}
         base = os.path.dirname(self.cache_dir)
-        os.makedirs(base, exist_ok=True)
+        os.makedirs(base, mode=0o700, exist_ok=True)
         if not os.path.isdir(self.cache_dir):
             staging = tempfile.mkdtemp(prefix=".progcache-", dir=base)
             try:
                 for name, data in arts:
-                    with open(os.path.join(staging, name), "wb") as f:
+                    fd = os.open(os.path.join(staging, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with os.fdopen(fd, "wb") as f:
                         f.write(data)
                 self._write_stamp(staging, filename, paths)
                 os.rename(staging, self.cache_dir)
