@@ -287,6 +287,13 @@ def test_import_without_triton_says_what_to_install(tmp_path):
     assert "pip install" in out and "triton" in out, out
 
 
+def test_an_unsupported_triton_version_says_what_is_needed(tmp_path):
+    code = ("import triton; triton.__version__ = '2.3.1'\ntry:\n import progcache.triton\n"
+            "except ImportError as e:\n print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "2.3.1" in out and "triton>=3.2,<4" in out, out
+
+
 # ---------------------------------------------------------------- triton_key memo
 
 KEY_PROBE = """
