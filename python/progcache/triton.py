@@ -322,11 +322,12 @@ class CacheManager(_tcache.CacheManager):
                                   LOCK_TIMEOUT_S, s.sharing == "group")
         except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
             return None
-        if lock.waited:
-            paths = self._local_group(filename) or self._stored_group(filename)
-            if paths is not None:
-                lock.release()
-                return paths
+        # Look again under the lock, waited or not: a process that stored the
+        # group between this one's miss and its lock leaves no wait behind.
+        paths = self._local_group(filename) or self._stored_group(filename)
+        if paths is not None:
+            lock.release()
+            return paths
         self._lock = lock
         # Released when put_group stores the group, or when Triton drops this
         # manager without one (its compile raised).
