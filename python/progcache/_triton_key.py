@@ -61,7 +61,18 @@ def _ident(path: str) -> Optional[list]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
+_memo_store: list = []
+
+
 def _store():
+    """The local memo store, opened once per process (the key and the two
+    version checks each ask for it)."""
+    if not _memo_store:
+        _memo_store.append(_open_store())
+    return _memo_store[0]
+
+
+def _open_store():
     cfg = _core.resolve_config()
     if cfg["disabled"]:
         return None

@@ -35,6 +35,7 @@ import atexit
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -472,7 +473,6 @@ class CacheManager(_tcache.CacheManager):
 
 
 def _rmtree(path: str) -> None:
-    import shutil
     shutil.rmtree(path, ignore_errors=True)
 
 
