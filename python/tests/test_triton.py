@@ -329,6 +329,30 @@ def test_the_memoised_triton_key_is_tritons_and_replaces_every_holder(tmp_path):
     assert second["memo"] == second["real"] == first["real"]
 
 
+@pytest.mark.parametrize("warm_start", ["1", None])
+def test_the_warm_start_variable_alone_spares_even_the_first_compile_hashing_triton(tmp_path, warm_start):
+    # Only variables: no enable(), no import of progcache.triton before
+    # Triton's first compile (Triton computes triton_key() before it loads
+    # its cache manager); progcache-autoload.pth arms the memo.
+    extra = {"PROGCACHE_TRITON_WARM_START": warm_start} if warm_start else {}
+    env = Env(tmp_path, "a", **extra)
+    first = env.run([k("vector_add")])
+    assert first["compiles"] == 1 and first["libtriton_reads"] >= 1
+    second = env.run([k("vector_add")])
+    assert second["compiles"] == 0
+    if warm_start:
+        assert second["libtriton_reads"] == 0  # the memo answered triton_key(); libtriton.so was not hashed
+    else:
+        assert second["libtriton_reads"] >= 1  # the control: without the variable Triton hashes it again
+
+
+def test_the_warm_start_variable_costs_nothing_to_a_process_without_triton(tmp_path):
+    e = Env(tmp_path, "a", PROGCACHE_TRITON_WARM_START="1").env()
+    out = subprocess.run([sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules if m.startswith(('progcache', 'triton'))))"],
+                         env=e, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def _triton_copy(tmp_path):
     """A copy of the installed Triton package made of hard links, so a file
     of it can be replaced without touching the installed one."""

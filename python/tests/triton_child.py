@@ -11,6 +11,10 @@ progcache.triton.RemoteCacheBackend), kernels ([name, constexprs] pairs),
 module (a file defining KERNELS and compile_kernel; default
 examples/triton/kernels.py), start_at (a time.time() to wait for, so several
 processes start their compiles together).
+
+The result also counts the reads of Triton's libtriton.so made by the process
+(an audit hook installed before Triton is imported): Triton's triton_key()
+reads it whole, the warm-start memo only stats it.
 """
 
 import hashlib
@@ -18,6 +22,10 @@ import json
 import os
 import sys
 import time
+
+libtriton_reads = []
+sys.addaudithook(lambda event, args: event == "open" and isinstance(args[0], str)
+                 and os.path.basename(args[0]).startswith("libtriton") and libtriton_reads.append(args[0]))
 
 spec = json.loads(sys.argv[1])
 here = os.path.dirname(os.path.abspath(__file__))
@@ -54,7 +62,8 @@ for name, constexprs in spec["kernels"]:
     out.append({"name": name, "cubin": hashlib.sha256(k.asm["cubin"]).hexdigest(), "files": files,
                 "dir": os.path.dirname(next(iter(k.metadata_group.values())))})
 
-result = {"compiles": hits.count(False), "hits": hits.count(True), "kernels": out}
+result = {"compiles": hits.count(False), "hits": hits.count(True), "kernels": out,
+          "libtriton_reads": len(libtriton_reads)}
 if manager in ("progcache", "remote"):
     import progcache.triton
     result["stats"] = progcache.triton.stats()
