@@ -78,8 +78,9 @@ std::string default_cache_root(std::string* source = nullptr);
 // Stores kept inside a cache root beside its own entries, each a FileStore
 // of its own (so clearing one never touches another): Python's KernelCache
 // keeps multi-artifact kernels in <root>/kernels and its CubinCache
-// pyptx-style cubins in <root>/pyptx, and progcache.triton its kernel groups in
-// <root>/triton. The CLI's ls, stats, verify, prune and
+// pyptx-style cubins in <root>/pyptx, progcache.triton its kernel groups in
+// <root>/triton and progcache.tilelang its kernels in <root>/tilelang. The
+// CLI's ls, stats, verify, prune and
 // clear visit every one that exists.
 struct CompanionStore {
   std::string_view name;    // "kernels"

@@ -31,12 +31,9 @@ manifest of the stat identities of every file and directory it read.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
-import shutil
-import sys
 import tempfile
 import threading
 import weakref
@@ -51,7 +48,7 @@ except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
         "progcache.triton needs Triton 3.2 or newer (PyPI 'triton'): pip install 'triton>=3.2'. "
         f"Importing it failed: {_e}") from None
 
-from . import _core
+from . import _core, _integration
 
 _MIN_TRITON = (3, 2)
 
@@ -78,131 +75,31 @@ LOCK_TIMEOUT_S = 600.0
 
 # ------------------------------------------------------------------ the store
 
-class _State:
-    """What one process resolves once: the configuration and the store. Reset
-    by reset() (tests, or a program that changes the PROGCACHE_ variables)."""
-
-    def __init__(self) -> None:
-        cfg = _core.resolve_config()
-        self.disabled = bool(cfg["disabled"])
-        self.root = os.path.join(cfg["dir"], _core.COMPANION_STORES["triton"])
-        self.sharing = cfg["sharing"]
-        self.errors = 0
-        self.store = None
-        if self.disabled:
-            return
-        urls = list(cfg["remote_urls"])
-        # No memory tier: Triton keeps the kernels it loaded, and a second
-        # lookup of a group in one process is answered by the materialised
-        # copy. Disk, then the remote tier when PROGCACHE_REMOTE names one.
-        self.store = _core.open_tiered_store(0, self.root, cfg["max_size_bytes"], urls, cfg["read_only"],
-                                             cfg["hmac_key"], cfg["sharing"], cfg["max_entries"], cfg["fsync"],
-                                             cfg["remote_password"], compression=cfg["compression_level"],
-                                             remote_compression=cfg["remote_compression_level"])
-
-
-_state_lock = threading.Lock()
-_state_obj: Optional[_State] = None
-
-
-def _state() -> _State:
-    global _state_obj
-    s = _state_obj
-    if s is None:
-        with _state_lock:
-            if _state_obj is None:
-                _state_obj = _State()
-                _register_exit()
-            s = _state_obj
-    return s
-
-
-_exit_registered = False
-
-
-def _register_exit() -> None:
-    # Remote writes are queued; closing the store flushes them before exit.
-    global _exit_registered
-    if not _exit_registered:
-        atexit.register(reset)
-        _exit_registered = True
+_STORE = _integration.StoreState("triton")
+# No memory tier: Triton keeps the kernels it loaded, and a second lookup of a
+# group in one process is answered by the materialised copy. Disk, then the
+# remote tier when PROGCACHE_REMOTE names one.
 
 
 def reset() -> None:
     """Forgets the resolved configuration and closes the store (flushing
     remote writes); the next lookup resolves and opens them again."""
-    global _state_obj
-    with _state_lock:
-        s, _state_obj = _state_obj, None
-    if s is not None and s.store is not None:
-        try:
-            s.store.close()
-        except Exception:
-            pass
+    _STORE.reset()
 
 
 def stats() -> Dict[str, int]:
     """The store's counters (hits, misses, errors per tier) plus ``errors``:
     failures of this module that were turned into misses."""
-    s = _state()
-    out = dict(s.store.stats()) if s.store is not None else {}
-    out["errors"] = s.errors
-    return out
+    return _STORE.stats()
 
 
-def _get(key: bytes):
-    s = _state()
-    if s.store is None:
-        return None
-    try:
-        return s.store.get_entry(key)
-    except Exception:  # a cache failure is a miss
-        s.errors += 1
-        return None
-
-
-def _put(key: bytes, meta: dict, artifacts: List[tuple]) -> None:
-    s = _state()
-    if s.store is None:
-        return
-    try:
-        s.store.put_entry(key, json.dumps(meta, sort_keys=True), artifacts)
-    except Exception:  # the compile succeeded; a failed store costs only a later miss
-        s.errors += 1
-
-
-# ------------------------------------------------------------ files on disk
-
-def _safe_name(name: Any) -> bool:
-    """A child's name is written under TRITON_CACHE_DIR/<key>/: a plain file
-    name only, so no entry can write outside its directory."""
-    return (isinstance(name, str) and 0 < len(name) < 256 and name not in (".", "..") and "/" not in name
-            and "\\" not in name and "\0" not in name and not name.startswith(".progcache"))
-
-
-def _identity(path: str) -> Optional[list]:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
-def _write_atomic(directory: str, name: str, data: bytes) -> str:
-    """Writes directory/name by a temp file and a rename; returns the path."""
-    path = os.path.join(directory, name)
-    fd, tmp = tempfile.mkstemp(prefix=".progcache-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+_get = _STORE.get
+_put = _STORE.put
+_safe_name = _integration.safe_name
+_identity = _integration.identity
+_write_atomic = _integration.write_atomic
+_rmtree = _integration.rmtree
+_env_flag = _integration.env_flag
 
 
 _fallback_lock = threading.Lock()
@@ -278,7 +175,7 @@ class CacheManager(_tcache.CacheManager):
             os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
             return _write_atomic(self.cache_dir, filename, arts[0][1])
         except OSError:
-            _state().errors += 1
+            _STORE.get_state()["errors"] += 1
             return None
 
     def put(self, data, filename: str, binary=True) -> str:
@@ -290,7 +187,7 @@ class CacheManager(_tcache.CacheManager):
             os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
             path = _write_atomic(self.cache_dir, filename, data)
         except OSError:
-            _state().errors += 1
+            _STORE.get_state()["errors"] += 1
             path = _fallback_path(filename, data)
         if self._group_mode:
             # A child of the group put_group will name: stored with it, as one entry.
@@ -315,12 +212,12 @@ class CacheManager(_tcache.CacheManager):
             return paths
         # A miss: this process compiles. Others that miss the same key now
         # wait on the lock until put_group (or this manager's end) releases it.
-        s = _state()
-        if s.store is None:
+        s = _STORE.get_state()
+        if s["store"] is None:
             return None
         try:
-            lock = _core.LockFile(os.path.join(s.root, "locks"), _entry_key("group", self.key, filename).hex(),
-                                  LOCK_TIMEOUT_S, s.sharing == "group")
+            lock = _core.LockFile(os.path.join(s["root"], "locks"), _entry_key("group", self.key, filename).hex(),
+                                  LOCK_TIMEOUT_S, s["sharing"] == "group")
         except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
             return None
         # Look again under the lock, waited or not: a process that stored the
@@ -392,7 +289,7 @@ class CacheManager(_tcache.CacheManager):
         try:
             return self._write_stamp(self.cache_dir, filename, dict(group))
         except OSError:
-            _state().errors += 1
+            _STORE.get_state()["errors"] += 1
             return _fallback_path(_GROUP_PREFIX + filename, json.dumps({"child_paths": group}).encode())
 
     def _write_stamp(self, directory: str, filename: str, child_paths: Dict[str, str]) -> str:
@@ -441,7 +338,7 @@ class CacheManager(_tcache.CacheManager):
         try:
             return self._materialise(filename, arts)
         except OSError:
-            _state().errors += 1
+            _STORE.get_state()["errors"] += 1
             return None
 
     def _materialise(self, filename: str, arts: List[tuple]) -> Dict[str, str]:
@@ -470,10 +367,6 @@ class CacheManager(_tcache.CacheManager):
             _write_atomic(self.cache_dir, name, data)
         self._write_stamp(self.cache_dir, filename, paths)
         return paths
-
-
-def _rmtree(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
 
 
 # ------------------------------------------------- Triton's RemoteCacheManager
@@ -530,10 +423,6 @@ def enable(*, warm_start: Optional[bool] = None) -> None:
     if warm_start:
         from . import _triton_key
         _triton_key.install(_tcache)
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 if _env_flag("PROGCACHE_TRITON_WARM_START"):
