@@ -1,40 +1,51 @@
 """Run at interpreter start by ``progcache-autoload.pth``, and only when
-``PROGCACHE_TRITON_WARM_START`` is set, so that the variable alone turns the
-``triton_key()`` memo on.
+``PROGCACHE_TRITON_WARM_START`` or ``PROGCACHE_TILELANG`` is set, so that the
+variable alone turns progcache on where the framework offers no hook of its own
+early enough:
 
-Triton computes ``triton_key()`` before it imports its cache manager, so a
-memo installed by ``progcache.triton`` when Triton loads the manager comes
-too late for the process's first compile. This module imports nothing heavy:
-it adds a finder that notices the import of the ``triton`` package and, once
-that package has run, imports ``progcache.triton``, whose import installs the
-memo. A process that never imports Triton pays one environment lookup and
-this module's import; a failure here never fails ``import triton``.
+- Triton computes ``triton_key()`` before it imports its cache manager, so a
+  memo installed by ``progcache.triton`` when Triton loads the manager comes
+  too late for the process's first compile;
+- tilelang has no setting that names another cache.
+
+This module imports nothing heavy: it adds a finder that notices the import of
+the ``triton`` or ``tilelang`` package and, once that package has run, imports
+``progcache.triton`` or ``progcache.tilelang``, whose import does the rest. A
+process that imports neither pays one environment lookup and this module's
+import; a failure here never fails the framework's import.
 """
 
 import os
 import sys
 
+_WATCHED = {"triton": ("PROGCACHE_TRITON_WARM_START", "progcache.triton"),
+            "tilelang": ("PROGCACHE_TILELANG", "progcache.tilelang")}
 
-def _flag() -> bool:
-    return os.environ.get("PROGCACHE_TRITON_WARM_START", "").strip().lower() in ("1", "true", "yes", "on")
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _install() -> None:
+def _install(package: str) -> None:
+    variable, module = _WATCHED[package]
     try:
-        import progcache.triton  # noqa: F401  (its import installs the memo)
-    except Exception as e:  # the memo is an optimisation: never fail Triton's import
+        __import__(module)  # its import installs what the variable asks for
+    except Exception as e:  # an optimisation or a cache: never fail the framework's import
         import warnings
-        warnings.warn(f"progcache: PROGCACHE_TRITON_WARM_START is set but the memo could not be installed: {e}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(f"progcache: {variable} is set but {module} could not be loaded: {e}", RuntimeWarning,
+                      stacklevel=2)
 
 
-class _TritonFinder:
-    """Finds nothing itself: on the first import of ``triton`` it asks the
-    other finders for the spec and wraps the loader so the memo is installed
-    right after the package has run."""
+class _Finder:
+    """Finds nothing itself: on the first import of a watched package it asks
+    the other finders for the spec and wraps the loader so progcache's module
+    is imported right after the package has run."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "triton":
+        if fullname != self.package:
             return None
         try:
             sys.meta_path.remove(self)
@@ -49,16 +60,17 @@ class _TritonFinder:
 
         def exec_module(module):
             run(module)
-            _install()
+            _install(fullname)
 
         loader.exec_module = exec_module
         return spec
 
 
 def arm() -> None:
-    if not _flag():
-        return
-    if "triton" in sys.modules:
-        _install()
-    elif not any(isinstance(f, _TritonFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TritonFinder())
+    for package, (variable, _) in _WATCHED.items():
+        if not _flag(variable):
+            continue
+        if package in sys.modules:
+            _install(package)
+        elif not any(isinstance(f, _Finder) and f.package == package for f in sys.meta_path):
+            sys.meta_path.insert(0, _Finder(package))

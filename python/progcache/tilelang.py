@@ -1,0 +1,371 @@
+"""progcache for tilelang: a backend for tilelang's own kernel cache (PyPI
+``tilelang`` 0.1.x, from 0.1.15), turned on with one variable::
+
+    PROGCACHE_TILELANG=1
+
+or in code, ``progcache.tilelang.enable()``. ``tilelang.compile``,
+``@tilelang.jit`` and ``tilelang.cache.cached`` keep going through tilelang's
+``KernelCache`` (every execution backend: tvm_ffi, cython, nvrtc, cutedsl);
+what changes is where a kernel's files live (docs/tilelang.md):
+
+- A kernel's whole file set (device and host source, the kernel library or
+  ``executable.so``, ``kernel.cubin``/``kernel.py``, parameters, tilelang's
+  manifest) is ONE progcache entry in ``<progcache root>/tilelang``: published
+  atomically, checksummed, signed when signing is on, counted under the byte
+  cap, on every tier (memory, disk, and Redis when signed).
+- tilelang loads those files by path, so a hit materialises them in tilelang's
+  own layout under ``TILELANG_CACHE_DIR`` (one directory rename) with a record
+  of each file's stat identity; a later lookup loads that copy only while every
+  recorded file keeps its identity, and asks the store otherwise.
+- The key is tilelang's own, plus what tilelang's leaves out: the identity of
+  the nvcc and host C++ compiler it runs (their ``--version``). tilelang's
+  binary cache of nvcc outputs is keyed with it too, so a new CUDA toolkit
+  never serves a cubin an older one built.
+- Nothing executable is loaded from a place others can write unless it is
+  signed: with no ``PROGCACHE_HMAC_KEY_FILE``, a group-shared root
+  (``PROGCACHE_SHARING=group``) is not read and the remote tier is not used.
+- Any failure of the cache is a miss, and tilelang compiles as without it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import subprocess
+import threading
+import uuid
+import warnings
+from typing import Dict, List, Optional
+
+try:
+    import tilelang
+    from tilelang.cache import kernel_cache as _kc
+except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        "progcache.tilelang needs tilelang 0.1.15 or newer (PyPI 'tilelang'): pip install 'tilelang>=0.1.15,<0.2'. "
+        f"Importing it failed: {_e}") from None
+
+from . import _core, _integration
+
+_MIN_TILELANG = (0, 1, 15)
+
+
+def _tilelang_version() -> tuple:
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", getattr(tilelang, "__version__", ""))
+    return tuple(int(g) for g in m.groups()) if m else (0, 0, 0)
+
+
+_KC = getattr(_kc, "KernelCache", None)
+if (_tilelang_version() < _MIN_TILELANG or _tilelang_version()[:2] != (0, 1) or _KC is None
+        or not all(callable(getattr(_KC, m, None)) for m in
+                   ("_load_kernel_from_disk", "_save_kernel_to_disk", "_get_cache_path", "_get_staging_root",
+                    "_is_complete_cache_dir", "_verify_cache_dir_integrity", "_get_cache_namespace"))):
+    raise ImportError(f"progcache.tilelang supports tilelang 0.1.x from 0.1.15 (PyPI 'tilelang>=0.1.15,<0.2'); this "
+                      f"is tilelang {getattr(tilelang, '__version__', '?')}. pip install 'tilelang>=0.1.15,<0.2'")
+
+# Bump when the entry's layout or metadata changes: older entries then miss.
+_SCHEMA = 1
+_RECORD = ".progcache.json"
+_MEMORY_BYTES = 64 << 20
+
+
+class _TilelangStore(_integration.StoreState):
+    """The tilelang store: memory and disk, and the remote tier only when
+    entries are signed (a kernel library is code)."""
+
+    def _open(self) -> dict:
+        cfg = _core.resolve_config()
+        self._remote = bool(cfg["hmac_key"])
+        st = super()._open()
+        st["remote_refused"] = bool(cfg["remote_urls"]) and not cfg["hmac_key"]
+        return st
+
+
+_STORE = _TilelangStore("tilelang", _MEMORY_BYTES)
+_warned: set = set()
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn("progcache.tilelang: " + message, RuntimeWarning, stacklevel=3)
+
+
+def reset() -> None:
+    """Forgets the resolved configuration and closes the store (flushing
+    remote writes); the next lookup resolves and opens them again."""
+    _STORE.reset()
+    _warned.clear()
+
+
+def stats() -> Dict[str, int]:
+    """The store's counters (hits, misses, errors per tier) plus ``errors``:
+    failures of this module that were turned into misses."""
+    return _STORE.stats()
+
+
+# ------------------------------------------------------------ the key
+
+_compilers_lock = threading.Lock()
+_compilers_value: List[list] = []
+
+
+def _version_of(path: Optional[str]) -> str:
+    if not path:
+        return "none"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable: {type(e).__name__}"
+    return out.stdout.decode("utf-8", "replace") + f"[rc {out.returncode}]"
+
+
+def _compilers() -> list:
+    """[[path, --version output]] of the nvcc and host C++ compiler tilelang
+    runs, once per process: what tilelang's own keys leave out."""
+    if not _compilers_value:
+        with _compilers_lock:
+            if not _compilers_value:
+                found = []
+                for probe in ("tilelang.contrib.nvcc:get_nvcc_compiler", "tilelang.contrib.cc:get_cplus_compiler"):
+                    mod, fn = probe.split(":")
+                    try:
+                        import importlib
+                        path = getattr(importlib.import_module(mod), fn)()
+                    except Exception as e:  # no CUDA toolkit found: part of the identity too
+                        path = f"({type(e).__name__})"
+                    found.append([str(path), _version_of(path if os.path.isabs(str(path)) else None)])
+                _compilers_value.append(found)
+    return _compilers_value[0]
+
+
+def _entry_key(cache, key: str) -> bytes:
+    return _core.typed_key("tilelang-kernel", [
+        ("schema", _SCHEMA), ("key", key), ("backend", type(cache).__name__),
+        ("kernel_lib", str(getattr(cache, "kernel_lib_path", ""))), ("namespace", _KC._get_cache_namespace()),
+        ("tilelang", tilelang.__version__), ("compilers", _compilers())])
+
+
+# ------------------------------------------------------------ files on disk
+
+def _record_ok(path: str, ekey: bytes) -> bool:
+    """Whether the directory holds what progcache wrote for this entry: its
+    record names the entry, and every recorded file keeps its identity."""
+    try:
+        with open(os.path.join(path, _RECORD), "rb") as f:
+            rec = json.loads(f.read())
+        files = rec["files"]
+        return (rec.get("entry") == ekey.hex() and isinstance(files, dict) and bool(files)
+                and all(_integration.identity(os.path.join(path, n)) == ident for n, ident in files.items()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _write_record(path: str, ekey: bytes, names: List[str]) -> None:
+    rec = {"entry": ekey.hex(), "files": {n: _integration.identity(os.path.join(path, n)) for n in names}}
+    _integration.write_atomic(path, _RECORD, json.dumps(rec, sort_keys=True).encode())
+
+
+def _new_staging(cache) -> str:
+    root = cache._get_staging_root()
+    os.makedirs(root, exist_ok=True)
+    d = os.path.join(root, "progcache-" + uuid.uuid4().hex)
+    os.mkdir(d, 0o700)
+    return d
+
+
+def _publish(src: str, dst: str, ekey: bytes) -> None:
+    """Renames the complete directory src to dst. A dst that already holds
+    this entry is kept; any other dst (torn, edited, another compiler's) is
+    moved aside first; a reader in between sees no directory, a miss."""
+    for _ in range(3):
+        try:
+            os.rename(src, dst)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+        if _record_ok(dst, ekey):
+            return
+        aside = f"{dst}.progcache-old-{uuid.uuid4().hex}"
+        try:
+            os.rename(dst, aside)
+        except FileNotFoundError:
+            continue
+        _integration.rmtree(aside)
+
+
+def _fetch(cache, key: str, ekey: bytes):
+    """The entry's files [(name, bytes, executable)] when the store has a
+    valid entry for this kernel that may be loaded; else None."""
+    st = _STORE.get_state()
+    if st.get("remote_refused"):
+        _warn_once("remote", "PROGCACHE_REMOTE is not used for tilelang kernels without PROGCACHE_HMAC_KEY_FILE: "
+                             "a kernel library is code, loaded only when signed")
+    if st["sharing"] == "group" and not st["signed"]:
+        _warn_once("group", "the cache root is shared with a group (PROGCACHE_SHARING=group) and entries are not "
+                            "signed: tilelang kernels are not loaded from it (set PROGCACHE_HMAC_KEY_FILE)")
+        return None
+    found = _STORE.get(ekey)
+    if found is None:
+        return None
+    meta_json, arts = found
+    try:
+        meta = json.loads(meta_json)
+    except ValueError:
+        return None
+    names = [n for n, _ in arts]
+    if not (isinstance(meta, dict) and meta.get("kind") == "tilelang-kernel" and meta.get("schema") == _SCHEMA
+            and meta.get("key") == key and meta.get("backend") == type(cache).__name__
+            and meta.get("tilelang") == tilelang.__version__ and meta.get("files") == names and names
+            and len(set(names)) == len(names) and all(_integration.safe_name(n) for n in names)
+            and isinstance(meta.get("executable"), list)):
+        return None
+    exe = set(meta["executable"])
+    return [(n, data, n in exe) for n, data in arts]
+
+
+def _materialise(cache, key: str, ekey: bytes, files) -> None:
+    parent = _new_staging(cache)
+    try:
+        d = os.path.join(parent, key)
+        os.mkdir(d, 0o700)
+        for name, data, exe in files:
+            _integration.write_atomic(d, name, data, 0o700 if exe else 0o600)
+        _write_record(d, ekey, [n for n, _, _ in files])
+        _publish(d, _orig_get_cache_path(cache, key), ekey)
+    finally:
+        _integration.rmtree(parent)
+
+
+# ------------------------------------------------------------ the hooks
+
+_orig_load = _KC._load_kernel_from_disk
+_orig_save = _KC._save_kernel_to_disk
+_orig_get_cache_path = _KC._get_cache_path
+_redirect = threading.local()
+
+
+def _get_cache_path(self, key: str) -> str:
+    r = getattr(_redirect, "to", None)
+    if r is not None and r[0] == key:
+        return r[1]
+    return _orig_get_cache_path(self, key)
+
+
+def _load_kernel_from_disk(self, key, *args, **kwargs):
+    st = _STORE.get_state()
+    if st["disabled"]:
+        return None  # PROGCACHE_DISABLE: every kernel is compiled
+    try:
+        ekey = _entry_key(self, key)
+        if not _record_ok(_orig_get_cache_path(self, key), ekey):
+            files = _fetch(self, key, ekey)
+            if files is None:
+                return None
+            _materialise(self, key, ekey, files)
+    except Exception:  # a cache failure is a miss
+        st["errors"] += 1
+        return None
+    return _orig_load(self, key, *args, **kwargs)
+
+
+def _save_kernel_to_disk(self, key, kernel, *args, **kwargs):
+    st = _STORE.get_state()
+    if st["disabled"]:
+        return None
+    parent = None
+    try:
+        ekey = _entry_key(self, key)
+        parent = _new_staging(self)
+        private = os.path.join(parent, key)
+        # tilelang writes the kernel's files its own way (every backend's
+        # hooks, its manifest) into a private directory; progcache stores
+        # them as one entry, then publishes the directory where tilelang loads.
+        _redirect.to = (key, private)
+        try:
+            _orig_save(self, key, kernel, *args, **kwargs)
+        finally:
+            _redirect.to = None
+        if not (self._is_complete_cache_dir(private) and self._verify_cache_dir_integrity(private)):
+            return None  # tilelang logged why; nothing is stored
+        names, arts, exe = [], [], []
+        for entry in sorted(os.scandir(private), key=lambda e: e.name):
+            if not entry.is_file(follow_symlinks=False) or not _integration.safe_name(entry.name):
+                continue
+            with open(entry.path, "rb") as f:
+                arts.append((entry.name, f.read()))
+            names.append(entry.name)
+            if entry.stat(follow_symlinks=False).st_mode & 0o100:
+                exe.append(entry.name)
+        _STORE.put(ekey, {"kind": "tilelang-kernel", "schema": _SCHEMA, "key": key, "backend": type(self).__name__,
+                          "tilelang": tilelang.__version__, "files": names, "executable": exe}, arts)
+        _write_record(private, ekey, names)
+        _publish(private, _orig_get_cache_path(self, key), ekey)
+    except Exception:  # the compile succeeded; a failed store costs only a later miss
+        st["errors"] += 1
+    finally:
+        if parent is not None:
+            _integration.rmtree(parent)
+    return None
+
+
+def _keyed_with_compilers(original):
+    def _finalize_key(cls, key_data):
+        key_data = dict(key_data)
+        key_data["progcache_compilers"] = _compilers()
+        return original.__func__(cls, key_data)
+
+    _finalize_key._progcache = True  # type: ignore[attr-defined]
+    return classmethod(_finalize_key)
+
+
+_enabled = False
+_enable_lock = threading.Lock()
+_saved_binary_key = None
+
+
+def enable() -> None:
+    """Makes tilelang's KernelCache (every backend's) keep its kernels in
+    progcache. Idempotent; ``PROGCACHE_TILELANG=1`` calls it when tilelang is
+    imported."""
+    global _enabled, _saved_binary_key
+    with _enable_lock:
+        if _enabled:
+            return
+        _KC._load_kernel_from_disk = _load_kernel_from_disk
+        _KC._save_kernel_to_disk = _save_kernel_to_disk
+        _KC._get_cache_path = _get_cache_path
+        try:
+            from tilelang.cache.cuda_binary_cache import CUDABinaryCache
+            original = next(vars(c)["_finalize_key"] for c in CUDABinaryCache.__mro__ if "_finalize_key" in vars(c))
+            _saved_binary_key = (CUDABinaryCache, vars(CUDABinaryCache).get("_finalize_key"))
+            CUDABinaryCache._finalize_key = _keyed_with_compilers(original)
+        except (ImportError, StopIteration, AttributeError):
+            _saved_binary_key = None
+        _enabled = True
+
+
+def disable() -> None:
+    """Gives tilelang its own cache back (tests; a program that wants it)."""
+    global _enabled, _saved_binary_key
+    with _enable_lock:
+        if not _enabled:
+            return
+        _KC._load_kernel_from_disk = _orig_load
+        _KC._save_kernel_to_disk = _orig_save
+        _KC._get_cache_path = _orig_get_cache_path
+        if _saved_binary_key is not None:
+            cls, own = _saved_binary_key
+            if own is None:
+                del cls._finalize_key
+            else:
+                cls._finalize_key = own
+            _saved_binary_key = None
+        _enabled = False
+
+
+if _integration.env_flag("PROGCACHE_TILELANG"):
+    enable()

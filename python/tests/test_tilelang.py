@@ -1,0 +1,254 @@
+"""progcache.tilelang against the real tilelang (PyPI), no GPU needed: kernels
+are lowered, generated and compiled with nvcc for sm_90a in fresh processes
+(python/tests/tilelang_child.py), which count tilelang's own code generation
+and nvcc runs. Run by scripts/test-tilelang.sh (tilelang brings torch and
+TVM: a separate environment)."""
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+tilelang = pytest.importorskip("tilelang", reason="tilelang is not installed: run bash scripts/test-tilelang.sh")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "tilelang_child.py")
+CUDA = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+if not os.path.exists(os.path.join(CUDA, "bin", "nvcc")):
+    pytest.skip(f"no nvcc under {CUDA}: tilelang cannot compile", allow_module_level=True)
+
+
+class Env:
+    def __init__(self, tmp_path, name="a", progcache=True, root=None, **extra):
+        self.tl_dir = str(tmp_path / f"tilelang-{name}")
+        self.root = root or str(tmp_path / f"root-{name}")
+        self.progcache = progcache
+        self.extra = extra
+
+    def env(self):
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "TILELANG_"))}
+        e.update({"TILELANG_CACHE_DIR": self.tl_dir, "PROGCACHE_DIR": self.root})
+        if self.progcache:
+            e["PROGCACHE_TILELANG"] = "1"
+        e.update(self.extra)
+        return e
+
+    def run(self, kernels, **spec):
+        spec["kernels"] = kernels
+        p = subprocess.run([sys.executable, CHILD, json.dumps(spec)], env=self.env(), capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-4000:]
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        out["stderr"] = p.stderr
+        return out
+
+
+def k(name, **params):
+    return [name, params]
+
+
+def entries(root):
+    out = []
+    for dirpath, dirnames, files in os.walk(os.path.join(root, "tilelang")):
+        dirnames[:] = [d for d in dirnames if d != "locks"]
+        out += [os.path.join(dirpath, f) for f in files if len(f) == 62]
+    return out
+
+
+def files_of(result):
+    return {r["name"]: r["files"] for r in result["kernels"]}
+
+
+@pytest.mark.parametrize("backend", ["tvm_ffi", "cython"])
+def test_a_kernel_compiled_in_one_process_is_served_to_the_next_with_no_codegen(tmp_path, backend):
+    env = Env(tmp_path)
+    first = env.run([k("vector_add")], backend=backend)
+    assert first["progcache"] and first["codegen"] == 1
+    assert len(entries(env.root)) == 1  # the whole file set is one entry
+    shutil.rmtree(env.tl_dir)  # an empty TILELANG_CACHE_DIR: served from the store
+    second = env.run([k("vector_add")], backend=backend)
+    assert second["codegen"] == 0 and second["nvcc"] == 0
+    assert files_of(second) == files_of(first)
+    third = env.run([k("vector_add")], backend=backend)  # the materialised copy
+    assert third["codegen"] == 0 and files_of(third) == files_of(first)
+
+
+def test_a_changed_kernel_is_compiled_again(tmp_path):
+    env = Env(tmp_path)
+    assert env.run([k("scale", factor=2.0)])["codegen"] == 1
+    again = env.run([k("scale", factor=3.0), k("scale", factor=2.0)])
+    assert again["codegen"] == 1
+    assert len(entries(env.root)) == 2
+
+
+def test_served_files_equal_what_tilelang_writes_without_progcache(tmp_path):
+    own = Env(tmp_path, "own", progcache=False).run([k("vector_add"), k("scale")])
+    assert not own["progcache"]
+    env = Env(tmp_path)
+    env.run([k("vector_add"), k("scale")])
+    shutil.rmtree(env.tl_dir)
+    served = env.run([k("vector_add"), k("scale")])
+    assert served["codegen"] == 0
+    for name, files in files_of(own).items():
+        mine = files_of(served)[name]
+        assert set(mine) == set(files)
+        for f in ("device_kernel.cu", "host_kernel.cu", "params.json"):
+            assert mine[f] == files[f], f
+
+
+@pytest.mark.parametrize("how", ["flipped", "truncated", "planted"])
+def test_a_damaged_truncated_or_planted_entry_is_a_miss_and_a_recompile(tmp_path, how):
+    env = Env(tmp_path)
+    first = env.run([k("vector_add"), k("scale")])
+    by_size = sorted(entries(env.root), key=os.path.getsize)
+    victim = by_size[-1]
+    data = open(victim, "rb").read()
+    if how == "flipped":
+        data = data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:]
+    elif how == "truncated":
+        data = data[:len(data) // 3]
+    else:
+        data = open(by_size[0], "rb").read()  # the other kernel's entry under this one's name
+    os.chmod(victim, 0o600)
+    with open(victim, "wb") as f:
+        f.write(data)
+    shutil.rmtree(env.tl_dir)
+    again = env.run([k("vector_add"), k("scale")])
+    assert again["codegen"] == 1  # the damaged one only
+    assert files_of(again)["vector_add"]["device_kernel.cu"] == files_of(first)["vector_add"]["device_kernel.cu"]
+    assert files_of(again)["scale"]["device_kernel.cu"] == files_of(first)["scale"]["device_kernel.cu"]
+
+
+@pytest.mark.parametrize("how", ["removed", "truncated", "edited", "no_record"])
+def test_a_materialised_directory_torn_on_disk_is_not_served(tmp_path, how):
+    env = Env(tmp_path)
+    first = env.run([k("vector_add")])
+    d = first["kernels"][0]["dir"]
+    if how == "removed":
+        os.unlink(os.path.join(d, "params.json"))
+    elif how == "truncated":
+        p = os.path.join(d, "executable.so")
+        os.truncate(p, os.path.getsize(p) // 2)
+    elif how == "edited":
+        p = os.path.join(d, "device_kernel.cu")
+        with open(p, "r+b") as f:
+            f.write(b"//")  # same size, new content
+    else:
+        os.unlink(os.path.join(d, ".progcache.json"))  # a directory progcache did not write
+    again = env.run([k("vector_add")])
+    assert again["codegen"] == 0  # written again from the entry
+    assert files_of(again) == files_of(first)
+
+
+def test_an_entry_of_another_tilelang_version_is_a_miss(tmp_path):
+    env = Env(tmp_path)
+    env.run([k("vector_add")])
+    other = env.run([k("vector_add")], fake_version="0.1.99")
+    assert other["codegen"] == 1
+
+
+def test_the_byte_cap_holds_on_disk(tmp_path):
+    cap = 100_000
+    env = Env(tmp_path, PROGCACHE_MAX_SIZE=str(cap))
+    env.run([k("scale", factor=float(f)) for f in range(1, 6)])
+    sizes = [os.path.getsize(p) for p in entries(env.root)]
+    assert 0 < len(sizes) < 5 and sum(sizes) <= cap
+
+
+def test_a_toolkit_change_tilelang_does_not_key_on_is_compiled_again(tmp_path):
+    # A CUDA_HOME whose nvcc reports another version: tilelang's own cache
+    # serves the old kernel; progcache compiles it again.
+    fake = tmp_path / "cuda"
+    fake.mkdir()
+    for name in os.listdir(CUDA):
+        if name != "bin":
+            os.symlink(os.path.join(CUDA, name), fake / name)
+    (fake / "bin").mkdir()
+    for name in os.listdir(os.path.join(CUDA, "bin")):
+        if name != "nvcc":
+            os.symlink(os.path.join(CUDA, "bin", name), fake / "bin" / name)
+    nvcc = fake / "bin" / "nvcc"
+    nvcc.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then {CUDA}/bin/nvcc --version; echo "a newer build"; '
+                    f'exit 0; fi\nexec {CUDA}/bin/nvcc "$@"\n')
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IXUSR)
+    for progcache in (False, True):
+        env = Env(tmp_path, "pc" if progcache else "own", progcache=progcache, CUDA_HOME=CUDA)
+        assert env.run([k("vector_add")])["codegen"] == 1
+        env.extra["CUDA_HOME"] = str(fake)
+        moved = env.run([k("vector_add")])
+        assert moved["codegen"] == (1 if progcache else 0)
+        if progcache:
+            assert moved["nvcc"] == 1  # tilelang's binary cache is keyed with the compiler too
+
+
+def test_unsigned_entries_in_a_group_shared_root_are_never_loaded(tmp_path):
+    env = Env(tmp_path, PROGCACHE_SHARING="group")
+    env.run([k("vector_add")])
+    shutil.rmtree(env.tl_dir)
+    again = env.run([k("vector_add")])
+    assert again["codegen"] == 1
+    assert "not loaded from it" in again["stderr"] and "PROGCACHE_HMAC_KEY_FILE" in again["stderr"]
+
+
+def test_with_signing_only_signed_entries_are_loaded(tmp_path):
+    key = tmp_path / "hmac.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    unsigned = Env(tmp_path)
+    unsigned.run([k("vector_add")])  # an unsigned entry, planted for the signed process
+    signed = Env(tmp_path, "b", root=unsigned.root, PROGCACHE_HMAC_KEY_FILE=str(key), PROGCACHE_SHARING="group")
+    assert signed.run([k("vector_add")])["codegen"] == 1  # refused, compiled, stored signed
+    shutil.rmtree(signed.tl_dir)
+    assert signed.run([k("vector_add")])["codegen"] == 0  # the signed entry is loaded
+
+
+def test_two_roots_sharing_one_redis_with_signing(tmp_path, redis_url):
+    key = tmp_path / "hmac.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    a = Env(tmp_path, "a", PROGCACHE_REMOTE=redis_url, PROGCACHE_HMAC_KEY_FILE=str(key))
+    b = Env(tmp_path, "b", PROGCACHE_REMOTE=redis_url, PROGCACHE_HMAC_KEY_FILE=str(key))
+    assert a.run([k("vector_add")])["codegen"] == 1
+    served = b.run([k("vector_add")])
+    assert served["codegen"] == 0
+    unsigned = Env(tmp_path, "c", PROGCACHE_REMOTE=redis_url)
+    refused = unsigned.run([k("vector_add")])
+    assert refused["codegen"] == 1 and "PROGCACHE_REMOTE is not used" in refused["stderr"]
+
+
+def test_progcache_disable_compiles_every_time(tmp_path):
+    env = Env(tmp_path, PROGCACHE_DISABLE="1")
+    assert env.run([k("vector_add")])["codegen"] == 1
+    assert env.run([k("vector_add")])["codegen"] == 1
+    assert entries(env.root) == []
+
+
+def test_an_unsupported_tilelang_version_says_what_is_needed(tmp_path):
+    code = "import tilelang; tilelang.__version__ = '0.1.5'; import progcache.tilelang"
+    e = Env(tmp_path, progcache=False).env()
+    p = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True)
+    assert p.returncode != 0 and "tilelang>=0.1.15,<0.2" in p.stderr
+
+
+def test_import_without_tilelang_says_what_to_install(tmp_path):
+    code = "import sys; sys.modules['tilelang'] = None; import progcache.tilelang"
+    p = subprocess.run([sys.executable, "-c", code], env=Env(tmp_path, progcache=False).env(), capture_output=True,
+                       text=True)
+    assert p.returncode != 0 and "pip install 'tilelang>=0.1.15,<0.2'" in p.stderr
+
+
+def test_a_kernel_loaded_from_the_cache_runs_on_the_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: the load-and-launch path needs one")
+    env = Env(tmp_path)
+    env.run([k("vector_add"), k("matmul")])
+    shutil.rmtree(env.tl_dir)
+    served = env.run([k("vector_add"), k("matmul")], launch=True)
+    assert served["codegen"] == 0
+    assert served["launched"] == {"vector_add": True, "matmul": True}
