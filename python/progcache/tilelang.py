@@ -122,22 +122,43 @@ def _version_of(path: Optional[str]) -> str:
     return out.stdout.decode("utf-8", "replace") + f"[rc {out.returncode}]"
 
 
+def _compiler_paths() -> List[str]:
+    paths = []
+    for probe in ("tilelang.contrib.nvcc:get_nvcc_compiler", "tilelang.contrib.cc:get_cplus_compiler"):
+        mod, fn = probe.split(":")
+        try:
+            import importlib
+            paths.append(str(getattr(importlib.import_module(mod), fn)()))
+        except Exception as e:  # no CUDA toolkit found: part of the identity too
+            paths.append(f"({type(e).__name__})")
+    return paths
+
+
 def _compilers() -> list:
     """[[path, --version output]] of the nvcc and host C++ compiler tilelang
-    runs, once per process: what tilelang's own keys leave out."""
+    runs: what tilelang's own keys leave out. Once per process, and memoised
+    in the store under the stat identity of each resolved binary (running
+    both costs 6-8 ms here), so a replaced compiler is asked again."""
     if not _compilers_value:
         with _compilers_lock:
             if not _compilers_value:
-                found = []
-                for probe in ("tilelang.contrib.nvcc:get_nvcc_compiler", "tilelang.contrib.cc:get_cplus_compiler"):
-                    mod, fn = probe.split(":")
+                paths = _compiler_paths()
+                real = [os.path.realpath(p) if os.path.isabs(p) else p for p in paths]
+                mkey = _core.typed_key("tilelang-compilers", [
+                    ("schema", _SCHEMA), ("paths", paths), ("real", real),
+                    ("identities", [_integration.identity(r) or [] for r in real])])
+                found = _STORE.get(mkey)
+                value = None
+                if found is not None:
                     try:
-                        import importlib
-                        path = getattr(importlib.import_module(mod), fn)()
-                    except Exception as e:  # no CUDA toolkit found: part of the identity too
-                        path = f"({type(e).__name__})"
-                    found.append([str(path), _version_of(path if os.path.isabs(str(path)) else None)])
-                _compilers_value.append(found)
+                        value = json.loads(dict(found[1])["versions"])
+                    except (KeyError, ValueError, TypeError):
+                        value = None
+                if not (isinstance(value, list) and len(value) == len(paths)):
+                    value = [[p, _version_of(p if os.path.isabs(p) else None)] for p in paths]
+                    _STORE.put(mkey, {"kind": "tilelang-compilers", "schema": _SCHEMA},
+                               [("versions", json.dumps(value).encode())])
+                _compilers_value.append(value)
     return _compilers_value[0]
 
 
