@@ -97,6 +97,19 @@ class StoreState:
             st["errors"] += 1
 
 
+def decode(found) -> Optional[tuple]:
+    """(metadata dict, artifacts) of a store hit whose metadata is a JSON
+    object; None for a miss or anything else (never an exception)."""
+    if found is None:
+        return None
+    meta_json, arts = found
+    try:
+        meta = json.loads(meta_json)
+    except ValueError:
+        return None
+    return (meta, arts) if isinstance(meta, dict) else None
+
+
 def safe_name(name: Any) -> bool:
     """A file name an entry may write into a kernel's directory: a plain name
     only, so no entry can write outside it, and never progcache's own

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
-from . import _core
+from . import _core, _integration
 from ._caches import _cap, _config, _sharing
 
 
@@ -270,16 +270,11 @@ class KernelCache:
         return _core.typed_key("tilelang-kernel", fields).hex()
 
     def _load(self, key: str) -> Optional[CachedKernel]:
-        found = self._store.get_entry(key.encode())
-        if found is None:
+        # Anything that is not what cached() writes is a miss, never an exception.
+        decoded = _integration.decode(self._store.get_entry(key.encode()))
+        if decoded is None:
             return None
-        meta_json, artifacts = found
-        try:
-            meta = json.loads(meta_json)
-        except ValueError:
-            return None  # not what cached() writes: a miss, never an exception
-        if not isinstance(meta, dict):
-            return None
+        meta, artifacts = decoded
         return CachedKernel(dict(artifacts), meta, True, key)
 
     def cached(self, func: Callable, *args: Any, target: str = "auto", build: Optional[Callable] = None,

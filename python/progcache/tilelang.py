@@ -229,16 +229,12 @@ def _fetch(cache, key: str, ekey: bytes):
         _warn_once("group", "the cache root is shared with a group (PROGCACHE_SHARING=group) and entries are not "
                             "signed: tilelang kernels are not loaded from it (set PROGCACHE_HMAC_KEY_FILE)")
         return None
-    found = _STORE.get(ekey)
-    if found is None:
+    decoded = _integration.decode(_STORE.get(ekey))
+    if decoded is None:
         return None
-    meta_json, arts = found
-    try:
-        meta = json.loads(meta_json)
-    except ValueError:
-        return None
+    meta, arts = decoded
     names = [n for n, _ in arts]
-    if not (isinstance(meta, dict) and meta.get("kind") == "tilelang-kernel" and meta.get("schema") == _SCHEMA
+    if not (meta.get("kind") == "tilelang-kernel" and meta.get("schema") == _SCHEMA
             and meta.get("key") == key and meta.get("backend") == type(cache).__name__
             and meta.get("tilelang") == tilelang.__version__ and meta.get("files") == names and names
             and len(set(names)) == len(names) and all(_integration.safe_name(n) for n in names)
