@@ -7,6 +7,9 @@
 # redis-server; a GPU only for the launch test, which skips without one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The build dependencies of the progcache wheel (Debian packages), as the
+# other commands install them.
+bash scripts/setup.sh
 venv=.venv-tilelang
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: install what is missing, build, and run every
 # test: the C++ style check (scripts/format.sh); clang-tidy (scripts/tidy.sh);
+# the Python suite, with Triton's and, in their own environment, tilelang's;
 # the unit, integration,
 # multi-process, crash and CLI suites (ctest);
 # the same suites again under ASan+UBSan and under TSan; and a short run of
@@ -43,6 +44,10 @@ fi
 case "$build_dir" in /*) cli="$build_dir/progcache" ;; *) cli="$PWD/$build_dir/progcache" ;; esac
 PROGCACHE_CLI="$cli" python3 -m pytest -q python/tests
 if [[ "${PROGCACHE_QUICK:-0}" != "1" ]]; then
+  # progcache.tilelang and KernelCache against the real tilelang, in their
+  # own virtual environment (tilelang brings torch and TVM, about 5.7 GB):
+  # measured, about 1.5 minutes to install and 4-5 minutes of tests.
+  bash scripts/test-tilelang.sh
   bash scripts/sanitize.sh asan tsan
   bash scripts/fuzz.sh "${PROGCACHE_FUZZ_SECONDS:-20}"
 fi

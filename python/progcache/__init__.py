@@ -11,8 +11,9 @@ from ._caches import (FileStreamProgramCache, InMemoryProgramCache, RedisProgram
                       _register_with_cuda_core)
 from ._compile import CompiledProgram, CompileError, compile, compile_stats, make_program_cache_key
 from ._core import __version__
-from ._kernels import (CacheEntry, CacheKey, CachedKernel, CubinCache, KernelCache, cached, get_global_cache,
-                       set_global_cache)
+from ._kernels import (DEVICE_KERNEL_PATH, EXECUTABLE_PATH, HOST_KERNEL_PATH, KERNEL_CUBIN_PATH, KERNEL_LIB_PATH,
+                       KERNEL_PY_PATH, PARAMS_PATH, CacheEntry, CacheKey, CachedKernel, CubinCache, KernelCache, cached,
+                       get_global_cache, set_global_cache)
 
 _register_with_cuda_core(import_now=False)
 
@@ -29,5 +30,6 @@ def __getattr__(name: str):
 __all__ = [
     "CacheEntry", "CacheKey", "CachedKernel", "CompileError", "CompiledProgram", "CubinCache",
     "FileStreamProgramCache", "InMemoryProgramCache", "KernelCache", "RedisProgramCache", "TieredProgramCache",
-    "cached", "compile", "compile_stats", "get_global_cache", "make_program_cache_key", "set_global_cache", "__version__",
+    "DEVICE_KERNEL_PATH", "EXECUTABLE_PATH", "HOST_KERNEL_PATH", "KERNEL_CUBIN_PATH", "KERNEL_LIB_PATH",
+    "KERNEL_PY_PATH", "PARAMS_PATH", "cached", "compile", "compile_stats", "get_global_cache", "make_program_cache_key", "set_global_cache", "__version__",
 ]

@@ -100,13 +100,25 @@ class CachedKernel:
     from_cache: bool
     key: str
 
+DEVICE_KERNEL_PATH: str
+HOST_KERNEL_PATH: str
+EXECUTABLE_PATH: str
+KERNEL_LIB_PATH: str
+KERNEL_CUBIN_PATH: str
+KERNEL_PY_PATH: str
+PARAMS_PATH: str
+
 class KernelCache:
+    execution_backend: str
     cache_dir: str
     builds: int
+    errors: int
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = ..., *, max_size_bytes: Optional[int] = ...,
                  sharing: Optional[str] = ..., lock_timeout_s: float = ...) -> None: ...
-    def cached(self, func: Callable, *args: Any, target: str = ..., build: Optional[Callable] = ...,
-               **kwargs: Any) -> CachedKernel: ...
+    # A tilelang PrimFunc gives tilelang's JITKernel; a builder, a CachedKernel.
+    def cached(self, func: Any = ..., out_idx: Any = ..., *args: Any, target: Any = ..., target_host: Any = ...,
+               execution_backend: str = ..., verbose: bool = ..., pass_configs: Optional[dict] = ...,
+               compile_flags: Any = ..., build: Optional[Callable] = ..., **kwargs: Any) -> Any: ...
     def clear_cache(self) -> None: ...
 
 def cached(cache: Optional[KernelCache] = ..., *, target: str = ...) -> Callable[[Callable], Callable[..., CachedKernel]]: ...

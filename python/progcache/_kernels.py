@@ -14,6 +14,7 @@ import inspect
 import json
 import marshal
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
@@ -238,10 +239,48 @@ def _function_identity(func: Callable) -> tuple[str, bytes]:
     return name, src
 
 
+# tilelang's names for a kernel's files (tilelang.autotuner.param, and the
+# attributes of tilelang.cache.KernelCache): a builder may name its artifacts
+# with them. tilelang 0.1.15 writes parameters as JSON (params.json) where
+# older releases pickled them (params.pkl); progcache never unpickles.
+DEVICE_KERNEL_PATH = "device_kernel.cu"
+HOST_KERNEL_PATH = "host_kernel.cu"
+EXECUTABLE_PATH = "executable.so"
+KERNEL_LIB_PATH = "kernel_lib.so"
+KERNEL_CUBIN_PATH = "kernel.cubin"
+KERNEL_PY_PATH = "kernel.py"
+PARAMS_PATH = "params.json"
+
+_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
+
+
+def _is_prim_func(func: Any) -> bool:
+    """Whether func is a TVM PrimFunc (what tilelang compiles), without
+    importing TVM: one can only exist once TVM is imported."""
+    for mod in ("tvm.tirx", "tvm.tir"):
+        m = sys.modules.get(mod)
+        cls = getattr(m, "PrimFunc", None) if m is not None else None
+        if isinstance(cls, type) and isinstance(func, cls):
+            return True
+    return False
+
+
+def _given(value: Any, default: Any) -> bool:
+    return not (value is default or (type(value) is type(default) and value == default))
+
+
 class KernelCache:
     """Compile-or-load for multi-artifact kernels, with single-flight: threads
     of a process share one build; processes of a host serialise on a per-key
-    lock file and look again before building."""
+    lock file and look again before building.
+
+    ``cached()`` takes tilelang's arguments. Given a tilelang PrimFunc it
+    compiles with tilelang and returns tilelang's JITKernel, each kernel one
+    entry of this cache's store; given any other callable it runs that
+    builder (or ``build``), which returns named artifacts."""
+
+    #: tilelang's class attribute; cached() resolves "auto" as tilelang does.
+    execution_backend = "tvm_ffi"
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
                  sharing: Optional[str] = None, lock_timeout_s: float = 600.0) -> None:
@@ -250,6 +289,7 @@ class KernelCache:
             cache_dir = os.path.join(cfg["dir"], _core.COMPANION_STORES["kernels"])
         self.cache_dir = os.fspath(cache_dir)
         self._sharing = _sharing(sharing, cfg)
+        self._signed = bool(cfg["hmac_key"])
         # With PROGCACHE_DISABLE every call builds and nothing is stored.
         self._disabled = cfg["disabled"]
         self._store = None if self._disabled else _core.open_file_store(
@@ -259,7 +299,10 @@ class KernelCache:
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._lock_timeout_s = lock_timeout_s
         self._flights = _core.Flights()
+        self._memory_lock = threading.Lock()
+        self._memory: dict = {}  # tilelang kernels this instance loaded or compiled
         self.builds = 0  # builds run by this process (observable in tests)
+        self.errors = 0  # failures of the cache that were turned into misses
 
     def key_of(self, func: Callable, args: tuple, kwargs: dict, target: str) -> str:
         """The key (64 hex digits) of one build: the function's identity and
@@ -277,31 +320,59 @@ class KernelCache:
         meta, artifacts = decoded
         return CachedKernel(dict(artifacts), meta, True, key)
 
-    def cached(self, func: Callable, *args: Any, target: str = "auto", build: Optional[Callable] = None,
-               **kwargs: Any) -> CachedKernel:
-        """Returns the cached kernel for ``func(*args, **kwargs)`` on ``target``,
-        building it with ``build(func, *args, target=..., **kwargs)`` (default:
-        ``func(*args, **kwargs)``) on a miss. The builder returns a dict of
-        named artifacts (bytes or str), or (artifacts, metadata)."""
+    def cached(self, func: Any = None, out_idx: Any = _UNSET, *args: Any, target: Any = "auto",
+               target_host: Any = None, execution_backend: str = "auto", verbose: bool = False,
+               pass_configs: Optional[dict] = None, compile_flags: Any = None, build: Optional[Callable] = None,
+               **kwargs: Any) -> Any:
+        """tilelang's ``cached(func, out_idx, *args, target, target_host,
+        execution_backend, verbose, pass_configs, compile_flags)``.
+
+        - ``func`` a tilelang PrimFunc: returns tilelang's JITKernel, compiled
+          on a miss exactly as tilelang's own cache would (its key, plus the
+          nvcc and host compiler identity), stored as one entry.
+        - any other callable: returns a CachedKernel of the named artifacts
+          that ``build(func, *args, target=..., **kwargs)`` (default:
+          ``func(*args, **kwargs)``) returns, or (artifacts, metadata). Here
+          ``out_idx`` is simply the builder's first argument, and the tilelang
+          keywords given are passed on (and keyed) like any other."""
+        if func is None:
+            raise TypeError("cached() needs the function to compile (a tilelang PrimFunc or a builder)")
+        if _is_prim_func(func):
+            if build is not None or kwargs:
+                raise TypeError("cached() of a tilelang PrimFunc takes tilelang's arguments only; unexpected: "
+                                + ", ".join(sorted(["build"] * (build is not None) + list(kwargs))))
+            from . import tilelang as _tilelang  # says what to install when tilelang is missing
+            return _tilelang._cached_in(self, func, None if out_idx is _UNSET else out_idx, args, target=target,
+                                        target_host=target_host, execution_backend=execution_backend,
+                                        verbose=verbose, pass_configs=pass_configs, compile_flags=compile_flags)
+        if out_idx is not _UNSET:
+            args = (out_idx,) + args
+        for name, value, default in (("target_host", target_host, None), ("execution_backend", execution_backend, "auto"),
+                                     ("verbose", verbose, False), ("pass_configs", pass_configs, None),
+                                     ("compile_flags", compile_flags, None)):
+            if _given(value, default):
+                kwargs[name] = value
         key = self.key_of(func, args, kwargs, target)
         if self._disabled:
             return self._build(func, args, kwargs, target, build, key, store=False)
         hit = self._load(key)
         if hit is not None:
             return hit
-        # Threads of this process share one build (the library's flight
-        # table); a thread that waited looks in the store, where the
-        # leader's result now is, and takes the leader's own otherwise.
-        result, led = self._flights.run(key, lambda: self._load(key) or self._build_locked(
-            func, args, kwargs, target, build, key))
-        if not led:
-            hit = self._load(key)
+        return self._single_flight(key, lambda: self._load(key),
+                                   lambda: self._build(func, args, kwargs, target, build, key, store=True))
+
+    def _single_flight(self, key: str, load: Callable[[], Any], build: Callable[[], Any], reload: bool = True) -> Any:
+        """Threads of this process share one build (the library's flight
+        table); a thread that waited looks in the store, where the leader's
+        result now is, and takes the leader's own otherwise."""
+        result, led = self._flights.run(key, lambda: load() or self._build_locked(key, load, build))
+        if not led and reload:
+            hit = load()
             if hit is not None:
                 return hit
         return result
 
-    def _build_locked(self, func: Callable, args: tuple, kwargs: dict, target: str, build: Optional[Callable],
-                      key: str) -> CachedKernel:
+    def _build_locked(self, key: str, load: Callable[[], Any], build: Callable[[], Any]) -> Any:
         """Builds under the library's per-key lock file, so processes of the
         host build a key once; a process that waited looks again first. A
         lock that cannot be taken (timeout, unwritable directory) never stops
@@ -309,13 +380,13 @@ class KernelCache:
         try:
             lock = _core.LockFile(self._locks_dir, key, self._lock_timeout_s, self._sharing == "group")
         except Exception:  # a timeout, or a lock directory or file that cannot be used
-            return self._build(func, args, kwargs, target, build, key, store=True)
+            return build()
         try:
             if lock.waited:
-                hit = self._load(key)
+                hit = load()
                 if hit is not None:
                     return hit
-            return self._build(func, args, kwargs, target, build, key, store=True)
+            return build()
         finally:
             lock.release()
 
@@ -339,8 +410,10 @@ class KernelCache:
         return CachedKernel(dict(arts), json.loads(meta), False, key)
 
     def clear_cache(self) -> None:
-        """Removes every kernel this cache holds; nothing outside its own
-        directory is touched."""
+        """Removes every kernel this cache holds, in memory and on disk;
+        nothing outside its own directory is touched."""
+        with self._memory_lock:
+            self._memory.clear()
         if self._store is not None:
             self._store.clear()
 

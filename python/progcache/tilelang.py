@@ -189,8 +189,7 @@ def _write_record(path: str, ekey: bytes, names: List[str]) -> None:
     _integration.write_atomic(path, _RECORD, json.dumps(rec, sort_keys=True).encode())
 
 
-def _new_staging(cache) -> str:
-    root = cache._get_staging_root()
+def _new_staging(root: str) -> str:
     os.makedirs(root, exist_ok=True)
     d = os.path.join(root, "progcache-" + uuid.uuid4().hex)
     os.mkdir(d, 0o700)
@@ -218,18 +217,20 @@ def _publish(src: str, dst: str, ekey: bytes) -> None:
         _integration.rmtree(aside)
 
 
-def _fetch(cache, key: str, ekey: bytes):
-    """The entry's files [(name, bytes, executable)] when the store has a
-    valid entry for this kernel that may be loaded; else None."""
-    st = _STORE.get_state()
-    if st.get("remote_refused"):
-        _warn_once("remote", "PROGCACHE_REMOTE is not used for tilelang kernels without PROGCACHE_HMAC_KEY_FILE: "
-                             "a kernel library is code, loaded only when signed")
-    if st["sharing"] == "group" and not st["signed"]:
+def _loadable(sharing: str, signed: bool) -> bool:
+    """The signing rule: nothing executable from a root others can write
+    unless its entries are signed (checked, with the key, by the store)."""
+    if sharing == "group" and not signed:
         _warn_once("group", "the cache root is shared with a group (PROGCACHE_SHARING=group) and entries are not "
                             "signed: tilelang kernels are not loaded from it (set PROGCACHE_HMAC_KEY_FILE)")
-        return None
-    decoded = _integration.decode(_STORE.get(ekey))
+        return False
+    return True
+
+
+def _files_of(found, cache, key: str):
+    """The entry's files [(name, bytes, executable)] when ``found`` (a
+    store's answer) is a valid entry for this kernel; else None."""
+    decoded = _integration.decode(found)
     if decoded is None:
         return None
     meta, arts = decoded
@@ -244,17 +245,55 @@ def _fetch(cache, key: str, ekey: bytes):
     return [(n, data, n in exe) for n, data in arts]
 
 
+def _fetch(cache, key: str, ekey: bytes):
+    """The files of the tilelang store's entry for this kernel, when there
+    is a valid one that may be loaded; else None."""
+    st = _STORE.get_state()
+    if st.get("remote_refused"):
+        _warn_once("remote", "PROGCACHE_REMOTE is not used for tilelang kernels without PROGCACHE_HMAC_KEY_FILE: "
+                             "a kernel library is code, loaded only when signed")
+    if not _loadable(st["sharing"], st["signed"]):
+        return None
+    return _files_of(_STORE.get(ekey), cache, key)
+
+
+def _write_dir(d: str, ekey: bytes, files) -> None:
+    for name, data, exe in files:
+        _integration.write_atomic(d, name, data, 0o700 if exe else 0o600)
+    _write_record(d, ekey, [n for n, _, _ in files])
+
+
 def _materialise(cache, key: str, ekey: bytes, files) -> None:
-    parent = _new_staging(cache)
+    parent = _new_staging(cache._get_staging_root())
     try:
         d = os.path.join(parent, key)
         os.mkdir(d, 0o700)
-        for name, data, exe in files:
-            _integration.write_atomic(d, name, data, 0o700 if exe else 0o600)
-        _write_record(d, ekey, [n for n, _, _ in files])
+        _write_dir(d, ekey, files)
         _publish(d, _orig_get_cache_path(cache, key), ekey)
     finally:
         _integration.rmtree(parent)
+
+
+def _stage(cache, key: str, kernel, func, verbose, private: str):
+    """Has tilelang write the kernel's files its own way (every backend's
+    hooks, its manifest) into the directory ``private``; returns the
+    entry's (metadata, artifacts), or None when tilelang's own checks
+    refuse what it wrote (it logged why)."""
+    with _redirected(key, private):
+        _orig_save(cache, key, kernel, func, verbose)
+    if not (cache._is_complete_cache_dir(private) and cache._verify_cache_dir_integrity(private)):
+        return None
+    names, arts, exe = [], [], []
+    for entry in sorted(os.scandir(private), key=lambda e: e.name):
+        if not entry.is_file(follow_symlinks=False) or not _integration.safe_name(entry.name):
+            continue
+        with open(entry.path, "rb") as f:
+            arts.append((entry.name, f.read()))
+        names.append(entry.name)
+        if entry.stat(follow_symlinks=False).st_mode & 0o100:
+            exe.append(entry.name)
+    return ({"kind": "tilelang-kernel", "schema": _SCHEMA, "key": key, "backend": type(cache).__name__,
+             "tilelang": tilelang.__version__, "files": names, "executable": exe}, arts)
 
 
 # ------------------------------------------------------------ the hooks
@@ -270,6 +309,22 @@ def _get_cache_path(self, key: str) -> str:
     if r is not None and r[0] == key:
         return r[1]
     return _orig_get_cache_path(self, key)
+
+
+class _redirected:
+    """While active, tilelang's cache reads and writes the kernel ``key``
+    at ``path`` (on this thread)."""
+
+    def __init__(self, key: str, path: str) -> None:
+        self._to = (key, path)
+
+    def __enter__(self) -> None:
+        if _KC._get_cache_path is not _get_cache_path:
+            _KC._get_cache_path = _get_cache_path  # falls through to tilelang's unless redirected
+        _redirect.to = self._to
+
+    def __exit__(self, *exc) -> None:
+        _redirect.to = None
 
 
 def _load_kernel_from_disk(self, key, *args, **kwargs):
@@ -289,37 +344,21 @@ def _load_kernel_from_disk(self, key, *args, **kwargs):
     return _orig_load(self, key, *args, **kwargs)
 
 
-def _save_kernel_to_disk(self, key, kernel, *args, **kwargs):
+def _save_kernel_to_disk(self, key, kernel, func=None, verbose=False):
     st = _STORE.get_state()
     if st["disabled"]:
         return None
     parent = None
     try:
         ekey = _entry_key(self, key)
-        parent = _new_staging(self)
+        parent = _new_staging(self._get_staging_root())
         private = os.path.join(parent, key)
-        # tilelang writes the kernel's files its own way (every backend's
-        # hooks, its manifest) into a private directory; progcache stores
-        # them as one entry, then publishes the directory where tilelang loads.
-        _redirect.to = (key, private)
-        try:
-            _orig_save(self, key, kernel, *args, **kwargs)
-        finally:
-            _redirect.to = None
-        if not (self._is_complete_cache_dir(private) and self._verify_cache_dir_integrity(private)):
-            return None  # tilelang logged why; nothing is stored
-        names, arts, exe = [], [], []
-        for entry in sorted(os.scandir(private), key=lambda e: e.name):
-            if not entry.is_file(follow_symlinks=False) or not _integration.safe_name(entry.name):
-                continue
-            with open(entry.path, "rb") as f:
-                arts.append((entry.name, f.read()))
-            names.append(entry.name)
-            if entry.stat(follow_symlinks=False).st_mode & 0o100:
-                exe.append(entry.name)
-        _STORE.put(ekey, {"kind": "tilelang-kernel", "schema": _SCHEMA, "key": key, "backend": type(self).__name__,
-                          "tilelang": tilelang.__version__, "files": names, "executable": exe}, arts)
-        _write_record(private, ekey, names)
+        staged = _stage(self, key, kernel, func, verbose, private)
+        if staged is None:
+            return None
+        # One entry in the store, then the directory where tilelang loads.
+        _STORE.put(ekey, *staged)
+        _write_record(private, ekey, staged[0]["files"])
         _publish(private, _orig_get_cache_path(self, key), ekey)
     except Exception:  # the compile succeeded; a failed store costs only a later miss
         st["errors"] += 1
@@ -344,24 +383,36 @@ _enable_lock = threading.Lock()
 _saved_binary_key = None
 
 
+def _key_binary_cache() -> None:
+    """Keys tilelang's cache of nvcc outputs (CUDABinaryCache) with the
+    compilers' identity too, so a new toolkit never gets an older one's
+    cubin. Idempotent; the caller holds _enable_lock."""
+    global _saved_binary_key
+    if _saved_binary_key is not None:
+        return
+    try:
+        from tilelang.cache.cuda_binary_cache import CUDABinaryCache
+        original = next(vars(c)["_finalize_key"] for c in CUDABinaryCache.__mro__ if "_finalize_key" in vars(c))
+        if getattr(original, "__func__", original).__dict__.get("_progcache"):
+            return
+        _saved_binary_key = (CUDABinaryCache, vars(CUDABinaryCache).get("_finalize_key"))
+        CUDABinaryCache._finalize_key = _keyed_with_compilers(original)
+    except (ImportError, StopIteration, AttributeError):
+        _saved_binary_key = None
+
+
 def enable() -> None:
     """Makes tilelang's KernelCache (every backend's) keep its kernels in
     progcache. Idempotent; ``PROGCACHE_TILELANG=1`` calls it when tilelang is
     imported."""
-    global _enabled, _saved_binary_key
+    global _enabled
     with _enable_lock:
         if _enabled:
             return
         _KC._load_kernel_from_disk = _load_kernel_from_disk
         _KC._save_kernel_to_disk = _save_kernel_to_disk
         _KC._get_cache_path = _get_cache_path
-        try:
-            from tilelang.cache.cuda_binary_cache import CUDABinaryCache
-            original = next(vars(c)["_finalize_key"] for c in CUDABinaryCache.__mro__ if "_finalize_key" in vars(c))
-            _saved_binary_key = (CUDABinaryCache, vars(CUDABinaryCache).get("_finalize_key"))
-            CUDABinaryCache._finalize_key = _keyed_with_compilers(original)
-        except (ImportError, StopIteration, AttributeError):
-            _saved_binary_key = None
+        _key_binary_cache()
         _enabled = True
 
 
@@ -382,6 +433,100 @@ def disable() -> None:
                 cls._finalize_key = own
             _saved_binary_key = None
         _enabled = False
+
+
+# ------------------------------------------------------------ progcache.KernelCache
+
+_private_lock = threading.Lock()
+_private_root: List[str] = []
+
+
+def _private_dir() -> str:
+    """A directory of this process that only its user can write (mkdtemp
+    under $TMPDIR), removed at exit: where progcache.KernelCache lays out the
+    files tilelang loads a kernel from. Its entries' stores may be shared
+    with a group; this never is, so nobody can swap a file between the
+    store's checks and tilelang's load."""
+    with _private_lock:
+        if not _private_root:
+            import atexit
+            import tempfile
+
+            d = tempfile.mkdtemp(prefix="progcache-tilelang-")
+            atexit.register(_integration.rmtree, d)
+            _private_root.append(d)
+        return _private_root[0]
+
+
+def _cached_in(kc, func, out_idx, args, *, target, target_host, execution_backend, verbose, pass_configs,
+               compile_flags):
+    """progcache.KernelCache.cached for a tilelang PrimFunc: tilelang's own
+    contract (same key, same JITKernel), each kernel one entry of ``kc``'s
+    store, compiled once per key across the threads and processes of a
+    host."""
+    from tilelang import env
+    from tilelang.cache import _resolve_cache_dispatch
+    from tilelang.jit import JITKernel
+    from tilelang.transform.pass_config import normalize_pass_configs
+
+    with _enable_lock:
+        _key_binary_cache()  # what tilelang's JITKernel compiles goes through its cache of nvcc outputs
+    pass_configs = normalize_pass_configs(pass_configs)
+    cache, ctx, verbose = _resolve_cache_dispatch(target, target_host, execution_backend, verbose)
+    target, target_host, backend = ctx.target, ctx.target_host, ctx.execution_backend.name
+
+    def compile_kernel():
+        kc.builds += 1
+        return JITKernel(func, out_idx=out_idx, execution_backend=backend, target=target, target_host=target_host,
+                         verbose=verbose, pass_configs=pass_configs, compile_flags=compile_flags, backend_context=ctx)
+
+    if kc._disabled or not env.is_cache_enabled() or backend == "torch":
+        return compile_kernel()  # as tilelang does with its cache off (and always for its torch backend)
+    key = cache._generate_key(func=func, out_idx=out_idx, execution_backend=backend, args=args, target=target,
+                              target_host=target_host, pass_configs=pass_configs, compile_flags=compile_flags)
+    ekey = _entry_key(cache, key)
+    with kc._memory_lock:
+        kernel = kc._memory.get(ekey)
+    if kernel is not None:
+        return kernel
+    load_args = (ctx, out_idx, pass_configs, compile_flags, func, verbose)
+
+    def load():
+        try:
+            if not _loadable(kc._sharing, kc._signed):
+                return None
+            files = _files_of(kc._store.get_entry(ekey), cache, key)
+            if files is None:
+                return None
+            d = os.path.join(_private_dir(), uuid.uuid4().hex)
+            os.mkdir(d, 0o700)
+            _write_dir(d, ekey, files)
+            with _redirected(key, d):
+                return _orig_load(cache, key, *load_args)
+        except Exception:  # a damaged entry or a failing store is a miss
+            kc.errors += 1
+            return None
+
+    def build():
+        kernel = compile_kernel()
+        parent = None
+        try:
+            parent = _new_staging(_private_dir())
+            staged = _stage(cache, key, kernel, func, verbose, os.path.join(parent, key))
+            if staged is not None:
+                kc._store.put_entry(ekey, json.dumps(staged[0], sort_keys=True), staged[1])
+        except Exception:  # the compile succeeded; a failed store costs only a later miss
+            kc.errors += 1
+        finally:
+            if parent is not None:
+                _integration.rmtree(parent)
+        return kernel
+
+    kernel = load()
+    if kernel is None:
+        kernel = kc._single_flight(ekey.hex(), load, build, reload=False)  # waiters share the leader's kernel
+    with kc._memory_lock:
+        return kc._memory.setdefault(ekey, kernel)
 
 
 if _integration.env_flag("PROGCACHE_TILELANG"):

@@ -277,3 +277,36 @@ def test_kernel_caches_sign_with_the_hmac_key_and_share_by_group(tmp_path, monke
     KernelCache(shared, sharing="group").cached(build, 2)
     monkeypatch.setenv("PROGCACHE_SHARING", "group")
     assert CubinCache(shared / "pyptx").get(key) is None and KernelCache(shared).cached(build, 2).from_cache
+
+
+def test_kernel_cache_cached_takes_tilelangs_arguments_with_a_builder(tmp_path):
+    """cached(func, out_idx, *args, target=, target_host=, execution_backend=,
+    verbose=, pass_configs=, compile_flags=): with a builder, out_idx is its
+    first argument and the tilelang keywords given reach it and the key."""
+    kc = KernelCache(tmp_path / "kc")
+    seen = []
+
+    def build(out_idx, n, **kw):
+        seen.append((out_idx, n, kw))
+        return {progcache.KERNEL_CUBIN_PATH: bytes([n])}
+
+    r = kc.cached(build, [2], 5, target="sm_90", pass_configs={"tl.disable_tma_lower": True}, compile_flags=["-O3"])
+    assert seen == [([2], 5, {"pass_configs": {"tl.disable_tma_lower": True}, "compile_flags": ["-O3"]})]
+    assert r.artifacts == {"kernel.cubin": b"\x05"}
+    assert kc.cached(build, [2], 5, target="sm_90", pass_configs={"tl.disable_tma_lower": True},
+                     compile_flags=["-O3"]).from_cache
+    assert not kc.cached(build, [2], 5, target="sm_90", compile_flags=["-O2"]).from_cache  # keyed
+    assert not kc.cached(build, [1], 5, target="sm_90").from_cache
+    # A keyword left at tilelang's default is not passed on: the key is the one
+    # of a call without it.
+    assert kc.cached(build, [1], 5, target="sm_90", verbose=False, execution_backend="auto").from_cache
+    with pytest.raises(TypeError, match="needs the function"):
+        kc.cached()
+    assert KernelCache.execution_backend == "tvm_ffi"
+
+
+def test_tilelangs_file_names_are_exported():
+    assert (progcache.DEVICE_KERNEL_PATH, progcache.HOST_KERNEL_PATH, progcache.EXECUTABLE_PATH,
+            progcache.KERNEL_LIB_PATH, progcache.KERNEL_CUBIN_PATH, progcache.KERNEL_PY_PATH) == (
+        "device_kernel.cu", "host_kernel.cu", "executable.so", "kernel_lib.so", "kernel.cubin", "kernel.py")
+    assert progcache.PARAMS_PATH == "params.json"  # tilelang 0.1.15's; never a pickle

@@ -254,3 +254,120 @@ def test_a_kernel_loaded_from_the_cache_runs_on_the_gpu(tmp_path):
     served = env.run([k("vector_add"), k("matmul")], launch=True)
     assert served["codegen"] == 0
     assert served["launched"] == {"vector_add": True, "matmul": True}
+
+
+# ---------------------------------------------------------------- progcache.KernelCache, tilelang's signature
+
+def own_run(env, caches, steps, **spec):
+    """Runs steps through progcache.KernelCache in a fresh process (tilelang's
+    own cache and progcache.tilelang off); returns each step's counts."""
+    spec["own"] = {"caches": caches, "steps": steps}
+    return env.run([], **spec)
+
+
+def store_files(d):
+    out = []
+    for dirpath, dirnames, files in os.walk(d):
+        dirnames[:] = [x for x in dirnames if x != "locks"]
+        out += [os.path.join(dirpath, f) for f in files if len(f) == 62]
+    return out
+
+
+def test_kernel_cache_cached_compiles_a_prim_func_once_and_serves_the_next_process(tmp_path):
+    env = Env(tmp_path, progcache=False)
+    own = str(tmp_path / "own")
+    first = own_run(env, [{"dir": own}], [["cached", 0, "vector_add", {}], ["cached", 0, "vector_add", {}]])
+    a, again = first["steps"]
+    assert a["type"] == "JITKernel" and a["codegen"] == 1 and a["builds"] == 1 and a["errors"] == 0
+    assert again["codegen"] == 1 and again["same_object"]  # the instance's memory
+    assert len(store_files(own)) == 1  # one entry per kernel
+    # tilelang's own cache was not written: the kernel lives in progcache's store.
+    assert [d for d, _, _ in os.walk(env.tl_dir) if os.path.basename(os.path.dirname(d)) == "kernels"] == []
+    shutil.rmtree(env.tl_dir)
+    served = own_run(env, [{"dir": own}], [["cached", 0, "vector_add", {}]])["steps"][0]
+    assert served["codegen"] == 0 and served["builds"] == 0 and served["type"] == "JITKernel"
+    # The kernel served is the one tilelang compiles for the same arguments.
+    plain = Env(tmp_path, "plain", progcache=False).run([k("vector_add")])
+    assert served["source"] == a["source"] == plain["kernels"][0]["source"]
+    other = own_run(env, [{"dir": own}], [["cached", 0, "vector_add", {"N": 8192}]])["steps"][0]
+    assert other["codegen"] == 1  # another kernel is compiled
+
+
+def test_kernel_cache_instances_are_separate_caches_not_a_singleton(tmp_path):
+    env = Env(tmp_path, progcache=False)
+    caches = [{"dir": str(tmp_path / "one")}, {"dir": str(tmp_path / "two")}]
+    steps = own_run(env, caches, [["cached", 0, "scale", {}], ["cached", 1, "scale", {}], ["clear", 0],
+                                  ["cached", 0, "scale", {}], ["cached", 1, "scale", {}]])["steps"]
+    assert [s["codegen"] for s in steps] == [1, 2, 2, 3, 3]
+    assert steps[2]["entries"] == 0 and steps[4]["same_object"]  # clear_cache() empties its own cache only
+
+
+def test_kernel_cache_threads_and_processes_compile_a_new_kernel_once(tmp_path):
+    env = Env(tmp_path, progcache=False)
+    own = str(tmp_path / "own")
+    t = own_run(env, [{"dir": own}], [["threads", 0, "vector_add", 4]])["steps"][0]
+    assert t["codegen"] == 1 and t["results"] == 4 and t["distinct"] == 1
+    own2 = str(tmp_path / "own2")
+    spec = {"kernels": [], "own": {"caches": [{"dir": own2}], "steps": [["cached", 0, "vector_add", {}]]}}
+    procs = [subprocess.Popen([sys.executable, CHILD, json.dumps(spec)], env=env.env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in outs]
+    results = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+    assert sum(r["codegen"] for r in results) == 1
+    assert len({r["steps"][0]["source"] for r in results}) == 1
+
+
+def test_kernel_cache_cap_holds_in_bytes_on_disk(tmp_path):
+    env = Env(tmp_path, progcache=False)
+    own = str(tmp_path / "own")
+    cap = 100_000  # an entry is 40-50 KB compressed: room for two of the three
+    own_run(env, [{"dir": own, "max_size_bytes": cap}],
+            [["cached", 0, "vector_add", {}], ["cached", 0, "scale", {}], ["cached", 0, "vector_add", {"N": 8192}]])
+    sizes = [os.path.getsize(f) for f in store_files(own)]
+    assert 0 < len(sizes) < 3 and sum(sizes) <= cap
+
+
+def test_kernel_cache_damaged_entry_is_a_miss_and_a_recompile(tmp_path):
+    env = Env(tmp_path, progcache=False)
+    own = str(tmp_path / "own")
+    own_run(env, [{"dir": own}], [["cached", 0, "vector_add", {}]])
+    (entry,) = store_files(own)
+    with open(entry, "r+b") as f:
+        f.truncate(os.path.getsize(entry) // 2)
+    s = own_run(env, [{"dir": own}], [["cached", 0, "vector_add", {}]])["steps"][0]
+    assert s["codegen"] == 1 and s["type"] == "JITKernel"
+
+
+def test_kernel_cache_loads_nothing_unsigned_from_a_group_shared_store(tmp_path):
+    key = tmp_path / "hmac.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    own = str(tmp_path / "shared")
+    # An unsigned writer plants an entry in a store the group shares.
+    own_run(Env(tmp_path, "w", progcache=False), [{"dir": own, "sharing": "group"}], [["cached", 0, "vector_add", {}]])
+    unsigned = own_run(Env(tmp_path, "u", progcache=False), [{"dir": own, "sharing": "group"}],
+                       [["cached", 0, "vector_add", {}]])
+    assert unsigned["steps"][0]["codegen"] == 1
+    assert "not loaded from it" in unsigned["stderr"] and "PROGCACHE_HMAC_KEY_FILE" in unsigned["stderr"]
+    signed = Env(tmp_path, "s", progcache=False, PROGCACHE_HMAC_KEY_FILE=str(key))
+    cfg = [{"dir": own, "sharing": "group"}]
+    assert own_run(signed, cfg, [["cached", 0, "vector_add", {}]])["steps"][0]["codegen"] == 1  # refused, stored signed
+    assert own_run(signed, cfg, [["cached", 0, "vector_add", {}]])["steps"][0]["codegen"] == 0  # signed: loaded
+
+
+def test_kernel_cache_file_names_are_tilelangs():
+    import progcache
+    from tilelang.autotuner import param
+
+    for name in ("DEVICE_KERNEL_PATH", "HOST_KERNEL_PATH", "EXECUTABLE_PATH", "KERNEL_LIB_PATH", "KERNEL_CUBIN_PATH",
+                 "KERNEL_PY_PATH", "PARAMS_PATH"):
+        assert getattr(progcache, name) == getattr(param, name), name
+    from tilelang.cache.kernel_cache import KernelCache as TLKernelCache
+    assert progcache.KernelCache.execution_backend == TLKernelCache.execution_backend
+    import inspect
+    ours = inspect.signature(progcache.KernelCache.cached).parameters
+    theirs = inspect.signature(TLKernelCache.cached).parameters
+    for name in ("func", "out_idx", "args", "target", "target_host", "execution_backend", "verbose", "pass_configs",
+                 "compile_flags"):
+        assert ours[name].kind == theirs[name].kind, name

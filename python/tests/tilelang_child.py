@@ -7,7 +7,12 @@ every file of the directory each kernel was loaded from.
 
 progcache is on when the environment says so (PROGCACHE_TILELANG=1): the
 child never imports progcache itself before tilelang's compile, so the
-variable alone is what is tested. With "launch": true, each kernel is also run
+variable alone is what is tested.
+
+With "own": {"caches": [{"dir": ..., "max_size_bytes": ..., "sharing": ...}],
+"steps": [["cached", i, name, params], ["clear", i], ["threads", i, name, n]]},
+kernels go through progcache's own KernelCache.cached (tilelang's signature)
+instead, and the counts are reported after each step. With "launch": true, each kernel is also run
 on the GPU against torch (skipped, and said so, without one).
 """
 
@@ -49,6 +54,44 @@ _nvcc.compile_cuda = _compile_cuda
 mod_spec = importlib.util.spec_from_file_location("tilelang_kernels_under_test", module)
 kernels = importlib.util.module_from_spec(mod_spec)
 mod_spec.loader.exec_module(kernels)
+
+if "own" in spec:
+    import threading
+
+    import progcache
+
+    caches = [progcache.KernelCache(c["dir"], **{k: v for k, v in c.items() if k != "dir"})
+              for c in spec["own"]["caches"]]
+    steps, seen = [], {}
+
+    def _cached(cache, name, params):
+        out_idx = [1] if name == "scale" else [2]
+        return cache.cached(kernels.prim_func(name, params), out_idx, target=kernels.TARGET,
+                            execution_backend=spec.get("backend", "tvm_ffi"))
+
+    for step in spec["own"]["steps"]:
+        cache = caches[step[1]]
+        rec = {"step": step[0]}
+        if step[0] == "cached":
+            kern = _cached(cache, step[2], step[3])
+            rec.update(type=type(kern).__name__, same_object=seen.get((step[1], step[2])) is kern,
+                       source=hashlib.sha256(kern.get_kernel_source().encode()).hexdigest())
+            seen[(step[1], step[2])] = kern
+        elif step[0] == "threads":
+            got = []
+            threads = [threading.Thread(target=lambda: got.append(_cached(cache, step[2], {})))
+                       for _ in range(step[3])]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            rec.update(results=len(got), distinct=len({id(x) for x in got}))
+        elif step[0] == "clear":
+            cache.clear_cache()
+        rec.update(codegen=counts["codegen"], builds=cache.builds, errors=cache.errors, entries=len(cache))
+        steps.append(rec)
+    print(json.dumps({"codegen": counts["codegen"], "nvcc": counts["nvcc"], "steps": steps}))
+    sys.exit(0)
 
 out = []
 launched = None
