@@ -1,7 +1,9 @@
-// Remote tier: a hit from Redis over loopback next to a hit from the local
-// disk store, at 4 KiB, 64 KiB and 1 MiB; and 8 processes reading from one
-// Redis at once. Needs PROGCACHE_BENCH_REDIS=redis://127.0.0.1:PORT
-// (scripts/bench.sh starts a server).
+// Remote tier: a hit from each server over loopback next to a hit from the
+// local disk store, at 4 KiB, 64 KiB and 1 MiB; and 8 processes reading from
+// one server at once. Each server comes from a variable:
+// PROGCACHE_BENCH_REDIS=redis://127.0.0.1:PORT and
+// PROGCACHE_BENCH_HTTP=http://127.0.0.1:PORT/PREFIX (nginx's WebDAV);
+// scripts/bench.sh starts both. A benchmark whose server is unset is skipped.
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,8 +19,8 @@ namespace pc = progcache;
 
 namespace {
 
-std::string redis_url() {
-  const char* u = std::getenv("PROGCACHE_BENCH_REDIS");
+std::string url_of(const char* variable) {
+  const char* u = std::getenv(variable);
   return u != nullptr ? u : "";
 }
 
@@ -26,12 +28,13 @@ pc::Key key_n(int n) {
   return pc::KeyBuilder("remote-bench").add_int("n", n).finish();
 }
 
-void BM_RemoteHit(benchmark::State& state) {
-  if (redis_url().empty()) {
-    state.SkipWithError("set PROGCACHE_BENCH_REDIS");
+void BM_RemoteHit(benchmark::State& state, const char* variable) {
+  const std::string url = url_of(variable);
+  if (url.empty()) {
+    state.SkipWithError((std::string("set ") + variable).c_str());
     return;
   }
-  auto store = std::move(*pc::make_remote_store({.urls = {redis_url() + "?timeout=2000"}}));
+  auto store = std::move(*pc::make_remote_store({.urls = {url + "?timeout=2000"}}));
   const auto size = static_cast<std::size_t>(state.range(0));
   for (int i = 0; i < 16; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(size, 'r'))).ignore();
   int i = 0;
@@ -41,7 +44,16 @@ void BM_RemoteHit(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
 }
-BENCHMARK(BM_RemoteHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RemoteHit, redis, "PROGCACHE_BENCH_REDIS")
+    ->Arg(4 << 10)
+    ->Arg(64 << 10)
+    ->Arg(1 << 20)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RemoteHit, http, "PROGCACHE_BENCH_HTTP")
+    ->Arg(4 << 10)
+    ->Arg(64 << 10)
+    ->Arg(1 << 20)
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_DiskHit(benchmark::State& state) {
   const std::string dir = "/tmp/progcache-remote-bench-disk-" + std::to_string(::getpid());
@@ -61,13 +73,14 @@ BENCHMARK(BM_DiskHit)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20)->Unit(benchmark
 
 // 8 processes, each doing 2 000 hits of 64 KiB entries; one iteration is the
 // whole run, so items_per_second is the aggregate hit rate.
-void BM_EightProcessesSharingOneRedis(benchmark::State& state) {
-  if (redis_url().empty()) {
-    state.SkipWithError("set PROGCACHE_BENCH_REDIS");
+void BM_EightProcessesSharingOneServer(benchmark::State& state, const char* variable) {
+  const std::string url = url_of(variable);
+  if (url.empty()) {
+    state.SkipWithError((std::string("set ") + variable).c_str());
     return;
   }
   {
-    auto store = std::move(*pc::make_remote_store({.urls = {redis_url()}}));
+    auto store = std::move(*pc::make_remote_store({.urls = {url}}));
     for (int i = 0; i < 64; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(64 << 10, 's'))).ignore();
   }
   constexpr int k_procs = 8, k_gets = 2000;
@@ -76,7 +89,7 @@ void BM_EightProcessesSharingOneRedis(benchmark::State& state) {
     for (int p = 0; p < k_procs; ++p) {
       const pid_t pid = ::fork();
       if (pid == 0) {
-        auto store = std::move(*pc::make_remote_store({.urls = {redis_url() + "?timeout=5000"}}));
+        auto store = std::move(*pc::make_remote_store({.urls = {url + "?timeout=5000"}}));
         int bad = 0;
         for (int i = 0; i < k_gets; ++i) {
           auto g = store->get(key_n((i * 7 + p) & 63));
@@ -94,7 +107,14 @@ void BM_EightProcessesSharingOneRedis(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * k_procs * k_gets);
 }
-BENCHMARK(BM_EightProcessesSharingOneRedis)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK_CAPTURE(BM_EightProcessesSharingOneServer, redis, "PROGCACHE_BENCH_REDIS")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_EightProcessesSharingOneServer, http, "PROGCACHE_BENCH_HTTP")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3)
+    ->UseRealTime();
 
 }  // namespace
 

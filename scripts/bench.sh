@@ -58,12 +58,14 @@ cc_cmd="ccache nvcc -c -arch=sm_90 -std=c++17 cub_scan.cu -o k.o"
   tee "$out/cli_cub.txt"
 rm -rf "$work"
 
-echo "== remote tier: Redis over loopback vs local disk"
+echo "== remote tier: Redis and an HTTP cache (nginx WebDAV) over loopback vs local disk"
 port=6398
 redis-server --port "$port" --bind 127.0.0.1 --save '' --daemonize yes --pidfile "$outabs/redis.pid" >/dev/null
 sleep 0.5
-PROGCACHE_BENCH_REDIS="redis://127.0.0.1:$port" "$build/bench/remote_bench" --benchmark_repetitions=5 \
-  --benchmark_report_aggregates_only=true | tee "$out/remote.txt"
+nginx_pid=$(bash scripts/http_cache_server.sh "$outabs/http-cache" 8398)
+PROGCACHE_BENCH_REDIS="redis://127.0.0.1:$port" PROGCACHE_BENCH_HTTP="http://127.0.0.1:8398/progcache" \
+  "$build/bench/remote_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true | tee "$out/remote.txt"
+kill "$nginx_pid"
 
 echo "== compression: zstd levels on the example kernels' cubins (disk, memory, Redis over loopback)"
 # The corpus: every program the main job compiles, as the cache holds it.

@@ -14,6 +14,9 @@
 #ifdef PROGCACHE_WITH_REDIS
 #include "testing/redis_server.h"
 #endif
+#ifdef PROGCACHE_WITH_HTTP
+#include "testing/nginx_server.h"
+#endif
 
 namespace progcache {
 namespace {
@@ -532,6 +535,41 @@ TEST_F(CliTest, RemotePasswordFromAFileAndWarningsForCommandLinesAndRefusals) {
     EXPECT_EQ(refused.code, 1) << refused.err;  // a miss: the remote could not be asked
     EXPECT_NE(refused.err.find("authentication failed"), std::string::npos) << refused.err;
     EXPECT_EQ(refused.err.find("wrong-one"), std::string::npos) << refused.err;
+  }
+}
+#endif
+
+#ifdef PROGCACHE_WITH_HTTP
+TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughAnHttpCacheServer) {
+  if (testing::NginxServer::binary().empty()) GTEST_SKIP() << "nginx not installed (Debian: nginx-light)";
+  testing::NginxServer server;
+  ASSERT_TRUE(server.running()) << server.log();
+  const std::string url = "http://ci@127.0.0.1:" + std::to_string(server.port()) + "/auth/progcache";
+  const std::string pw_file = file("http-password", testing::NginxServer::basic_password() + "\n");
+  const std::vector<std::string> env = {"PROGCACHE_REMOTE=" + url, "PROGCACHE_REMOTE_PASSWORD_FILE=" + pw_file};
+  auto put = run({"put", "shared-key", file("v", "from machine one")}, env);
+  ASSERT_EQ(put.code, 0) << put.err;
+  auto get = run({"--dir", m_tmp.sub("machine2"), "get", "shared-key", "-o", m_tmp.sub("o")}, env);
+  ASSERT_EQ(get.code, 0) << get.err;
+  EXPECT_EQ(testing::read_all(m_tmp.sub("o")), "from machine one");
+  auto stats = run({"stats", "--json"}, env);
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  auto js = nlohmann::json::parse(stats.out);
+  EXPECT_EQ(js["remote"][0]["reachable"], true) << stats.out;
+  EXPECT_TRUE(js["remote"][0]["entries"].is_null());
+  auto text = run({"stats"}, env);
+  EXPECT_NE(text.out.find("reachable (the server does not list its entries)"), std::string::npos) << text.out;
+  // Without the password: refused, and the local tiers go on.
+  auto refused =
+      run({"--dir", m_tmp.sub("machine3"), "get", "shared-key", "-o", m_tmp.sub("o3")}, {"PROGCACHE_REMOTE=" + url});
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.err.find("HTTP 401"), std::string::npos) << refused.err;
+  // A password in the URL is a usage error, never echoed.
+  auto bad = run({"stats"}, {"PROGCACHE_REMOTE=http://ci:pw-in-http-url@127.0.0.1:1/x"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err.find("pw-in-http-url"), std::string::npos) << bad.err;
+  for (const auto& t : {put.err, get.err, stats.out, text.out, refused.err}) {
+    EXPECT_EQ(t.find(testing::NginxServer::basic_password()), std::string::npos) << t;
   }
 }
 #endif

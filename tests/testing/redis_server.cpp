@@ -12,25 +12,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "testing/test_util.h"
+
 namespace progcache::testing {
-
-namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
-}  // namespace
 
 std::string RedisServer::binary() {
   for (const char* p : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"}) {
@@ -44,7 +28,7 @@ RedisServer::RedisServer(std::vector<std::string> extra) : m_extra(std::move(ext
   char tmpl[] = "/tmp/progcache-redis-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return;
   m_dir = tmpl;
-  m_port = free_port();
+  m_port = free_loopback_port();
   start();
 }
 

@@ -37,6 +37,10 @@ Entry make_entry(std::string_view payload);
 
 std::string read_all(const std::string& path);
 
+// A free TCP port on 127.0.0.1 (bound, read back, released), for the test
+// servers (redis-server, nginx) a test starts.
+int free_loopback_port();
+
 // What a file store rooted at `root` holds on disk, counted from the files
 // themselves (entry files only: no temps, no control files): the truth the
 // store's accounting and caps are checked against.

@@ -108,7 +108,16 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
     json j{{"url", pc::check_remote_url(url)->shown}};
     auto n = r->count();
     auto b = n.ok() ? r->size_bytes() : pc::Result<std::uint64_t>(n.status());
-    if (n.ok() && b.ok()) {
+    if (!n.ok() && n.status().code() == pc::Code::failed_precondition) {
+      // A server that cannot list its entries (an HTTP cache): reachable is
+      // what one lookup of a key nobody stores says.
+      auto probe = r->get(*pc::Key::from_hex(std::string(64, '0')));
+      j["reachable"] = probe.ok();
+      j["entries"] = nullptr;
+      j["bytes_stored"] = nullptr;
+      j[probe.ok() ? "note" : "error"] =
+          probe.ok() ? "the server does not list its entries" : probe.status().to_string();
+    } else if (n.ok() && b.ok()) {
       j["reachable"] = true;
       j["entries"] = *n;
       j["bytes_stored"] = *b;
@@ -150,7 +159,10 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     print_stats_text(stores[i].store->host_stats(), cfg);
   }
   for (const auto& r : *remote) {
-    if (r["reachable"]) {
+    if (r["reachable"] && r["entries"].is_null()) {
+      std::printf("remote %s: reachable (%s)\n", r["url"].get<std::string>().c_str(),
+                  r["note"].get<std::string>().c_str());
+    } else if (r["reachable"]) {
       std::printf("remote %s: %llu entries, %s\n", r["url"].get<std::string>().c_str(),
                   static_cast<unsigned long long>(r["entries"].get<std::uint64_t>()),
                   pc::format_size(r["bytes_stored"].get<std::uint64_t>()).c_str());

@@ -7,6 +7,9 @@
 #ifdef PROGCACHE_WITH_REDIS
 #include "progcache/redis_backend.h"
 #endif
+#ifdef PROGCACHE_WITH_HTTP
+#include "progcache/http_backend.h"
+#endif
 
 namespace progcache {
 
@@ -35,10 +38,26 @@ Result<std::unique_ptr<RemoteBackend>> make_redis(std::string_view url, const Re
 }
 #endif
 
+#ifdef PROGCACHE_WITH_HTTP
+Result<RemoteUrlInfo> check_http(std::string_view url) {
+  PROGCACHE_ASSIGN_OR_RETURN(HttpUrl u, parse_http_url(url));
+  return RemoteUrlInfo{u.shown(), false};  // an HTTP URL never carries a password
+}
+
+Result<std::unique_ptr<RemoteBackend>> make_http(std::string_view url, const RemoteStoreOptions& o) {
+  PROGCACHE_ASSIGN_OR_RETURN(HttpUrl u, parse_http_url(url));
+  return make_http_backend(
+      std::move(u),
+      {.secret = o.password, .max_idle_connections = o.max_idle_connections, .max_body_bytes = o.max_value_bytes});
+}
+#endif
+
 constexpr Scheme k_schemes[] = {
 #ifdef PROGCACHE_WITH_REDIS
-    {"redis", check_redis, make_redis},
-    {"redis+unix", check_redis, make_redis},
+    {"redis", check_redis, make_redis}, {"redis+unix", check_redis, make_redis},
+#endif
+#ifdef PROGCACHE_WITH_HTTP
+    {"http", check_http, make_http},    {"https", check_http, make_http},
 #endif
     {nullptr, nullptr, nullptr},
 };
@@ -60,6 +79,10 @@ Result<const Scheme*> find_scheme(std::string_view url) {
   if (scheme == "redis" || scheme == "redis+unix") {
     return unavailable("remote URL scheme '" + std::string(scheme) +
                        "://' needs the Redis tier, and this progcache was built without it (hiredis)");
+  }
+  if (scheme == "http" || scheme == "https") {
+    return unavailable("remote URL scheme '" + std::string(scheme) +
+                       "://' needs the HTTP tier, and this progcache was built without it (libcurl)");
   }
   // Never echo the URL: it may hold a password. The scheme is shown only
   // when it is one ("user:secret://..." is not).
