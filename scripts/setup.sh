@@ -7,7 +7,8 @@ packages=(
   cmake ninja-build g++ pkg-config
   libssl-dev libxxhash-dev libzstd-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhiredis-dev redis-server libcurl4-openssl-dev nginx-light python3
+  libhiredis-dev redis-server libcurl4-openssl-dev nginx-light
+  python3 python3-dev python3-venv
 )
 
 missing=()

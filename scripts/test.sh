@@ -23,17 +23,22 @@ build_dir="${PROGCACHE_BUILD_DIR:-build}"
 (cd scripts && python3 main_job.py --progcache "../$build_dir/progcache" >/dev/null) ||
   { echo "test.sh: the main job failed" >&2; exit 1; }
 python3 scripts/main_job.py --progcache "$build_dir/progcache" | tail -n 6
-# The Python module, installed the way users install it, and its pytest suite.
+# The Python module, installed the way users install it, and its pytest suite,
+# in a virtual environment of the checkout (.venv): a system Python may be
+# externally managed (PEP 668), and a test run must not change it.
 # cuda-core (with its CUDA 13 bindings) is installed so the suite checks that
 # cuda.core accepts progcache's caches; its GPU-only parts skip themselves.
 # Triton (PyPI, about 1 GB installed) is installed for progcache.triton's
 # tests, which compile for sm_90 with the ptxas in its wheel: measured, the
 # install adds about 10 s and the tests about 50 s (docs/triton.md).
-python3 -m pip install -q --disable-pip-version-check pytest "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4"
+venv=.venv
+[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+py="$PWD/$venv/bin/python"
+"$py" -m pip install -q --disable-pip-version-check pytest "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4"
 # `pip install .` must not write into the source tree (a read-only checkout
 # must install): compare the tree, ignored files included, before and after.
 tree_before=$(git status --porcelain --ignored 2>/dev/null || true)
-python3 -m pip install -q --disable-pip-version-check ./
+"$py" -m pip install -q --disable-pip-version-check ./
 tree_after=$(git status --porcelain --ignored 2>/dev/null || true)
 if [[ "$tree_before" != "$tree_after" ]]; then
   echo "test.sh: 'pip install .' wrote into the source tree:" >&2
@@ -42,7 +47,7 @@ if [[ "$tree_before" != "$tree_after" ]]; then
 fi
 # The CLI the suite compares keys with (one program, one key through every route).
 case "$build_dir" in /*) cli="$build_dir/progcache" ;; *) cli="$PWD/$build_dir/progcache" ;; esac
-PROGCACHE_CLI="$cli" python3 -m pytest -q python/tests
+PROGCACHE_CLI="$cli" "$py" -m pytest -q python/tests
 if [[ "${PROGCACHE_QUICK:-0}" != "1" ]]; then
   # progcache.tilelang and KernelCache against the real tilelang, in their
   # own virtual environment (tilelang brings torch and TVM, about 5.7 GB):

@@ -360,10 +360,11 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
        {"PROGCACHE_DIR", "PROGCACHE_MAX_SIZE", "PROGCACHE_MAX_ENTRIES", "PROGCACHE_DISABLE", "PROGCACHE_DURABILITY",
         "PROGCACHE_SHARING", "PROGCACHE_REMOTE", "PROGCACHE_REMOTE_PASSWORD_FILE", "PROGCACHE_REMOTE_PASSWORD",
         "PROGCACHE_READONLY", "PROGCACHE_HMAC_KEY_FILE", "PROGCACHE_NVRTC", "PROGCACHE_NVJITLINK", "PROGCACHE_LIBNVVM",
-        "PROGCACHE_LIBCUDA", "PROGCACHE_COMPRESSION", "PROGCACHE_REMOTE_COMPRESSION"}) {
+        "PROGCACHE_LIBCUDA", "PROGCACHE_COMPRESSION", "PROGCACHE_REMOTE_COMPRESSION", "PROGCACHE_SIGNING_KEY_FILE",
+        "PROGCACHE_TRUSTED_KEYS_FILE"}) {
     EXPECT_EQ(rows.count(name), 1u) << name << " is not listed";
   }
-  EXPECT_EQ(rows.size(), 17u);
+  EXPECT_EQ(rows.size(), 19u);
   // Compression: off on disk, zstd level 1 on the wire, unless set.
   EXPECT_EQ(rows["PROGCACHE_COMPRESSION"], std::make_pair(std::string("off"), std::string("default")));
   EXPECT_EQ(rows["PROGCACHE_REMOTE_COMPRESSION"], std::make_pair(std::string("zstd level 1"), std::string("default")));
@@ -540,6 +541,51 @@ TEST_F(CliTest, RemotePasswordFromAFileAndWarningsForCommandLinesAndRefusals) {
 #endif
 
 #ifdef PROGCACHE_WITH_HTTP
+TEST_F(CliTest, CiSignsWithEd25519AndALaptopReadsWithThePublicKeyAndNeverWrites) {
+  if (testing::NginxServer::binary().empty()) GTEST_SKIP() << "nginx not installed (Debian: nginx-light)";
+  testing::NginxServer server;
+  ASSERT_TRUE(server.running()) << server.log();
+  const auto ci_key = testing::make_ed25519_key();
+  const std::string priv = file("ci.pem", ci_key.private_pem);
+  const std::string pub = file("ci.pub.pem", ci_key.public_pem);
+  const std::string remote = "PROGCACHE_REMOTE=" + server.url("cache/progcache");
+  auto put = run({"--dir", m_tmp.sub("ci"), "put", "kernel", file("v", "built by CI")},
+                 {remote, "PROGCACHE_SIGNING_KEY_FILE=" + priv});
+  ASSERT_EQ(put.code, 0) << put.err;
+  const std::vector<std::string> laptop = {remote, "PROGCACHE_TRUSTED_KEYS_FILE=" + pub};
+  auto get = run({"--dir", m_tmp.sub("laptop"), "get", "kernel", "-o", m_tmp.sub("o")}, laptop);
+  ASSERT_EQ(get.code, 0) << get.err;
+  EXPECT_EQ(testing::read_all(m_tmp.sub("o")), "built by CI");
+  // The laptop cannot sign, so it never writes the shared tier.
+  ASSERT_EQ(run({"--dir", m_tmp.sub("laptop"), "put", "mine", file("w", "laptop's")}, laptop).code, 0);
+  EXPECT_EQ(run({"--dir", m_tmp.sub("ci2"), "get", "mine", "-o", m_tmp.sub("o2")}, laptop).code, 1);
+  // An entry signed by another key is refused.
+  const auto rogue = testing::make_ed25519_key();
+  ASSERT_EQ(run({"--dir", m_tmp.sub("rogue"), "put", "kernel2", file("r", "rogue")},
+                {remote, "PROGCACHE_SIGNING_KEY_FILE=" + file("rogue.pem", rogue.private_pem)})
+                .code,
+            0);
+  EXPECT_EQ(run({"--dir", m_tmp.sub("laptop2"), "get", "kernel2", "-o", m_tmp.sub("o3")}, laptop).code, 1);
+  // On the server: CI's entry and the rogue's, nothing of the laptop's.
+  std::size_t on_server = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(server.file("cache", "progcache/ac"))) {
+    ++on_server;
+  }
+  EXPECT_EQ(on_server, 2u);
+  // config names the keys by fingerprint and shows no private key; a key
+  // file that is not a key, or HMAC beside Ed25519, is a usage error.
+  auto config = run({"config"}, {"PROGCACHE_SIGNING_KEY_FILE=" + priv});
+  ASSERT_EQ(config.code, 0) << config.err;
+  EXPECT_NE(config.out.find("Ed25519 key "), std::string::npos) << config.out;
+  EXPECT_EQ(config.out.find("PRIVATE KEY"), std::string::npos) << config.out;
+  auto bad = run({"stats"}, {"PROGCACHE_TRUSTED_KEYS_FILE=" + file("junk.pem", "not a key")});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("PROGCACHE_TRUSTED_KEYS_FILE"), std::string::npos) << bad.err;
+  auto mixed = run({"stats"}, {"PROGCACHE_SIGNING_KEY_FILE=" + priv,
+                               "PROGCACHE_HMAC_KEY_FILE=" + file("hmac.key", "0123456789abcdef0123")});
+  EXPECT_EQ(mixed.code, 2);
+}
+
 TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughAnHttpCacheServer) {
   if (testing::NginxServer::binary().empty()) GTEST_SKIP() << "nginx not installed (Debian: nginx-light)";
   testing::NginxServer server;

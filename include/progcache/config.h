@@ -12,6 +12,9 @@
 //   PROGCACHE_SHARING      private (default) | group: a group-writable root
 //                          (setgid 2770, entries 0660) shared by a team
 //   PROGCACHE_HMAC_KEY_FILE  file holding the signing key (never printed)
+//   PROGCACHE_SIGNING_KEY_FILE  Ed25519 private key (PEM) a writer signs with
+//   PROGCACHE_TRUSTED_KEYS_FILE  Ed25519 public keys (PEM) readers accept
+//                          (signing.h; not together with the HMAC key)
 //   PROGCACHE_REMOTE       comma-separated redis:// URLs (passwords never printed)
 //   PROGCACHE_REMOTE_PASSWORD_FILE  file holding the password for remote URLs
 //                          that carry none (never printed; preferred)
@@ -39,6 +42,7 @@
 
 #include "progcache/file_store.h"
 #include "progcache/remote_store.h"
+#include "progcache/signing.h"
 #include "progcache/status.h"
 
 namespace progcache {
@@ -57,6 +61,9 @@ struct Config {
   Durability durability = Durability::none;
   Sharing sharing = Sharing::private_only;
   std::string hmac_key;  // the key itself, loaded from the file
+  // Ed25519 keys (PROGCACHE_SIGNING_KEY_FILE, PROGCACHE_TRUSTED_KEYS_FILE),
+  // or null.
+  std::shared_ptr<const SigningKeys> signing_keys;
   // zstd levels entries are written at (0: off): the disk tier's, off by
   // default (a local hit would pay decompression), and the remote tier's,
   // on by default (docs/benchmarks.md, "Compression").
@@ -96,6 +103,13 @@ struct LibraryOverride {
 std::span<const LibraryOverride> library_overrides();
 // The variable for `library`, or "" when there is none.
 std::string_view library_override_variable(std::string_view library);
+
+// The Ed25519 keys a disk store's codec uses: all of them where this machine
+// signs, or where the root is shared with a group (only signed entries are
+// then read from it); none for a private root of a machine that only reads
+// signed entries (from the remote tier, verified there) and cannot sign its
+// own.
+std::shared_ptr<const SigningKeys> disk_signing_keys(std::shared_ptr<const SigningKeys> keys, Sharing sharing);
 
 // True for "1", "true", "yes", "on" (any case).
 bool truthy(std::string_view value);

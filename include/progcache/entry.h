@@ -6,7 +6,8 @@
 //   off  size  field
 //     0     8  magic "PCENTRY\x01"
 //     8     2  format version (1)
-//    10     2  flags (bit 0: an HMAC-SHA256 trailer follows the checksum)
+//    10     2  flags (bit 0: an HMAC-SHA256 trailer follows the checksum;
+//                bit 1: an Ed25519 trailer does; never both)
 //    12     4  artifact count N (at most k_max_artifacts)
 //    16     8  creation time, Unix nanoseconds (signed)
 //    24    32  the key, echoed: an entry found under another key is a miss
@@ -18,6 +19,9 @@
 //              first payload starts at a multiple of 64; see below)
 //     …    16  XXH3-128 (canonical, big-endian) of all bytes before it
 //     …    32  HMAC-SHA256 of all bytes before it (only with flag bit 0)
+//     …    32  Ed25519 public key of the signer (only with flag bit 1), then
+//     …    64  its Ed25519 signature of "progcache entry ed25519 v1\0" and
+//              SHA-256 of all bytes before the signature (signing.h)
 //
 // An artifact's encoding is 0 (stored as it is) or 1 (one zstd frame that
 // declares its decoded size; written only with EntryCodecOptions::
@@ -64,6 +68,7 @@
 
 #include "progcache/bytes.h"
 #include "progcache/key.h"
+#include "progcache/signing.h"
 #include "progcache/status.h"
 
 namespace progcache {
@@ -73,6 +78,7 @@ inline constexpr std::uint32_t k_max_artifacts = 1024;
 inline constexpr std::size_t k_entry_fixed_header = 64;
 inline constexpr std::size_t k_entry_checksum_size = 16;
 inline constexpr std::size_t k_entry_hmac_size = 32;
+inline constexpr std::size_t k_entry_ed25519_size = 96;  // public key and signature
 // Where an entry's first payload starts: a multiple of this many bytes.
 inline constexpr std::size_t k_entry_payload_alignment = 64;
 // The name `Entry::from_bytes` gives its single artifact.
@@ -87,6 +93,10 @@ struct EntryCodecOptions {
   // When non-empty, encode appends an HMAC-SHA256 under this key and decode
   // rejects entries without a valid one (permission_denied, "signature").
   std::string hmac_key;
+  // When set, encode signs with its private key (if it has one) and decode
+  // rejects entries not signed by one of its trusted public keys
+  // (permission_denied). Not together with hmac_key.
+  std::shared_ptr<const SigningKeys> keys;
   // zstd level (1 to 19) at which encode stores artifacts compressed; 0
   // stores them as they are. Decoding needs no setting: the encoding is in
   // the entry.
@@ -150,11 +160,15 @@ Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const Ent
 
 // Reads only the fixed header (no checksum): the echoed key and creation time,
 // for listing. data_loss when the buffer is not an entry header.
+enum class EntrySignature : std::uint8_t { none, hmac, ed25519 };
 struct EntryHeader {
   Key key;
   std::int64_t created_unix_ns = 0;
   std::uint32_t artifact_count = 0;
-  bool signed_entry = false;
+  EntrySignature signature = EntrySignature::none;
+  [[nodiscard]] bool signed_entry() const { return signature != EntrySignature::none; }
+  // Bytes after the checksummed body: the checksum and any signature.
+  [[nodiscard]] std::size_t trailer_size() const;
 };
 Result<EntryHeader> peek_entry_header(std::string_view data);
 

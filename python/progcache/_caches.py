@@ -252,7 +252,8 @@ class FileStreamProgramCache(_StoreCache):
             self._bind(_NullStore())
             return
         self._bind(_core.open_file_store(root, cap, cfg["max_entries"], durability == "fsync", cfg["hmac_key"],
-                                         sharing, compression=cfg["compression_level"]))
+                                         sharing, compression=cfg["compression_level"],
+                                         signing_keys=cfg["signing_keys"]))
 
 
 def _configured_cap(value: Any, cfg: dict) -> Optional[int]:
@@ -292,7 +293,8 @@ class RedisProgramCache(_StoreCache):
             return
         ro = cfg["read_only"] if read_only is None else bool(read_only)
         self._bind(_core.open_remote_store(urls, ro, cfg["hmac_key"], cfg["remote_password"],
-                                           compression=cfg["remote_compression_level"]))
+                                           compression=cfg["remote_compression_level"],
+                                           signing_keys=cfg["signing_keys"]))
 
 
 class TieredProgramCache(_StoreCache):
@@ -324,7 +326,8 @@ class TieredProgramCache(_StoreCache):
         self._bind(_core.open_tiered_store(memory, root, cap, urls, ro, cfg["hmac_key"], sharing, cfg["max_entries"],
                                            cfg["fsync"], cfg["remote_password"],
                                            compression=cfg["compression_level"],
-                                           remote_compression=cfg["remote_compression_level"]))
+                                           remote_compression=cfg["remote_compression_level"],
+                                           signing_keys=cfg["signing_keys"]))
 
 
 _CACHE_CLASSES = (InMemoryProgramCache, FileStreamProgramCache, RedisProgramCache, TieredProgramCache)

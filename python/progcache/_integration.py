@@ -16,6 +16,13 @@ from typing import Any, Dict, List, Optional
 from . import _core
 
 
+def signed(cfg: dict) -> bool:
+    """Whether entries are verified against a key: HMAC
+    (PROGCACHE_HMAC_KEY_FILE) or Ed25519 (PROGCACHE_SIGNING_KEY_FILE,
+    PROGCACHE_TRUSTED_KEYS_FILE)."""
+    return bool(cfg["hmac_key"]) or cfg.get("signing_keys") is not None
+
+
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -38,7 +45,7 @@ class StoreState:
         cfg = _core.resolve_config()
         st = {"cfg": cfg, "disabled": bool(cfg["disabled"]), "errors": 0, "store": None,
               "root": os.path.join(cfg["dir"], _core.COMPANION_STORES[self._companion]), "sharing": cfg["sharing"],
-              "signed": bool(cfg["hmac_key"]), "remote": bool(cfg["remote_urls"]) and self._remote}
+              "signed": signed(cfg), "remote": bool(cfg["remote_urls"]) and self._remote}
         if st["disabled"]:
             return st
         urls = list(cfg["remote_urls"]) if self._remote else []
@@ -46,7 +53,8 @@ class StoreState:
                                               cfg["read_only"], cfg["hmac_key"], cfg["sharing"], cfg["max_entries"],
                                               cfg["fsync"], cfg["remote_password"],
                                               compression=cfg["compression_level"],
-                                              remote_compression=cfg["remote_compression_level"])
+                                              remote_compression=cfg["remote_compression_level"],
+                                              signing_keys=cfg["signing_keys"])
         return st
 
     def get_state(self) -> dict:

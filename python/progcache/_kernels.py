@@ -129,7 +129,8 @@ class CubinCache:
         # Capped, signed and shared as the configuration says, like the
         # program caches.
         self._disk = (_core.open_file_store(self.cache_dir, cfg["max_size_bytes"], cfg["max_entries"], cfg["fsync"],
-                                            cfg["hmac_key"], sharing, compression=cfg["compression_level"])
+                                            cfg["hmac_key"], sharing, compression=cfg["compression_level"],
+                                            signing_keys=cfg["signing_keys"])
                       if enable_disk and not self._disabled else None)
 
     def __contains__(self, key: CacheKey) -> bool:
@@ -289,13 +290,13 @@ class KernelCache:
             cache_dir = os.path.join(cfg["dir"], _core.COMPANION_STORES["kernels"])
         self.cache_dir = os.fspath(cache_dir)
         self._sharing = _sharing(sharing, cfg)
-        self._signed = bool(cfg["hmac_key"])
+        self._signed = _integration.signed(cfg)
         # With PROGCACHE_DISABLE every call builds and nothing is stored.
         self._disabled = cfg["disabled"]
         self._store = None if self._disabled else _core.open_file_store(
             self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
             cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing,
-            compression=cfg["compression_level"])
+            compression=cfg["compression_level"], signing_keys=cfg["signing_keys"])
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._lock_timeout_s = lock_timeout_s
         self._flights = _core.Flights()

@@ -77,9 +77,9 @@ class _TilelangStore(_integration.StoreState):
 
     def _open(self) -> dict:
         cfg = _core.resolve_config()
-        self._remote = bool(cfg["hmac_key"])
+        self._remote = _integration.signed(cfg)
         st = super()._open()
-        st["remote_refused"] = bool(cfg["remote_urls"]) and not cfg["hmac_key"]
+        st["remote_refused"] = bool(cfg["remote_urls"]) and not _integration.signed(cfg)
         return st
 
 

@@ -369,10 +369,21 @@ pc::Sharing sharing_of(const std::string& sharing) {
   throw nb::value_error(("sharing must be 'private' or 'group', not '" + sharing + "'").c_str());
 }
 
+// Ed25519 keys from the configuration (resolve_config()["signing_keys"]),
+// handed back to the open functions as they are.
+struct KeysHandle {
+  std::shared_ptr<const pc::SigningKeys> keys;
+};
+
+std::shared_ptr<const pc::SigningKeys> keys_of(const KeysHandle* h) {
+  return h != nullptr ? h->keys : nullptr;
+}
+
 // max_size None is no cap, as in cuda.core's caches.
 std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optional<std::uint64_t> max_size,
                                              std::optional<std::uint64_t> max_entries, bool fsync,
-                                             const nb::bytes& hmac_key, const std::string& sharing, int compression) {
+                                             const nb::bytes& hmac_key, const std::string& sharing, int compression,
+                                             const KeysHandle* signing_keys) {
   pc::FileStoreOptions o;
   o.root = root;
   o.max_size_bytes = max_size;
@@ -380,6 +391,7 @@ std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optio
   o.max_entries = max_entries;
   o.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
   o.codec.hmac_key = std::string(view_of(hmac_key));
+  o.codec.keys = pc::disk_signing_keys(keys_of(signing_keys), o.sharing);
   o.codec.compression_level = compression;
   auto fs = unwrap(pc::FileStore::open(o));
   pc::FileStore* raw = fs.get();
@@ -387,12 +399,14 @@ std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optio
 }
 
 std::unique_ptr<pc::RemoteStore> open_remote(const std::vector<std::string>& urls, bool read_only,
-                                             const nb::bytes& hmac_key, const std::string& password, int compression) {
-  return unwrap(
-      pc::make_remote_store({.urls = urls,
-                             .password = password,
-                             .read_only = read_only,
-                             .codec = {.hmac_key = std::string(view_of(hmac_key)), .compression_level = compression}}));
+                                             const nb::bytes& hmac_key, const std::string& password, int compression,
+                                             const KeysHandle* signing_keys) {
+  return unwrap(pc::make_remote_store({.urls = urls,
+                                       .password = password,
+                                       .read_only = read_only,
+                                       .codec = {.hmac_key = std::string(view_of(hmac_key)),
+                                                 .keys = keys_of(signing_keys),
+                                                 .compression_level = compression}}));
 }
 
 pc::CodeType code_type_of(const std::string& s) {
@@ -563,9 +577,16 @@ NB_MODULE(_core, m) {
       .def("max_size_bytes", &StoreHandle::max_size_bytes)
       .def("close", &StoreHandle::close);
 
+  nb::class_<KeysHandle>(m, "SigningKeys")
+      .def_prop_ro("can_sign", [](const KeysHandle& h) { return h.keys->can_sign(); })
+      .def_prop_ro("trusted", [](const KeysHandle& h) {
+        std::vector<std::string> out;
+        for (const auto& k : h.keys->trusted()) out.push_back(pc::SigningKeys::fingerprint(k));
+        return out;
+      });
   m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
         nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = nb::bytes(""),
-        nb::arg("sharing") = "private", nb::arg("compression") = 0);
+        nb::arg("sharing") = "private", nb::arg("compression") = 0, nb::arg("signing_keys").none() = nb::none());
   m.attr("DEFAULT_MAX_SIZE") = pc::k_default_max_size;
   m.def("default_cache_root", []() { return pc::default_cache_root(); });
   // The library's configuration, resolved from the environment by the same
@@ -581,6 +602,7 @@ NB_MODULE(_core, m) {
     d["fsync"] = c.durability == pc::Durability::fsync;
     d["sharing"] = c.sharing == pc::Sharing::group ? "group" : "private";
     d["hmac_key"] = nb::bytes(c.hmac_key.data(), c.hmac_key.size());
+    d["signing_keys"] = c.signing_keys ? nb::cast(KeysHandle{c.signing_keys}) : nb::none();
     d["compression_level"] = c.compression_level;
     d["remote_compression_level"] = c.remote_compression_level;
     d["remote_urls"] = c.remote_urls;
@@ -610,21 +632,24 @@ NB_MODULE(_core, m) {
   m.def(
       "open_remote_store",
       [](const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& password,
-         int compression) {
-        return std::make_unique<StoreHandle>(open_remote(urls, read_only, hmac_key, password, compression));
+         int compression, const KeysHandle* signing_keys) {
+        return std::make_unique<StoreHandle>(
+            open_remote(urls, read_only, hmac_key, password, compression, signing_keys));
       },
       nb::arg("urls"), nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("password") = "",
-      nb::arg("compression") = 0);
+      nb::arg("compression") = 0, nb::arg("signing_keys").none() = nb::none());
   m.def(
       "open_tiered_store",
       [](std::optional<std::uint64_t> memory_bytes, const std::string& root, std::optional<std::uint64_t> max_size,
          const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& sharing,
          std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password, int compression,
-         int remote_compression) {
+         int remote_compression, const KeysHandle* signing_keys) {
         pc::TieredStoreOptions o;
         // The remote first: a URL this build cannot serve fails before the
         // cache directory is touched.
-        if (!urls.empty()) o.remote = open_remote(urls, read_only, hmac_key, password, remote_compression);
+        if (!urls.empty()) {
+          o.remote = open_remote(urls, read_only, hmac_key, password, remote_compression, signing_keys);
+        }
         if (!memory_bytes || *memory_bytes > 0)
           o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
         pc::FileStoreOptions fo;
@@ -634,6 +659,7 @@ NB_MODULE(_core, m) {
         fo.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
         fo.sharing = sharing_of(sharing);
         fo.codec.hmac_key = std::string(view_of(hmac_key));
+        fo.codec.keys = pc::disk_signing_keys(keys_of(signing_keys), fo.sharing);
         fo.codec.compression_level = compression;
         std::unique_ptr<pc::FileStore> fs = unwrap(pc::FileStore::open(fo));
         pc::FileStore* disk = fs.get();
@@ -643,7 +669,7 @@ NB_MODULE(_core, m) {
       nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
       nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("sharing") = "private",
       nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "",
-      nb::arg("compression") = 0, nb::arg("remote_compression") = 0);
+      nb::arg("compression") = 0, nb::arg("remote_compression") = 0, nb::arg("signing_keys").none() = nb::none());
 
   // The key of one program, through the same library function compile()
   // uses (pc::program_key): the compiler identity, the program name and the

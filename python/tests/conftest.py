@@ -13,6 +13,8 @@ def _private_cache_root(tmp_path, monkeypatch):
     monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "default-root"))
     monkeypatch.delenv("PROGCACHE_REMOTE", raising=False)
     monkeypatch.delenv("PROGCACHE_HMAC_KEY_FILE", raising=False)
+    monkeypatch.delenv("PROGCACHE_SIGNING_KEY_FILE", raising=False)
+    monkeypatch.delenv("PROGCACHE_TRUSTED_KEYS_FILE", raising=False)
 
 
 def have_nvrtc() -> bool:

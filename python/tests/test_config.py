@@ -204,3 +204,40 @@ def test_each_tier_compresses_as_its_own_setting_says(tmp_path, monkeypatch, red
         small, large = (disk_bytes(root), remote_bytes()) if disk_level == "3" else (remote_bytes(), disk_bytes(root))
         assert small * 3 < len(payload) < large, (disk_level, remote_level, small, large)
         assert progcache.TieredProgramCache(tmp_path / "reader")["k"] == payload
+
+
+def _ed25519_pair(directory, name):
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command to make Ed25519 keys with")
+    priv, pub = directory / f"{name}.pem", directory / f"{name}.pub.pem"
+    subprocess.run([openssl, "genpkey", "-algorithm", "ed25519", "-out", str(priv)], check=True, capture_output=True)
+    subprocess.run([openssl, "pkey", "-in", str(priv), "-pubout", "-out", str(pub)], check=True, capture_output=True)
+    return priv, pub
+
+
+def test_ed25519_entries_are_read_with_the_public_key_alone(tmp_path, monkeypatch):
+    """PROGCACHE_SIGNING_KEY_FILE signs (CI); PROGCACHE_TRUSTED_KEYS_FILE
+    verifies (everyone else), as in the CLI: Python's caches follow both."""
+    ci_priv, ci_pub = _ed25519_pair(tmp_path, "ci")
+    _, other_pub = _ed25519_pair(tmp_path, "other")
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("PROGCACHE_SIGNING_KEY_FILE", str(ci_priv))
+    cfg = progcache._core.resolve_config()
+    assert cfg["signing_keys"].can_sign and len(cfg["signing_keys"].trusted) == 1
+    FileStreamProgramCache(shared, sharing="group")[b"k" * 32] = b"\x7fELF signed by CI"
+    monkeypatch.delenv("PROGCACHE_SIGNING_KEY_FILE")
+    monkeypatch.setenv("PROGCACHE_TRUSTED_KEYS_FILE", str(ci_pub))
+    reader = FileStreamProgramCache(shared, sharing="group")
+    assert reader.get(b"k" * 32) == b"\x7fELF signed by CI"
+    reader[b"u" * 32] = b"written without the private key: unsigned"
+    assert reader.get(b"u" * 32) is None  # a group-shared root serves only signed entries
+    monkeypatch.setenv("PROGCACHE_TRUSTED_KEYS_FILE", str(other_pub))
+    assert FileStreamProgramCache(shared, sharing="group").get(b"k" * 32) is None  # signed by an untrusted key
+    # A reader's own private root keeps its own compiles, unsigned.
+    mine = FileStreamProgramCache(tmp_path / "mine")
+    mine[b"m" * 32] = b"local"
+    assert mine.get(b"m" * 32) == b"local"
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(tmp_path / "ci.pem"))
+    with pytest.raises(ValueError, match="both set"):
+        progcache._core.resolve_config()

@@ -210,6 +210,38 @@ Status apply_hmac_key_file(Config& c, const std::optional<std::string>& text, Se
   return {};
 }
 
+// Ed25519 keys: the files' paths are shown, with the public keys'
+// fingerprints; a private key never.
+Status apply_signing_key_file(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (!text) {
+    shown.value = "(unset)";
+    return {};
+  }
+  PROGCACHE_ASSIGN_OR_RETURN(std::string pem,
+                             read_secret(*text, "PROGCACHE_SIGNING_KEY_FILE: cannot read the key file"));
+  auto keys = SigningKeys::from_pem(pem, "");
+  if (!keys.ok()) return keys.status().with_context("PROGCACHE_SIGNING_KEY_FILE: '" + *text + "'");
+  c.signing_keys = std::move(*keys);
+  shown.value =
+      *text + " (Ed25519 key " + SigningKeys::fingerprint(c.signing_keys->public_key()) + ", loaded, not shown)";
+  return {};
+}
+
+Status apply_trusted_keys_file(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (!text) {
+    shown.value = c.signing_keys ? "(unset: only the signing key's own)" : "(unset)";
+    return {};
+  }
+  PROGCACHE_ASSIGN_OR_RETURN(std::string pem, read_secret(*text, "PROGCACHE_TRUSTED_KEYS_FILE: cannot read the file"));
+  auto keys = c.signing_keys ? c.signing_keys->trusting(pem) : SigningKeys::from_pem("", pem);
+  if (!keys.ok()) return keys.status().with_context("PROGCACHE_TRUSTED_KEYS_FILE: '" + *text + "'");
+  c.signing_keys = std::move(*keys);
+  std::string list;
+  for (const auto& k : c.signing_keys->trusted()) list += (list.empty() ? "" : ", ") + SigningKeys::fingerprint(k);
+  shown.value = *text + " (trusted: " + list + ")";
+  return {};
+}
+
 // A library override is read by the compile layer when it loads the
 // library; here it is only shown, with what happens when it is unset.
 Status apply_library(Config& /*c*/, const std::optional<std::string>& text, Setting& shown) {
@@ -233,6 +265,8 @@ constexpr SettingRow k_rows[] = {
     {"PROGCACHE_READONLY", nullptr, "", apply_read_only},
     {"PROGCACHE_REMOTE_COMPRESSION", nullptr, "", apply_remote_compression},
     {"PROGCACHE_HMAC_KEY_FILE", nullptr, "", apply_hmac_key_file},
+    {"PROGCACHE_SIGNING_KEY_FILE", nullptr, "", apply_signing_key_file},
+    {"PROGCACHE_TRUSTED_KEYS_FILE", nullptr, "", apply_trusted_keys_file},
 };
 
 constexpr LibraryOverride k_library_overrides[] = {
@@ -287,20 +321,31 @@ FileStoreOptions Config::file_store_options() const {
   o.durability = durability;
   o.sharing = sharing;
   o.codec.hmac_key = hmac_key;
+  o.codec.keys = disk_signing_keys(signing_keys, sharing);
   o.codec.compression_level = compression_level;
   return o;
+}
+
+std::shared_ptr<const SigningKeys> disk_signing_keys(std::shared_ptr<const SigningKeys> keys, Sharing sharing) {
+  if (keys == nullptr || keys->can_sign() || sharing == Sharing::group) return keys;
+  return nullptr;
 }
 
 RemoteStoreOptions Config::remote_store_options() const {
   return {.urls = remote_urls,
           .password = remote_password,
           .read_only = read_only,
-          .codec = {.hmac_key = hmac_key, .compression_level = remote_compression_level}};
+          .codec = {.hmac_key = hmac_key, .keys = signing_keys, .compression_level = remote_compression_level}};
 }
 
 Result<Config> resolve_config(const ConfigOverrides& overrides) {
   Config c;
   for (const auto& row : k_rows) PROGCACHE_TRY(apply_row(c, overrides, row.name, row.flag, row.flag_name, row.apply));
+  if (!c.hmac_key.empty() && c.signing_keys != nullptr) {
+    return invalid_argument(
+        "PROGCACHE_HMAC_KEY_FILE and PROGCACHE_SIGNING_KEY_FILE/PROGCACHE_TRUSTED_KEYS_FILE are both set: entries are "
+        "signed one way, so set one (Ed25519 lets readers verify without being able to sign)");
+  }
   for (const auto& o : k_library_overrides) {
     PROGCACHE_TRY(apply_row(c, overrides, o.variable, nullptr, "", apply_library));
   }

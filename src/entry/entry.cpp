@@ -17,6 +17,7 @@ namespace {
 
 constexpr char k_magic[8] = {'P', 'C', 'E', 'N', 'T', 'R', 'Y', '\x01'};
 constexpr std::uint16_t k_flag_hmac = 1;
+constexpr std::uint16_t k_flag_ed25519 = 2;
 constexpr std::size_t k_table_row = 16;
 
 // Adds b to a, reporting overflow instead of wrapping.
@@ -119,11 +120,14 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
   }
   for (std::size_t i = 0; i < packed.size(); ++i) body += stored(i).size();
   const bool sign = !options.hmac_key.empty();
+  const bool sign_ed25519 = options.keys != nullptr && options.keys->can_sign();
+  if (sign && sign_ed25519) return invalid_argument("an entry is signed with HMAC or Ed25519, not both");
   std::string out;
-  out.reserve(body + k_entry_checksum_size + (sign ? k_entry_hmac_size : 0));
+  out.reserve(body + k_entry_checksum_size + (sign ? k_entry_hmac_size : 0) +
+              (sign_ed25519 ? k_entry_ed25519_size : 0));
   out.append(k_magic, sizeof k_magic);
   put_fixed<std::uint16_t>(out, k_entry_format_version);
-  put_fixed<std::uint16_t>(out, sign ? k_flag_hmac : 0);
+  put_fixed<std::uint16_t>(out, sign ? k_flag_hmac : (sign_ed25519 ? k_flag_ed25519 : 0));
   put_fixed<std::uint32_t>(out, static_cast<std::uint32_t>(entry.artifacts().size()));
   const std::int64_t created = entry.created_unix_ns() != 0 ? entry.created_unix_ns() : now_ns;
   put_fixed<std::uint64_t>(out, static_cast<std::uint64_t>(created));
@@ -146,7 +150,24 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
     const Digest256 mac = hmac_sha256(options.hmac_key, out);
     out.append(as_view(mac));
   }
+  if (sign_ed25519) {
+    out.append(as_view(options.keys->public_key()));
+    PROGCACHE_ASSIGN_OR_RETURN(const Ed25519Signature sig, options.keys->sign(sha256(out)));
+    out.append(as_view(sig));
+  }
   return out;
+}
+
+std::size_t EntryHeader::trailer_size() const {
+  switch (signature) {
+    case EntrySignature::hmac:
+      return k_entry_checksum_size + k_entry_hmac_size;
+    case EntrySignature::ed25519:
+      return k_entry_checksum_size + k_entry_ed25519_size;
+    case EntrySignature::none:
+      break;
+  }
+  return k_entry_checksum_size;
 }
 
 Result<EntryHeader> peek_entry_header(std::string_view data) {
@@ -159,12 +180,16 @@ Result<EntryHeader> peek_entry_header(std::string_view data) {
     return data_loss("unsupported entry format version " + std::to_string(version));
   }
   const auto flags = decode_fixed<std::uint16_t>(data.data() + 10);
-  if ((flags & ~k_flag_hmac) != 0) return data_loss("unknown entry flags " + std::to_string(flags));
+  if ((flags & ~(k_flag_hmac | k_flag_ed25519)) != 0 || flags == (k_flag_hmac | k_flag_ed25519)) {
+    return data_loss("unknown entry flags " + std::to_string(flags));
+  }
   EntryHeader h;
   h.artifact_count = decode_fixed<std::uint32_t>(data.data() + 12);
   h.created_unix_ns = static_cast<std::int64_t>(decode_fixed<std::uint64_t>(data.data() + 16));
   std::memcpy(h.key.bytes.data(), data.data() + 24, 32);
-  h.signed_entry = (flags & k_flag_hmac) != 0;
+  h.signature = (flags & k_flag_hmac) != 0      ? EntrySignature::hmac
+                : (flags & k_flag_ed25519) != 0 ? EntrySignature::ed25519
+                                                : EntrySignature::none;
   return h;
 }
 
@@ -181,7 +206,7 @@ Result<EntryLayout> parse_entry_layout(std::string_view prefix, std::uint64_t to
   PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t table_end, entry_table_end(prefix));
   EntryLayout l;
   l.header = *peek_entry_header(prefix);
-  const std::size_t trailer = k_entry_checksum_size + (l.header.signed_entry ? k_entry_hmac_size : 0);
+  const std::size_t trailer = l.header.trailer_size();
   if (table_end + trailer > total_size) return data_loss("truncated: artifact table runs past the end");
   if (prefix.size() < table_end) return failed_precondition("entry prefix shorter than its artifact table");
 

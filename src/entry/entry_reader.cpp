@@ -158,17 +158,21 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
   PROGCACHE_ASSIGN_OR_RETURN(c.prefix, prefix(prefix_end));
 
   const bool want_mac = !m_options.hmac_key.empty();
+  const bool want_ed25519 = m_options.keys != nullptr;
   Xxh3Stream sum;
   std::optional<HmacSha256> mac;
-  if (want_mac && l.header.signed_entry) mac.emplace(m_options.hmac_key);
+  std::optional<Sha256> signed_digest;
+  if (want_mac && l.header.signature == EntrySignature::hmac) mac.emplace(m_options.hmac_key);
+  if (want_ed25519 && l.header.signature == EntrySignature::ed25519) signed_digest.emplace();
   const auto feed = [&](std::string_view v) {
     sum.update(v);
     if (mac) mac->update(v);
+    if (signed_digest) signed_digest->update(v);
   };
   feed(c.prefix);
   std::string scratch;
-  char trailer_buf[k_entry_checksum_size + k_entry_hmac_size] = {};  // never a stale trailer
-  const std::size_t trailer_size = m_size - l.body_size;             // 16 or 48: parse_entry_layout checked
+  char trailer_buf[k_entry_checksum_size + k_entry_ed25519_size] = {};  // never a stale trailer
+  const std::size_t trailer_size = m_size - l.body_size;  // header.trailer_size(): parse_entry_layout checked
   bool trailer_read = false;
   for (std::size_t i = 0; i < l.artifacts.size(); ++i) {
     const auto& part = l.artifacts[i];
@@ -217,10 +221,28 @@ Result<EntryReader::Checked> EntryReader::verify(const Key& expected_key, const 
   const Digest128 d = sum.finish();
   if (std::memcmp(d.data(), trailer.data(), d.size()) != 0) return data_loss("checksum mismatch");
   if (want_mac) {
-    if (!l.header.signed_entry) return permission_denied("entry is not signed and a signing key is configured");
+    if (l.header.signature != EntrySignature::hmac) {
+      return permission_denied("entry is not signed and a signing key is configured");
+    }
     mac->update(trailer.substr(0, k_entry_checksum_size));
     const Digest256 m = mac->finish();
     if (!constant_time_equal(as_view(m), trailer.substr(k_entry_checksum_size))) {
+      return permission_denied("entry signature does not verify");
+    }
+  }
+  if (want_ed25519) {
+    if (l.header.signature != EntrySignature::ed25519) {
+      return permission_denied("entry is not signed with Ed25519 and trusted public keys are configured");
+    }
+    Ed25519PublicKey signer{};
+    Ed25519Signature sig{};
+    std::memcpy(signer.data(), trailer.data() + k_entry_checksum_size, signer.size());
+    std::memcpy(sig.data(), trailer.data() + k_entry_checksum_size + signer.size(), sig.size());
+    if (!m_options.keys->trusts(signer)) {
+      return permission_denied("entry is signed by key " + SigningKeys::fingerprint(signer) + ", which is not trusted");
+    }
+    signed_digest->update(trailer.substr(0, k_entry_checksum_size + signer.size()));
+    if (!m_options.keys->verify(signer, signed_digest->finish(), sig)) {
       return permission_denied("entry signature does not verify");
     }
   }

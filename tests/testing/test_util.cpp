@@ -1,6 +1,8 @@
 #include "testing/test_util.h"
 
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -54,6 +56,38 @@ std::string make_payload(std::size_t size, std::uint64_t seed) {
 
 Entry make_entry(std::string_view payload) {
   return Entry::from_bytes(Bytes::copy_of(payload));
+}
+
+namespace {
+
+std::string pem_of(EVP_PKEY* key, bool private_key) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (private_key) {
+    PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
+  } else {
+    PEM_write_bio_PUBKEY(bio, key);
+  }
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  std::string out(data, static_cast<std::size_t>(n));
+  BIO_free(bio);
+  return out;
+}
+
+}  // namespace
+
+Ed25519Pem make_ed25519_key() {
+  EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
+  Ed25519Pem out{pem_of(key, true), pem_of(key, false)};
+  EVP_PKEY_free(key);
+  return out;
+}
+
+std::string make_ec_public_pem() {
+  EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256");
+  std::string out = pem_of(key, false);
+  EVP_PKEY_free(key);
+  return out;
 }
 
 int free_loopback_port() {

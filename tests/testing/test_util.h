@@ -37,6 +37,15 @@ Entry make_entry(std::string_view payload);
 
 std::string read_all(const std::string& path);
 
+// A new Ed25519 key pair as PEM text (OpenSSL), for signing tests.
+struct Ed25519Pem {
+  std::string private_pem;
+  std::string public_pem;
+};
+Ed25519Pem make_ed25519_key();
+// A PEM public key of another algorithm (EC P-256), which must be refused.
+std::string make_ec_public_pem();
+
 // A free TCP port on 127.0.0.1 (bound, read back, released), for the test
 // servers (redis-server, nginx) a test starts.
 int free_loopback_port();

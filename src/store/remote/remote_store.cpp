@@ -95,7 +95,9 @@ class RemoteTier final : public RemoteStore {
   }
 
   Status put(const Key& key, const Entry& entry) override {
-    if (m_opt.read_only) {
+    // A reader of signed entries that holds no private key would write
+    // entries every other reader refuses: it is read-only.
+    if (m_opt.read_only || (m_opt.codec.keys != nullptr && !m_opt.codec.keys->can_sign())) {
       MutexLock l(m_mu);
       ++m_remote.read_only_skips;
       return {};
