@@ -408,6 +408,46 @@ TEST_F(CliTest, ConfigShowsEachSettingWithItsSourceAndNoSecret) {
   EXPECT_TRUE(found);
 }
 
+TEST_F(CliTest, ConventionsACcacheUserExpects) {
+  // An unknown subcommand names itself (and the known ones).
+  auto bogus = run({"bogus"});
+  EXPECT_EQ(bogus.code, 2);
+  EXPECT_NE(bogus.err.find("unknown subcommand 'bogus'"), std::string::npos) << bogus.err;
+  EXPECT_NE(bogus.err.find("compile"), std::string::npos) << bogus.err;
+  // A duration without a unit is a usage error, as in ccache; with one it works.
+  auto unitless = run({"prune", "--older-than", "30"});
+  EXPECT_EQ(unitless.code, 2);
+  EXPECT_NE(unitless.err.find("needs a unit"), std::string::npos) << unitless.err;
+  // A bad --arch names itself before any compiler runs.
+  auto arch = run({"compile", file("k.cu", "extern \"C\" __global__ void k() {}"), "--arch", "banana"});
+  EXPECT_EQ(arch.code, 2);
+  EXPECT_NE(arch.err.find("'banana'"), std::string::npos) << arch.err;
+  // Looking at a cache directory that does not exist makes nothing.
+  ASSERT_FALSE(std::filesystem::exists(cache()));
+  auto ls = run({"ls", "--long"});
+  EXPECT_EQ(ls.code, 0) << ls.err;
+  EXPECT_EQ(run({"get", "k", "-o", m_tmp.sub("o")}).code, 1);
+  auto stats = run({"stats", "--json"});
+  EXPECT_EQ(stats.code, 0) << stats.err;
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["exists"], false);
+  EXPECT_EQ(run({"verify"}).code, 0);
+  EXPECT_EQ(run({"prune", "--older-than", "30d"}).code, 0);
+  EXPECT_EQ(run({"clear"}).code, 0);
+  EXPECT_FALSE(std::filesystem::exists(cache())) << "a command that only looks made the cache directory";
+  // ls --long: a header, human sizes, the store of each entry.
+  ASSERT_EQ(run({"put", "k", file("v", std::string(3000, 'x'))}).code, 0);
+  auto long_ls = run({"ls", "--long"});
+  EXPECT_EQ(long_ls.out.rfind("KEY ", 0), 0u) << long_ls.out;
+  EXPECT_NE(long_ls.out.find("SIZE"), std::string::npos);
+  EXPECT_NE(long_ls.out.find(" KiB"), std::string::npos) << long_ls.out;
+  EXPECT_NE(long_ls.out.find("programs"), std::string::npos) << long_ls.out;
+  // --version says what this build has.
+  auto version = run({"--version"});
+  EXPECT_EQ(version.code, 0);
+  EXPECT_NE(version.out.find("remote tiers:"), std::string::npos) << version.out;
+  EXPECT_NE(version.out.find("signing: HMAC-SHA256, Ed25519"), std::string::npos) << version.out;
+}
+
 TEST_F(CliTest, SigningKeyNeverAppearsInErrors) {
   const std::string short_key = file("short.key", "tiny-secret");
   auto r = run({"stats"}, {"PROGCACHE_HMAC_KEY_FILE=" + short_key});

@@ -61,7 +61,9 @@ pc::Result<pc::Key> parse_key(const std::string& text, bool as_string);
 void add_string_flag(CLI::App* sub, bool& string_key);
 pc::Result<pc::Config> load_config(const Globals& g);
 pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c);
-pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c);
+// Whether the configured cache directory exists (nothing is made by asking).
+bool cache_dir_exists(const pc::Config& c);
+pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c, bool for_reading = false);
 void warn_remote(pc::Store* store);
 std::string format_time(std::int64_t ns);
 pc::ProgressFn progress_bar(const char* label);

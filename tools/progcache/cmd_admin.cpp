@@ -3,6 +3,7 @@
 // file_store.h), and the configuration.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -26,6 +27,8 @@ using Stores = std::vector<NamedFileStore>;
 // warning: it never costs the commands on the root's own store.
 pc::Result<Stores> open_stores(const pc::Config& cfg) {
   Stores out;
+  // Looking makes nothing: a cache directory that does not exist is empty.
+  if (!cache_dir_exists(cfg)) return out;
   PROGCACHE_ASSIGN_OR_RETURN(auto own, open_store(cfg));
   const std::string root = own->root();
   out.push_back({"programs", std::move(own)});
@@ -73,6 +76,8 @@ int run_config(const AdminArgs& a, const pc::Config& cfg) {
 
 int run_ls(const AdminArgs& a, Stores& stores) {
   json j = json::array();
+  if (a.long_format && !a.json)
+    std::printf("%-64s  %9s  %-20s  %-20s  %s\n", "KEY", "SIZE", "CREATED", "LAST USED", "STORE");
   for (auto& [name, store] : stores) {
     auto entries = store->list();
     if (!entries.ok()) return fail(entries.status());
@@ -84,9 +89,8 @@ int run_ls(const AdminArgs& a, Stores& stores) {
                      {"last_used", format_time(e.last_used_ns)},
                      {"store", name}});
       } else if (a.long_format) {
-        std::printf("%s  %10llu  %s  %s%s\n", e.key.hex().c_str(), static_cast<unsigned long long>(e.size),
-                    format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str(),
-                    name == "programs" ? "" : ("  " + name).c_str());
+        std::printf("%s  %9s  %-20s  %-20s  %s\n", e.key.hex().c_str(), pc::format_size(e.size).c_str(),
+                    format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str(), name.c_str());
       } else if (name == "programs") {
         // Bare keys are the root's own, so they can be fed to get and rm;
         // companions' entries are listed with --long and --json.
@@ -131,14 +135,17 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
 }
 
 int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
-  pc::FileStore& store = *stores.front().store;
-  const pc::StoreStats s = store.host_stats();
+  // No cache directory yet: all zeros, and it is not made.
+  const bool exists = !stores.empty();
+  const pc::StoreStats s = exists ? stores.front().store->host_stats() : pc::StoreStats{};
+  const std::string root = exists ? stores.front().store->root() : cfg.dir;
   auto remote = remote_summary(cfg);
   if (!remote.ok()) return fail(remote.status());
   if (a.json) {
     json j = stats_json(s);
     j["remote"] = *remote;
-    j["dir"] = store.root();
+    j["dir"] = root;
+    j["exists"] = exists;
     j["max_size_bytes"] = cfg.max_size_bytes ? json(*cfg.max_size_bytes) : json(nullptr);
     j["max_entries"] = cfg.max_entries ? json(*cfg.max_entries) : json(nullptr);
     json companions = json::array();
@@ -152,7 +159,7 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     std::cout << j.dump(2) << "\n";
     return k_exit_ok;
   }
-  std::printf("%-17s %s\n", "cache directory", store.root().c_str());
+  std::printf("%-17s %s%s\n", "cache directory", root.c_str(), exists ? "" : " (does not exist yet)");
   print_stats_text(s, cfg);
   for (std::size_t i = 1; i < stores.size(); ++i) {
     std::printf("\n%-17s %s\n", (stores[i].name + " store").c_str(), stores[i].store->root().c_str());
@@ -204,6 +211,21 @@ int run_verify(const AdminArgs& a, Stores& stores) {
                 report->problems.size(), report->problems.size() - left,
                 static_cast<unsigned long long>(report->temps_removed));
   }
+  if (stores.empty()) {  // no cache directory: nothing to check
+    if (a.json) {
+      std::cout << json{{"checked", 0},
+                        {"ok", 0},
+                        {"damaged", 0},
+                        {"temps_removed", 0},
+                        {"problems", json::array()},
+                        {"companions", json::array()}}
+                       .dump(2)
+                << "\n";
+    } else {
+      std::printf("checked 0, ok 0, damaged 0, removed 0, stale temps swept 0\n");
+    }
+    return k_exit_ok;
+  }
   if (a.json) {
     // The root's own report at the top level, as before; companions beside it.
     json out = reports.front();
@@ -224,6 +246,11 @@ int run_prune(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     max_size = *n;
   }
   if (!a.prune_age.empty()) {
+    // A bare number is refused, as ccache refuses it: 30 what?
+    if (std::all_of(a.prune_age.begin(), a.prune_age.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return fail(
+          pc::invalid_argument("--older-than '" + a.prune_age + "' needs a unit: s, m, h or d (e.g. 30d, 12h)"));
+    }
     auto d = pc::parse_duration(a.prune_age);
     if (!d.ok()) return fail(d.status().with_context("--older-than"));
     age = *d;

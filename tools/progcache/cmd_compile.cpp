@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +13,21 @@
 namespace progcache::cli {
 
 namespace {
+
+// sm_/compute_/lto_ followed by a two- or three-digit version and an
+// optional 'a' or 'f' suffix: what NVRTC and nvJitLink accept as -arch. Other
+// text is a usage error naming itself, before any compiler runs.
+bool arch_like(const std::string& arch) {
+  std::string_view v(arch);
+  for (std::string_view prefix : {"sm_", "compute_", "lto_"}) {
+    if (!v.starts_with(prefix)) continue;
+    v.remove_prefix(prefix.size());
+    if (v.ends_with('a') || v.ends_with('f')) v.remove_suffix(1);
+    return (v.size() == 2 || v.size() == 3) &&
+           std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  }
+  return false;
+}
 
 pc::Result<pc::CodeType> code_type_of(const std::string& path) {
   const std::string ext = std::filesystem::path(path).extension().string();
@@ -83,6 +99,10 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     return fail(st);
   }
   if (arch.empty()) return fail(pc::invalid_argument("compile: --arch sm_XX is required"));
+  if (!arch_like(arch)) {
+    return fail(pc::invalid_argument("compile: --arch '" + arch +
+                                     "' is not a GPU architecture (sm_90, sm_90a, sm_100f, compute_90, lto_90)"));
+  }
   auto target = pc::parse_target_type(a.target);
   if (!target.ok()) return fail(target.status());
   opts.insert(opts.begin(), "-arch=" + arch);

@@ -48,8 +48,12 @@ int run_get(const EntryArgs& a, const pc::Config& cfg) {
     std::cerr << "progcache: PROGCACHE_DISABLE is set; miss\n";
     return k_exit_miss;
   }
-  auto tiers = open_data_store(cfg);
+  auto tiers = open_data_store(cfg, /*for_reading=*/true);
   if (!tiers.ok()) return fail(tiers.status());
+  if (*tiers == nullptr) {  // no cache directory, no remote: nothing stored anywhere
+    std::cerr << "progcache: miss: no entry for key " << key->hex() << " (no cache directory at " << cfg.dir << ")\n";
+    return k_exit_miss;
+  }
   auto entry = (*tiers)->get(*key);
   warn_remote(tiers->get());
   if (!entry.ok()) return fail(entry.status());
@@ -100,7 +104,7 @@ void add_entry_commands(CLI::App& app, std::vector<Command>& out) {
 
   auto* put = app.add_subcommand("put", "Store FILE's bytes under KEY");
   put->add_option("KEY", a->key, key_help)->required();
-  put->add_option("FILE", a->file, "File to store")->required();
+  put->add_option("FILE", a->file, "File to store; - reads standard input")->required();
   add_string_flag(put, a->string_key);
   out.push_back({put, [a](const pc::Config& cfg, const std::vector<std::string>&) { return run_put(*a, cfg); }});
 

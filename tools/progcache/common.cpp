@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -50,9 +51,19 @@ pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c) {
   return pc::FileStore::open(c.file_store_options());
 }
 
+bool cache_dir_exists(const pc::Config& c) {
+  struct stat st {};
+  // Anything there (a file, a symlink loop) is the store's to judge.
+  return ::lstat(c.dir.c_str(), &st) == 0 || errno != ENOENT;
+}
+
 // The store that serves data: the disk store, or disk + remote when a remote
-// tier is configured (remote puts are flushed when the store is closed).
-pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c) {
+// tier is configured (remote puts are flushed when the store is closed). With
+// `for_reading`, no remote and no cache directory yet, there is nothing to
+// read and nothing is made: null, every lookup a miss. (With a remote, a
+// lookup warms the local disk, which it makes.)
+pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c, bool for_reading) {
+  if (for_reading && c.remote_urls.empty() && !cache_dir_exists(c)) return std::unique_ptr<pc::Store>();
   PROGCACHE_ASSIGN_OR_RETURN(auto disk, open_store(c));
   if (c.remote_urls.empty()) return std::unique_ptr<pc::Store>(std::move(disk));
   PROGCACHE_ASSIGN_OR_RETURN(auto remote, pc::make_remote_store(c.remote_store_options()));

@@ -5,13 +5,46 @@
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "cli.h"
+#include "progcache/remote_store.h"
 #include "progcache/version.h"
 
 using namespace progcache::cli;
 
 namespace {
+
+// The version and what this build has, as ccache's --version lists its
+// features.
+std::string version_text() {
+  std::string remote;
+  for (const auto& s : pc::remote_schemes()) remote += (remote.empty() ? "" : ", ") + s + "://";
+  return std::string("progcache ") + PROGCACHE_VERSION_STRING +
+         "\nremote tiers: " + (remote.empty() ? "none (built without hiredis and libcurl)" : remote) +
+         "\ncompression: zstd\nsigning: HMAC-SHA256, Ed25519\n"
+         "compilers (loaded at run time): NVRTC, nvJitLink, libNVVM";
+}
+
+// The first word that is not an option or an option's value, when it names
+// no subcommand: said as such, rather than as a missing subcommand.
+std::optional<std::string> unknown_subcommand(int argc, char** argv, const CLI::App& app) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--dir" || a == "--remote") {
+      ++i;
+      continue;
+    }
+    if (a.starts_with("-")) continue;
+    for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_name() == a) return std::nullopt;
+    }
+    return std::string(a);
+  }
+  return std::nullopt;
+}
 
 int run(int argc, char** argv) {
   CLI::App app{
@@ -22,7 +55,7 @@ int run(int argc, char** argv) {
       "(SHA-256) into a key.\n\n"
       "Exit codes: 0 ok, 1 miss, 2 usage error, 3 error.",
       "progcache"};
-  app.set_version_flag("--version", std::string("progcache ") + PROGCACHE_VERSION_STRING);
+  app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   app.fallthrough();  // global options (--dir) may follow the subcommand
   Globals g;
@@ -38,6 +71,12 @@ int run(int argc, char** argv) {
   add_compile_command(app, commands);
 
   app.allow_extras();  // only commands that take extras accept any: checked below
+  if (auto word = unknown_subcommand(argc, argv, app)) {
+    std::string names;
+    for (const auto& c : commands) names += (names.empty() ? "" : ", ") + c.sub->get_name();
+    std::cerr << "progcache: unknown subcommand '" << *word << "' (one of: " << names << "; see progcache --help)\n";
+    return k_exit_usage;
+  }
   const Command* chosen = nullptr;
   std::vector<std::string> extras;
   try {

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Writes docs/cli.md, the CLI reference, from the built tool's own --help
+output, so the page cannot drift from the tool; with --check, fails (exit 1)
+when the page differs from what the tool says now (a ctest runs this).
+
+    python3 scripts/cli_reference.py build/progcache docs/cli.md
+    python3 scripts/cli_reference.py --check build/progcache docs/cli.md
+"""
+
+import subprocess
+import sys
+
+
+def help_of(tool, *words):
+    out = subprocess.run([tool, *words, "--help"], capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.rstrip() + "\n"
+
+
+def subcommands(main_help):
+    names, inside = [], False
+    for line in main_help.splitlines():
+        if line.startswith("Subcommands:"):
+            inside = True
+            continue
+        if inside and line.startswith("  ") and not line.startswith("   "):
+            names.append(line.split()[0])
+    return names
+
+
+def page(tool):
+    main = help_of(tool)
+    parts = ["# progcache command-line reference",
+             "",
+             "Generated from `progcache --help` and each subcommand's `--help` by",
+             "`python3 scripts/cli_reference.py build/progcache docs/cli.md`; the test",
+             "`cli_reference_is_current` fails when this page and the tool disagree. `progcache --version`",
+             "prints the version and what the build has (its remote tiers, compression, signing).",
+             "",
+             "```",
+             main.rstrip(),
+             "```",
+             ""]
+    for name in subcommands(main):
+        parts += [f"## progcache {name}", "", "```", help_of(tool, name).rstrip(), "```", ""]
+    return "\n".join(parts)
+
+
+def main(argv):
+    check = argv[:1] == ["--check"]
+    if check:
+        argv = argv[1:]
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    tool, path = argv
+    text = page(tool)
+    if check:
+        with open(path, encoding="utf-8") as f:
+            if f.read() != text:
+                sys.exit(f"{path} is not what `{tool} --help` says now: "
+                         f"run python3 scripts/cli_reference.py {tool} {path}")
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
