@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/remote/url_parts.h"
 #include "util/mutex.h"
 
 namespace progcache {
@@ -29,11 +30,7 @@ std::string HttpUrl::entry_url(std::string_view name) const {
 
 namespace {
 
-bool parse_int(std::string_view s, std::int64_t* out) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && p == s.data() + s.size();
-}
+using remote_url::parse_int;
 
 // A path or host character that needs no quoting in a URL; anything else in
 // a prefix is refused rather than guessed at.
@@ -121,12 +118,9 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
   }
   u.prefix = std::string(path);
   while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view kv = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    const auto eq = kv.find('=');
-    if (eq == std::string_view::npos) return bad("query parameter '" + std::string(kv) + "' has no value");
-    const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    const remote_url::QueryParam param = remote_url::take_query_param(query);
+    if (!param.has_value) return bad("query parameter '" + std::string(param.text) + "' has no value");
+    const std::string_view k = param.key, v = param.value;
     std::int64_t n = 0;
     if (k == "timeout") {
       if (!parse_int(v, &n) || n <= 0) return bad("timeout must be positive milliseconds");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "progcache/hash.h"
+#include "store/remote/url_parts.h"
 #include "util/mutex.h"
 
 namespace progcache {
@@ -37,11 +38,7 @@ std::string RedisUrl::redacted() const {
 
 namespace {
 
-bool parse_int(std::string_view s, std::int64_t* out) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && p == s.data() + s.size();
-}
+using remote_url::parse_int;
 
 std::string percent_decode(std::string_view s) {
   std::string out;
@@ -153,12 +150,9 @@ Result<RedisUrl> parse_redis_url(std::string_view url) {
     if (u.host.empty()) return bad("missing host");
   }
   while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view kv = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    const auto eq = kv.find('=');
-    if (eq == std::string_view::npos) return bad("query parameter '" + std::string(kv) + "' has no value");
-    const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    const remote_url::QueryParam param = remote_url::take_query_param(query);
+    if (!param.has_value) return bad("query parameter '" + std::string(param.text) + "' has no value");
+    const std::string_view k = param.key, v = param.value;
     std::int64_t n = 0;
     if (k == "prefix") {
       u.prefix = percent_decode(v);
