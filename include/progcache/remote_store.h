@@ -22,7 +22,7 @@
 // scheme table (remote/schemes.cpp); nothing above it changes.
 //
 // URLs (PROGCACHE_REMOTE, RemoteStoreOptions::urls) name their backend by
-// scheme: redis:// and redis+unix:// (see redis_backend.h) when progcache is
+// scheme: redis://, redis+unix:// and redis+cluster:// (see redis_backend.h) when progcache is
 // built with hiredis; remote_schemes() lists what this build understands.
 //
 // Thread safety: a RemoteStore is thread-safe; a backend must be too.
@@ -124,6 +124,11 @@ struct RemoteUrlInfo {
   bool has_password = false;  // the URL itself carries a password
 };
 Result<RemoteUrlInfo> check_remote_url(std::string_view url);
+// A list of URLs separated by ',' (PROGCACHE_REMOTE) split into URLs. The
+// seeds of a redis+cluster:// URL are separated by ',' too: an item without
+// "://" that follows a cluster URL is one more of its seeds. Empty items are
+// dropped.
+std::vector<std::string> split_remote_urls(std::string_view list);
 // The schemes this build understands ("redis", "redis+unix" with hiredis).
 std::vector<std::string> remote_schemes();
 

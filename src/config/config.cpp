@@ -146,9 +146,7 @@ Status apply_sharing(Config& c, const std::optional<std::string>& text, Setting&
 Status apply_remote(Config& c, const std::optional<std::string>& text, Setting& shown) {
   std::string list;
   if (text) {
-    std::stringstream ss(*text);
-    for (std::string url; std::getline(ss, url, ',');) {
-      if (url.empty()) continue;
+    for (const std::string& url : split_remote_urls(*text)) {
       auto checked = check_remote_url(url);
       if (!checked.ok()) return checked.status().with_context("PROGCACHE_REMOTE");
       list += (list.empty() ? "" : ",") + checked->shown;

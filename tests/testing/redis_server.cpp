@@ -23,12 +23,12 @@ std::string RedisServer::binary() {
   return "";
 }
 
-RedisServer::RedisServer(std::vector<std::string> extra) : m_extra(std::move(extra)) {
+RedisServer::RedisServer(std::vector<std::string> extra, int port) : m_extra(std::move(extra)) {
   if (binary().empty()) return;
   char tmpl[] = "/tmp/progcache-redis-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return;
   m_dir = tmpl;
-  m_port = free_loopback_port();
+  m_port = port != 0 ? port : free_loopback_port();
   start();
 }
 

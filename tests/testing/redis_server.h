@@ -15,7 +15,8 @@ class RedisServer {
   static std::string binary();
 
   // Starts a server with `extra` arguments (e.g. {"--requirepass", "pw"}).
-  explicit RedisServer(std::vector<std::string> extra = {});
+  // `port` 0: a free one.
+  explicit RedisServer(std::vector<std::string> extra = {}, int port = 0);
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;

@@ -1,5 +1,6 @@
 #include "testing/test_util.h"
 
+#include <atomic>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -102,6 +103,32 @@ int free_loopback_port() {
   const int port = ntohs(a.sin_port);
   ::close(fd);
   return port;
+}
+
+namespace {
+
+bool loopback_port_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+int free_loopback_port_pair(int offset) {
+  // Ports 20000-29999: below Linux's ephemeral range (32768 up), so that no
+  // outgoing connection takes one between this check and the server's bind.
+  static std::atomic<unsigned> next{static_cast<unsigned>(::getpid()) * 7919u};
+  for (int tries = 0; tries < 10000; ++tries) {
+    const int port = 20000 + static_cast<int>(next.fetch_add(1) % 10000);
+    if (loopback_port_free(port) && loopback_port_free(port + offset)) return port;
+  }
+  return free_loopback_port();
 }
 
 std::string read_all(const std::string& path) {

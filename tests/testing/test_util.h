@@ -49,6 +49,9 @@ std::string make_ec_public_pem();
 // A free TCP port on 127.0.0.1 (bound, read back, released), for the test
 // servers (redis-server, nginx) a test starts.
 int free_loopback_port();
+// A loopback port P below the ephemeral range with P + `offset` free too
+// (a Redis Cluster node listens on P and on its bus port P + 10000).
+int free_loopback_port_pair(int offset);
 
 // What a file store rooted at `root` holds on disk, counted from the files
 // themselves (entry files only: no temps, no control files): the truth the

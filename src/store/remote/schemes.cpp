@@ -54,7 +54,9 @@ Result<std::unique_ptr<RemoteBackend>> make_http(std::string_view url, const Rem
 
 constexpr Scheme k_schemes[] = {
 #ifdef PROGCACHE_WITH_REDIS
-    {"redis", check_redis, make_redis}, {"redis+unix", check_redis, make_redis},
+    {"redis", check_redis, make_redis},
+    {"redis+unix", check_redis, make_redis},
+    {"redis+cluster", check_redis, make_redis},
 #endif
 #ifdef PROGCACHE_WITH_HTTP
     {"http", check_http, make_http},    {"https", check_http, make_http},
@@ -76,7 +78,7 @@ Result<const Scheme*> find_scheme(std::string_view url) {
   for (const Scheme& s : k_schemes) {
     if (s.name != nullptr) known += (known.empty() ? "" : ", ") + std::string(s.name) + "://";
   }
-  if (scheme == "redis" || scheme == "redis+unix") {
+  if (scheme == "redis" || scheme == "redis+unix" || scheme == "redis+cluster") {
     return unavailable("remote URL scheme '" + std::string(scheme) +
                        "://' needs the Redis tier, and this progcache was built without it (hiredis)");
   }
@@ -99,6 +101,22 @@ Result<const Scheme*> find_scheme(std::string_view url) {
 Result<RemoteUrlInfo> check_remote_url(std::string_view url) {
   PROGCACHE_ASSIGN_OR_RETURN(const Scheme* s, find_scheme(url));
   return s->check(url);
+}
+
+std::vector<std::string> split_remote_urls(std::string_view list) {
+  std::vector<std::string> out;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (item.empty()) continue;
+    if (item.find("://") == std::string_view::npos && !out.empty() && out.back().starts_with("redis+cluster://")) {
+      out.back() += "," + std::string(item);
+    } else {
+      out.emplace_back(item);
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> remote_schemes() {
