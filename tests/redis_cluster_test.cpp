@@ -329,7 +329,7 @@ TEST(RedisClusterStore, SlotsReshardedDuringTrafficLoseNothingCommitted) {
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::map<std::uint64_t, std::string> committed;
-  std::atomic<int> wrong{0};
+  std::atomic<int> wrong{0}, failed{0};
   std::vector<std::thread> workers;
   for (int w = 0; w < 2; ++w) {
     workers.emplace_back([&, w] {
@@ -339,10 +339,13 @@ TEST(RedisClusterStore, SlotsReshardedDuringTrafficLoseNothingCommitted) {
         if (s->put(make_key(id), make_entry(value)).ok()) {
           std::lock_guard l(mu);
           committed[id] = value;
+        } else {
+          ++failed;
         }
         if (i > 0) {
           const std::uint64_t back = static_cast<std::uint64_t>(w) << 32 | (i - 1);
           auto r = s->get(make_key(back));
+          if (!r.ok()) ++failed;
           std::lock_guard l(mu);
           if (r.ok() && r->has_value() && committed.count(back) && (*r)->primary().view() != committed[back]) ++wrong;
         }
@@ -360,6 +363,9 @@ TEST(RedisClusterStore, SlotsReshardedDuringTrafficLoseNothingCommitted) {
   ASSERT_EQ(rc, 0) << "redis-cli --cluster reshard failed";
   ASSERT_TRUE(cluster.wait_until_ok());
   EXPECT_EQ(wrong, 0);
+  // A slot being migrated answers ASK for keys already moved: followed
+  // (with ASKING), no call fails.
+  EXPECT_EQ(failed, 0);
   ASSERT_GT(committed.size(), 100u);
   // Every committed entry is there, read by this client (whose map is old)
   // and by a new one.
@@ -378,6 +384,49 @@ TEST(RedisClusterStore, SlotsReshardedDuringTrafficLoseNothingCommitted) {
   EXPECT_EQ(missing, 0) << "of " << committed.size() << " committed entries";
   // The slots did move: the second primary now holds more than a third.
   EXPECT_GT(std::stoull(cluster.node(primaries[1]).command({"DBSIZE"})), committed.size() / 3 + committed.size() / 10);
+}
+
+TEST(RedisClusterStore, ASlotMidMigrationIsServedThroughAsk) {
+  RedisCluster cluster;
+  REQUIRE_CLUSTER(cluster);
+  auto s = store(cluster.url("timeout=1000"));
+  // Two keys of one slot: one written before the migration starts (it stays
+  // on the old owner), one after (the old owner sends it on with ASK).
+  const auto rkey = [](const Key& k) { return "progcache:" + k.hex(); };
+  const Key before = make_key(7);
+  const int slot = redis::key_slot(rkey(before));
+  std::uint64_t n = 8;
+  while (redis::key_slot(rkey(make_key(n))) != slot) ++n;
+  const Key after = make_key(n);
+  ASSERT_TRUE(s->put(before, make_entry("before")).ok());
+  // The owner answers for the key; the others redirect.
+  int src = -1, dst = -1;
+  for (int p : cluster.primaries()) {
+    if (cluster.node(p).command({"GET", rkey(before)}).starts_with("MOVED")) {
+      if (dst < 0) dst = p;
+    } else {
+      src = p;
+    }
+  }
+  ASSERT_GE(src, 0);
+  ASSERT_GE(dst, 0);
+  ASSERT_EQ(cluster.node(dst).command({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", cluster.node_id(src)}),
+            "OK");
+  ASSERT_EQ(cluster.node(src).command({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", cluster.node_id(dst)}),
+            "OK");
+  // The new key goes where the slot is going (ASK, then ASKING there).
+  const Status put = s->put(after, make_entry("after"));
+  ASSERT_TRUE(put.ok()) << put.to_string();
+  EXPECT_EQ(cluster.node(dst).command({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "1");
+  EXPECT_EQ(cluster.node(src).command({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "1");
+  for (int round = 0; round < 2; ++round) {  // ASK changes no map: the same route twice
+    auto a = s->get(after);
+    ASSERT_TRUE(a.ok() && a->has_value()) << (a.ok() ? "miss" : a.status().to_string());
+    EXPECT_EQ((*a)->primary().view(), "after");
+    auto b = s->get(before);
+    ASSERT_TRUE(b.ok() && b->has_value());
+    EXPECT_EQ((*b)->primary().view(), "before");
+  }
 }
 
 // A RESP server that serves a slot map naming itself and answers every
