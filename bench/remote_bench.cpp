@@ -1,9 +1,11 @@
 // Remote tier: a hit from each server over loopback next to a hit from the
 // local disk store, at 4 KiB, 64 KiB and 1 MiB; and 8 processes reading from
 // one server at once. Each server comes from a variable:
-// PROGCACHE_BENCH_REDIS=redis://127.0.0.1:PORT and
-// PROGCACHE_BENCH_HTTP=http://127.0.0.1:PORT/PREFIX (nginx's WebDAV);
-// scripts/bench.sh starts both. A benchmark whose server is unset is skipped.
+// PROGCACHE_BENCH_REDIS=redis://127.0.0.1:PORT,
+// PROGCACHE_BENCH_CLUSTER=redis+cluster://127.0.0.1:PORT,... (a Redis Cluster:
+// scripts/redis_cluster.sh) and
+// PROGCACHE_BENCH_HTTP=http://127.0.0.1:PORT/PREFIX (nginx's WebDAV:
+// scripts/http_cache_server.sh). A benchmark whose server is unset is skipped.
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +47,11 @@ void BM_RemoteHit(benchmark::State& state, const char* variable) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
 }
 BENCHMARK_CAPTURE(BM_RemoteHit, redis, "PROGCACHE_BENCH_REDIS")
+    ->Arg(4 << 10)
+    ->Arg(64 << 10)
+    ->Arg(1 << 20)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RemoteHit, cluster, "PROGCACHE_BENCH_CLUSTER")
     ->Arg(4 << 10)
     ->Arg(64 << 10)
     ->Arg(1 << 20)
@@ -108,6 +115,10 @@ void BM_EightProcessesSharingOneServer(benchmark::State& state, const char* vari
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * k_procs * k_gets);
 }
 BENCHMARK_CAPTURE(BM_EightProcessesSharingOneServer, redis, "PROGCACHE_BENCH_REDIS")
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_EightProcessesSharingOneServer, cluster, "PROGCACHE_BENCH_CLUSTER")
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3)
     ->UseRealTime();

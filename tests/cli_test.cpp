@@ -12,6 +12,7 @@
 #include "progcache/file_store.h"
 #include "testing/test_util.h"
 #ifdef PROGCACHE_WITH_REDIS
+#include "testing/redis_cluster.h"
 #include "testing/redis_server.h"
 #endif
 #ifdef PROGCACHE_WITH_HTTP
@@ -577,6 +578,36 @@ TEST_F(CliTest, RemotePasswordFromAFileAndWarningsForCommandLinesAndRefusals) {
     EXPECT_NE(refused.err.find("authentication failed"), std::string::npos) << refused.err;
     EXPECT_EQ(refused.err.find("wrong-one"), std::string::npos) << refused.err;
   }
+}
+#endif
+
+#ifdef PROGCACHE_WITH_REDIS
+TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughARedisCluster) {
+  if (!testing::RedisCluster::missing().empty()) GTEST_SKIP() << testing::RedisCluster::missing();
+  testing::RedisCluster cluster;
+  ASSERT_TRUE(cluster.ready());
+  // PROGCACHE_REMOTE separates URLs by ',', and the cluster's seeds too.
+  const std::vector<std::string> env = {"PROGCACHE_REMOTE=" + cluster.url("prefix=cli:", 3)};
+  for (int i = 0; i < 20; ++i) {
+    auto put = run({"put", "key-" + std::to_string(i), file("v", "value " + std::to_string(i))}, env);
+    ASSERT_EQ(put.code, 0) << put.err;
+  }
+  for (int i = 0; i < 20; ++i) {
+    auto get = run({"--dir", m_tmp.sub("machine2"), "get", "key-" + std::to_string(i), "-o", m_tmp.sub("o")}, env);
+    ASSERT_EQ(get.code, 0) << get.err;
+    EXPECT_EQ(testing::read_all(m_tmp.sub("o")), "value " + std::to_string(i));
+  }
+  auto stats = run({"stats", "--json"}, env);
+  ASSERT_EQ(stats.code, 0) << stats.err;
+  auto js = nlohmann::json::parse(stats.out);
+  EXPECT_EQ(js["remote"][0]["reachable"], true) << stats.out;
+  EXPECT_EQ(js["remote"][0]["entries"], 20) << stats.out;
+  auto config = run({"config"}, env);
+  EXPECT_NE(config.out.find(cluster.url("", 3)), std::string::npos) << config.out;
+  // A seed that is not host:port is a usage error at start-up.
+  auto bad = run({"stats"}, {"PROGCACHE_REMOTE=" + cluster.url("", 1) + ",127.0.0.1:notaport"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("port must be 1-65535"), std::string::npos) << bad.err;
 }
 #endif
 
