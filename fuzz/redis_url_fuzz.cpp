@@ -38,6 +38,11 @@ void check(const std::string& url) {
   if (r->port <= 0 || r->port > 65535 || r->db < 0) __builtin_trap();
   if (r->timeout.count() <= 0 || r->connect_timeout.count() <= 0) __builtin_trap();
   if (r->unix_path.empty() == r->host.empty()) __builtin_trap();  // exactly one of the two
+  if (r->cluster != !r->seeds.empty()) __builtin_trap();            // a cluster has seeds, one server none
+  for (const auto& s : r->seeds) {
+    if (s.host.empty() || s.port <= 0 || s.port > 65535) __builtin_trap();
+  }
+  if (r->cluster && r->db != 0) __builtin_trap();
 }
 
 }  // namespace
@@ -52,6 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check("redis://:" + std::string(k_secret) + in);
   check("redis://" + std::string(k_secret) + in);
   check("redis+unix://u:" + std::string(k_secret) + in);
+  check("redis+cluster://u:" + std::string(k_secret) + in);
   const auto at = in.find('@');
   if (at != std::string::npos) {
     check("redis://u:" + in.substr(0, at) + std::string(k_secret) + in.substr(at));

@@ -6,6 +6,8 @@
 // traffic lose nothing committed, and a redirection loop, a MOVED to an
 // address that refuses, seeds that do not answer and a partly-down cluster
 // each end within the deadline.
+#include "store/remote/redis_cluster.h"
+
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
@@ -21,7 +23,6 @@
 #include "progcache/memory_store.h"
 #include "progcache/redis_backend.h"
 #include "progcache/tiered_store.h"
-#include "store/remote/redis_cluster.h"
 #include "testing/misbehaving_server.h"
 #include "testing/redis_cluster.h"
 #include "testing/test_util.h"
@@ -35,9 +36,9 @@ using testing::MisbehavingServer;
 using testing::RedisCluster;
 using Clock = std::chrono::steady_clock;
 
-#define REQUIRE_CLUSTER(c)                                                                 \
-  do {                                                                                     \
-    if (!RedisCluster::missing().empty()) GTEST_SKIP() << RedisCluster::missing();         \
+#define REQUIRE_CLUSTER(c)                                                                     \
+  do {                                                                                         \
+    if (!RedisCluster::missing().empty()) GTEST_SKIP() << RedisCluster::missing();             \
     ASSERT_TRUE((c).ready()) << "the Redis Cluster did not form (redis-cli --cluster create)"; \
   } while (false)
 
@@ -83,10 +84,12 @@ TEST(ClusterSlots, ARecordedClusterSlotsReplyBecomesTheSlotMap) {
   // range whose primary's endpoint is unknown ("?").
   const std::string resp =
       "*4\r\n"
-      "*4\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:17001\r\n$40\r\n1a38ba100707a0d35c08cbbaf7570a62053cec84\r\n*0\r\n"
+      "*4\r\n:0\r\n:5460\r\n*4\r\n$9\r\n127.0.0.1\r\n:17001\r\n$40\r\n1a38ba100707a0d35c08cbbaf7570a62053cec84\r\n*"
+      "0\r\n"
       "*4\r\n$9\r\n127.0.0.1\r\n:17004\r\n$40\r\n9b0e6ad5a3bd4df1ecbfd6e3cf0d32e7c0f3a1aa\r\n*0\r\n"
       "*3\r\n:5461\r\n:10922\r\n*4\r\n$0\r\n\r\n:17002\r\n$40\r\ndc5bde18367a98d1d8a17d4c71ef546f68aeb2c1\r\n*0\r\n"
-      "*3\r\n:10923\r\n:16000\r\n*4\r\n$9\r\n127.0.0.1\r\n:17003\r\n$40\r\nd9f4ad26942314d6ae688f4397aa59c1bece7ab8\r\n*0\r\n"
+      "*3\r\n:10923\r\n:16000\r\n*4\r\n$9\r\n127.0.0.1\r\n:17003\r\n$"
+      "40\r\nd9f4ad26942314d6ae688f4397aa59c1bece7ab8\r\n*0\r\n"
       "*3\r\n:16001\r\n:16383\r\n*4\r\n$1\r\n?\r\n:17007\r\n$40\r\n0000000000000000000000000000000000000000\r\n*0\r\n";
   Parsed p(resp);
   auto ranges = redis::parse_cluster_slots(p.r, {"10.0.0.9", 17002});
@@ -107,9 +110,9 @@ TEST(ClusterSlots, ARecordedClusterSlotsReplyBecomesTheSlotMap) {
   EXPECT_EQ(moved.primaries[moved.owner[42]].port, 17009);
   EXPECT_EQ(moved.primaries[moved.owner[43]].port, 17001);
   // Replies of other shapes are data_loss, never a map.
-  for (const std::string bad : {"+OK\r\n", "*1\r\n*2\r\n:0\r\n:5\r\n", "*1\r\n*3\r\n:5\r\n:1\r\n*2\r\n$1\r\nh\r\n:1\r\n",
-                                "*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:1\r\n",
-                                "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$1\r\nh\r\n:0\r\n"}) {
+  for (const std::string bad :
+       {"+OK\r\n", "*1\r\n*2\r\n:0\r\n:5\r\n", "*1\r\n*3\r\n:5\r\n:1\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+        "*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:1\r\n", "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$1\r\nh\r\n:0\r\n"}) {
     Parsed q(bad);
     auto r = redis::parse_cluster_slots(q.r, {"h", 1});
     EXPECT_FALSE(r.ok()) << bad;
@@ -136,7 +139,8 @@ TEST(ClusterSlots, RedirectionsAreParsedAndAnythingElseIsNot) {
 }
 
 TEST(ClusterUrl, ParsesSeedsAndOptionsAndRefusesWhatAClusterCannotDo) {
-  auto u = parse_redis_url("redis+cluster://ci:pw@a.example:7000,b.example:7001,[::1]:7002?prefix=p:&read_from=replicas");
+  auto u =
+      parse_redis_url("redis+cluster://ci:pw@a.example:7000,b.example:7001,[::1]:7002?prefix=p:&read_from=replicas");
   ASSERT_TRUE(u.ok()) << u.status().to_string();
   EXPECT_TRUE(u->cluster);
   ASSERT_EQ(u->seeds.size(), 3u);
@@ -146,8 +150,9 @@ TEST(ClusterUrl, ParsesSeedsAndOptionsAndRefusesWhatAClusterCannotDo) {
   EXPECT_TRUE(u->read_from_replicas);
   EXPECT_EQ(u->prefix, "p:");
   EXPECT_EQ(u->redacted(), "redis+cluster://ci:***@a.example:7000,b.example:7001,[::1]:7002");
-  for (const char* bad : {"redis+cluster://", "redis+cluster://a:1,", "redis+cluster://a:1,b:x", "redis+cluster://a:1/2",
-                          "redis+cluster://a:1?db=3", "redis+cluster://a:1?read_from=any", "redis://a:1?read_from=replicas"}) {
+  for (const char* bad :
+       {"redis+cluster://", "redis+cluster://a:1,", "redis+cluster://a:1,b:x", "redis+cluster://a:1/2",
+        "redis+cluster://a:1?db=3", "redis+cluster://a:1?read_from=any", "redis://a:1?read_from=replicas"}) {
     auto r = parse_redis_url(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), Code::invalid_argument) << bad;
@@ -459,8 +464,8 @@ TEST(RedisClusterDeadline, ARedirectionLoopEndsWithAnErrorWithinTheDeadline) {
         fd, stop,
         [&] {
           ++redirects;
-          return (redirects % 2 ? "-MOVED " : "-ASK ") + std::to_string(redis::key_slot("x")) + " 127.0.0.1:" +
-                 std::to_string(port.load()) + "\r\n";
+          return (redirects % 2 ? "-MOVED " : "-ASK ") + std::to_string(redis::key_slot("x")) +
+                 " 127.0.0.1:" + std::to_string(port.load()) + "\r\n";
         },
         port);
   });

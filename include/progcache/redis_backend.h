@@ -59,7 +59,7 @@ struct RedisUrl {
   bool cluster = false;              // redis+cluster://
   std::vector<RedisEndpoint> seeds;  // a cluster's seeds, in the URL's order
   bool read_from_replicas = false;   // a cluster's reads go to replicas
-  std::string unix_path;  // set for redis+unix://
+  std::string unix_path;             // set for redis+unix://
   std::string user;
   std::string password;
   int db = 0;
@@ -81,6 +81,6 @@ struct RedisBackendOptions {
   std::size_t max_reply_bytes = (std::size_t{256} << 20) + 64;
 };
 
-std::unique_ptr<RemoteBackend> make_redis_backend(RedisUrl url, const RedisBackendOptions& options);
+std::unique_ptr<RemoteBackend> make_redis_backend(const RedisUrl& url, const RedisBackendOptions& options);
 
 }  // namespace progcache

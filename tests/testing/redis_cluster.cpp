@@ -79,11 +79,12 @@ RedisCluster::RedisCluster(int primaries, int replicas_each) {
   for (int i = 0; i < n; ++i) {
     // A node is suspected after 1 s without an answer, so a failover takes
     // seconds, not the default 15.
-    m_nodes.push_back(std::make_unique<RedisServer>(std::vector<std::string>{
-        "--cluster-enabled", "yes", "--cluster-node-timeout", "1000", "--cluster-config-file", "nodes.conf",
-                                 // A replica syncs at once, not after the default 5 s.
-                                 "--repl-diskless-sync-delay", "0"},
-                                                      free_loopback_port_pair(10000)));
+    m_nodes.push_back(
+        std::make_unique<RedisServer>(std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-node-timeout",
+                                                               "1000", "--cluster-config-file", "nodes.conf",
+                                                               // A replica syncs at once, not after the default 5 s.
+                                                               "--repl-diskless-sync-delay", "0"},
+                                      free_loopback_port_pair(10000)));
     if (!m_nodes.back()->running()) return;
     create.push_back("127.0.0.1:" + std::to_string(m_nodes.back()->port()));
   }
@@ -138,7 +139,9 @@ int RedisCluster::replica_of(int p) const {
   return -1;
 }
 
-std::string RedisCluster::node_id(int i) const { return m_nodes[i]->command({"CLUSTER", "MYID"}); }
+std::string RedisCluster::node_id(int i) const {
+  return m_nodes[i]->command({"CLUSTER", "MYID"});
+}
 
 bool RedisCluster::wait_until_primary(int i, int seconds) const {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);

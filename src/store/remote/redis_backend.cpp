@@ -91,8 +91,10 @@ std::optional<std::string> parse_endpoint(std::string_view hostport, RedisEndpoi
     e->host = std::string(hostport.substr(1, close - 1));
     hostport = hostport.substr(close + 1);
     has_port = hostport.starts_with(":");
-    if (has_port) port_text = hostport.substr(1);
-    else if (!hostport.empty()) return "unexpected text after ']'";
+    if (has_port)
+      port_text = hostport.substr(1);
+    else if (!hostport.empty())
+      return "unexpected text after ']'";
   } else {
     const auto colon = hostport.rfind(':');
     e->host = std::string(hostport.substr(0, colon));
@@ -236,7 +238,7 @@ class RedisBackend final : public redis::KeyedBackend {
 }  // namespace
 
 redis::NodeOptions redis::node_options(const RedisUrl& url, const std::string& host, int port,
-                                const RedisBackendOptions& o) {
+                                       const RedisBackendOptions& o) {
   redis::NodeOptions n;
   n.host = host;
   n.port = port;
@@ -251,7 +253,7 @@ redis::NodeOptions redis::node_options(const RedisUrl& url, const std::string& h
   return n;
 }
 
-std::unique_ptr<RemoteBackend> make_redis_backend(RedisUrl url, const RedisBackendOptions& options) {
+std::unique_ptr<RemoteBackend> make_redis_backend(const RedisUrl& url, const RedisBackendOptions& options) {
   if (url.cluster) return redis::make_cluster_backend(url, options);
   return std::make_unique<RedisBackend>(url, options);
 }

@@ -81,8 +81,7 @@ Result<std::vector<SlotRange>> parse_cluster_slots(const redisReply* reply, cons
   // A node: [host, port, id, ...]; nullopt when its endpoint is unknown.
   const auto node = [&](const redisReply* n) -> Result<std::optional<RedisEndpoint>> {
     if (n->type != REDIS_REPLY_ARRAY || n->elements < 2 || n->element[0]->type != REDIS_REPLY_STRING ||
-        n->element[1]->type != REDIS_REPLY_INTEGER || n->element[1]->integer <= 0 ||
-        n->element[1]->integer > 65535) {
+        n->element[1]->type != REDIS_REPLY_INTEGER || n->element[1]->integer <= 0 || n->element[1]->integer > 65535) {
       return bad("a node is not [host, port, ...]");
     }
     std::string host(n->element[0]->str, n->element[0]->len);
@@ -115,7 +114,9 @@ Result<std::vector<SlotRange>> parse_cluster_slots(const redisReply* reply, cons
 
 namespace {
 
-bool same(const RedisEndpoint& a, const RedisEndpoint& b) { return a.host == b.host && a.port == b.port; }
+bool same(const RedisEndpoint& a, const RedisEndpoint& b) {
+  return a.host == b.host && a.port == b.port;
+}
 
 int index_of(std::vector<RedisEndpoint>& v, const RedisEndpoint& e) {
   for (std::size_t i = 0; i < v.size(); ++i) {

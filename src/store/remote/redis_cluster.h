@@ -49,9 +49,9 @@ Result<std::vector<SlotRange>> parse_cluster_slots(const redisReply* reply, cons
 
 // Who serves each slot.
 struct SlotMap {
-  std::vector<RedisEndpoint> primaries;               // distinct
-  std::vector<std::vector<RedisEndpoint>> replicas;   // of each primary
-  std::array<std::int16_t, k_slots> owner{};          // index into primaries; -1: nobody
+  std::vector<RedisEndpoint> primaries;              // distinct
+  std::vector<std::vector<RedisEndpoint>> replicas;  // of each primary
+  std::array<std::int16_t, k_slots> owner{};         // index into primaries; -1: nobody
   static SlotMap from(const std::vector<SlotRange>& ranges);
   // The map with `slot` served by `to` (a MOVED).
   [[nodiscard]] SlotMap moved(int slot, const RedisEndpoint& to) const;

@@ -154,9 +154,8 @@ Status Node::acquire(RemoteDeadline deadline, redisContext** out) {
   const auto connect_for =
       std::min<std::chrono::milliseconds>(m_o.connect_timeout, std::chrono::milliseconds(millis_until(deadline)));
   if (connect_for.count() <= 0) return deadline_exceeded("remote " + m_o.shown + ": no time left to connect");
-  redisContext* c = m_o.unix_path.empty()
-                        ? redisConnectWithTimeout(m_o.host.c_str(), m_o.port, to_timeval(connect_for))
-                        : redisConnectUnixWithTimeout(m_o.unix_path.c_str(), to_timeval(connect_for));
+  redisContext* c = m_o.unix_path.empty() ? redisConnectWithTimeout(m_o.host.c_str(), m_o.port, to_timeval(connect_for))
+                                          : redisConnectUnixWithTimeout(m_o.unix_path.c_str(), to_timeval(connect_for));
   if (c == nullptr) return unavailable("remote " + m_o.shown + ": cannot allocate a connection");
   if (c->err != 0) {
     const bool timed_out = c->err == REDIS_ERR_IO && (errno == ETIMEDOUT || errno == EINPROGRESS ||
@@ -183,8 +182,9 @@ Status Node::acquire(RemoteDeadline deadline, redisContext** out) {
   // the server's refusal.
   const auto setup = [&](std::initializer_list<std::string_view> args) -> Result<std::string> {
     PROGCACHE_ASSIGN_OR_RETURN(Reply r, conn.exec(args));
-    return r.is_error() ? "remote " + m_o.shown + ": " + std::string(args.begin()[0]) + " refused: " + std::string(r.text())
-                        : std::string();
+    return r.is_error()
+               ? "remote " + m_o.shown + ": " + std::string(args.begin()[0]) + " refused: " + std::string(r.text())
+               : std::string();
   };
   Status st;
   if (!m_o.password.empty()) {

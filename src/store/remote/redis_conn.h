@@ -80,7 +80,7 @@ Status refused(const std::string& shown, std::string_view what, const Reply& r);
 
 // Where and how to reach one Redis server.
 struct NodeOptions {
-  std::string host;       // empty for a unix socket
+  std::string host;  // empty for a unix socket
   int port = 6379;
   std::string unix_path;  // set for a unix socket
   std::string user;

@@ -59,7 +59,8 @@ constexpr Scheme k_schemes[] = {
     {"redis+cluster", check_redis, make_redis},
 #endif
 #ifdef PROGCACHE_WITH_HTTP
-    {"http", check_http, make_http},    {"https", check_http, make_http},
+    {"http", check_http, make_http},
+    {"https", check_http, make_http},
 #endif
     {nullptr, nullptr, nullptr},
 };
