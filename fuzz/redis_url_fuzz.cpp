@@ -38,7 +38,7 @@ void check(const std::string& url) {
   if (r->port <= 0 || r->port > 65535 || r->db < 0) __builtin_trap();
   if (r->timeout.count() <= 0 || r->connect_timeout.count() <= 0) __builtin_trap();
   if (r->unix_path.empty() == r->host.empty()) __builtin_trap();  // exactly one of the two
-  if (r->cluster != !r->seeds.empty()) __builtin_trap();            // a cluster has seeds, one server none
+  if (r->cluster != !r->seeds.empty()) __builtin_trap();          // a cluster has seeds, one server none
   for (const auto& s : r->seeds) {
     if (s.host.empty() || s.port <= 0 || s.port > 65535) __builtin_trap();
   }
