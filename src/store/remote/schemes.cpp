@@ -34,7 +34,7 @@ Result<std::unique_ptr<RemoteBackend>> make_redis(std::string_view url, const Re
   if (u.password.empty()) u.password = o.password;
   // Room for the framing around one value ("$<len>\r\n" ... "\r\n").
   return make_redis_backend(
-      std::move(u), {.max_idle_connections = o.max_idle_connections, .max_reply_bytes = o.max_value_bytes + 64});
+      u, {.max_idle_connections = o.max_idle_connections, .max_reply_bytes = o.max_value_bytes + 64});
 }
 #endif
 
