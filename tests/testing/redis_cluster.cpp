@@ -1,11 +1,11 @@
 #include "testing/redis_cluster.h"
 
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -54,16 +54,17 @@ std::string RedisCluster::missing() {
 int RedisCluster::redis_cli(const std::vector<std::string>& args) {
   std::vector<std::string> all = {cli_binary()};
   all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;  // made before fork: the child only calls what is async-signal-safe
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     // Quiet: its progress report is not the test's output.
-    if (FILE* null = std::fopen("/dev/null", "w")) {
-      ::dup2(::fileno(null), 1);
-      ::dup2(::fileno(null), 2);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
     }
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
