@@ -1,6 +1,5 @@
 #include "testing/redis_cluster.h"
 
-#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,20 +53,8 @@ std::string RedisCluster::missing() {
 int RedisCluster::redis_cli(const std::vector<std::string>& args) {
   std::vector<std::string> all = {cli_binary()};
   all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;  // made before fork: the child only calls what is async-signal-safe
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Quiet: its progress report is not the test's output.
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (null >= 0) {
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = spawn_quiet(std::move(all));
+  if (pid < 0) return 127;
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;

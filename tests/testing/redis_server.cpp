@@ -59,22 +59,7 @@ bool RedisServer::start() {
                                    "--protected-mode",
                                    "yes"};
   args.insert(args.end(), m_extra.begin(), m_extra.end());
-  std::vector<char*> argv;  // made before fork: the child only calls what is async-signal-safe
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // The server dies with the test: a test killed by a sanitizer must not
-    // leave it holding the test runner's output pipe open.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (null >= 0) {
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  const pid_t pid = spawn_quiet(std::move(args));
   m_pid = pid;
   // Ready when it accepts a connection and answers (PING may need AUTH).
   for (int i = 0; i < 500; ++i) {

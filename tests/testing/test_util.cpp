@@ -1,8 +1,11 @@
 #include "testing/test_util.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -129,6 +132,24 @@ int free_loopback_port_pair(int offset) {
     if (loopback_port_free(port) && loopback_port_free(port + offset)) return port;
   }
   return free_loopback_port();
+}
+
+pid_t spawn_quiet(std::vector<std::string> args) {
+  std::vector<char*> argv;  // made before fork: the child only calls what is async-signal-safe
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 std::string read_all(const std::string& path) {

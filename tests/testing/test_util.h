@@ -3,8 +3,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "progcache/bytes.h"
 #include "progcache/entry.h"
@@ -52,6 +54,12 @@ int free_loopback_port();
 // A loopback port P below the ephemeral range with P + `offset` free too
 // (a Redis Cluster node listens on P and on its bus port P + 10000).
 int free_loopback_port_pair(int offset);
+
+// Starts `args` (args[0] is the program's path) as a child process whose
+// output goes to /dev/null, and returns its pid (-1 when fork fails). The
+// child dies with the test process, so a test killed part-way (a sanitizer's
+// report) leaves no server holding the test runner's output open.
+pid_t spawn_quiet(std::vector<std::string> args);
 
 // What a file store rooted at `root` holds on disk, counted from the files
 // themselves (entry files only: no temps, no control files): the truth the
