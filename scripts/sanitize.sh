@@ -19,10 +19,14 @@ for kind in "${kinds[@]}"; do
     *) echo "unknown sanitizer kind '$kind' (asan or tsan)" >&2; exit 2 ;;
   esac
   build="build-$kind"
-  if [[ ! -f "$build/CMakeCache.txt" ]]; then
-    cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPROGCACHE_SANITIZE="$flags" \
-      -DPROGCACHE_BUILD_BENCH=OFF >/dev/null
-  fi
+  # -O1 with line tables only (-g1): what the sanitizers' documentation
+  # recommends for speed, and enough for symbolised reports (file:line per
+  # frame). Measured on a 2-core machine, one test TU (file_store_test.cpp)
+  # under ASan+UBSan: 97 s at -O2 -g, 37 s at -O1 -g1; under TSan 30 s and
+  # 18 s. Configured on every run, so a tree made with other flags follows.
+  cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPROGCACHE_SANITIZE="$flags" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DPROGCACHE_BUILD_BENCH=OFF >/dev/null
   cmake --build "$build" -j "${PROGCACHE_JOBS:-2}"
   echo "== $kind: unit, stress and crash tests"
   # install_and_find_package exercises packaging, not memory safety.

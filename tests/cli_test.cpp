@@ -777,6 +777,77 @@ TEST_F(CliTest, PlantedMemosAreNeverAHangAndARefusedRootIsNotReadAtAll) {
   EXPECT_FALSE(fs::exists(cache() + "/locks")) << "lock files were made in a refused root";
 }
 
+TEST_F(CliTest, LsLongShowsEachEntrysKindAndProgramName) {
+  // A kernel group as progcache.triton stores it, in its companion store,
+  // and an entry planted with a name that would drive the terminal.
+  const std::string triton_root = cache() + "/triton";
+  auto triton = FileStore::open({.root = triton_root});
+  ASSERT_TRUE(triton.ok()) << triton.status().to_string();
+  const Key group = KeyBuilder("cli-test").add_string("group", "add").finish();
+  const Key planted = KeyBuilder("cli-test").add_string("group", "planted").finish();
+  ASSERT_TRUE((*triton)
+                  ->put(group, Entry(R"({"kind":"triton-group","name":"add_kernel"})",
+                                     {{"add_kernel.cubin", Bytes::copy_of(std::string(100, 'c'))}}))
+                  .ok());
+  ASSERT_TRUE((*triton)->put(planted, Entry(R"({"kind":"x","name":"evil\u001b[2Jname"})", {})).ok());
+  // Metadata past the listing's first read (4 KiB) is read as far as it goes.
+  const Key big = KeyBuilder("cli-test").add_string("group", "big").finish();
+  ASSERT_TRUE(
+      (*triton)
+          ->put(big, Entry(R"({"pad":")" + std::string(10000, 'p') + R"(","kind":"triton-group","name":"big_kernel"})",
+                           {{"big.cubin", Bytes::copy_of(std::string(100, 'c'))}}))
+          .ok());
+  triton->reset();
+  ASSERT_EQ(run({"put", "bare", file("p", "program bytes")}).code, 0);
+  std::string compiled;
+  if (have_nvrtc()) {
+    compiled = file("scale.cu", k_kernel);
+    ASSERT_EQ(run({"compile", compiled, "--arch", "sm_80", "-o", m_tmp.sub("scale.cubin")}).code, 0);
+  }
+
+  auto ls = run({"ls", "--long"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_EQ(ls.out.rfind("KEY ", 0), 0u) << ls.out;
+  EXPECT_NE(ls.out.find("KIND"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("NAME"), std::string::npos) << ls.out;
+  auto line_of = [&](const Key& k) {
+    const auto at = ls.out.find(k.hex());
+    return at == std::string::npos ? std::string() : ls.out.substr(at, ls.out.find('\n', at) - at);
+  };
+  const std::string group_line = line_of(group);
+  EXPECT_NE(group_line.find("triton"), std::string::npos) << ls.out;
+  EXPECT_NE(group_line.find("triton-group"), std::string::npos) << ls.out;
+  EXPECT_NE(group_line.find("add_kernel"), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find('\x1b'), std::string::npos) << "a stored name reached the terminal unescaped";
+  EXPECT_NE(line_of(planted).find("evil?[2Jname"), std::string::npos) << ls.out;
+  EXPECT_NE(line_of(big).find("big_kernel"), std::string::npos) << ls.out;
+  // An entry without a name or kind (put of raw bytes) shows '-'.
+  const std::string bare_line = line_of(key_from_user("bare"));
+  ASSERT_FALSE(bare_line.empty()) << ls.out;
+  EXPECT_EQ(bare_line.substr(bare_line.size() - 2), " -") << bare_line;
+
+  auto js = nlohmann::json::parse(run({"ls", "--json"}).out);
+  int checked = 0;
+  for (const auto& e : js) {
+    if (e["key"] == group.hex()) {
+      EXPECT_EQ(e["kind"], "triton-group");
+      EXPECT_EQ(e["name"], "add_kernel");
+      EXPECT_EQ(e["store"], "triton");
+      ++checked;
+    } else if (e["key"] == key_from_user("bare").hex()) {
+      EXPECT_TRUE(e["kind"].is_null()) << e.dump();
+      EXPECT_TRUE(e["name"].is_null()) << e.dump();
+      ++checked;
+    } else if (!compiled.empty() && e["store"] == "programs") {
+      // A compiled program: its kind is the target, its name the source.
+      EXPECT_EQ(e["kind"], "cubin") << e.dump();
+      EXPECT_EQ(e["name"], compiled) << e.dump();
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, compiled.empty() ? 2 : 3) << js.dump(2);
+}
+
 TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
   const std::string src = file("scale.cu", k_kernel);

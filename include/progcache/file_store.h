@@ -95,6 +95,11 @@ struct FileEntryInfo {
   std::uint64_t size = 0;
   std::int64_t created_unix_ns = 0;  // from the entry header; 0 if unreadable
   std::int64_t last_used_ns = 0;     // atime
+  // The "name" and "kind" strings of the entry's metadata ("" when it has
+  // none or cannot be read): the program's name and what it is ("cubin",
+  // "triton-group", ...). Read for display: a listing verifies nothing.
+  std::string name;
+  std::string kind;
 };
 
 struct VerifyProblem {

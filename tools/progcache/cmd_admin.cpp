@@ -55,6 +55,14 @@ std::string prefix_of(const NamedFileStore& s) {
   return s.name == "programs" ? std::string() : s.name + ": ";
 }
 
+// `s` with control characters shown as '?': a name read from an entry
+// (anyone who can write the cache can write one) never drives the terminal.
+std::string printable(std::string s) {
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, '?');
+  return s;
+}
+
 struct AdminArgs {
   bool long_format = false;
   bool json = false;
@@ -77,7 +85,8 @@ int run_config(const AdminArgs& a, const pc::Config& cfg) {
 int run_ls(const AdminArgs& a, Stores& stores) {
   json j = json::array();
   if (a.long_format && !a.json)
-    std::printf("%-64s  %9s  %-20s  %-20s  %s\n", "KEY", "SIZE", "CREATED", "LAST USED", "STORE");
+    std::printf("%-64s  %9s  %-20s  %-20s  %-8s  %-14s  %s\n", "KEY", "SIZE", "CREATED", "LAST USED", "STORE", "KIND",
+                "NAME");
   for (auto& [name, store] : stores) {
     auto entries = store->list();
     if (!entries.ok()) return fail(entries.status());
@@ -87,10 +96,13 @@ int run_ls(const AdminArgs& a, Stores& stores) {
                      {"size", e.size},
                      {"created", format_time(e.created_unix_ns)},
                      {"last_used", format_time(e.last_used_ns)},
-                     {"store", name}});
+                     {"store", name},
+                     {"kind", e.kind.empty() ? json(nullptr) : json(e.kind)},
+                     {"name", e.name.empty() ? json(nullptr) : json(e.name)}});
       } else if (a.long_format) {
-        std::printf("%s  %9s  %-20s  %-20s  %s\n", e.key.hex().c_str(), pc::format_size(e.size).c_str(),
-                    format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str(), name.c_str());
+        std::printf("%s  %9s  %-20s  %-20s  %-8s  %-14s  %s\n", e.key.hex().c_str(), pc::format_size(e.size).c_str(),
+                    format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str(), name.c_str(),
+                    e.kind.empty() ? "-" : printable(e.kind).c_str(), e.name.empty() ? "-" : printable(e.name).c_str());
       } else if (name == "programs") {
         // Bare keys are the root's own, so they can be fed to get and rm;
         // companions' entries are listed with --long and --json.

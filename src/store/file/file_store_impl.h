@@ -117,7 +117,9 @@ class FileStoreImpl final : public FileStore {
   // maintenance.cpp
   static bool stale_transient(const FileInfo& info, std::int64_t now, std::int64_t stale);
   Result<std::vector<ScannedFile>> scan_shard(int shard, Reconcile reconcile, bool sweep = true);
-  std::int64_t peek_created(const std::string& path);
+  // Fills e.created_unix_ns, e.name and e.kind from the entry at e.path
+  // (left empty where it cannot be read).
+  void peek_entry(FileEntryInfo& e);
   void verify_shard(int shard, const std::vector<DirEntry>& files, Repair repair, std::int64_t now,
                     VerifyReport& report);
 

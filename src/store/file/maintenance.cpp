@@ -1,6 +1,7 @@
 // Maintenance: shard scans (which sweep stale temps and reconcile the
 // counters), and the list, verify and prune commands built on them.
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "store/file/file_store_impl.h"
 
@@ -48,15 +49,47 @@ Result<std::vector<ScannedFile>> FileStoreImpl::scan_shard(int shard, Reconcile 
   return out;
 }
 
-std::int64_t FileStoreImpl::peek_created(const std::string& path) {
-  auto fd = m_env->open_file(path, OpenMode::read, 0);
-  if (!fd.ok()) return 0;
-  char buf[k_entry_fixed_header + k_entry_checksum_size];
-  auto n = m_env->pread(*fd, buf, sizeof buf, 0);
+void FileStoreImpl::peek_entry(FileEntryInfo& e) {
+  auto fd = m_env->open_file(e.path, OpenMode::read, 0);
+  if (!fd.ok()) return;
+  // One read holds the header, the table and the metadata of nearly every
+  // entry; a larger table or metadata is read as far as its stated size,
+  // bounded so that a damaged length cannot make a listing allocate much.
+  constexpr std::size_t k_first_read = 4096;
+  constexpr std::uint64_t k_max_metadata = std::uint64_t{1} << 20;
+  std::string buf(k_first_read, '\0');
+  auto read = [&](std::uint64_t offset, std::size_t n) -> bool {
+    if (buf.size() < n) buf.resize(n);
+    auto got = m_env->pread(*fd, buf.data(), n, offset);
+    if (!got.ok()) return false;
+    buf.resize(*got);
+    return true;
+  };
+  [&] {
+    if (!read(0, k_first_read)) return;
+    auto header = peek_entry_header(buf);
+    if (!header.ok()) return;
+    e.created_unix_ns = header->created_unix_ns;
+    auto table_end = entry_table_end(buf);
+    if (!table_end.ok() || (*table_end > buf.size() && !read(0, *table_end))) return;
+    auto layout = parse_entry_layout(buf, e.size);
+    if (!layout.ok() || layout->metadata_size > k_max_metadata) return;
+    std::string_view meta;
+    if (layout->metadata_offset + layout->metadata_size <= buf.size()) {
+      meta = std::string_view(buf).substr(layout->metadata_offset, layout->metadata_size);
+    } else if (read(layout->metadata_offset, layout->metadata_size)) {
+      meta = buf;
+    }
+    const auto j = nlohmann::json::parse(meta, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return;
+    auto field = [&j](const char* name) {
+      auto it = j.find(name);
+      return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    e.name = field("name");
+    e.kind = field("kind");
+  }();
   m_env->close_file(*fd).ignore();
-  if (!n.ok()) return 0;
-  auto h = peek_entry_header(std::string_view(buf, *n));
-  return h.ok() ? h->created_unix_ns : 0;
 }
 
 Result<std::vector<FileEntryInfo>> FileStoreImpl::list(const ProgressFn& progress) {
@@ -74,7 +107,7 @@ Result<std::vector<FileEntryInfo>> FileStoreImpl::list(const ProgressFn& progres
       e.key = *key;
       e.size = f.info.size;
       e.last_used_ns = f.info.atime_ns;
-      e.created_unix_ns = peek_created(e.path);
+      peek_entry(e);
       out.push_back(std::move(e));
     }
   }
