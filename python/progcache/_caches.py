@@ -10,6 +10,7 @@ miss), ``__setitem__``, ``__delitem__``, ``__len__``, ``get``, ``update``,
 
 from __future__ import annotations
 
+import errno
 import importlib.abc
 import importlib.util
 import os
@@ -43,11 +44,16 @@ def _value(value: Any) -> bytes:
         if isinstance(code, (bytes, bytearray, memoryview)):
             return bytes(code)
         if isinstance(code, (str, os.PathLike)):
-            with open(code, "rb") as f:
-                return f.read()
+            try:
+                with open(code, "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                # cuda.core's phrase, for callers who match on it.
+                raise FileNotFoundError(errno.ENOENT, "cannot store path-backed ObjectCode in cache: the file "
+                                        "no longer exists", os.fspath(code)) from None
         raise TypeError(f"{type(value).__name__}.code is {type(code).__name__}, not bytes or a path")
-    raise TypeError(
-        f"cache values are bytes, bytearray, memoryview or an ObjectCode, not {type(value).__name__}")
+    raise TypeError("cache values must be bytes-like or ObjectCode (bytes, bytearray, memoryview or an object "
+                    f"with .code), not {type(value).__name__}")
 
 
 def _config() -> dict:

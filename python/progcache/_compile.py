@@ -84,19 +84,30 @@ class _Inputs:
                  "use_libdevice")
 
 
+# What each code type compiles to (progcache::compile's matrix; cuda.core's
+# for c++, ptx and nvvm).
+_TARGETS_OF = {"c++": ("cubin", "ltoir", "ptx"), "ptx": ("cubin", "ptx"), "ltoir": ("cubin", "ptx"),
+               "nvvm": ("ltoir", "ptx")}
+
+
 def _inputs(code: Any, code_type: Any, target: Any, options: Any, name_expressions: Any, name: Optional[str],
             extra_digest: Any, *, strict: bool) -> _Inputs:
     """``strict``: make_program_cache_key's contract (cuda.core's exception
     types; bytes code only for NVVM). compile() is lenient about bytes code."""
-    if not isinstance(code_type, str):
-        raise TypeError(f"code_type must be str, not {type(code_type).__name__}")
-    if not isinstance(target, str):
-        raise TypeError(f"target_type must be str, not {type(target).__name__}")
-    code_type, target = code_type.lower(), target.lower()
+    # ValueError, as cuda.core raises, with its phrases ("is not a valid
+    # SourceCodeType", "is not valid for code_type") for callers who match.
+    code_type = code_type.lower() if isinstance(code_type, str) else code_type
+    target = target.lower() if isinstance(target, str) else target
     if code_type in ("cxx", "cuda", "cu"):
         code_type = "c++"
+    if code_type not in _TARGETS_OF:
+        raise ValueError(f"unknown code type {code_type!r}: use c++, ptx, ltoir or nvvm ({code_type!r} is not a "
+                         "valid SourceCodeType)")
     if target not in ("ptx", "cubin", "ltoir"):
         raise ValueError(f"target_type={target!r} is not supported by the program cache (ptx, cubin or ltoir)")
+    if target not in _TARGETS_OF[code_type]:
+        raise ValueError(f"cannot compile code type {code_type!r} to target {target!r}: target_type={target!r} is "
+                         f"not valid for code_type={code_type!r} (supported: {', '.join(_TARGETS_OF[code_type])})")
     if extra_digest is not None:
         if not isinstance(extra_digest, (bytes, bytearray, memoryview)):
             raise TypeError("extra_digest must be bytes or None")
@@ -156,6 +167,12 @@ def _inputs(code: Any, code_type: Any, target: Any, options: Any, name_expressio
                          "progcache.compile(), which scans it)")
     i.name = name
 
+    # cuda.core ignores name expressions where NVRTC does not compile (PTX,
+    # NVVM): they neither change those keys nor are checked there. compile()
+    # refuses them there, so it checks them.
+    if strict and code_type != "c++":
+        i.names = []
+        return i
     names = []
     for n in name_expressions:
         if isinstance(n, bytes):
@@ -163,9 +180,7 @@ def _inputs(code: Any, code_type: Any, target: Any, options: Any, name_expressio
         elif not isinstance(n, str):
             raise TypeError(f"name_expressions elements must be str or bytes, not {type(n).__name__}")
         names.append(n)
-    # cuda.core's PTX and NVVM paths ignore name expressions: they must not
-    # change those keys (compile() refuses them there).
-    i.names = names if (code_type == "c++" or not strict) else []
+    i.names = names
     return i
 
 
@@ -185,8 +200,9 @@ def make_program_cache_key(*, code: Union[str, bytes], code_type: str, options: 
     any object with ``as_bytes``) or a list of option strings; code types
     ``c++``, ``ptx``, ``nvvm`` (and progcache's ``ltoir``) in any case;
     targets ``ptx``, ``cubin``, ``ltoir``. TypeError: bytes code for c++ or
-    PTX, a ``bytearray`` or non-string name expression. ValueError: an
-    unsupported code/target pair, side-effect options (``create_pch``,
+    PTX, a ``bytearray`` or non-string name expression for c++ (PTX and NVVM
+    ignore name expressions, as cuda.core does). ValueError: an unknown code
+    type or an unsupported code/target pair, side-effect options (``create_pch``,
     ``time``, ``fdevice_time_trace``), ``extra_sources`` outside NVVM,
     ``use_libdevice`` or a program name with a directory without
     ``extra_digest``. Unlike cuda.core, include paths and pre-includes need

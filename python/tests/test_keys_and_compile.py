@@ -83,6 +83,12 @@ CONTRACT = [
     ("bytearray name expression", dict(name_expressions=[bytearray(b"k")]), TypeError, False),
     ("int name expression", dict(name_expressions=[1]), TypeError, False),
     ("str extra_digest", dict(extra_digest="d"), TypeError, False),
+    ("int code type", dict(code_type=1), ValueError, False),
+    ("int target type", dict(target_type=1), ValueError, False),
+    # Name expressions are NVRTC's: PTX and NVVM keys ignore them, unchecked.
+    ("PTX with an int name expression", dict(code=PTX, code_type="ptx", name_expressions=[1]), "ok", False),
+    ("NVVM with a bytearray name expression",
+     dict(code=b"ir", code_type="nvvm", target_type="ptx", name_expressions=[bytearray(b"k")]), "ok", False),
     ("LTO-IR code", dict(code=b"lto", code_type="ltoir"), "ok", True),
 ]
 
@@ -142,6 +148,57 @@ def test_key_accepts_and_refuses_what_cuda_core_does(label, kw, expected, differ
     theirs = _cuda_core_key()
     if theirs is not None:
         assert (_outcome(theirs, args) != expected) == differs, f"cuda.core gives {_outcome(theirs, args)}"
+
+
+def test_name_expressions_do_not_change_keys_where_nvrtc_does_not_compile():
+    ProgramOptions = _program_options()
+    for code, code_type, target in [(PTX, "ptx", "cubin"), (b"ir", "nvvm", "ptx")]:
+        def k(names):
+            return progcache.make_program_cache_key(code=code, code_type=code_type, target_type=target,
+                                                    options=ProgramOptions(arch="sm_80"), name_expressions=names)
+        assert k(()) == k(["a", b"b"]) == k([1, bytearray(b"x")]), code_type
+    # For C++ they are the program's: checked, and in the key.
+    assert key(name_expressions=["saxpy<float>"]) != key()
+
+
+# cuda.core's phrases that its users match on in error messages: progcache's
+# message carries each (beside its own wording), with cuda.core's exception type.
+PHRASES = [
+    ("unknown code type", "key", dict(code_type="fortran"), ValueError, "is not a valid SourceCodeType"),
+    ("int code type", "key", dict(code_type=3), ValueError, "is not a valid SourceCodeType"),
+    ("PTX to LTO-IR", "key", dict(code=PTX, code_type="ptx", target_type="ltoir"), ValueError,
+     "not valid for code_type"),
+    ("NVVM to cubin", "key", dict(code=b"ir", code_type="nvvm"), ValueError, "not valid for code_type"),
+    ("an int stored", "store", 7, TypeError, "bytes-like or ObjectCode"),
+    ("a path-backed ObjectCode whose file is gone", "store", "path", FileNotFoundError, "path-backed ObjectCode"),
+]
+
+
+@pytest.mark.parametrize("label,route,arg,error,phrase", PHRASES, ids=[p[0] for p in PHRASES])
+def test_error_messages_carry_cuda_cores_phrases(label, route, arg, error, phrase, tmp_path):
+    ProgramOptions = _program_options()
+    if route == "key":
+        args = dict(code=SAXPY, code_type="c++", options=ProgramOptions(arch="sm_80"), target_type="cubin")
+        args.update(arg)
+        calls = [("progcache", lambda: progcache.make_program_cache_key(**args))]
+        theirs = _cuda_core_key()
+        if theirs is not None:
+            calls.append(("cuda.core", lambda: theirs(**args)))
+    else:
+        from cuda.core import ObjectCode
+        value = ObjectCode.from_cubin(str(tmp_path / "gone.cubin")) if arg == "path" else arg
+        caches = [("progcache memory", progcache.InMemoryProgramCache()),
+                  ("progcache file", progcache.FileStreamProgramCache(tmp_path / "c"))]
+        try:
+            from cuda.core.utils import InMemoryProgramCache
+            caches.append(("cuda.core", InMemoryProgramCache()))
+        except Exception:  # noqa: BLE001 - cuda.core without its caches
+            pass
+        calls = [(who, lambda c=c: c.__setitem__(b"k" * 32, value)) for who, c in caches]
+    for who, call in calls:
+        with pytest.raises(error) as e:
+            call()
+        assert phrase in str(e.value), f"{who}: {e.value}"
 
 
 @pytest.mark.parametrize("label,code_type,fields,kw,expected,differs", OPTION_CONTRACT,
