@@ -589,6 +589,9 @@ NB_MODULE(_core, m) {
         nb::arg("sharing") = "private", nb::arg("compression") = 0, nb::arg("signing_keys").none() = nb::none());
   m.attr("DEFAULT_MAX_SIZE") = pc::k_default_max_size;
   m.def("default_cache_root", []() { return pc::default_cache_root(); });
+  m.def(
+      "library_search_paths", [](const std::string& library) { return pc::library_search_paths(library); },
+      nb::arg("library"));
   // The library's configuration, resolved from the environment by the same
   // code as the CLI's (ValueError naming a bad variable). Secrets are
   // returned for use, and masked in `settings`.

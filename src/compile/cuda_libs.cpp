@@ -54,9 +54,45 @@ bool is_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// The site-packages directory of the environment this code was installed
+// into, if any: the Python module's (site-packages/progcache/_core*.so) or,
+// for the command pip puts in <prefix>/bin, <prefix>/lib/python3*/site-packages.
+// So an environment's NVIDIA wheels are found whether or not it is activated
+// (no VIRTUAL_ENV), as they are when it is.
+std::vector<std::string> own_site_packages() {
+  std::vector<std::string> files;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&own_site_packages), &info) != 0 && info.dli_fname != nullptr &&
+      info.dli_fname[0] == '/') {
+    files.emplace_back(info.dli_fname);
+  }
+  files.emplace_back("/proc/self/exe");
+  std::vector<std::string> roots;
+  for (const auto& f : files) {
+    char* resolved = ::realpath(f.c_str(), nullptr);
+    if (resolved == nullptr) continue;
+    const std::string path = resolved;
+    std::free(resolved);  // NOLINT(cppcoreguidelines-no-malloc): realpath's buffer
+    bool in_site = false;
+    for (std::string_view dir : {"/site-packages/", "/dist-packages/"}) {
+      if (auto at = path.rfind(dir); at != std::string::npos) {
+        roots.push_back(path.substr(0, at + dir.size() - 1));
+        in_site = true;
+        break;
+      }
+    }
+    const auto slash = path.rfind('/');
+    const std::string dir = path.substr(0, slash);
+    if (!in_site && dir.size() > 4 && dir.ends_with("/bin")) {
+      roots.push_back(dir.substr(0, dir.size() - 4) + "/lib/python3*/site-packages");
+    }
+  }
+  return roots;
+}
+
 // site-packages directories where pip puts NVIDIA's wheels.
 std::vector<std::string> site_packages() {
-  std::vector<std::string> roots;
+  std::vector<std::string> roots = own_site_packages();
   for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
     if (auto v = getenv_str(var); !v.empty()) roots.push_back(v + "/lib/python3*/site-packages");
   }

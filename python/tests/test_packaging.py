@@ -1,0 +1,101 @@
+"""The package as pip installs it: the `progcache` command and `python -m
+progcache` come with the wheel, and NVIDIA's NVRTC wheels in the same
+environment are found whether or not that environment is activated."""
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+import progcache
+from progcache.__main__ import command_path
+
+
+def _clean_env(tmp_path, **extra):
+    """An environment as a script run with the environment's python, not
+    activated: no VIRTUAL_ENV, no CUDA or Python search variables, a PATH
+    without the environment's bin/."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+                        "PROGCACHE_NVRTC", "PROGCACHE_NVJITLINK", "PROGCACHE_DIR")}
+    env["PATH"] = "/usr/bin:/bin"
+    env["HOME"] = str(tmp_path / "home")
+    env.update(extra)
+    return env
+
+
+def _installed_command():
+    path = command_path()
+    if path is None:
+        pytest.skip("progcache is imported from a source tree here, not installed by pip: no command to test")
+    return path
+
+
+def test_the_wheel_installs_the_command_in_the_environments_bin(tmp_path):
+    path = _installed_command()
+    assert os.path.samefile(os.path.dirname(path), sysconfig.get_path("scripts")), path
+    with open(path, "rb") as f:
+        assert f.read(4) == b"\x7fELF", "the command is the executable itself, not a Python wrapper"
+    env = _clean_env(tmp_path)
+    version = subprocess.run([path, "--version"], env=env, capture_output=True, text=True)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("progcache 0.1.0"), version.stdout
+
+
+def test_python_m_progcache_runs_the_command(tmp_path):
+    _installed_command()
+    env = _clean_env(tmp_path)
+    m = [sys.executable, "-m", "progcache"]
+    version = subprocess.run(m + ["--version"], env=env, capture_output=True, text=True)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("progcache 0.1.0"), version.stdout
+    # Exit status and messages are the command's own.
+    bogus = subprocess.run(m + ["bogus"], env=env, capture_output=True, text=True)
+    assert bogus.returncode == 2 and "unknown subcommand 'bogus'" in bogus.stderr, bogus.stderr
+    # A store and a read through it, as a user would.
+    src = tmp_path / "v.bin"
+    src.write_bytes(b"\x00program bytes\xff")
+    cache = str(tmp_path / "cache")
+    put = subprocess.run(m + ["--dir", cache, "put", "k", str(src)], env=env, capture_output=True, text=True)
+    assert put.returncode == 0, put.stderr
+    out = tmp_path / "out.bin"
+    got = subprocess.run(m + ["--dir", cache, "get", "k", "-o", str(out)], env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert out.read_bytes() == src.read_bytes()
+
+
+def _nvrtc_wheel():
+    """The NVRTC library of an NVIDIA wheel in this environment, or None."""
+    for p in sys.path:
+        for sub in ("nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"):
+            f = os.path.join(p, sub)
+            if p and os.path.isfile(f):
+                return os.path.realpath(f)
+    return None
+
+
+def _search_paths(env):
+    code = "import json, progcache._core as c; print(json.dumps(c.library_search_paths('nvrtc')))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return [os.path.realpath(p) if os.path.exists(p) else p for p in json.loads(r.stdout)]
+
+
+def test_nvidia_wheels_are_found_whether_or_not_the_environment_is_activated(tmp_path):
+    wheel = _nvrtc_wheel()
+    if wheel is None:
+        pytest.skip("no NVIDIA NVRTC wheel in this environment (pip install 'cuda-core[cu13]' brings one)")
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("not running in a virtual environment")
+    activated = _search_paths(_clean_env(tmp_path, VIRTUAL_ENV=sys.prefix))
+    not_activated = _search_paths(_clean_env(tmp_path))
+    assert wheel in activated
+    assert wheel in not_activated, "the environment's own NVRTC wheel is not searched when it is not activated"
+    # And the library found there compiles through progcache.
+    r = subprocess.run([sys.executable, "-c",
+                        "import progcache; p = progcache.compile('extern \"C\" __global__ void k() {}', "
+                        "options=['-arch=sm_90']); print(len(p.code))"],
+                       env=_clean_env(tmp_path, PROGCACHE_NVRTC=wheel), capture_output=True, text=True)
+    assert r.returncode == 0 and int(r.stdout) > 0, r.stderr
