@@ -35,7 +35,7 @@ python3 scripts/main_job.py --progcache "$build_dir/progcache" | tail -n 6
 venv=.venv
 [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
 py="$PWD/$venv/bin/python"
-"$py" -m pip install -q --disable-pip-version-check pytest "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4"
+"$py" -m pip install -q --disable-pip-version-check pytest mypy "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4"
 # `pip install .` must not write into the source tree (a read-only checkout
 # must install): compare the tree, ignored files included, before and after.
 tree_before=$(git status --porcelain --ignored 2>/dev/null || true)

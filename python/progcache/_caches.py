@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from . import _core
 
@@ -93,6 +93,12 @@ class _ProgramCache(_core.CacheFront):
     the backend's get, KeyError(key) on a miss, with no Python frame."""
 
     _closed = False
+    # The backend's operations, bound by each subclass.
+    _get: Callable[[bytes], Optional[bytes]]
+    _put: Callable[[bytes, bytes], None]
+    _del: Callable[[bytes], bool]
+    _len: Callable[[], int]
+    _clear: Callable[[], None]
 
     def get(self, key: KeyLike, default: Optional[bytes] = None) -> Optional[bytes]:
         value = self._get(_key(key))
@@ -340,7 +346,7 @@ _CACHE_CLASSES = (InMemoryProgramCache, FileStreamProgramCache, RedisProgramCach
 _registered = False
 
 
-def _register(resource: type) -> None:
+def _register(resource: Any) -> None:
     global _registered
     for cls in _CACHE_CLASSES:
         resource.register(cls)

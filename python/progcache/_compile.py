@@ -69,7 +69,7 @@ def _as_bytes(options: Any, backend: str, target: str) -> list[str]:
 def _linker_words(options: Any, target: str) -> list[str]:
     """The nvJitLink flags cuda.core's Linker would pass for PTX input."""
     try:
-        from cuda.core import LinkerOptions
+        from cuda.core import LinkerOptions  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError:  # an options object of cuda.core's shape, without cuda.core
         return _as_bytes(options, "nvrtc", target)
     fields = {f: getattr(options, f) for f in _LINKER_FIELDS if getattr(options, f, None) is not None}
@@ -82,6 +82,15 @@ class _Inputs:
 
     __slots__ = ("code", "code_type", "target", "options", "names", "name", "extra_digest", "nvvm_sources",
                  "use_libdevice")
+    code: bytes
+    code_type: str
+    target: str
+    options: list[str]
+    names: list[str]
+    name: str
+    extra_digest: Optional[bytes]
+    nvvm_sources: list[tuple[str, bytes]]
+    use_libdevice: bool
 
 
 # What each code type compiles to (progcache::compile's matrix; cuda.core's

@@ -293,7 +293,7 @@ class KernelCache:
         self._signed = _integration.signed(cfg)
         # With PROGCACHE_DISABLE every call builds and nothing is stored.
         self._disabled = cfg["disabled"]
-        self._store = None if self._disabled else _core.open_file_store(
+        self._store: Any = None if self._disabled else _core.open_file_store(
             self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
             cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing,
             compression=cfg["compression_level"], signing_keys=cfg["signing_keys"])

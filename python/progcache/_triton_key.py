@@ -192,7 +192,7 @@ def _install_version_memo() -> None:
             except Exception:
                 continue
         if getattr(mod, "subprocess", None) is subprocess:
-            mod.subprocess = _VersionMemo(subprocess)
+            setattr(mod, "subprocess", _VersionMemo(subprocess))
 
 
 def install(cache_module) -> None:

@@ -37,11 +37,11 @@ import subprocess
 import threading
 import uuid
 import warnings
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 try:
-    import tilelang
-    from tilelang.cache import kernel_cache as _kc
+    import tilelang  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from tilelang.cache import kernel_cache as _kc  # type: ignore[import-untyped, import-not-found, unused-ignore]
 except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "progcache.tilelang needs tilelang 0.1.15 or newer (PyPI 'tilelang'): pip install 'tilelang>=0.1.15,<0.2'. "
@@ -57,7 +57,7 @@ def _tilelang_version() -> tuple:
     return tuple(int(g) for g in m.groups()) if m else (0, 0, 0)
 
 
-_KC = getattr(_kc, "KernelCache", None)
+_KC: Any = getattr(_kc, "KernelCache", None)
 if (_tilelang_version() < _MIN_TILELANG or _tilelang_version()[:2] != (0, 1) or _KC is None
         or not all(callable(getattr(_KC, m, None)) for m in
                    ("_load_kernel_from_disk", "_save_kernel_to_disk", "_get_cache_path", "_get_staging_root",
@@ -391,7 +391,7 @@ def _key_binary_cache() -> None:
     if _saved_binary_key is not None:
         return
     try:
-        from tilelang.cache.cuda_binary_cache import CUDABinaryCache
+        from tilelang.cache.cuda_binary_cache import CUDABinaryCache  # type: ignore[import-untyped, import-not-found, unused-ignore]
         original = next(vars(c)["_finalize_key"] for c in CUDABinaryCache.__mro__ if "_finalize_key" in vars(c))
         if getattr(original, "__func__", original).__dict__.get("_progcache"):
             return
@@ -464,10 +464,10 @@ def _cached_in(kc, func, out_idx, args, *, target, target_host, execution_backen
     contract (same key, same JITKernel), each kernel one entry of ``kc``'s
     store, compiled once per key across the threads and processes of a
     host."""
-    from tilelang import env
-    from tilelang.cache import _resolve_cache_dispatch
-    from tilelang.jit import JITKernel
-    from tilelang.transform.pass_config import normalize_pass_configs
+    from tilelang import env  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from tilelang.cache import _resolve_cache_dispatch  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from tilelang.jit import JITKernel  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from tilelang.transform.pass_config import normalize_pass_configs  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     with _enable_lock:
         _key_binary_cache()  # what tilelang's JITKernel compiles goes through its cache of nvcc outputs

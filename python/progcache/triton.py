@@ -40,9 +40,9 @@ import weakref
 from typing import Any, Dict, List, Optional
 
 try:
-    import triton
-    from triton import knobs as _knobs
-    from triton.runtime import cache as _tcache
+    import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from triton import knobs as _knobs  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from triton.runtime import cache as _tcache  # type: ignore[import-untyped, import-not-found, unused-ignore]
 except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "progcache.triton needs Triton 3.2 or newer (PyPI 'triton'): pip install 'triton>=3.2'. "
@@ -133,7 +133,7 @@ class CacheManager(_tcache.CacheManager):
     ``dump`` managers are directories of Triton's debugging tools, not
     caches, and are served by Triton's own FileCacheManager unchanged."""
 
-    def __init__(self, key, override=False, dump=False):
+    def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
         self.key = key
         self._files: Optional[_tcache.FileCacheManager] = None
         if override or dump:
@@ -146,8 +146,8 @@ class CacheManager(_tcache.CacheManager):
         self.cache_dir = os.path.join(base, key)
         self._group_mode = False
         self._pending: Dict[str, bytes] = {}
-        self._lock = None
-        self._release = None
+        self._lock: Any = None
+        self._release: Any = None
 
     # ---- Triton's contract
 

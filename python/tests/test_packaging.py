@@ -99,3 +99,14 @@ def test_nvidia_wheels_are_found_whether_or_not_the_environment_is_activated(tmp
                         "options=['-arch=sm_90']); print(len(p.code))"],
                        env=_clean_env(tmp_path, PROGCACHE_NVRTC=wheel), capture_output=True, text=True)
     assert r.returncode == 0 and int(r.stdout) > 0, r.stderr
+
+
+def test_type_stubs_match_the_public_api(tmp_path):
+    """mypy's stubtest over the installed package: every public name, its
+    signature and its kind as the stubs say (the allowlist names what a stub
+    cannot express, and why)."""
+    pytest.importorskip("mypy", reason="mypy is not installed (pip install mypy)")
+    allowlist = os.path.join(os.path.dirname(__file__), "..", "stubtest-allowlist.txt")
+    r = subprocess.run([sys.executable, "-m", "mypy.stubtest", "progcache", "--allowlist", allowlist],
+                       cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert r.returncode == 0, r.stdout + r.stderr
