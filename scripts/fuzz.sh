@@ -17,9 +17,9 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
 fi
 cmake --build "$build" -j "${PROGCACHE_JOBS:-2}"
 declare -A corpus=([entry_decode_fuzz]=entry_decode [program_key_fuzz]=program_key [parse_fuzz]=parse_size_duration
-                   [redis_url_fuzz]=redis_url [http_url_fuzz]=http_url)
+                   [redis_url_fuzz]=redis_url [http_url_fuzz]=http_url [bundle_fuzz]=bundle)
 status=0
-for t in entry_decode_fuzz program_key_fuzz parse_fuzz redis_url_fuzz http_url_fuzz; do
+for t in entry_decode_fuzz program_key_fuzz parse_fuzz redis_url_fuzz http_url_fuzz bundle_fuzz; do
   [[ -x "$build/fuzz/$t" ]] || { echo "fuzz: $t not built (no Redis or HTTP tier): skipped"; continue; }
   scratch=$(mktemp -d)
   cp fuzz/corpus/"${corpus[$t]}"/* "$scratch/"

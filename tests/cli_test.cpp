@@ -5,9 +5,12 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "progcache/file_store.h"
 #include "testing/test_util.h"
@@ -284,6 +287,200 @@ TEST_F(CliTest, PruneAndClear) {
   ASSERT_EQ(run({"clear"}).code, 0);
   EXPECT_EQ(nlohmann::json::parse(run({"stats", "--json"}).out)["entries"], 0);
   EXPECT_EQ(run({"ls"}).out, "");
+}
+
+// ---- export / import
+
+// The entry files under a root, by path relative to it (temp files and the
+// accounting left out): what a root holds, byte for byte.
+std::map<std::string, std::string> entry_files(const std::string& root) {
+  std::map<std::string, std::string> out;
+  if (!fs::exists(root)) return out;
+  for (const auto& f : fs::recursive_directory_iterator(root)) {
+    if (!f.is_regular_file()) continue;
+    const std::string rel = fs::relative(f.path(), root).string();
+    const std::string name = f.path().filename().string();
+    const bool in_entries = rel.find("/v1/") != std::string::npos || rel.rfind("v1/", 0) == 0;
+    if (name.size() != 62 || !in_entries) continue;
+    out[rel] = testing::read_all(f.path().string());
+  }
+  return out;
+}
+
+TEST_F(CliTest, ExportAndImportCarryEveryStoreToAnotherRootByteForByte) {
+  ASSERT_EQ(run({"put", "a", file("a", std::string(5000, 'a'))}).code, 0);
+  ASSERT_EQ(run({"put", "b", file("b", "bee")}).code, 0);
+  {
+    auto triton = FileStore::open({.root = cache() + "/triton"});
+    ASSERT_TRUE(triton.ok()) << triton.status().to_string();
+    ASSERT_TRUE((*triton)
+                    ->put(KeyBuilder("cli-test").add_string("group", "add").finish(),
+                          Entry(R"({"kind":"triton-group","name":"add_kernel"})",
+                                {{"add_kernel.cubin", Bytes::copy_of(std::string(300, 'c'))}}))
+                    .ok());
+    // Created two days ago: outside --since 1d.
+    const std::int64_t two_days_ago =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count() -
+        std::int64_t{2} * 86400 * 1000000000;
+    ASSERT_TRUE((*triton)
+                    ->put(KeyBuilder("cli-test").add_string("group", "old").finish(),
+                          Entry(R"({"kind":"triton-group","name":"old_kernel"})",
+                                {{"old.cubin", Bytes::copy_of(std::string(200, 'o'))}}, two_days_ago))
+                    .ok());
+  }
+  const std::string bundle = m_tmp.sub("warm.pcb");
+  auto exp = run({"export", "-o", bundle});
+  ASSERT_EQ(exp.code, 0) << exp.err;
+  EXPECT_NE(exp.err.find("exported 4 entries"), std::string::npos) << exp.err;
+  // One file, nothing else left beside it.
+  std::size_t beside = 0;
+  for ([[maybe_unused]] const auto& f : fs::directory_iterator(m_tmp.path()))
+    beside += f.path().string().find(".tmp.") != std::string::npos;
+  EXPECT_EQ(beside, 0u);
+
+  const std::string other = m_tmp.sub("other");
+  auto imp = run({"--dir", other, "import", bundle});
+  ASSERT_EQ(imp.code, 0) << imp.err;
+  EXPECT_NE(imp.out.find("imported 4 entries"), std::string::npos) << imp.out;
+  // Every entry file of every store, byte for byte, in the same place.
+  const auto source_files = entry_files(cache());
+  ASSERT_EQ(source_files.size(), 4u);
+  EXPECT_EQ(entry_files(other), source_files);
+  ASSERT_EQ(run({"--dir", other, "get", "a", "-o", m_tmp.sub("a.out")}).code, 0);
+  EXPECT_EQ(testing::read_all(m_tmp.sub("a.out")), std::string(5000, 'a'));
+  // The importing root counts what it took, as a put would.
+  EXPECT_EQ(nlohmann::json::parse(run({"--dir", other, "stats", "--json"}).out)["entries"], 2);
+  // Again: nothing new.
+  auto again = run({"--dir", other, "import", bundle});
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("imported 0 entries (0 B), 4 already present, 0 refused"), std::string::npos) << again.out;
+
+  // Selections: by program name, by age.
+  auto named = run({"export", "--name", "add_*", "-o", m_tmp.sub("named.pcb")});
+  ASSERT_EQ(named.code, 0) << named.err;
+  EXPECT_NE(named.err.find("exported 1 entries"), std::string::npos) << named.err;
+  auto recent = run({"export", "--since", "1d", "-o", m_tmp.sub("recent.pcb")});
+  ASSERT_EQ(recent.code, 0) << recent.err;
+  EXPECT_NE(recent.err.find("exported 3 entries"), std::string::npos) << recent.err;
+  EXPECT_EQ(run({"export", "--since", "30", "-o", m_tmp.sub("x.pcb")}).code, 2);  // no unit
+  // To standard output: the same bundle.
+  auto piped = run({"export", "-o", "-"});
+  ASSERT_EQ(piped.code, 0) << piped.err;
+  EXPECT_EQ(piped.out, testing::read_all(bundle));
+  // An output directory that does not exist: nothing written.
+  EXPECT_EQ(run({"export", "-o", m_tmp.sub("no/such/dir/b.pcb")}).code, 3);
+}
+
+TEST_F(CliTest, ImportRefusesWhatFailsVerificationAndTheStoreKeepsNothingOfIt) {
+  for (const char* k : {"one", "two", "three"}) {
+    ASSERT_EQ(run({"put", k, file(k, std::string(4000, k[0]) + k)}).code, 0);
+  }
+  const std::string bundle = m_tmp.sub("b.pcb");
+  ASSERT_EQ(run({"export", "-o", bundle}).code, 0);
+  const std::string good = testing::read_all(bundle);
+  const auto target_keys = [&](const std::string& root) {
+    std::set<std::string> keys;
+    auto ls = run({"--dir", root, "ls"});
+    std::istringstream in(ls.out);
+    for (std::string line; std::getline(in, line);) keys.insert(line);
+    return keys;
+  };
+
+  // One entry damaged inside: refused, the others imported, the bundle's
+  // digest reported as not matching.
+  std::string damaged = good;
+  const auto at = damaged.find(std::string(4000, 't') + "two");
+  ASSERT_NE(at, std::string::npos);
+  damaged[at + 100] ^= 0x01;
+  const std::string root1 = m_tmp.sub("r1");
+  auto d = run({"--dir", root1, "import", file("damaged.pcb", damaged)});
+  EXPECT_EQ(d.code, 3) << d.out << d.err;
+  EXPECT_NE(d.out.find("imported 2 entries"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("1 refused"), std::string::npos) << d.out;
+  EXPECT_NE(d.err.find("digest does not match"), std::string::npos) << d.err;
+  EXPECT_EQ(target_keys(root1), (std::set<std::string>{key_from_user("one").hex(), key_from_user("three").hex()}));
+
+  // Cut short inside the last entry: what came whole before it is imported,
+  // the cut entry is not, and the error says so.
+  const std::string root2 = m_tmp.sub("r2");
+  std::size_t cut_at = 0;
+  for (const char* k : {"one", "two", "three"}) {
+    const auto at_k = good.find(std::string(4000, k[0]) + k);
+    ASSERT_NE(at_k, std::string::npos);
+    cut_at = std::max(cut_at, at_k + 50);  // inside the entry that comes last
+  }
+  auto t = run({"--dir", root2, "import", file("cut.pcb", good.substr(0, cut_at))});
+  EXPECT_EQ(t.code, 3);
+  EXPECT_NE(t.err.find("cut short"), std::string::npos) << t.err;
+  EXPECT_NE(t.out.find("imported 2 entries"), std::string::npos) << t.out;
+  EXPECT_EQ(target_keys(root2).size(), 2u);
+  EXPECT_EQ(entry_files(root2).size(), 2u) << "a half-written entry was left in the store";
+
+  // A newer format, or not a bundle at all: nothing imported, no root made.
+  std::string newer = good;
+  newer[8] = 2;
+  const std::string root3 = m_tmp.sub("r3");
+  auto n = run({"--dir", root3, "import", file("newer.pcb", newer)});
+  EXPECT_EQ(n.code, 3);
+  EXPECT_NE(n.err.find("version 2 is newer than this progcache reads"), std::string::npos) << n.err;
+  EXPECT_NE(n.out.find("imported 0 entries"), std::string::npos) << n.out;
+  auto junk = run({"--dir", root3, "import", file("junk.pcb", "this is not a bundle at all")});
+  EXPECT_EQ(junk.code, 3);
+  EXPECT_NE(junk.err.find("not a progcache bundle"), std::string::npos) << junk.err;
+  EXPECT_FALSE(fs::exists(root3));
+  EXPECT_EQ(run({"--dir", root3, "import", m_tmp.sub("missing.pcb")}).code, 3);
+  EXPECT_FALSE(fs::exists(root3));
+}
+
+TEST_F(CliTest, SignedEntriesStaySignedThroughABundleAndAnotherKeysAreRefused) {
+  const auto ci_key = testing::make_ed25519_key();
+  const auto rogue = testing::make_ed25519_key();
+  const std::string sign = "PROGCACHE_SIGNING_KEY_FILE=" + file("ci.pem", ci_key.private_pem);
+  const std::string trust_ci = "PROGCACHE_TRUSTED_KEYS_FILE=" + file("ci.pub.pem", ci_key.public_pem);
+  const std::string trust_rogue = "PROGCACHE_TRUSTED_KEYS_FILE=" + file("rogue.pub.pem", rogue.public_pem);
+  ASSERT_EQ(run({"put", "k1", file("v1", "signed one")}, {sign}).code, 0);
+  ASSERT_EQ(run({"put", "k2", file("v2", "signed two")}, {sign}).code, 0);
+  const std::string bundle = m_tmp.sub("signed.pcb");
+  ASSERT_EQ(run({"export", "-o", bundle}, {sign}).code, 0);
+
+  // Readers that trust another key take none of it.
+  const std::string wrong = m_tmp.sub("wrong");
+  auto refused = run({"--dir", wrong, "import", bundle}, {trust_rogue});
+  EXPECT_EQ(refused.code, 3);
+  EXPECT_NE(refused.out.find("imported 0 entries (0 B), 0 already present, 2 refused"), std::string::npos)
+      << refused.out;
+  EXPECT_TRUE(entry_files(wrong).empty());
+  // Readers that trust CI's key take it, signature and all: the entry files
+  // are CI's own bytes, and a reader holding only the public key reads them.
+  const std::string laptop = m_tmp.sub("laptop");
+  auto ok = run({"--dir", laptop, "import", bundle}, {trust_ci});
+  ASSERT_EQ(ok.code, 0) << ok.out << ok.err;
+  EXPECT_EQ(entry_files(laptop), entry_files(cache()));
+  ASSERT_EQ(run({"--dir", laptop, "get", "k1", "-o", m_tmp.sub("o")}, {trust_ci}).code, 0);
+  EXPECT_EQ(testing::read_all(m_tmp.sub("o")), "signed one");
+  // Unsigned entries into a root that requires signatures: refused too.
+  ASSERT_EQ(run({"--dir", m_tmp.sub("plain"), "put", "u", file("u", "unsigned")}).code, 0);
+  ASSERT_EQ(run({"--dir", m_tmp.sub("plain"), "export", "-o", m_tmp.sub("plain.pcb")}).code, 0);
+  auto unsigned_in = run({"--dir", laptop, "import", m_tmp.sub("plain.pcb")}, {trust_ci});
+  EXPECT_EQ(unsigned_in.code, 3);
+  EXPECT_NE(unsigned_in.out.find("1 refused"), std::string::npos) << unsigned_in.out;
+}
+
+TEST_F(CliTest, AnImportHoldsTheImportingRootsCap) {
+  for (int i = 0; i < 20; ++i) {
+    const std::string k = "e" + std::to_string(i);
+    ASSERT_EQ(run({"put", k, file(k, std::string(10000, static_cast<char>('a' + i)))}).code, 0);
+  }
+  const std::string bundle = m_tmp.sub("b.pcb");
+  ASSERT_EQ(run({"export", "-o", bundle}).code, 0);
+  const std::string small = m_tmp.sub("small");
+  auto imp = run({"--dir", small, "import", bundle}, {"PROGCACHE_MAX_SIZE=64K"});
+  ASSERT_EQ(imp.code, 0) << imp.err;
+  std::uint64_t on_disk = 0;
+  for (const auto& [path, bytes] : entry_files(small)) on_disk += bytes.size();
+  EXPECT_GT(on_disk, 0u);
+  EXPECT_LE(on_disk, 64u * 1024) << "entries on disk exceed the cap after an import";
 }
 
 TEST_F(CliTest, CompanionStoresAreSeenByEveryAdminCommand) {

@@ -158,6 +158,12 @@ Result<std::string> encode_entry(const Key& key, const Entry& entry, std::int64_
 // permission_denied for a missing or wrong signature when a key is set.
 Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const EntryCodecOptions& options = {});
 
+// OK when `encoded` is an entry that decode_entry would accept as
+// `expected_key`'s under `options` (checksum, key echo, signature when
+// `options` requires one); its error, with the key named, otherwise. What
+// a store checks before it takes entry bytes made elsewhere (a bundle).
+Status verify_encoded_entry(const Key& expected_key, std::string_view encoded, const EntryCodecOptions& options);
+
 // Reads only the fixed header (no checksum): the echoed key and creation time,
 // for listing. data_loss when the buffer is not an entry header.
 enum class EntrySignature : std::uint8_t { none, hmac, ed25519 };

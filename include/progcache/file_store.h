@@ -151,6 +151,21 @@ class FileStore : public Store {
   // entries until the total is at most `max_size` bytes.
   virtual Result<PruneReport> prune(std::optional<std::uint64_t> max_size, std::optional<std::int64_t> older_than_ns,
                                     const ProgressFn& progress = {}) = 0;
+
+  // The entry of `key` as stored (its encoded bytes: header, checksum, any
+  // signature), after checking that it decodes under this store's codec
+  // (checksum, key echo, signature when the store requires one): what
+  // `progcache export` carries. nullopt when absent; data_loss or
+  // permission_denied (with the reason) for an entry this store would not
+  // serve. Counts nothing and leaves the entry's recency as it was.
+  virtual Result<std::optional<std::string>> get_encoded(const Key& key) = 0;
+  // Publishes already-encoded entry bytes under `key` as put() publishes an
+  // entry (atomically, charged to the caps), after the same check as
+  // get_encoded: a store never takes bytes it would not serve. So a signed
+  // entry keeps its signature, and one signed by an untrusted key, damaged,
+  // or echoing another key is refused (data_loss or permission_denied) and
+  // nothing is written. What `progcache import` uses.
+  virtual Status put_encoded(const Key& key, std::string encoded) = 0;
 };
 
 }  // namespace progcache

@@ -245,4 +245,9 @@ Result<Entry> decode_entry(const Bytes& data, const Key& expected_key, const Ent
   return EntryReader(data, options).read(expected_key);
 }
 
+Status verify_encoded_entry(const Key& expected_key, std::string_view encoded, const EntryCodecOptions& options) {
+  auto decoded = EntryReader(Bytes::wrap(nullptr, encoded.data(), encoded.size()), options).read(expected_key);
+  return decoded.ok() ? Status() : decoded.status().with_context("entry " + expected_key.hex());
+}
+
 }  // namespace progcache

@@ -2,7 +2,8 @@
 //
 // main.cpp declares the global options and dispatches; each command group
 // lives in its own file (cmd_entry.cpp: put, get, rm; cmd_admin.cpp: ls,
-// stats, verify, prune, clear, config; cmd_compile.cpp: compile) and the
+// stats, verify, prune, clear, config; cmd_compile.cpp: compile;
+// cmd_bundle.cpp: export, import) and the
 // helpers they share (configuration, stores, keys, inputs and outputs) in
 // common.cpp. The tool decides nothing the library decides: settings come
 // from resolve_config, keys from key_from_user, stores from the library's
@@ -51,6 +52,7 @@ struct Command {
 void add_entry_commands(CLI::App& app, std::vector<Command>& out);
 void add_admin_commands(CLI::App& app, std::vector<Command>& out);
 void add_compile_command(CLI::App& app, std::vector<Command>& out);
+void add_bundle_commands(CLI::App& app, std::vector<Command>& out);
 
 // ---- common.cpp
 
@@ -66,10 +68,26 @@ bool cache_dir_exists(const pc::Config& c);
 pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c, bool for_reading = false);
 void warn_remote(pc::Store* store);
 std::string format_time(std::int64_t ns);
+// A duration given to `option` (7d, 12h); a bare number is a usage error, as
+// in ccache (30 what?).
+pc::Result<std::int64_t> parse_age(const std::string& option, const std::string& text);
 pc::ProgressFn progress_bar(const char* label);
 pc::Result<std::string> read_file(const std::string& path);
 pc::Status check_output_path(const std::string& path);
 pc::Status write_output(const std::string& path, std::string_view data);
+// Writes all of `data` to `fd` (retrying short writes and EINTR).
+pc::Status write_all_to(int fd, std::string_view data, const std::string& what);
+// One disk store of the cache root: its own ("programs") or a companion.
+struct NamedFileStore {
+  std::string name;
+  std::unique_ptr<pc::FileStore> store;
+};
+using Stores = std::vector<NamedFileStore>;
+// The root's own store, then each companion store that exists (nothing is
+// made by looking; none at all when the cache directory does not exist).
+pc::Result<Stores> open_stores(const pc::Config& cfg);
+// `s` with control characters shown as '?'.
+std::string printable(std::string s);
 // StoreStats as JSON and as aligned text, from store_stat_fields().
 json stats_json(const pc::StoreStats& s);
 void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
@@ -238,6 +239,53 @@ void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg) {
     }
     std::printf("%-17s %s\n", f.label, shown.c_str());
   }
+}
+
+// One disk store of the cache root: its own ("programs") or a companion.
+// The root's own store, then each companion store that holds a store (its
+// entry directory exists: nothing is made by looking). A companion that
+// cannot be opened (another sharing mode, another owner) is skipped with a
+// warning: it never costs the commands on the root's own store.
+pc::Result<Stores> open_stores(const pc::Config& cfg) {
+  Stores out;
+  // Looking makes nothing: a cache directory that does not exist is empty.
+  if (!cache_dir_exists(cfg)) return out;
+  PROGCACHE_ASSIGN_OR_RETURN(auto own, open_store(cfg));
+  const std::string root = own->root();
+  out.push_back({"programs", std::move(own)});
+  for (const auto& c : pc::companion_stores()) {
+    const std::string dir = pc::join_path(root, std::string(c.subdir));
+    const std::string entries = pc::join_path(dir, "v" + std::to_string(pc::k_entry_format_version));
+    struct stat st {};
+    if (::stat(entries.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    pc::FileStoreOptions o = cfg.file_store_options();
+    o.root = dir;
+    auto store = pc::FileStore::open(o);
+    if (!store.ok()) {
+      std::fprintf(stderr, "progcache: skipping the %s store in '%s': %s\n", std::string(c.name).c_str(), dir.c_str(),
+                   store.status().to_string().c_str());
+      continue;
+    }
+    out.push_back({std::string(c.name), std::move(*store)});
+  }
+  return out;
+}
+
+// `s` with control characters shown as '?': a name read from an entry
+// (anyone who can write the cache can write one) never drives the terminal.
+std::string printable(std::string s) {
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, '?');
+  return s;
+}
+
+pc::Result<std::int64_t> parse_age(const std::string& option, const std::string& text) {
+  if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return pc::invalid_argument(option + " '" + text + "' needs a unit: s, m, h or d (e.g. 30d, 12h)");
+  }
+  auto d = pc::parse_duration(text);
+  if (!d.ok()) return d.status().with_context(option);
+  return *d;
 }
 
 }  // namespace progcache::cli

@@ -68,6 +68,7 @@ int run(int argc, char** argv) {
   std::vector<Command> commands;
   add_entry_commands(app, commands);
   add_admin_commands(app, commands);
+  add_bundle_commands(app, commands);
   add_compile_command(app, commands);
 
   app.allow_extras();  // only commands that take extras accept any: checked below

@@ -204,6 +204,46 @@ Status FileStoreImpl::put(const Key& key, const Entry& entry) {
   PROGCACHE_TRY(check_open());
   auto encoded = encode_entry(key, entry, m_env->now_ns(), m_opt.codec);
   if (!encoded.ok()) return encoded.status();
+  return publish(key, *encoded);
+}
+
+Status FileStoreImpl::check_encoded(const Key& key, const std::string& encoded) const {
+  if (encoded.size() > k_max_entry_file) return data_loss("larger than any entry");
+  return verify_encoded_entry(key, encoded, m_opt.codec);
+}
+
+Status FileStoreImpl::put_encoded(const Key& key, std::string encoded) {
+  PROGCACHE_TRY(check_open());
+  PROGCACHE_TRY(check_encoded(key, encoded));
+  return publish(key, encoded);
+}
+
+Result<std::optional<std::string>> FileStoreImpl::get_encoded(const Key& key) {
+  PROGCACHE_TRY(check_open());
+  const std::string path = m_layout.entry_path(key);
+  PROGCACHE_ASSIGN_OR_RETURN(std::optional<int> fd, open_entry(key, path));
+  if (!fd) return std::optional<std::string>();
+  std::string data;
+  Status read = [&]() -> Status {
+    PROGCACHE_ASSIGN_OR_RETURN(FileInfo info, m_env->fstat(*fd));
+    if (!info.is_regular()) return data_loss("not a regular file");
+    if (info.size > k_max_entry_file) return data_loss("larger than any entry");
+    data.resize(info.size);
+    std::size_t done = 0;
+    while (done < data.size()) {
+      PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, m_env->pread(*fd, data.data() + done, data.size() - done, done));
+      if (n == 0) return data_loss("entry file shrank while being read");
+      done += n;
+    }
+    return {};
+  }();
+  m_env->close_file(*fd).ignore();
+  if (!read.ok()) return read.with_context("entry " + key.hex());
+  PROGCACHE_TRY(check_encoded(key, data));
+  return std::optional<std::string>(std::move(data));
+}
+
+Status FileStoreImpl::publish(const Key& key, const std::string& encoded) {
   const int shard = Layout::shard_of(key);
   // A shard never used by this process whose parents were removed under the
   // open store is made again with them, as a fresh store would.
@@ -214,18 +254,18 @@ Status FileStoreImpl::put(const Key& key, const Entry& entry) {
   const std::string path = m_layout.entry_path(key);
   std::optional<FileInfo> old;
   Status st =
-      write_file_atomic(m_env, path, m_layout.temp_path(shard), *encoded, m_dirs.file_perms(), m_opt.durability, &old);
+      write_file_atomic(m_env, path, m_layout.temp_path(shard), encoded, m_dirs.file_perms(), m_opt.durability, &old);
   if (st.code() == Code::not_found && recreate_dirs(shard)) {
     // The shard (or the whole tree) was removed while the store was open,
     // by hand or by another tool: made again, as a fresh store would.
-    st = write_file_atomic(m_env, path, m_layout.temp_path(shard), *encoded, m_dirs.file_perms(), m_opt.durability,
-                           &old);
+    st =
+        write_file_atomic(m_env, path, m_layout.temp_path(shard), encoded, m_dirs.file_perms(), m_opt.durability, &old);
   }
   if (!st.ok()) return count_error(st.with_context("storing entry " + key.hex()));
   // The entry count is exact (a new file is known by a non-replacing
   // rename); a replaced file's size can be stale if two processes replace
   // the same entry at once, and scans reconcile that.
-  std::int64_t dbytes = static_cast<std::int64_t>(encoded->size());
+  std::int64_t dbytes = static_cast<std::int64_t>(encoded.size());
   std::int64_t dcount = 1;
   if (old && old->is_regular()) {
     dbytes -= static_cast<std::int64_t>(old->size);

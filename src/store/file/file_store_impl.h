@@ -51,6 +51,8 @@ class FileStoreImpl final : public FileStore {
   Result<std::optional<Entry>> get(const Key& key) override;
   Result<bool> get_primary_into(const Key& key, const EntryReader::Alloc& alloc) override;
   Status put(const Key& key, const Entry& entry) override;
+  Result<std::optional<std::string>> get_encoded(const Key& key) override;
+  Status put_encoded(const Key& key, std::string encoded) override;
   Result<bool> erase(const Key& key) override;
   Status clear() override;
   Result<std::uint64_t> count() override;
@@ -120,6 +122,10 @@ class FileStoreImpl final : public FileStore {
   // Fills e.created_unix_ns, e.name and e.kind from the entry at e.path
   // (left empty where it cannot be read).
   void peek_entry(FileEntryInfo& e);
+  // Writes encoded entry bytes under `key` (atomically) and charges them.
+  Status publish(const Key& key, const std::string& encoded);
+  // OK when `encoded` decodes as `key`'s entry under this store's codec.
+  Status check_encoded(const Key& key, const std::string& encoded) const;
   void verify_shard(int shard, const std::vector<DirEntry>& files, Repair repair, std::int64_t now,
                     VerifyReport& report);
 
