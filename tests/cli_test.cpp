@@ -1090,6 +1090,65 @@ TEST_F(CliTest, CompileColdThenWarmWithJsonAndSymbolMapping) {
   EXPECT_EQ(nlohmann::json::parse(alt.out)[0]["hit"], true);
 }
 
+TEST_F(CliTest, ExplainSaysHitOrMissAndNamesWhatChangedWithCompilesArguments) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  fs::create_directories(m_tmp.sub("proj/inc"));
+  file("proj/k.cu", "#include \"val.h\"\n__global__ void k(int* x) { x[0] = V; }\n");
+  file("proj/inc/val.h", "#define V 1\n");
+  const std::vector<std::string> args{"k.cu", "--arch", "sm_80", "-Iinc"};
+  auto with = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
+    head.insert(head.end(), tail.begin(), tail.end());
+    return run(head, {}, m_tmp.sub("proj"));
+  };
+  // Asking makes nothing: no cache directory yet, a miss, none created.
+  auto none = with({"explain"}, args);
+  EXPECT_EQ(none.code, 1) << none.err;
+  EXPECT_NE(none.out.find("miss"), std::string::npos) << none.out;
+  EXPECT_FALSE(fs::exists(cache())) << "explain created the cache directory";
+
+  ASSERT_EQ(with({"compile"}, args).code, 0);
+  auto hit = with({"explain"}, args);
+  EXPECT_EQ(hit.code, 0) << hit.out << hit.err;
+  EXPECT_NE(hit.out.find("hit"), std::string::npos) << hit.out;
+
+  file("proj/inc/val.h", "#define V 2\n");
+  auto edited = with({"explain", "-DEXTRA"}, args);
+  EXPECT_EQ(edited.code, 1) << edited.err;
+  EXPECT_NE(edited.out.find("file edited  inc/val.h"), std::string::npos) << edited.out;
+  EXPECT_NE(edited.out.find("option added  --define-macro=EXTRA"), std::string::npos) << edited.out;
+  auto as_json = with({"explain", "--json", "-DEXTRA"}, args);
+  EXPECT_EQ(as_json.code, 1) << as_json.err;
+  const auto j = nlohmann::json::parse(as_json.out);
+  EXPECT_EQ(j["outcome"], "miss");
+  ASSERT_EQ(j["differences"].size(), 2u) << as_json.out;
+  EXPECT_EQ(j["record"]["options"][0], "--gpu-architecture=sm_80");
+  // compile agrees: a miss, and the first entry is still the nearest.
+  auto compiled = with({"compile", "--json", "-DEXTRA"}, args);
+  EXPECT_EQ(nlohmann::json::parse(compiled.out)[0]["hit"], false);
+  EXPECT_EQ(nlohmann::json::parse(compiled.out)[0]["key"], j["key"]);
+
+  // A key alone: the entry's program and record; an unknown key exit 1; a
+  // damaged entry exit 3.
+  const std::string key = j["nearest"];
+  auto by_key = run({"explain", key});
+  EXPECT_EQ(by_key.code, 0) << by_key.err;
+  EXPECT_NE(by_key.out.find("'k.cu', cubin"), std::string::npos) << by_key.out;
+  EXPECT_NE(by_key.out.find("--include-path=inc"), std::string::npos) << by_key.out;
+  auto unknown = run({"explain", std::string(64, 'a')});
+  EXPECT_EQ(unknown.code, 1);
+  const std::string path = cache() + "/v1/" + key.substr(0, 2) + "/" + key.substr(2);
+  std::string bytes = testing::read_all(path);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() / 2] ^= 0x20;
+  testing::write_all(path, bytes);
+  auto damaged = run({"explain", key});
+  EXPECT_EQ(damaged.code, 3) << damaged.out;
+  EXPECT_NE(damaged.out.find("damaged"), std::string::npos) << damaged.out;
+  // Usage errors name themselves.
+  EXPECT_EQ(run({"explain"}).code, 2);
+  EXPECT_EQ(with({"explain", "--arch", "sm_x"}, {"k.cu"}).code, 2);
+}
+
 TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
   auto syntax = run({"compile", file("bad.cu", "__global__ void k( { }"), "--arch", "sm_80"});

@@ -9,7 +9,7 @@ core.
 
 from ._caches import (FileStreamProgramCache, InMemoryProgramCache, RedisProgramCache, TieredProgramCache,
                       _register_with_cuda_core)
-from ._compile import CompiledProgram, CompileError, compile, compile_stats, make_program_cache_key
+from ._compile import CompiledProgram, CompileError, compile, compile_stats, explain, make_program_cache_key
 from ._core import __version__
 from ._kernels import (DEVICE_KERNEL_PATH, EXECUTABLE_PATH, HOST_KERNEL_PATH, KERNEL_CUBIN_PATH, KERNEL_LIB_PATH,
                        KERNEL_PY_PATH, PARAMS_PATH, CacheEntry, CacheKey, CachedKernel, CubinCache, KernelCache, cached,
@@ -31,5 +31,5 @@ __all__ = [
     "CacheEntry", "CacheKey", "CachedKernel", "CompileError", "CompiledProgram", "CubinCache",
     "FileStreamProgramCache", "InMemoryProgramCache", "KernelCache", "RedisProgramCache", "TieredProgramCache",
     "DEVICE_KERNEL_PATH", "EXECUTABLE_PATH", "HOST_KERNEL_PATH", "KERNEL_CUBIN_PATH", "KERNEL_LIB_PATH",
-    "KERNEL_PY_PATH", "PARAMS_PATH", "cached", "compile", "compile_stats", "get_global_cache", "make_program_cache_key", "set_global_cache", "__version__",
+    "KERNEL_PY_PATH", "PARAMS_PATH", "cached", "compile", "compile_stats", "explain", "get_global_cache", "make_program_cache_key", "set_global_cache", "__version__",
 ]

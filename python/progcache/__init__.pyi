@@ -8,7 +8,8 @@ __all__ = [
     "CacheEntry", "CacheKey", "CachedKernel", "CompileError", "CompiledProgram", "CubinCache",
     "FileStreamProgramCache", "InMemoryProgramCache", "KernelCache", "RedisProgramCache", "TieredProgramCache",
     "DEVICE_KERNEL_PATH", "EXECUTABLE_PATH", "HOST_KERNEL_PATH", "KERNEL_CUBIN_PATH", "KERNEL_LIB_PATH",
-    "KERNEL_PY_PATH", "PARAMS_PATH", "cached", "compile", "compile_stats", "get_global_cache", "make_program_cache_key",
+    "KERNEL_PY_PATH", "PARAMS_PATH", "cached", "compile", "compile_stats", "explain", "get_global_cache",
+    "make_program_cache_key",
     "set_global_cache", "__version__",
 ]
 
@@ -80,6 +81,9 @@ def compile_stats() -> dict[str, int]: ...
 def compile(code: Union[str, bytes], code_type: str = ..., target: str = ..., options: Any = ...,
             name_expressions: Iterable[Union[str, bytes]] = ..., cache: Any = ..., *, name: Optional[str] = ...,
             extra_digest: Optional[bytes] = ...) -> CompiledProgram: ...
+def explain(code: Union[str, bytes], code_type: str = ..., target: str = ..., options: Any = ...,
+            name_expressions: Iterable[str] = ..., cache: Any = ..., *, name: Optional[str] = ...,
+            extra_digest: Optional[bytes] = ...) -> dict[str, Any]: ...
 
 class CacheKey:
     fn_id: str

@@ -301,3 +301,29 @@ def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
         if isinstance(n, bytes) and n.decode("utf-8") in mapping:
             mapping[n] = mapping.pop(n.decode("utf-8"))
     return CompiledProgram(a, i.target, mapping, log, bool(from_cache), key)
+
+
+def explain(code: Union[str, bytes], code_type: str = "c++", target: str = "cubin", options: Any = (),
+            name_expressions: Iterable[str] = (), cache: Any = None, *, name: Optional[str] = None,
+            extra_digest: Optional[bytes] = None) -> dict:
+    """Would compile() with these arguments hit, and if not, why? Nothing is
+    compiled or counted. ``cache``: a progcache cache with a disk store
+    (FileStreamProgramCache or TieredProgramCache); None or True: the default
+    FileStreamProgramCache. Returns a dict: ``key`` (32 bytes), ``outcome``
+    ("hit", "miss" or "damaged", with ``detail``), ``name``, ``target``,
+    ``same_name`` (stored entries of the program's name), ``without_record``
+    (of those, how many carry no record of their inputs), ``nearest`` (the
+    key of the stored entry nearest this program, or None) and
+    ``differences``: one dict per input that differs from it (``component``,
+    ``change``, ``subject``, ``before``, ``after``), and ``record`` (JSON
+    text: what the key is made of)."""
+    if cache is None or cache is True:
+        cache = FileStreamProgramCache()
+    if not isinstance(cache, _StoreCache) or isinstance(cache._store, _NullStore):
+        raise TypeError("explain() reads a progcache cache with a disk store (FileStreamProgramCache or "
+                        f"TieredProgramCache), not {type(cache).__name__}")
+    store = cache._store
+    state_dir = store.root() or _state_dir()
+    i = _inputs(code, code_type, target, options, list(name_expressions), name, extra_digest, strict=False)
+    return _core.explain(i.code, i.code_type, i.target, i.options, i.names, i.name, i.extra_digest, store,
+                         os.fspath(state_dir))

@@ -17,6 +17,7 @@
 
 #include "progcache/compile.h"
 #include "progcache/config.h"
+#include "progcache/explain.h"
 #include "progcache/file_store.h"
 #include "progcache/hash.h"
 #include "progcache/key.h"
@@ -223,6 +224,12 @@ class StoreHandle {
   }
 
   std::string root() const { return m_file != nullptr ? m_file->root() : std::string(); }
+  // The disk tier (nullptr when there is none), with the store that owns it
+  // held for the caller's call.
+  std::pair<std::shared_ptr<pc::Store>, pc::FileStore*> disk() {
+    auto s = store();
+    return {std::move(s), m_disk};
+  }
   // The disk tier's byte cap as the library applies it (None: no cap).
   std::optional<std::uint64_t> max_size_bytes() const {
     return m_disk != nullptr ? m_disk->max_size_bytes() : std::nullopt;
@@ -778,4 +785,51 @@ NB_MODULE(_core, m) {
       },
       nb::arg("code"), nb::arg("code_type"), nb::arg("target"), nb::arg("options"), nb::arg("name_expressions"),
       nb::arg("name"), nb::arg("extra_digest").none(), nb::arg("cache").none(), nb::arg("state_dir"));
+
+  // pc::explain over the cache's disk tier: a dict (see progcache.explain).
+  m.def(
+      "explain",
+      [](const nb::bytes& code, const std::string& code_type, const std::string& target,
+         const std::vector<std::string>& options, const std::vector<std::string>& name_expressions,
+         const std::string& name, std::optional<nb::bytes> extra_digest, StoreHandle& cache,
+         const std::string& state_dir) {
+        pc::Program p = program_of(code, code_type, options, name_expressions, name, extra_digest);
+        const pc::TargetType t = target_of(target);
+        auto [owner, disk] = cache.disk();
+        if (disk == nullptr) throw nb::value_error("explain() reads a cache's disk store: this cache has none");
+        pc::CompileOptions o;
+        o.state_dir = state_dir;
+        pc::Result<pc::Explanation> r = pc::Status();
+        {
+          nb::gil_scoped_release release;
+          r = pc::explain(p, t, *disk, o);
+        }
+        const pc::Explanation e = unwrap(std::move(r));
+        static constexpr const char* k_outcomes[] = {"hit", "miss", "damaged"};
+        nb::list diffs;
+        for (const auto& d : e.differences) {
+          nb::dict row;
+          row["component"] = d.component;
+          row["change"] = d.change;
+          row["subject"] = d.subject;
+          row["before"] = d.before;
+          row["after"] = d.after;
+          diffs.append(row);
+        }
+        nb::dict out;
+        out["key"] = nb::bytes(e.key.bytes.data(), e.key.bytes.size());
+        out["outcome"] = k_outcomes[static_cast<int>(e.outcome)];
+        out["detail"] = e.detail;
+        out["name"] = e.program_name;
+        out["target"] = e.target;
+        out["same_name"] = e.same_name;
+        out["without_record"] = e.without_record;
+        out["nearest"] = e.nearest ? nb::object(nb::bytes(e.nearest->bytes.data(), e.nearest->bytes.size()))
+                                   : nb::object(nb::none());
+        out["differences"] = diffs;
+        out["record"] = e.record;
+        return out;
+      },
+      nb::arg("code"), nb::arg("code_type"), nb::arg("target"), nb::arg("options"), nb::arg("name_expressions"),
+      nb::arg("name"), nb::arg("extra_digest").none(), nb::arg("cache"), nb::arg("state_dir"));
 }

@@ -334,6 +334,35 @@ def test_compile_through_the_cache_keeps_symbols_and_log(tmp_path):
 
 
 @requires_nvrtc
+def test_explain_says_hit_or_miss_and_names_what_changed(tmp_path):
+    cache = progcache.FileStreamProgramCache(tmp_path / "c")
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "val.h").write_text("#define V 1\n")
+    src = '#include "val.h"\n' + SAXPY
+    opts = ["-arch=sm_80", f"-I{inc}"]
+    before = progcache.explain(src, "c++", "cubin", opts, ["saxpy<float>"], cache=cache, name="saxpy.cu")
+    assert before["outcome"] == "miss" and before["nearest"] is None and before["same_name"] == 0
+    first = progcache.compile(src, "c++", "cubin", opts, ["saxpy<float>"], cache=cache, name="saxpy.cu")
+    assert before["key"] == first.key
+    hit = progcache.explain(src, "c++", "cubin", opts, ["saxpy<float>"], cache=cache, name="saxpy.cu")
+    assert hit["outcome"] == "hit" and hit["differences"] == []
+    assert json.loads(hit["record"])["name_expressions"] == ["saxpy<float>"]
+
+    (inc / "val.h").write_text("#define V 2\n")
+    miss = progcache.explain(src, "c++", "cubin", ["-arch=sm_90", f"-I{inc}"], ["saxpy<float>"], cache=cache,
+                             name="saxpy.cu")
+    assert miss["outcome"] == "miss" and miss["nearest"] == first.key
+    changes = {(d["component"], d["change"], d["subject"]) for d in miss["differences"]}
+    assert changes == {("option", "changed", "--gpu-architecture"), ("file", "edited", str(inc / "val.h"))}
+    again = progcache.compile(src, "c++", "cubin", ["-arch=sm_90", f"-I{inc}"], ["saxpy<float>"], cache=cache,
+                              name="saxpy.cu")
+    assert not again.from_cache and again.key == miss["key"]
+    with pytest.raises(TypeError, match="disk store"):
+        progcache.explain(src, cache=progcache.InMemoryProgramCache())
+
+
+@requires_nvrtc
 def test_compile_error_carries_the_log_and_stores_nothing(tmp_path):
     cache = progcache.FileStreamProgramCache(tmp_path / "c")
     with pytest.raises(progcache.CompileError) as e:

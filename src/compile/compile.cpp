@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cuda_libs.h"
+#include "key_record.h"
 #include "progcache/env.h"
 #include "progcache/file_store.h"
 #include "progcache/hash.h"
@@ -146,12 +147,16 @@ Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o,
   return identity_of(library, pinned != nullptr ? *pinned : li);
 }
 
-// The digest of what the compiler can read from the filesystem: C++ only
-// (PTX and LTO-IR read nothing but their inputs).
-Result<std::optional<std::string>> deps_for(const Program& p, const CompileOptions& o) {
-  if (!uses_nvrtc(p)) return std::optional<std::string>();
+// What the compiler can read from the filesystem: C++ only (PTX and LTO-IR
+// read nothing but their inputs).
+Result<std::optional<detail::SourceDeps>> deps_for(const Program& p, const CompileOptions& o) {
+  if (!uses_nvrtc(p)) return std::optional<detail::SourceDeps>();
   PROGCACHE_ASSIGN_OR_RETURN(detail::SourceDeps deps, detail::scan_source_deps(p, state_dir_of(o)));
-  return std::optional<std::string>(std::move(deps.digest));
+  return std::optional<detail::SourceDeps>(std::move(deps));
+}
+
+std::optional<std::string> digest_of(const std::optional<detail::SourceDeps>& deps) {
+  return deps ? std::optional<std::string>(deps->digest) : std::nullopt;
 }
 
 // The working directory is keyed only for -G and -lineinfo (see
@@ -162,6 +167,12 @@ bool may_key_working_directory(const Program& p) {
     return o.find('G') != std::string::npos || o.find("debug") != std::string::npos ||
            o.find("line") != std::string::npos;
   });
+}
+
+std::string keyed_working_directory(const Program& p) {
+  if (!may_key_working_directory(p)) return {};
+  std::error_code ec;
+  return std::filesystem::current_path(ec).string();
 }
 
 Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity& id,
@@ -180,10 +191,7 @@ Result<Key> key_for(const Program& p, TargetType target, const CompilerIdentity&
   for (const auto& m : p.link_inputs) in.extra_inputs.push_back(m);
   in.nvvm_extra_sources = p.nvvm_extra_sources;
   in.use_libdevice = p.use_libdevice;
-  if (may_key_working_directory(p)) {
-    std::error_code ec;
-    in.working_directory = std::filesystem::current_path(ec).string();
-  }
+  in.working_directory = keyed_working_directory(p);
   return make_program_cache_key(in);
 }
 
@@ -282,7 +290,9 @@ Result<Key> memo_key_for(const Program& p, TargetType target, const CompilerIden
 
 // ------------------------------------------------------------ entry <-> object
 
-Entry to_entry(const ObjectCode& oc) {
+// `record`: the key record (key_record.h), kept beside the code so a later
+// miss can be explained.
+Entry to_entry(const ObjectCode& oc, std::string record) {
   json meta{{"kind", target_type_name(oc.kind)},
             {"name", oc.name},
             {"symbols", oc.symbol_mapping},
@@ -293,6 +303,7 @@ Entry to_entry(const ObjectCode& oc) {
               {"nvjitlink_version", oc.compiler.nvjitlink_version}}}};
   std::vector<Artifact> arts;
   arts.push_back({std::string(target_type_name(oc.kind)), oc.code});
+  arts.push_back({std::string(k_key_record_artifact), Bytes::adopt(std::move(record))});
   return Entry(meta.dump(), std::move(arts));
 }
 
@@ -571,7 +582,8 @@ std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target
 
 // The leader's work: cross-process lock, look again, compile, store.
 Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOptions& o, const Key& key,
-                        const CompilerIdentity& id, const std::optional<std::string>& deps, CompileFailure* failure) {
+                        const CompilerIdentity& id, const std::optional<detail::SourceDeps>& deps,
+                        CompileFailure* failure) {
   std::optional<LockFile> lock;
   if (o.cache != nullptr && o.process_lock) {
     bool waited = false;
@@ -607,13 +619,14 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
     // names one version of the headers.
     if (deps) {
       auto after = deps_for(p, o);
-      if (!after.ok() || *after != deps) {
+      if (!after.ok() || digest_of(*after) != digest_of(deps)) {
         counters().unstable_inputs.fetch_add(1);
         return oc;
       }
     }
     // A failed store is counted, never fatal: the compile is not lost.
-    if (!o.cache->put(key, to_entry(oc)).ok()) counters().cache_errors.fetch_add(1);
+    const std::string record = detail::key_record(p, target, id, deps, keyed_working_directory(p));
+    if (!o.cache->put(key, to_entry(oc, record)).ok()) counters().cache_errors.fetch_add(1);
   }
   return oc;
 }
@@ -630,7 +643,7 @@ Result<Key> program_key(const Program& program, TargetType target, const Compile
   PROGCACHE_TRY(check_program(program, target, /*for_compile=*/false));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/true));
   PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
-  return key_for(program, target, id, deps);
+  return key_for(program, target, id, digest_of(deps));
 }
 
 Result<ObjectCode> compile(const Program& program, TargetType target, const CompileOptions& options,
@@ -638,7 +651,7 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   PROGCACHE_TRY(check_program(program, target, /*for_compile=*/true));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/false));
   PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
-  PROGCACHE_ASSIGN_OR_RETURN(Key key, memo_key_for(program, target, id, deps));
+  PROGCACHE_ASSIGN_OR_RETURN(Key key, memo_key_for(program, target, id, digest_of(deps)));
   if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);
 
   auto [flight, leader] = flights().join(key);
@@ -655,6 +668,22 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   flights().finish(key, flight, CompileOutcome(result, local_failure));
   return result;
 }
+
+namespace detail {
+
+Result<KeyAndRecord> key_and_record(const Program& program, TargetType target, const CompileOptions& options) {
+  PROGCACHE_TRY(check_program(program, target, /*for_compile=*/false));
+  PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/true));
+  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
+  PROGCACHE_ASSIGN_OR_RETURN(Key key, key_for(program, target, id, digest_of(deps)));
+  return KeyAndRecord{key, key_record(program, target, id, deps, keyed_working_directory(program))};
+}
+
+bool entry_serves(const Entry& entry, const Key& key, TargetType target) {
+  return from_entry(entry, key, target, {}).has_value();
+}
+
+}  // namespace detail
 
 Result<CompilerInfo> compiler_info(const CompileOptions& options) {
   CompilerInfo info;

@@ -31,9 +31,18 @@
 
 namespace progcache::detail {
 
+// One file the compiler can read. Every place an operand is looked for is
+// consulted, so a file later in the search path than one found is listed
+// too (after it): that is how a header created earlier in the path shows.
+struct DepFile {
+  std::string path;     // as the scan reached it, in normal form
+  std::string sha256;   // hex digest of its content
+  std::string operand;  // the include operand that led to it (a pre-include: its name as given)
+};
+
 struct SourceDeps {
-  std::string digest;              // hex SHA-256 over everything consulted
-  std::vector<std::string> files;  // files read, in the order first found
+  std::string digest;          // hex SHA-256 over everything consulted
+  std::vector<DepFile> files;  // files read, in the order first found
 };
 
 // For a C++ program. invalid_argument for a computed include it cannot

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "progcache/compile.h"
 #include "progcache/config.h"
 #include "progcache/file_store.h"
 #include "progcache/store.h"
@@ -53,6 +54,25 @@ void add_entry_commands(CLI::App& app, std::vector<Command>& out);
 void add_admin_commands(CLI::App& app, std::vector<Command>& out);
 void add_compile_command(CLI::App& app, std::vector<Command>& out);
 void add_bundle_commands(CLI::App& app, std::vector<Command>& out);
+void add_explain_command(CLI::App& app, std::vector<Command>& out);
+
+// ---- cmd_compile.cpp, shared with explain
+
+// The words after `compile` or `explain`: input files, and compiler options
+// passed through (each with its value); -arch in any spelling sets `arch`.
+struct CompileWords {
+  std::vector<std::string> files;
+  std::vector<std::string> opts;
+  std::string arch;
+};
+pc::Result<CompileWords> split_words(const std::vector<std::string>& extras, std::string arch);
+// A usage error naming `command` for a missing or malformed --arch.
+pc::Status check_arch(const std::string& command, const std::string& arch);
+// One input file as a Program: its code type from the extension, its path
+// as the program name (as nvcc: NVRTC looks for quoted includes in the
+// program's directory, and __FILE__ names it).
+pc::Status load_program(const std::string& f, const std::vector<std::string>& opts,
+                        const std::vector<std::string>& name_exprs, pc::Program* p);
 
 // ---- common.cpp
 

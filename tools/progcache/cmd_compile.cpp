@@ -54,34 +54,70 @@ struct CompileArgs {
   bool json_out = false;
 };
 
-int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, const pc::Config& cfg) {
-  std::vector<std::string> files, opts;
-  std::string arch = a.arch;
+}  // namespace
+
+pc::Result<CompileWords> split_words(const std::vector<std::string>& extras, std::string arch) {
+  CompileWords w;
+  w.arch = std::move(arch);
   for (std::size_t i = 0; i < extras.size(); ++i) {
     const std::string& t = extras[i];
     if (t.empty() || t[0] != '-') {
-      files.push_back(t);
+      w.files.push_back(t);
       continue;
     }
     std::string value;
     bool separate = pc::option_takes_next_word(t) && i + 1 < extras.size();
     if (separate) value = extras[i + 1];
     if (t == "-arch" || t == "--gpu-architecture") {
-      if (!separate) return fail(pc::invalid_argument("option '" + t + "' needs a value"));
-      arch = value;
+      if (!separate) return pc::invalid_argument("option '" + t + "' needs a value");
+      w.arch = value;
       ++i;
       continue;
     }
     if (t.starts_with("-arch=") || t.starts_with("--gpu-architecture=")) {
-      arch = t.substr(t.find('=') + 1);
+      w.arch = t.substr(t.find('=') + 1);
       continue;
     }
-    opts.push_back(t);
+    w.opts.push_back(t);
     if (separate) {
-      opts.push_back(value);
+      w.opts.push_back(value);
       ++i;
     }
   }
+  return w;
+}
+
+pc::Status check_arch(const std::string& command, const std::string& arch) {
+  if (arch.empty()) return pc::invalid_argument(command + ": --arch sm_XX is required");
+  if (!arch_like(arch)) {
+    return pc::invalid_argument(command + ": --arch '" + arch +
+                                "' is not a GPU architecture (sm_90, sm_90a, sm_100f, compute_90, lto_90)");
+  }
+  return {};
+}
+
+pc::Status load_program(const std::string& f, const std::vector<std::string>& opts,
+                        const std::vector<std::string>& name_exprs, pc::Program* p) {
+  auto type = code_type_of(f);
+  if (!type.ok()) return type.status();
+  auto src = read_file(f);
+  if (!src.ok()) return src.status();
+  p->code = std::move(*src);
+  p->code_type = *type;
+  p->options = opts;
+  p->name = f;
+  if (*type == pc::CodeType::cxx) p->name_expressions = name_exprs;
+  return {};
+}
+
+namespace {
+
+int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, const pc::Config& cfg) {
+  auto words = split_words(extras, a.arch);
+  if (!words.ok()) return fail(words.status());
+  const std::vector<std::string>& files = words->files;
+  std::vector<std::string> opts = std::move(words->opts);
+  const std::string arch = words->arch;
   if (files.empty()) return fail(pc::invalid_argument("compile: no input files"));
   // Where the output goes is checked before any compile.
   if (a.output == "-" && (a.json_out || (files.size() > 1 && !a.link))) {
@@ -98,11 +134,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
   } else if (pc::Status st = check_output_path(a.output); !st.ok()) {
     return fail(st);
   }
-  if (arch.empty()) return fail(pc::invalid_argument("compile: --arch sm_XX is required"));
-  if (!arch_like(arch)) {
-    return fail(pc::invalid_argument("compile: --arch '" + arch +
-                                     "' is not a GPU architecture (sm_90, sm_90a, sm_100f, compute_90, lto_90)"));
-  }
+  if (pc::Status st = check_arch("compile", arch); !st.ok()) return fail(st);
   auto target = pc::parse_target_type(a.target);
   if (!target.ok()) return fail(target.status());
   opts.insert(opts.begin(), "-arch=" + arch);
@@ -176,20 +208,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     report.push_back(j);
   };
 
-  auto load = [&](const std::string& f, pc::Program* p) -> pc::Status {
-    auto type = code_type_of(f);
-    if (!type.ok()) return type.status();
-    auto src = read_file(f);
-    if (!src.ok()) return src.status();
-    p->code = std::move(*src);
-    p->code_type = *type;
-    p->options = opts;
-    // The path as given, as nvcc would: NVRTC looks for quoted includes in
-    // the program's directory, and __FILE__ names it.
-    p->name = f;
-    if (*type == pc::CodeType::cxx) p->name_expressions = a.name_exprs;
-    return {};
-  };
+  auto load = [&](const std::string& f, pc::Program* p) { return load_program(f, opts, a.name_exprs, p); };
 
   const bool many = files.size() > 1;
   if (!a.link) {

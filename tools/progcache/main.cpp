@@ -70,6 +70,7 @@ int run(int argc, char** argv) {
   add_admin_commands(app, commands);
   add_bundle_commands(app, commands);
   add_compile_command(app, commands);
+  add_explain_command(app, commands);
 
   app.allow_extras();  // only commands that take extras accept any: checked below
   if (auto word = unknown_subcommand(argc, argv, app)) {

@@ -1,0 +1,363 @@
+#include "deps_manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "progcache/env.h"
+#include "progcache/hash.h"
+#include "util/coding.h"
+
+namespace progcache::detail {
+
+namespace {
+
+// The scan memo's format. 2: directives found on logical lines (comments,
+// literals and digraphs understood); memos of version 1 may lack some.
+// 3: trigraphs, and __has_include named through a macro. 4: macros whose
+// body is a header name.
+constexpr int k_memo_version = 4;
+constexpr std::size_t k_max_memo_files = 50000;
+
+}  // namespace
+
+// ---------------------------------------------------------------- scan memo
+
+ScanMemo& ScanMemo::for_dir(const std::string& state_dir) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<ScanMemo>> memos;
+  std::lock_guard lock(mu);
+  auto& m = memos[state_dir];
+  if (!m) m = std::make_unique<ScanMemo>(state_dir);
+  return *m;
+}
+
+std::optional<ScannedFile> ScanMemo::find(const std::string& path, const FileStamp& stamp) {
+  MutexLock lock(m_mu);
+  load_once();  // only programs that include files pay for the memo
+  auto it = m_files.find(path);
+  if (it == m_files.end() || !(it->second.stamp == stamp)) return std::nullopt;
+  it->second.used = true;
+  return it->second;
+}
+
+void ScanMemo::add(const std::string& path, ScannedFile f) {
+  MutexLock lock(m_mu);
+  f.used = true;
+  m_files[path] = std::move(f);
+  m_dirty = true;
+}
+
+void ScanMemo::save() {
+  MutexLock lock(m_mu);
+  if (!m_dirty || m_dir.empty()) return;
+  m_dirty = false;
+  // Bounded: past the cap, only what this process used is kept.
+  if (m_files.size() > k_max_memo_files) std::erase_if(m_files, [](const auto& kv) { return !kv.second.used; });
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& [path, f] : m_files) {
+    nlohmann::json incs = nlohmann::json::array();
+    for (const auto& d : f.directives) incs.push_back({static_cast<int>(d.kind), d.name, d.line});
+    files[path] = {{"stamp", {f.stamp.dev, f.stamp.ino, f.stamp.size, f.stamp.mtime, f.stamp.ctime}},
+                   {"sha256", to_hex(f.sha256)},
+                   {"includes", std::move(incs)}};
+  }
+  const nlohmann::json doc{{"version", k_memo_version}, {"files", std::move(files)}};
+  Env* env = Env::posix();
+  const std::string path = join_path(m_dir, "deps-memo.json");
+  if (Status s = env->mkdir(m_dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return;
+  write_file_atomic(env, path, temp_path_beside(path), doc.dump(), 0600, Durability::none).ignore();
+}
+
+void ScanMemo::load_once() {
+  if (m_loaded) return;
+  m_loaded = true;
+  if (!m_dir.empty()) load();
+}
+
+void ScanMemo::load() {
+  auto text = read_regular(join_path(m_dir, "deps-memo.json"));
+  if (!text.ok()) return;
+  const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || doc.value("version", nlohmann::json()) != k_memo_version) return;
+  auto files = doc.find("files");
+  if (files == doc.end() || !files->is_object()) return;
+  for (const auto& [path, f] : files->items()) {
+    if (!f.is_object()) continue;
+    auto st = f.find("stamp");
+    auto sha = f.find("sha256");
+    auto incs = f.find("includes");
+    if (st == f.end() || sha == f.end() || incs == f.end() || !st->is_array() || st->size() != 5 || !sha->is_string() ||
+        !incs->is_array()) {
+      continue;
+    }
+    bool ok = std::all_of(st->begin(), st->end(), [](const auto& v) { return v.is_number_integer(); });
+    auto raw = from_hex(sha->get<std::string>());
+    if (!ok || !raw.ok() || raw->size() != 32) continue;
+    ScannedFile sf;
+    sf.stamp = {(*st)[0].get<std::uint64_t>(), (*st)[1].get<std::uint64_t>(), (*st)[2].get<std::int64_t>(),
+                (*st)[3].get<std::int64_t>(), (*st)[4].get<std::int64_t>()};
+    sf.sha256 = std::move(*raw);
+    for (const auto& d : *incs) {
+      if (!d.is_array() || d.size() != 3 || !d[0].is_number_integer() || !d[1].is_string() ||
+          !d[2].is_number_integer() || d[0].get<int>() < 0 || d[0].get<int>() > 2) {
+        ok = false;
+        break;
+      }
+      sf.directives.push_back({static_cast<Operand>(d[0].get<int>()), d[1].get<std::string>(), d[2].get<int>()});
+    }
+    if (ok) m_files.emplace(path, std::move(sf));
+  }
+}
+
+// ---------------------------------------------------------------- manifest
+
+void CheckLog::empty_place(const std::string& path) {
+  std::string child = path;
+  for (int depth = 0; depth < 256; ++depth) {
+    std::string dir = parent_of(child);
+    if (dir.empty()) dir = ".";
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      // The entry under it that the path goes through must not exist: a
+      // dangling link, or a link to a file, can come to lead somewhere
+      // without the directory changing. Then no manifest: every lookup
+      // scans.
+      struct stat link {};
+      if (::lstat(child.c_str(), &link) == 0) {
+        m_broken = true;
+        return;
+      }
+      exists(dir, st);
+      return;
+    }
+    if (dir == "." || dir == "/") break;
+    child = dir;
+  }
+  m_broken = true;  // nothing above it exists: record nothing
+}
+
+namespace manifest {
+
+namespace {
+
+constexpr std::uint32_t k_magic = 0x4d44'4350;  // "PCDM"
+// 2: each file read carries its content digest and the operand that found it.
+constexpr std::uint32_t k_version = 2;
+constexpr std::uint64_t k_max_bytes = std::uint64_t{64} << 20;
+constexpr std::size_t k_max_manifests = 4096;
+
+std::string path_of(const std::string& state_dir, const std::string& key) {
+  return join_path(join_path(state_dir, "deps"), key);
+}
+
+bool same(const Check& a, const Check& b) {
+  return a.exists == b.exists && (!a.exists || (a.stamp == b.stamp && a.type == b.type));
+}
+
+void put32(std::string& o, std::uint32_t v) {
+  put_fixed(o, v);
+}
+void put64(std::string& o, std::uint64_t v) {
+  put_fixed(o, v);
+}
+void put_str(std::string& o, std::string_view s) {
+  put32(o, static_cast<std::uint32_t>(s.size()));
+  o.append(s);
+}
+
+// Reads what write() wrote, every length checked against what is left.
+class Reader {
+ public:
+  explicit Reader(std::string_view s) : m_s(s) {}
+  bool u8(std::uint8_t& v) { return fixed(v); }
+  bool u32(std::uint32_t& v) { return fixed(v); }
+  bool u64(std::uint64_t& v) { return fixed(v); }
+  bool str(std::string& v) {
+    std::uint32_t n = 0;
+    if (!u32(n) || n > m_s.size() - m_at) return false;
+    v.assign(m_s.substr(m_at, n));
+    m_at += n;
+    return true;
+  }
+  bool done() const { return m_at == m_s.size(); }
+
+ private:
+  template <typename T>
+  bool fixed(T& v) {
+    if (sizeof(T) > m_s.size() - m_at) return false;
+    v = decode_fixed<T>(m_s.data() + m_at);
+    m_at += sizeof(T);
+    return true;
+  }
+  std::string_view m_s;
+  std::size_t m_at = 0;
+};
+
+std::optional<SourceDeps> verify(std::string_view text) {
+  if (text.size() < 8 + 8) return std::nullopt;
+  const auto sum = decode_fixed<std::uint64_t>(text.data() + text.size() - 8);
+  const std::string_view body = text.substr(0, text.size() - 8);
+  if (xxh3_64(body) != sum) return std::nullopt;  // damaged
+  Reader r(body);
+  std::uint32_t magic = 0, version = 0, n_files = 0, n_dirs = 0;
+  SourceDeps deps;
+  if (!r.u32(magic) || !r.u32(version) || magic != k_magic || version != k_version || !r.str(deps.digest) ||
+      !r.u32(n_files)) {
+    return std::nullopt;
+  }
+  for (std::uint32_t i = 0; i < n_files; ++i) {
+    DepFile f;
+    if (!r.str(f.path) || !r.str(f.sha256) || !r.str(f.operand)) return std::nullopt;
+    deps.files.push_back(std::move(f));
+  }
+  if (!r.u32(n_dirs)) return std::nullopt;
+  for (std::uint32_t d = 0; d < n_dirs; ++d) {
+    std::string dir;
+    std::uint32_t n = 0;
+    if (!r.str(dir) || !r.u32(n)) return std::nullopt;
+    const int dfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return std::nullopt;
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{dfd};
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::string name;
+      std::uint8_t exists = 0;
+      std::uint64_t dev = 0, ino = 0, size = 0, mtime = 0, ctime = 0;
+      std::uint32_t type = 0;
+      if (!r.str(name) || !r.u8(exists) || !r.u64(dev) || !r.u64(ino) || !r.u64(size) || !r.u64(mtime) ||
+          !r.u64(ctime) || !r.u32(type)) {
+        return std::nullopt;
+      }
+      struct stat st {};
+      const int rc = name.empty() ? ::fstat(dfd, &st) : ::fstatat(dfd, name.c_str(), &st, 0);
+      if (exists == 0) {
+        if (rc == 0 || (errno != ENOENT && errno != ENOTDIR)) return std::nullopt;
+        continue;
+      }
+      const FileStamp want{dev, ino, static_cast<std::int64_t>(size), static_cast<std::int64_t>(mtime),
+                           static_cast<std::int64_t>(ctime)};
+      if (rc != 0 || !(stamp_of(st) == want) || (st.st_mode & S_IFMT) != type) return std::nullopt;
+    }
+  }
+  if (!r.done()) return std::nullopt;
+  return deps;
+}
+
+// Keeps the directory to k_max_manifests files, now and then: past it, the
+// oldest written go first.
+void bound(const std::string& dir) {
+  static std::atomic<unsigned> writes{0};
+  if (writes.fetch_add(1) % 32 != 0) return;
+  auto names = Env::posix()->list_dir(dir);
+  if (!names.ok() || names->size() <= k_max_manifests) return;
+  std::vector<std::pair<std::int64_t, std::string>> by_age;
+  for (const auto& e : *names) {
+    struct stat st {};
+    const std::string path = join_path(dir, e.name);
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) by_age.emplace_back(ns_of(st.st_mtim), path);
+  }
+  std::sort(by_age.begin(), by_age.end());
+  const std::size_t keep = k_max_manifests * 3 / 4;
+  for (std::size_t i = 0; i + keep < by_age.size(); ++i) ::unlink(by_age[i].second.c_str());
+}
+
+}  // namespace
+
+std::string key_of(const Program& p, const std::vector<std::string>& canonical_options) {
+  Sha256 sha;
+  add_field(sha, "deps-manifest", std::to_string(k_version));
+  // The rules that found the includes: a manifest of an older scanner
+  // must not vouch for what a newer one would find.
+  add_field(sha, "scanner", std::to_string(k_memo_version));
+  std::string cwd(4096, '\0');
+  if (::getcwd(cwd.data(), cwd.size()) != nullptr)
+    cwd.resize(std::strlen(cwd.c_str()));
+  else
+    cwd = "?";
+  add_field(sha, "cwd", cwd);
+  add_field(sha, "name", p.name);
+  add_field(sha, "code", p.code);
+  for (const auto& o : canonical_options) add_field(sha, "option", o);
+  for (const auto& h : p.headers) {
+    add_field(sha, "header", h.name);
+    add_field(sha, "content", h.content);
+  }
+  return digest_hex(sha.finish());
+}
+
+std::optional<SourceDeps> check(const std::string& state_dir, const std::string& key) {
+  if (state_dir.empty()) return std::nullopt;
+  auto text = read_regular_file(Env::posix(), path_of(state_dir, key), k_max_bytes);
+  if (!text.ok()) return std::nullopt;
+  return verify(*text);
+}
+
+void write(const std::string& state_dir, const std::string& key, const SourceDeps& deps, const CheckLog& log) {
+  if (state_dir.empty() || log.broken()) return;
+  const std::int64_t now = now_ns();
+  // Grouped by directory, so a check opens each directory once.
+  std::map<std::string, std::map<std::string, const Check*>> groups;
+  for (const Check& c : log.checks()) {
+    if (c.exists && (now - c.stamp.mtime < k_recent_ns || now - c.stamp.ctime < k_recent_ns)) return;
+    std::string dir, name;
+    if (c.exists && c.type == S_IFDIR) {
+      dir = c.path;  // a directory stands for itself: its own identity
+    } else {
+      dir = parent_of(c.path);
+      if (dir.empty()) dir = ".";
+      const auto slash = c.path.rfind('/');
+      name = slash == std::string::npos ? c.path : c.path.substr(slash + 1);
+      if (name.empty() || name == "." || name == "..") return;  // cannot be checked by name: no manifest
+    }
+    auto [it, inserted] = groups[dir].emplace(name, &c);
+    if (!inserted && !same(*it->second, c)) return;  // changed during the scan: no manifest
+  }
+  std::string out;
+  put32(out, k_magic);
+  put32(out, k_version);
+  put_str(out, deps.digest);
+  put32(out, static_cast<std::uint32_t>(deps.files.size()));
+  for (const auto& f : deps.files) {
+    put_str(out, f.path);
+    put_str(out, f.sha256);
+    put_str(out, f.operand);
+  }
+  put32(out, static_cast<std::uint32_t>(groups.size()));
+  for (const auto& [dir, entries] : groups) {
+    put_str(out, dir);
+    put32(out, static_cast<std::uint32_t>(entries.size()));
+    for (const auto& [name, c] : entries) {
+      put_str(out, name);
+      out.push_back(c->exists ? 1 : 0);
+      put64(out, c->stamp.dev);
+      put64(out, c->stamp.ino);
+      put64(out, static_cast<std::uint64_t>(c->stamp.size));
+      put64(out, static_cast<std::uint64_t>(c->stamp.mtime));
+      put64(out, static_cast<std::uint64_t>(c->stamp.ctime));
+      put32(out, c->type);
+    }
+  }
+  put64(out, xxh3_64(out));
+  Env* env = Env::posix();
+  const std::string dir = join_path(state_dir, "deps");
+  for (const std::string& d : {state_dir, dir}) {
+    if (Status st = env->mkdir(d, 0700); !st.ok() && st.code() != Code::failed_precondition) return;
+  }
+  const std::string path = path_of(state_dir, key);
+  write_file_atomic(env, path, temp_path_beside(path), out, 0600, Durability::none).ignore();
+  bound(dir);
+}
+
+}  // namespace manifest
+
+}  // namespace progcache::detail

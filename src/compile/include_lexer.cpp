@@ -1,0 +1,238 @@
+#include "include_lexer.h"
+
+#include <cctype>
+#include <cstddef>
+
+namespace progcache::detail {
+
+namespace {
+
+bool is_ident(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+}
+
+// Reads the operand at `s[i]`: "name", <name>, or anything else (computed).
+Directive read_operand(std::string_view s, std::size_t i, int line) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  if (i < s.size() && (s[i] == '"' || s[i] == '<')) {
+    const char close = s[i] == '"' ? '"' : '>';
+    const std::size_t end = s.find(close, i + 1);
+    if (end != std::string_view::npos) {
+      return {s[i] == '"' ? Operand::quoted : Operand::angled, std::string(s.substr(i + 1, end - i - 1)), line};
+    }
+  }
+  return {Operand::computed, std::string(s.substr(i)), line};
+}
+
+// A logical line, as the preprocessor sees it: after line splices are joined
+// and every comment has become one space (translation phases 2 and 3).
+struct LogicalLine {
+  std::string text;
+  int line;  // the physical line it starts on
+};
+
+// Splits `text` into logical lines. String and character literals (raw
+// strings included) pass through untouched, so "/*" inside one opens no
+// comment; a block comment's newlines vanish with it, as the standard says,
+// so a '#' after "/* ... */" on a later line is not at the start of one.
+// A quote after a digit run is a digit separator (1'000), not a literal.
+std::vector<LogicalLine> logical_lines(std::string_view text) {
+  // Phase 2: join splices, drop the '\r' of CRLF, and remember on which
+  // physical line each remaining character stood.
+  std::string src;
+  std::vector<int> line_of;
+  src.reserve(text.size());
+  line_of.reserve(text.size());
+  int phys = 1;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\\') {
+      std::size_t j = i + 1;
+      if (j < text.size() && text[j] == '\r') ++j;
+      if (j < text.size() && text[j] == '\n') {
+        i = j;
+        ++phys;
+        continue;
+      }
+    }
+    if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
+    src.push_back(c);
+    line_of.push_back(phys);
+    if (c == '\n') ++phys;
+  }
+  // Phase 3: comments, literals, lines.
+  std::vector<LogicalLine> out;
+  LogicalLine cur{"", 1};
+  bool fresh = true;  // no character of `cur` seen yet
+  auto put = [&](char c, std::size_t at) {
+    if (fresh) {
+      cur.line = line_of[at];
+      fresh = false;
+    }
+    cur.text.push_back(c);
+  };
+  std::size_t run_start = std::string::npos;  // start of the identifier or number run before i
+  for (std::size_t i = 0; i < src.size();) {
+    const char c = src[i];
+    if (c == '\n') {
+      out.push_back(std::move(cur));
+      cur = LogicalLine{"", 1};
+      fresh = true;
+      run_start = std::string::npos;
+      ++i;
+      continue;
+    }
+    if (c == '/' && i + 1 < src.size() && src[i + 1] == '/') {
+      while (i < src.size() && src[i] != '\n') ++i;  // to the end of the line
+      put(' ', i - 1);
+      run_start = std::string::npos;
+      continue;
+    }
+    if (c == '/' && i + 1 < src.size() && src[i + 1] == '*') {
+      const std::size_t start = i;
+      const std::size_t end = src.find("*/", i + 2);
+      i = end == std::string::npos ? src.size() : end + 2;
+      put(' ', start);
+      run_start = std::string::npos;
+      continue;
+    }
+    if (c == '"' || (c == '\'' && !(run_start != std::string::npos &&
+                                    std::isdigit(static_cast<unsigned char>(src[run_start])) != 0))) {
+      const std::string_view prefix =
+          run_start == std::string::npos ? std::string_view() : std::string_view(src).substr(run_start, i - run_start);
+      const bool raw =
+          c == '"' && (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
+      std::size_t end = std::string::npos;
+      if (raw) {
+        const std::size_t open = src.find('(', i + 1);
+        if (open != std::string::npos && open - i - 1 <= 16) {
+          const std::string close = ")" + src.substr(i + 1, open - i - 1) + "\"";
+          const std::size_t found = src.find(close, open + 1);
+          if (found != std::string::npos) end = found + close.size();
+        }
+      } else {
+        for (std::size_t j = i + 1; j < src.size() && src[j] != '\n'; ++j) {
+          if (src[j] == '\\') {
+            ++j;
+          } else if (src[j] == c) {
+            end = j + 1;
+            break;
+          }
+        }
+      }
+      if (end == std::string::npos) end = std::min(src.size(), src.find('\n', i));  // unterminated
+      // A raw string may span lines: its newlines belong to the literal.
+      for (std::size_t j = i; j < end; ++j) put(src[j] == '\n' ? ' ' : src[j], j);
+      i = end;
+      run_start = std::string::npos;
+      continue;
+    }
+    if (is_ident(c) || (c == '\'' && run_start != std::string::npos)) {
+      if (run_start == std::string::npos) run_start = i;
+    } else {
+      run_start = std::string::npos;
+    }
+    put(c, i);
+    ++i;
+  }
+  if (!fresh) out.push_back(std::move(cur));
+  return out;
+}
+
+// Every include-like operand in `text`, whatever preprocessor branch it sits
+// in (a superset of what the compiler reads), found on logical lines: after
+// splices and comments, with '%:' (the digraph) standing for '#'.
+std::vector<Directive> directives_of(std::string_view text) {
+  std::vector<Directive> out;
+  for (const LogicalLine& ll : logical_lines(text)) {
+    const std::string_view l = ll.text;
+    const int first_line = ll.line;
+    // __has_include(...) may appear anywhere on a line (#if, #elif, macros).
+    for (std::size_t at = l.find("__has_include"); at != std::string_view::npos; at = l.find("__has_include", at + 1)) {
+      std::size_t i = at + std::string_view("__has_include").size();
+      if (l.substr(i).starts_with("_next")) i += 5;
+      while (i < l.size() && (l[i] == ' ' || l[i] == '\t')) ++i;
+      if (i < l.size() && l[i] == '(') {
+        out.push_back(read_operand(l, i + 1, first_line));
+      } else {
+        // Not called here: named through a macro (#define HAS __has_include),
+        // so its operands cannot be told apart. As for #include MACRO.
+        out.push_back({Operand::computed, "__has_include", first_line});
+      }
+    }
+    std::size_t i = 0;
+    while (i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v')) ++i;
+    if (i < l.size() && l[i] == '#') {
+      ++i;
+    } else if (l.substr(i).starts_with("%:")) {
+      i += 2;
+    } else {
+      continue;
+    }
+    while (i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v')) ++i;
+    std::size_t j = i;
+    while (j < l.size() && is_ident(l[j])) ++j;
+    const std::string_view word = l.substr(i, j - i);
+    if (word == "include" || word == "include_next" || word == "import") {
+      Directive d = read_operand(l, j, first_line);
+      if (d.kind != Operand::computed || !d.name.empty()) out.push_back(std::move(d));
+    } else if (word == "define") {
+      // A macro whose whole body is a header name ("x.h" or <x.h>) is what a
+      // computed include usually expands to: its operand is looked for as
+      // if included, so a path that leads outside every -I directory is
+      // seen too. Any other such macro costs a few probes of absent paths.
+      std::size_t k = j;
+      while (k < l.size() && (l[k] == ' ' || l[k] == '\t')) ++k;
+      while (k < l.size() && is_ident(l[k])) ++k;  // the macro's name
+      if (k < l.size() && l[k] == '(') continue;   // function-like: its body is not one name
+      Directive d = read_operand(l, k, first_line);
+      if (d.kind == Operand::computed || d.name.empty()) continue;
+      const std::size_t close = l.find(d.kind == Operand::quoted ? '"' : '>', l.find_first_of("\"<", k) + 1);
+      std::size_t rest = close + 1;
+      while (rest < l.size() && (l[rest] == ' ' || l[rest] == '\t')) ++rest;
+      if (rest >= l.size()) out.push_back(std::move(d));
+    }
+  }
+  return out;
+}
+
+// Trigraphs (??= for #, ??/ for a backslash, ...), which NVRTC replaces
+// under -std=c++03, c++11 and c++14.
+std::string replace_trigraphs(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '?' && i + 2 < text.size() && text[i + 1] == '?') {
+      static constexpr std::string_view k_from = "=/'()!<>-", k_to = "#\\^[]|{}~";
+      if (const auto k = k_from.find(text[i + 2]); k != std::string_view::npos) {
+        out.push_back(k_to[k]);
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool may_hold_directives(std::string_view text) {
+  constexpr auto k_npos = std::string_view::npos;
+  if (text.find('#') != k_npos || text.find("??") != k_npos || text.find("__has_include") != k_npos) return true;
+  for (std::size_t p = text.find('%'); p != k_npos; p = text.find('%', p + 1)) {
+    if (p + 1 < text.size() && (text[p + 1] == ':' || text[p + 1] == '\\')) return true;
+  }
+  return false;
+}
+
+std::vector<Directive> directives(std::string_view text) {
+  if (!may_hold_directives(text)) return {};
+  std::vector<Directive> out = directives_of(text);
+  if (text.find("??") != std::string_view::npos) {
+    for (auto& d : directives_of(replace_trigraphs(text))) out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace progcache::detail

@@ -1,0 +1,37 @@
+// The include lexer: every include-like operand of a C++ text.
+//
+// It finds, on logical lines (after line splices and comments, as the
+// preprocessor's translation phases 2 and 3 leave them), each #include,
+// #include_next, #import and __has_include operand, whatever #if branch it
+// sits in, and each macro whose whole body is a header name (what a
+// computed include usually expands to). Trigraphs are read both ways. The
+// result is a superset of what the compiler reads; the resolver
+// (source_deps.cpp) looks each operand up where NVRTC would.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace progcache::detail {
+
+enum class Operand { quoted, angled, computed };
+struct Directive {
+  Operand kind;
+  std::string name;  // the operand ("a.h" for "a.h" and <a.h>), or the macro text for a computed one
+  int line;          // physical line the directive starts on
+};
+
+// Whether `text` may hold a directive: a '#', or what can become one (the
+// digraph '%:', also with a splice between its two characters, and any
+// trigraph), or __has_include. A program with none of them has nothing to
+// scan; scanning one that includes nothing was most of a warm hit's time.
+bool may_hold_directives(std::string_view text);
+
+// Every include-like operand of `text`, with trigraphs read both ways and
+// united: whether they are replaced depends on the language standard, and
+// reading them the wrong way could hide an include (a "??/" ending a comment
+// would splice the next line into it).
+std::vector<Directive> directives(std::string_view text);
+
+}  // namespace progcache::detail

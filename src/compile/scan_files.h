@@ -1,0 +1,55 @@
+// What the include scan knows of files: paths in normal form, a file's stat
+// identity, the recent-change window, and the framed digest fields every
+// part of the scan hashes with.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <string_view>
+
+#include "progcache/hash.h"
+#include "progcache/status.h"
+
+namespace progcache::detail {
+
+// A file changed this recently may change again within one timestamp tick
+// without its stat changing: such files are hashed by content.
+inline constexpr std::int64_t k_recent_ns = std::int64_t{2} * 1000 * 1000 * 1000;
+
+std::int64_t ns_of(const struct timespec& t);
+std::int64_t now_ns();
+
+// Reads a header whole (following symlinks, as the compiler does); never
+// blocks on a FIFO or device. Headers over 256 MiB are refused.
+Result<std::string> read_regular(const std::string& path);
+
+// One length-framed field of a digest: the tag, then the value's length and bytes.
+void add_field(Sha256& sha, std::string_view tag, std::string_view value);
+
+// Whether `path` is `dir` or lies below it (both in the same normal form).
+bool under(const std::string& path, const std::string& dir);
+// Lexical normal form ("a/./b//c/../d" -> "a/b/d"). With `keep_dotdot`,
+// ".." stays: "link/../x" need not be "x" when link is a symbolic link, so
+// the key under which a probe is recorded once keeps it. Plain string work:
+// this runs for every probe, thousands per lookup with a large include tree.
+std::string normal(std::string_view p, bool keep_dotdot = false);
+// The path with every symbolic link and '..' resolved (realpath), or its
+// textual normal form when it does not exist.
+std::string real_or_normal(const std::string& path);
+// "a/b/c.h" -> "a/b"; "c.h" -> ""; "/c.h" -> "/".
+std::string parent_of(const std::string& file);
+std::string join(const std::string& dir, const std::string& name);
+
+// A file's identity and times: while they are unchanged, so is what it holds
+// (files changed within k_recent_ns excepted).
+struct FileStamp {
+  std::uint64_t dev = 0, ino = 0;
+  std::int64_t size = 0, mtime = 0, ctime = 0;
+  friend bool operator==(const FileStamp&, const FileStamp&) = default;
+};
+FileStamp stamp_of(const struct stat& st);
+
+}  // namespace progcache::detail
