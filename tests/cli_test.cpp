@@ -256,6 +256,56 @@ TEST_F(CliTest, LsLongJsonAndStats) {
   EXPECT_EQ(run({"stats"}).code, 0);
 }
 
+TEST_F(CliTest, StatsShowTheHitRateBytesAndTimesInEveryFormatAndZeroClearsThem) {
+  // Asking makes nothing: no directory, zeros, and --zero makes none either.
+  EXPECT_EQ(run({"stats", "--zero"}).code, 0);
+  EXPECT_FALSE(fs::exists(cache()));
+  const std::string a(5000, 'a'), b(7000, 'b');
+  ASSERT_EQ(run({"put", "a", file("a", a)}).code, 0);
+  ASSERT_EQ(run({"put", "b", file("b", b)}).code, 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(run({"get", "a", "-o", m_tmp.sub("o")}).code, 0);
+  EXPECT_EQ(run({"get", "none", "-o", m_tmp.sub("o")}).code, 1);
+  const std::uint64_t on_disk = testing::entry_bytes_on_disk(cache());
+  const std::uint64_t a_file = fs::file_size(cache() + "/v1/" + key_from_user("a").hex().substr(0, 2) + "/" +
+                                             key_from_user("a").hex().substr(2));
+
+  auto j = nlohmann::json::parse(run({"stats", "--format", "json"}).out);
+  EXPECT_EQ(j["hits"], 3);
+  EXPECT_EQ(j["misses"], 1);
+  EXPECT_DOUBLE_EQ(j["hit_rate"].get<double>(), 0.75);
+  EXPECT_EQ(j["bytes_written"], on_disk) << "bytes written are the entry files on disk";
+  EXPECT_EQ(j["bytes_read"], 3 * a_file);
+  EXPECT_EQ(j["get_samples"], 4) << "each run's one lookup is its thread's first, and timed";
+  EXPECT_GE(j["get_p99_ns"].get<std::uint64_t>(), j["get_p50_ns"].get<std::uint64_t>());
+  EXPECT_GT(j["get_p50_ns"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(j["put_samples"], 2);
+
+  auto text = run({"stats"});
+  EXPECT_NE(text.out.find("hit rate          75.0 %"), std::string::npos) << text.out;
+  auto prom = run({"stats", "--format", "prometheus"});
+  EXPECT_EQ(prom.code, 0);
+  EXPECT_NE(prom.out.find("# TYPE progcache_hits_total counter\nprogcache_hits_total{store=\"programs\"} 3\n"),
+            std::string::npos)
+      << prom.out;
+  EXPECT_NE(prom.out.find("progcache_bytes_read_total{store=\"programs\"} " + std::to_string(3 * a_file) + "\n"),
+            std::string::npos);
+  EXPECT_NE(prom.out.find("progcache_hit_rate{store=\"programs\"} 0.75\n"), std::string::npos);
+  EXPECT_NE(prom.out.find("# TYPE progcache_get_p50_seconds gauge"), std::string::npos);
+  auto bad = run({"stats", "--format", "yaml"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("yaml"), std::string::npos) << bad.err;
+
+  ASSERT_EQ(run({"stats", "-z"}).code, 0);
+  auto zeroed = nlohmann::json::parse(run({"stats", "--json"}).out);
+  EXPECT_EQ(zeroed["hits"], 0);
+  EXPECT_EQ(zeroed["misses"], 0);
+  EXPECT_EQ(zeroed["bytes_read"], 0);
+  EXPECT_EQ(zeroed["get_samples"], 0);
+  EXPECT_EQ(zeroed["entries"], 2) << "zeroing removed entries";
+  EXPECT_EQ(zeroed["bytes_stored"], on_disk);
+  EXPECT_EQ(testing::entry_bytes_on_disk(cache()), on_disk);
+}
+
 TEST_F(CliTest, VerifyFindsDamageAndRepairRemovesIt) {
   ASSERT_EQ(run({"put", "good", file("g", std::string(3000, 'g'))}).code, 0);
   ASSERT_EQ(run({"put", "bad", file("b", std::string(3000, 'b'))}).code, 0);

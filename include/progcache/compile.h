@@ -87,6 +87,15 @@ struct CompileStats {
   std::uint64_t lock_waits = 0;       // waited for another process's compile of the same key
   std::uint64_t cache_errors = 0;     // cache lookups or stores that failed (compile still returned)
   std::uint64_t unstable_inputs = 0;  // compiles not stored: a header, or the compiler file, changed meanwhile
+  std::uint64_t bytes_served = 0;     // bytes of the object code hits returned
+  // Time of a whole compile() call that hit (one in 16 of each thread, and
+  // its first) and of each compiler run, median and 99th percentile in
+  // nanoseconds, within 12.5 %.
+  std::uint64_t hit_samples = 0;
+  std::uint64_t hit_p50_ns = 0;
+  std::uint64_t hit_p99_ns = 0;
+  std::uint64_t compile_p50_ns = 0;
+  std::uint64_t compile_p99_ns = 0;
 };
 CompileStats compile_stats();
 

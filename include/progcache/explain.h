@@ -1,7 +1,7 @@
 // progcache/explain.h — why did a program miss?
 //
 // Every entry compile() stores carries a record of what its key was made of
-// (artifact "key-inputs", JSON: the code's digest, each canonical option,
+// (artifact "key-inputs", JSON, compressed when large: the code's digest, each canonical option,
 // each header by name and digest, each file the compiler can read by path,
 // digest and the include operand that found it, name expressions, target,
 // compiler identity, ...). explain() makes the same record for a program
@@ -25,8 +25,10 @@
 
 namespace progcache {
 
-// The name of the artifact that holds an entry's key record.
+// The name of the artifact that holds an entry's key record: JSON, or, when
+// that saves an eighth or more, one zstd frame of the JSON.
 inline constexpr std::string_view k_key_record_artifact = "key-inputs";
+inline constexpr std::string_view k_key_record_artifact_zstd = "key-inputs.zst";
 
 // One input that differs between a stored entry and the program now.
 struct InputDifference {

@@ -141,6 +141,10 @@ class FileStore : public Store {
   [[nodiscard]] virtual std::optional<std::uint64_t> max_entries() const = 0;
   // Host-wide counters (all processes), from the shared accounting file.
   virtual StoreStats host_stats() = 0;
+  // Zeroes the host-wide event counts, bytes read and written, and timings
+  // (ccache's -z); what the store holds (entries, bytes) is not a counter
+  // and stays.
+  virtual void zero_stats() = 0;
   // Every entry file, in shard order. Damaged headers are listed with
   // created_unix_ns 0.
   virtual Result<std::vector<FileEntryInfo>> list(const ProgressFn& progress = {}) = 0;

@@ -160,6 +160,12 @@ class InMemoryProgramCache(_ProgramCache):
     def size_bytes(self) -> int:
         return self._mem.size_bytes()
 
+    def stats(self) -> dict:
+        """This cache's hits, misses, hit_rate, puts, evictions, entries,
+        bytes_stored, bytes_read, bytes_written and sampled lookup and put
+        times (get_p50_ns, ...): the fields every progcache cache reports."""
+        return dict(self._mem.stats())
+
 
 class _StoreCache(_ProgramCache):
     """A mapping over a C++ Store handle (file, redis or tiered)."""

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from . import _core
 
@@ -79,7 +79,7 @@ class StoreState:
             except Exception:
                 pass
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, Union[int, float]]:
         st = self.get_state()
         out = dict(st["store"].stats()) if st["store"] is not None else {}
         out["errors"] = st["errors"]

@@ -37,7 +37,7 @@ import subprocess
 import threading
 import uuid
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 try:
     import tilelang  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -100,7 +100,7 @@ def reset() -> None:
     _warned.clear()
 
 
-def stats() -> Dict[str, int]:
+def stats() -> Dict[str, Union[int, float]]:
     """The store's counters (hits, misses, errors per tier) plus ``errors``:
     failures of this module that were turned into misses."""
     return _STORE.stats()

@@ -37,7 +37,7 @@ import re
 import tempfile
 import threading
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 try:
     import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -87,7 +87,7 @@ def reset() -> None:
     _STORE.reset()
 
 
-def stats() -> Dict[str, int]:
+def stats() -> Dict[str, Union[int, float]]:
     """The store's counters (hits, misses, errors per tier) plus ``errors``:
     failures of this module that were turned into misses."""
     return _STORE.stats()

@@ -26,6 +26,7 @@
 #include "progcache/remote_store.h"
 #include "progcache/tiered_store.h"
 #include "progcache/version.h"
+#include "util/latency.h"
 #include "util/lru.h"
 #include "util/single_flight.h"
 
@@ -88,20 +89,59 @@ nb::bytes to_bytes(const pc::Bytes& b) {
 // The in-memory cache: an LRU keyed by the caller's key bytes that holds the
 // Python value object itself, so a hit returns that very object (no copy, no
 // hashing of the key beyond the map's). Capped by the sum of value sizes.
+// StoreStats as Python's stats() dicts give it: every field of
+// store_stat_fields(), and the hit rate.
+nb::dict stats_dict(const pc::StoreStats& s) {
+  nb::dict out;
+  for (const auto& f : pc::store_stat_fields()) out[f.name] = s.*f.member;
+  out["hit_rate"] = pc::hit_rate(s);
+  return out;
+}
+
 class MemoryCache {
  public:
   explicit MemoryCache(std::optional<std::uint64_t> cap) : m_cap(cap) {}
 
   nb::object get(const nb::bytes& key) {
+    pc::SampledTimer timer(pc::sample_this_call<k_memory_cache_get>());
     std::lock_guard l(m_mu);
     nb::object* v = m_lru.find(view_of(key));
-    return v != nullptr ? *v : nb::none();
+    if (v == nullptr) {
+      ++m_stats.misses;
+      timer.finish(m_get_time);
+      return nb::none();
+    }
+    ++m_stats.hits;
+    m_stats.bytes_read += static_cast<std::uint64_t>(PyBytes_GET_SIZE(v->ptr()));
+    timer.finish(m_get_time);
+    return *v;
   }
 
   void put(const nb::bytes& key, nb::bytes value) {
+    pc::SampledTimer timer(pc::sample_this_call<k_memory_cache_put>());
     const std::uint64_t size = value.size();
     std::lock_guard l(m_mu);
-    m_lru.put(std::string(view_of(key)), std::move(value), size, {m_cap, std::nullopt});
+    ++m_stats.puts;
+    m_stats.bytes_written += size;
+    m_stats.evictions += m_lru.put(std::string(view_of(key)), std::move(value), size, {m_cap, std::nullopt}).evicted;
+    timer.finish(m_put_time);
+  }
+
+  // The same figures as the C++ stores' stats (store_stat_fields), for this
+  // cache object: counted under its lock, times sampled.
+  pc::StoreStats stats() {
+    std::lock_guard l(m_mu);
+    pc::StoreStats s = m_stats;
+    s.entries = m_lru.size();
+    s.bytes_stored = m_lru.bytes();
+    const pc::LatencySummary g = m_get_time.summary(), p = m_put_time.summary();
+    s.get_samples = g.samples;
+    s.get_p50_ns = g.p50_ns;
+    s.get_p99_ns = g.p99_ns;
+    s.put_samples = p.samples;
+    s.put_p50_ns = p.p50_ns;
+    s.put_p99_ns = p.p99_ns;
+    return s;
   }
 
   bool erase(const nb::bytes& key) {
@@ -129,9 +169,12 @@ class MemoryCache {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
+  static constexpr int k_memory_cache_get = 100, k_memory_cache_put = 101;  // sample sites
   std::optional<std::uint64_t> m_cap;
   std::mutex m_mu;
   pc::LruMap<std::string, nb::object, KeyHash> m_lru;
+  pc::StoreStats m_stats;  // hits, misses, puts, evictions, bytes: under m_mu
+  pc::LatencyHistogram m_get_time, m_put_time;
 };
 
 // ---------------------------------------------------------------- stores
@@ -216,11 +259,9 @@ class StoreHandle {
   std::uint64_t count() { return unwrap(store()->count()); }
   std::uint64_t size_bytes() { return unwrap(store()->size_bytes()); }
 
-  std::map<std::string, std::uint64_t> stats() {
+  nb::dict stats() {
     const pc::StoreStats s = m_file != nullptr ? m_file->host_stats() : store()->stats();
-    std::map<std::string, std::uint64_t> out;
-    for (const auto& f : pc::store_stat_fields()) out[f.name] = s.*f.member;
-    return out;
+    return stats_dict(s);
   }
 
   std::string root() const { return m_file != nullptr ? m_file->root() : std::string(); }
@@ -556,7 +597,8 @@ NB_MODULE(_core, m) {
       .def("erase", &MemoryCache::erase)
       .def("clear", &MemoryCache::clear)
       .def("__len__", &MemoryCache::size)
-      .def("size_bytes", &MemoryCache::bytes);
+      .def("size_bytes", &MemoryCache::bytes)
+      .def("stats", [](MemoryCache& c) { return stats_dict(c.stats()); });
 
   nb::class_<HeldLock>(m, "LockFile")
       .def(nb::init<const std::string&, const std::string&, double, bool>(), nb::arg("dir"), nb::arg("name"),
@@ -753,7 +795,13 @@ NB_MODULE(_core, m) {
                                                 {"shared_waits", s.shared_waits},
                                                 {"lock_waits", s.lock_waits},
                                                 {"cache_errors", s.cache_errors},
-                                                {"unstable_inputs", s.unstable_inputs}};
+                                                {"unstable_inputs", s.unstable_inputs},
+                                                {"bytes_served", s.bytes_served},
+                                                {"hit_samples", s.hit_samples},
+                                                {"hit_p50_ns", s.hit_p50_ns},
+                                                {"hit_p99_ns", s.hit_p99_ns},
+                                                {"compile_p50_ns", s.compile_p50_ns},
+                                                {"compile_p99_ns", s.compile_p99_ns}};
   });
 
   m.def(

@@ -355,9 +355,17 @@ def test_explain_says_hit_or_miss_and_names_what_changed(tmp_path):
     assert miss["outcome"] == "miss" and miss["nearest"] == first.key
     changes = {(d["component"], d["change"], d["subject"]) for d in miss["differences"]}
     assert changes == {("option", "changed", "--gpu-architecture"), ("file", "edited", str(inc / "val.h"))}
+    before = progcache.compile_stats()
     again = progcache.compile(src, "c++", "cubin", ["-arch=sm_90", f"-I{inc}"], ["saxpy<float>"], cache=cache,
                               name="saxpy.cu")
     assert not again.from_cache and again.key == miss["key"]
+    hit_again = progcache.compile(src, "c++", "cubin", ["-arch=sm_90", f"-I{inc}"], ["saxpy<float>"], cache=cache,
+                                  name="saxpy.cu")
+    after = progcache.compile_stats()
+    assert hit_again.from_cache
+    assert after["compiles"] - before["compiles"] == 1 and after["hits"] - before["hits"] == 1
+    assert after["bytes_served"] - before["bytes_served"] == len(hit_again.code)
+    assert after["compile_p50_ns"] > 0
     with pytest.raises(TypeError, match="disk store"):
         progcache.explain(src, cache=progcache.InMemoryProgramCache())
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cuda_libs.h"
+#include "entry/zstd_codec.h"
 #include "key_record.h"
 #include "progcache/env.h"
 #include "progcache/file_store.h"
@@ -21,6 +22,7 @@
 #include "progcache/lock_file.h"
 #include "source_deps.h"
 #include "util/coding.h"
+#include "util/latency.h"
 #include "util/lru.h"
 #include "util/mutex.h"
 #include "util/single_flight.h"
@@ -33,8 +35,11 @@ using nlohmann::json;
 
 struct Counters {
   std::atomic<std::uint64_t> compiles{0}, compile_errors{0}, hits{0}, shared_waits{0}, lock_waits{0}, cache_errors{0},
-      unstable_inputs{0};
+      unstable_inputs{0}, bytes_served{0};
+  LatencyHistogram hit_time, compile_time;
 };
+constexpr int k_compile_hit_site = 200;  // sample_this_call's site for compile()
+
 Counters& counters() {
   static Counters c;
   return c;
@@ -303,7 +308,12 @@ Entry to_entry(const ObjectCode& oc, std::string record) {
               {"nvjitlink_version", oc.compiler.nvjitlink_version}}}};
   std::vector<Artifact> arts;
   arts.push_back({std::string(target_type_name(oc.kind)), oc.code});
-  arts.push_back({std::string(k_key_record_artifact), Bytes::adopt(std::move(record))});
+  // A record that lists hundreds of headers shrinks several times under zstd.
+  if (auto small = zstd::shrink(record, 3)) {
+    arts.push_back({std::string(k_key_record_artifact_zstd), Bytes::adopt(std::move(*small))});
+  } else {
+    arts.push_back({std::string(k_key_record_artifact), Bytes::adopt(std::move(record))});
+  }
   return Entry(meta.dump(), std::move(arts));
 }
 
@@ -548,7 +558,9 @@ Result<ObjectCode> run_nvjitlink(const Program& p, TargetType target, CompileFai
 }
 
 Result<ObjectCode> run_compiler(const Program& p, TargetType target, CompileFailure* failure) {
+  SampledTimer timer(true);  // every compile: they are few, and slow
   auto r = uses_nvrtc(p) ? run_nvrtc(p, target, failure) : run_nvjitlink(p, target, failure);
+  timer.finish(counters().compile_time);
   (r.ok() ? counters().compiles : counters().compile_errors).fetch_add(1);
   return r;
 }
@@ -577,6 +589,7 @@ std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target
     return std::nullopt;
   }
   counters().hits.fetch_add(1);
+  counters().bytes_served.fetch_add(oc->code.size(), std::memory_order_relaxed);
   return oc;
 }
 
@@ -635,8 +648,16 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
 
 CompileStats compile_stats() {
   const Counters& c = counters();
-  return {c.compiles.load(),   c.compile_errors.load(), c.hits.load(),           c.shared_waits.load(),
-          c.lock_waits.load(), c.cache_errors.load(),   c.unstable_inputs.load()};
+  CompileStats s{c.compiles.load(),        c.compile_errors.load(), c.hits.load(),
+                 c.shared_waits.load(),    c.lock_waits.load(),     c.cache_errors.load(),
+                 c.unstable_inputs.load(), c.bytes_served.load()};
+  const LatencySummary h = c.hit_time.summary(), k = c.compile_time.summary();
+  s.hit_samples = h.samples;
+  s.hit_p50_ns = h.p50_ns;
+  s.hit_p99_ns = h.p99_ns;
+  s.compile_p50_ns = k.p50_ns;
+  s.compile_p99_ns = k.p99_ns;
+  return s;
 }
 
 Result<Key> program_key(const Program& program, TargetType target, const CompileOptions& options) {
@@ -648,11 +669,15 @@ Result<Key> program_key(const Program& program, TargetType target, const Compile
 
 Result<ObjectCode> compile(const Program& program, TargetType target, const CompileOptions& options,
                            CompileFailure* failure) {
+  SampledTimer timer(sample_this_call<k_compile_hit_site>());
   PROGCACHE_TRY(check_program(program, target, /*for_compile=*/true));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/false));
   PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
   PROGCACHE_ASSIGN_OR_RETURN(Key key, memo_key_for(program, target, id, digest_of(deps)));
-  if (auto hit = lookup(options.cache, key, target, id)) return std::move(*hit);
+  if (auto hit = lookup(options.cache, key, target, id)) {
+    timer.finish(counters().hit_time);
+    return std::move(*hit);
+  }
 
   auto [flight, leader] = flights().join(key);
   if (!leader) {

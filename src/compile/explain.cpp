@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "entry/zstd_codec.h"
 #include "key_record.h"
 #include "progcache/entry.h"
 
@@ -42,9 +43,17 @@ std::string meta_string(const Entry& e, const char* field) {
   return it != meta.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// The key record's JSON; "" when the entry has none or it does not decode
+// (then it is counted as without a record, never compared).
 std::string record_of(const Entry& e) {
-  const Artifact* a = e.find(k_key_record_artifact);
-  return a != nullptr ? std::string(a->data.view()) : std::string();
+  if (const Artifact* a = e.find(k_key_record_artifact)) return std::string(a->data.view());
+  const Artifact* z = e.find(k_key_record_artifact_zstd);
+  if (z == nullptr) return {};
+  auto size = zstd::expanded_size(z->data.view());
+  if (!size.ok()) return {};
+  std::string out(*size, '\0');
+  if (!zstd::expand(z->data.view(), out.data(), *size).ok()) return {};
+  return out;
 }
 
 }  // namespace

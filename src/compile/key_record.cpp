@@ -226,7 +226,9 @@ std::string key_record(const Program& p, TargetType target, const CompilerIdenti
   auto canonical = canonicalize_options(p.options, /*have_extra_digest=*/true);
   json files = json::array();
   if (deps) {
-    for (const auto& f : deps->files) files.push_back({f.path, f.sha256, f.operand});
+    // 128 bits of each file's digest tell its versions apart, and keep the
+    // record of a program that reads hundreds of headers small.
+    for (const auto& f : deps->files) files.push_back({f.path, f.sha256.substr(0, 32), f.operand});
   }
   json links = json::array();
   for (const auto& m : p.link_inputs) links.push_back(digest_of(m));

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "store/store_meters.h"
 #include "util/lru.h"
 #include "util/mutex.h"
 
@@ -60,17 +61,28 @@ class MemoryStore final : public Store {
 
   Result<std::optional<Entry>> get(const Key& key) override {
     if (m_closed.load(std::memory_order_relaxed)) return closed();
+    SampledTimer timer(sample_this_call<memory_get>());
     auto e = shard(key).get(key);
-    (e ? m_hits : m_misses).fetch_add(1, std::memory_order_relaxed);
+    if (e) {
+      m_hits.fetch_add(1, std::memory_order_relaxed);
+      m_meters.read(e->payload_size());
+    } else {
+      m_misses.fetch_add(1, std::memory_order_relaxed);
+    }
+    timer.finish(m_meters.get_time);
     return e;
   }
 
   Status put(const Key& key, const Entry& entry) override {
     if (m_closed.load(std::memory_order_relaxed)) return closed();
+    SampledTimer timer(sample_this_call<memory_put>());
     m_puts.fetch_add(1, std::memory_order_relaxed);
     if (m_disabled) return {};
-    const std::uint64_t ev = shard(key).put(key, entry, entry.payload_size(), {m_byte_share, m_entry_share});
+    const std::uint64_t size = entry.payload_size();
+    m_meters.wrote(size);
+    const std::uint64_t ev = shard(key).put(key, entry, size, {m_byte_share, m_entry_share});
     if (ev != 0) m_evictions.fetch_add(ev, std::memory_order_relaxed);
+    timer.finish(m_meters.put_time);
     return {};
   }
 
@@ -101,6 +113,7 @@ class MemoryStore final : public Store {
     s.puts = m_puts.load(std::memory_order_relaxed);
     s.evictions = m_evictions.load(std::memory_order_relaxed);
     std::tie(s.entries, s.bytes_stored) = usage();
+    m_meters.fill(s);
     return s;
   }
 
@@ -139,6 +152,7 @@ class MemoryStore final : public Store {
   bool m_disabled = false;
   std::atomic<bool> m_closed{false};
   std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_puts{0}, m_evictions{0};
+  StoreMeters m_meters;
 };
 
 }  // namespace

@@ -9,9 +9,10 @@
 namespace progcache {
 
 std::span<const StatField> store_stat_fields() {
+  using U = StatField::Unit;
   static constexpr StatField k_fields[] = {
-      {"entries", "entries", &StoreStats::entries},
-      {"bytes_stored", "size", &StoreStats::bytes_stored},
+      {"entries", "entries", &StoreStats::entries, U::count, false},
+      {"bytes_stored", "size", &StoreStats::bytes_stored, U::bytes, false},
       {"hits", "hits", &StoreStats::hits},
       {"misses", "misses", &StoreStats::misses},
       {"puts", "puts", &StoreStats::puts},
@@ -19,8 +20,21 @@ std::span<const StatField> store_stat_fields() {
       {"corrupt_dropped", "corrupt dropped", &StoreStats::corrupt_dropped},
       {"rejected", "rejected", &StoreStats::rejected},
       {"errors", "errors", &StoreStats::errors},
+      {"bytes_read", "read", &StoreStats::bytes_read, U::bytes},
+      {"bytes_written", "written", &StoreStats::bytes_written, U::bytes},
+      {"get_samples", "lookups timed", &StoreStats::get_samples},
+      {"get_p50_ns", "lookup p50", &StoreStats::get_p50_ns, U::nanoseconds, false},
+      {"get_p99_ns", "lookup p99", &StoreStats::get_p99_ns, U::nanoseconds, false},
+      {"put_samples", "puts timed", &StoreStats::put_samples},
+      {"put_p50_ns", "put p50", &StoreStats::put_p50_ns, U::nanoseconds, false},
+      {"put_p99_ns", "put p99", &StoreStats::put_p99_ns, U::nanoseconds, false},
   };
   return k_fields;
+}
+
+double hit_rate(const StoreStats& s) {
+  const std::uint64_t lookups = s.hits + s.misses;
+  return lookups == 0 ? 0.0 : static_cast<double>(s.hits) / static_cast<double>(lookups);
 }
 
 Result<bool> Store::get_primary_into(const Key& key, const EntryReader::Alloc& alloc) {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "store/store_meters.h"
 #include "util/mutex.h"
 
 namespace progcache {
@@ -26,6 +27,7 @@ class Tiered final : public TieredStore {
 
   Result<std::optional<Entry>> get(const Key& key) override {
     PROGCACHE_TRY(check_open());
+    SampledTimer timer(sample_this_call<tiered_get>());
     Status last_error;
     bool any_answered = false;
     for (std::size_t i = 0; i < m_tiers.size(); ++i) {
@@ -39,6 +41,8 @@ class Tiered final : public TieredStore {
       // Backfill the tiers above the one that hit.
       for (std::size_t j = 0; j < i; ++j) m_tiers[j]->put(key, **r).ignore();
       ++m_hits;
+      m_meters.read((*r)->payload_size());
+      timer.finish(m_meters.get_time);
       return r;
     }
     if (!any_answered && !m_tiers.empty()) {
@@ -46,11 +50,14 @@ class Tiered final : public TieredStore {
       return last_error;
     }
     ++m_misses;
+    timer.finish(m_meters.get_time);
     return std::optional<Entry>();
   }
 
   Status put(const Key& key, const Entry& entry) override {
     PROGCACHE_TRY(check_open());
+    SampledTimer timer(sample_this_call<tiered_put>());
+    m_meters.wrote(entry.payload_size());
     Status first_error;
     bool any_ok = false;
     for (Store* t : {m_opt.memory.get(), m_opt.disk.get()}) {
@@ -78,6 +85,7 @@ class Tiered final : public TieredStore {
     }
     if (any_ok || m_tiers.empty()) {
       ++m_puts;
+      timer.finish(m_meters.put_time);
       return {};
     }
     ++m_errors;
@@ -129,6 +137,7 @@ class Tiered final : public TieredStore {
     s.misses = m_misses;
     s.puts = m_puts;
     s.errors = m_errors;
+    m_meters.fill(s);
     for (Store* t : m_tiers) {
       const StoreStats ts = t->stats();
       s.corrupt_dropped += ts.corrupt_dropped;
@@ -232,6 +241,7 @@ class Tiered final : public TieredStore {
   std::uint64_t m_dropped PROGCACHE_GUARDED_BY(m_mu) = 0;
   std::atomic<bool> m_closed{false};
   std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_puts{0}, m_errors{0};
+  StoreMeters m_meters;
   std::thread m_worker;
 };
 

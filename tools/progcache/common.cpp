@@ -224,13 +224,35 @@ void add_string_flag(CLI::App* sub, bool& string_key) {
 json stats_json(const pc::StoreStats& s) {
   json j = json::object();
   for (const auto& f : pc::store_stat_fields()) j[f.name] = s.*f.member;
+  j["hit_rate"] = pc::hit_rate(s);
   return j;
 }
+
+namespace {
+
+// "850 ns", "12.4 us", "3.10 ms", "1.20 s".
+std::string format_duration(std::uint64_t ns) {
+  char buf[32];
+  if (ns < 1000)
+    std::snprintf(buf, sizeof buf, "%llu ns", static_cast<unsigned long long>(ns));
+  else if (ns < 1000000)
+    std::snprintf(buf, sizeof buf, "%.1f us", static_cast<double>(ns) / 1e3);
+  else if (ns < 1000000000)
+    std::snprintf(buf, sizeof buf, "%.2f ms", static_cast<double>(ns) / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", static_cast<double>(ns) / 1e9);
+  return buf;
+}
+
+}  // namespace
 
 void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg) {
   for (const auto& f : pc::store_stat_fields()) {
     const std::uint64_t v = s.*f.member;
-    std::string shown = f.member == &pc::StoreStats::bytes_stored ? pc::format_size(v) : std::to_string(v);
+    std::string shown = f.unit == pc::StatField::Unit::bytes         ? pc::format_size(v)
+                        : f.unit == pc::StatField::Unit::nanoseconds ? format_duration(v)
+                                                                     : std::to_string(v);
+    if (f.unit == pc::StatField::Unit::nanoseconds && v == 0) shown = "-";
     if (f.member == &pc::StoreStats::entries && cfg.max_entries) {
       shown += " (cap " + std::to_string(*cfg.max_entries) + ")";
     }
@@ -238,6 +260,12 @@ void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg) {
       shown += " (cap " + pc::format_size(*cfg.max_size_bytes) + ")";
     }
     std::printf("%-17s %s\n", f.label, shown.c_str());
+    if (f.member == &pc::StoreStats::misses) {
+      if (s.hits + s.misses == 0)
+        std::printf("%-17s -\n", "hit rate");
+      else
+        std::printf("%-17s %.1f %%\n", "hit rate", 100.0 * pc::hit_rate(s));
+    }
   }
 }
 

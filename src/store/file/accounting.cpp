@@ -41,6 +41,12 @@ struct Accounting::Shared {
   std::int64_t retired_total_bytes;  // totals are now sums of the shards
   std::int64_t retired_total_count;
   std::int64_t events[k_events];  // indexed by Event
+  // Appended (zero in files written before): bytes of hits and puts, and
+  // sampled durations of lookups and puts in util/latency.h's buckets.
+  std::int64_t bytes_read;
+  std::int64_t bytes_written;
+  std::int64_t get_time[k_latency_buckets];
+  std::int64_t put_time[k_latency_buckets];
 };
 
 Status Accounting::open(Env* env, const std::string& path, std::uint32_t file_perms, const Rebuild& rebuild) {
@@ -93,6 +99,39 @@ void Accounting::count(Event e) {
   const auto i = static_cast<int>(e);
   m_events[i].fetch_add(1, std::memory_order_relaxed);
   if (m_map != nullptr) atomic_add(m_map->events[i], 1);
+}
+
+void Accounting::read(std::uint64_t n) {
+  m_meters.read(n);
+  if (m_map != nullptr) atomic_add(m_map->bytes_read, static_cast<std::int64_t>(n));
+}
+
+void Accounting::wrote(std::uint64_t n) {
+  m_meters.wrote(n);
+  if (m_map != nullptr) atomic_add(m_map->bytes_written, static_cast<std::int64_t>(n));
+}
+
+void Accounting::finish_get(SampledTimer& t) {
+  if (!t.sampled()) return;
+  const std::uint64_t ns = t.elapsed();
+  m_meters.get_time.record(ns);
+  if (m_map != nullptr) atomic_add(m_map->get_time[latency_bucket(ns)], 1);
+}
+
+void Accounting::finish_put(SampledTimer& t) {
+  if (!t.sampled()) return;
+  const std::uint64_t ns = t.elapsed();
+  m_meters.put_time.record(ns);
+  if (m_map != nullptr) atomic_add(m_map->put_time[latency_bucket(ns)], 1);
+}
+
+void Accounting::zero() {
+  if (m_map == nullptr) return;
+  for (auto& e : m_map->events) atomic_store(e, 0);
+  atomic_store(m_map->bytes_read, 0);
+  atomic_store(m_map->bytes_written, 0);
+  for (auto& b : m_map->get_time) atomic_store(b, 0);
+  for (auto& b : m_map->put_time) atomic_store(b, 0);
 }
 
 void Accounting::charge(int shard, std::int64_t dbytes, std::int64_t dcount) {
@@ -162,6 +201,7 @@ StoreStats Accounting::process_stats() const {
     s.bytes_stored = clamp0(total_bytes());
     s.entries = clamp0(total_count());
   }
+  m_meters.fill(s);
   return s;
 }
 
@@ -172,6 +212,19 @@ StoreStats Accounting::host_stats() const {
   StoreStats s = from_events(v);
   s.bytes_stored = clamp0(total_bytes());
   s.entries = clamp0(total_count());
+  s.bytes_read = clamp0(atomic_load(m_map->bytes_read));
+  s.bytes_written = clamp0(atomic_load(m_map->bytes_written));
+  std::uint64_t counts[k_latency_buckets];
+  for (int i = 0; i < k_latency_buckets; ++i) counts[i] = clamp0(atomic_load(m_map->get_time[i]));
+  const LatencySummary g = summarize_latency(counts);
+  for (int i = 0; i < k_latency_buckets; ++i) counts[i] = clamp0(atomic_load(m_map->put_time[i]));
+  const LatencySummary p = summarize_latency(counts);
+  s.get_samples = g.samples;
+  s.get_p50_ns = g.p50_ns;
+  s.get_p99_ns = g.p99_ns;
+  s.put_samples = p.samples;
+  s.put_p50_ns = p.p50_ns;
+  s.put_p99_ns = p.p99_ns;
   return s;
 }
 

@@ -22,6 +22,8 @@
 #include "progcache/env.h"
 #include "progcache/store.h"
 #include "store/file/layout.h"
+#include "store/store_meters.h"
+#include "util/latency.h"
 
 namespace progcache::file_store {
 
@@ -46,6 +48,15 @@ class Accounting {
 
   // Counts one event, for this process and for the host.
   void count(Event e);
+  // Bytes of a hit served and of a put taken, for this process and the host.
+  void read(std::uint64_t n);
+  void wrote(std::uint64_t n);
+  // Records a lookup's or a put's time, when its timer was sampled.
+  void finish_get(SampledTimer& t);
+  void finish_put(SampledTimer& t);
+  // Zeroes the host's event counts, bytes and times (`progcache stats
+  // --zero`); the shard counters (what is held) stay.
+  void zero();
   void charge(int shard, std::int64_t dbytes, std::int64_t dcount);
   // Sets a shard's counters to the truth a scan found.
   void reconcile(int shard, std::int64_t bytes, std::int64_t count);
@@ -74,6 +85,7 @@ class Accounting {
   int m_fd = -1;
   Shared* m_map = nullptr;  // nullptr until open and once closed
   std::atomic<std::uint64_t> m_events[7] = {};
+  StoreMeters m_meters;
 };
 
 }  // namespace progcache::file_store

@@ -148,9 +148,13 @@ Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& k
 
 Result<std::optional<Entry>> FileStoreImpl::get(const Key& key) {
   PROGCACHE_TRY(check_open());
+  SampledTimer timer(sample_this_call<file_get>());
   const std::string path = m_layout.entry_path(key);
   PROGCACHE_ASSIGN_OR_RETURN(std::optional<int> fd, open_entry(key, path));
-  if (!fd) return std::optional<Entry>();
+  if (!fd) {
+    m_acct.finish_get(timer);
+    return std::optional<Entry>();
+  }
   auto result = read_entry(*fd, key, /*stamp=*/true);
   m_env->close_file(*fd).ignore();
   if (!result.ok()) return count_error(result.status());
@@ -160,17 +164,24 @@ Result<std::optional<Entry>> FileStoreImpl::get(const Key& key) {
       m_acct.count(result->rejected ? Event::rejected : Event::corrupt);
     }
     m_acct.count(Event::miss);
+    m_acct.finish_get(timer);
     return std::optional<Entry>();
   }
   m_acct.count(Event::hit);
+  m_acct.read(result->info.size);
+  m_acct.finish_get(timer);
   return std::move(result->entry);
 }
 
 Result<bool> FileStoreImpl::get_primary_into(const Key& key, const EntryReader::Alloc& alloc) {
   PROGCACHE_TRY(check_open());
+  SampledTimer timer(sample_this_call<file_get>());
   const std::string path = m_layout.entry_path(key);
   PROGCACHE_ASSIGN_OR_RETURN(std::optional<int> fd, open_entry(key, path));
-  if (!fd) return false;
+  if (!fd) {
+    m_acct.finish_get(timer);
+    return false;
+  }
   Status read;
   auto info = m_env->fstat(*fd);
   if (!info.ok()) {
@@ -186,6 +197,8 @@ Result<bool> FileStoreImpl::get_primary_into(const Key& key, const EntryReader::
   m_env->close_file(*fd).ignore();
   if (read.ok()) {
     m_acct.count(Event::hit);
+    m_acct.read(info->size);
+    m_acct.finish_get(timer);
     return true;
   }
   const Code code = read.code();
@@ -197,14 +210,18 @@ Result<bool> FileStoreImpl::get_primary_into(const Key& key, const EntryReader::
     m_acct.count(code == Code::permission_denied ? Event::rejected : Event::corrupt);
   }
   m_acct.count(Event::miss);
+  m_acct.finish_get(timer);
   return false;
 }
 
 Status FileStoreImpl::put(const Key& key, const Entry& entry) {
   PROGCACHE_TRY(check_open());
+  SampledTimer timer(sample_this_call<file_put>());
   auto encoded = encode_entry(key, entry, m_env->now_ns(), m_opt.codec);
   if (!encoded.ok()) return encoded.status();
-  return publish(key, *encoded);
+  Status st = publish(key, *encoded);
+  if (st.ok()) m_acct.finish_put(timer);
+  return st;
 }
 
 Status FileStoreImpl::check_encoded(const Key& key, const std::string& encoded) const {
@@ -273,6 +290,7 @@ Status FileStoreImpl::publish(const Key& key, const std::string& encoded) {
   }
   m_acct.charge(shard, dbytes, dcount);
   m_acct.count(Event::put);
+  m_acct.wrote(encoded.size());
   // The entry just written is the most recently used: a trim it causes
   // never removes it.
   maybe_trim(Written{shard, path.substr(path.size() - k_entry_name_size)});

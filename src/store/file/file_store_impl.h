@@ -67,6 +67,7 @@ class FileStoreImpl final : public FileStore {
   [[nodiscard]] std::optional<std::uint64_t> max_size_bytes() const override { return m_opt.max_size_bytes; }
   [[nodiscard]] std::optional<std::uint64_t> max_entries() const override { return m_opt.max_entries; }
   StoreStats host_stats() override;
+  void zero_stats() override { m_acct.zero(); }
   Result<std::vector<FileEntryInfo>> list(const ProgressFn& progress) override;     // maintenance.cpp
   Result<VerifyReport> verify(Repair repair, const ProgressFn& progress) override;  // maintenance.cpp
   Result<PruneReport> prune(std::optional<std::uint64_t> max_size, std::optional<std::int64_t> older_than_ns,

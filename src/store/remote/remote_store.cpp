@@ -8,6 +8,7 @@
 
 #include "progcache/env.h"
 #include "progcache/hash.h"
+#include "store/store_meters.h"
 #include "util/mutex.h"
 
 namespace progcache {
@@ -73,8 +74,10 @@ class RemoteTier final : public RemoteStore {
   }
 
   Result<std::optional<Entry>> get(const Key& key) override {
+    SampledTimer timer(sample_this_call<remote_get>());
     Shard& s = shard(key);
     auto r = call(s, deadline_of(s), [&](RemoteDeadline d) { return s.backend->get(key.hex(), d); });
+    timer.finish(m_meters.get_time);
     MutexLock l(m_mu);
     if (!r.ok()) {
       ++m_base.errors;
@@ -91,6 +94,7 @@ class RemoteTier final : public RemoteStore {
       return std::optional<Entry>();
     }
     ++m_base.hits;
+    m_meters.read((*r)->size());
     return std::optional<Entry>(std::move(*e));
   }
 
@@ -110,7 +114,12 @@ class RemoteTier final : public RemoteStore {
                                 std::to_string(m_opt.max_value_bytes) + "-byte limit for one value; not sent");
     }
     Shard& s = shard(key);
+    SampledTimer timer(sample_this_call<remote_put>());
     Status st = call(s, deadline_of(s), [&](RemoteDeadline d) { return s.backend->set(key.hex(), value, d); });
+    if (st.ok()) {
+      timer.finish(m_meters.put_time);
+      m_meters.wrote(value.size());
+    }
     MutexLock l(m_mu);
     (st.ok() ? m_base.puts : m_base.errors)++;
     return st;
@@ -151,8 +160,13 @@ class RemoteTier final : public RemoteStore {
   }
 
   StoreStats stats() override {
-    MutexLock l(m_mu);
-    return m_base;
+    StoreStats out;
+    {
+      MutexLock l(m_mu);
+      out = m_base;
+    }
+    m_meters.fill(out);
+    return out;
   }
   RemoteStats remote_stats() override {
     MutexLock l(m_mu);
@@ -231,6 +245,7 @@ class RemoteTier final : public RemoteStore {
   std::vector<std::unique_ptr<Shard>> m_shards;
   Mutex m_mu;
   StoreStats m_base PROGCACHE_GUARDED_BY(m_mu);
+  StoreMeters m_meters;
   RemoteStats m_remote PROGCACHE_GUARDED_BY(m_mu);
 };
 
