@@ -357,6 +357,35 @@ std::map<std::string, std::string> entry_files(const std::string& root) {
   return out;
 }
 
+TEST_F(CliTest, ABundleShowsAProgressBarOnATerminalAndNoneOtherwise) {
+  if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1) to give the run a terminal";
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(run({"put", "k" + std::to_string(i), file("in" + std::to_string(i), std::string(2000 + i, 'x'))}).code,
+              0);
+  }
+  // script(1) runs the command on a pseudo-terminal and copies what it
+  // wrote there, progress bar included, to its own output.
+  auto on_tty = [&](const std::string& args, const std::string& log) {
+    const std::string cmd = "cd " + quote(m_tmp.path()) + " && PROGCACHE_DIR=" + quote(cache()) +
+                            " timeout 120 script -qec " + quote(std::string(PROGCACHE_CLI_PATH) + " " + args) +
+                            " /dev/null > " + quote(m_tmp.sub(log)) + " 2>&1 < /dev/null";
+    return std::system(cmd.c_str());
+  };
+  ASSERT_EQ(on_tty("export -o " + m_tmp.sub("t.pcb"), "export.log"), 0);
+  const std::string shown = testing::read_all(m_tmp.sub("export.log"));
+  EXPECT_NE(shown.find("export  ["), std::string::npos) << shown;
+  EXPECT_NE(shown.find("100%"), std::string::npos) << shown;
+  ASSERT_TRUE(fs::exists(m_tmp.sub("t.pcb")));
+  auto quiet = run({"export", "-o", m_tmp.sub("q.pcb")});
+  ASSERT_EQ(quiet.code, 0);
+  EXPECT_EQ(quiet.err.find("["), std::string::npos) << "a progress bar where no terminal is: " << quiet.err;
+  EXPECT_EQ(testing::read_all(m_tmp.sub("t.pcb")).size(), testing::read_all(m_tmp.sub("q.pcb")).size());
+  ASSERT_EQ(on_tty("--dir " + m_tmp.sub("other") + " import " + m_tmp.sub("t.pcb"), "import.log"), 0);
+  const std::string imported = testing::read_all(m_tmp.sub("import.log"));
+  EXPECT_NE(imported.find("import  ["), std::string::npos) << imported;
+  EXPECT_NE(imported.find("imported 20 entries"), std::string::npos) << imported;
+}
+
 TEST_F(CliTest, ExportAndImportCarryEveryStoreToAnotherRootByteForByte) {
   ASSERT_EQ(run({"put", "a", file("a", std::string(5000, 'a'))}).code, 0);
   ASSERT_EQ(run({"put", "b", file("b", "bee")}).code, 0);

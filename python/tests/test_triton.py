@@ -84,6 +84,11 @@ def test_a_kernel_compiled_in_one_process_is_served_to_the_next_without_a_compil
     # Another process with an empty TRITON_CACHE_DIR and the same progcache root.
     second = Env(tmp_path, "b", root=str(tmp_path / "root-a")).run([k("softmax")])
     assert second["compiles"] == 0 and second["hits"] == 1
+    # The backend's stats() carry the telemetry every progcache cache reports
+    # (this process's: one hit, its bytes and its timed lookup).
+    st = second["stats"]
+    assert st["hit_rate"] == 1.0 and st["bytes_read"] > 0
+    assert st["get_samples"] >= 1 and st["get_p99_ns"] >= st["get_p50_ns"] > 0
     assert second["kernels"][0]["dir"].startswith(str(tmp_path / "triton-b"))
     assert files_of(second) == files_of(first)
     # A third process, same TRITON_CACHE_DIR: answered by the materialised copy.

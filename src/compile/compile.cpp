@@ -100,9 +100,7 @@ Status check_program(const Program& p, TargetType target, bool for_compile) {
   return {};
 }
 
-// The identity of the compiler that would run. `tolerate_missing` (keys
-// only): a library that is not found gives a fixed marker instead of an
-// error, so the key exists but never equals one made with the library.
+// The library that compiles `p` (or, for NVVM IR, whose file keys it).
 std::string_view library_of(const Program& p) {
   return uses_nvrtc(p) ? "nvrtc" : (p.code_type == CodeType::nvvm ? "nvvm" : "nvJitLink");
 }
@@ -122,34 +120,13 @@ CompilerIdentity identity_of(std::string_view library, const cuda::LibraryIdenti
   return id;
 }
 
-// The identity of the compiler that would run. `tolerate_missing` (keys
-// only): a library that is not found gives a fixed marker instead of an
-// error, so the key exists but never equals one made with the library.
+// The identity of the compiler that would run (cuda::compiler_identity).
 Result<CompilerIdentity> identity_for(const Program& p, const CompileOptions& o, bool tolerate_missing) {
-  const std::string dir = state_dir_of(o);
   const std::string_view library = library_of(p);
-  // A library this process has loaded is the compiler, whatever its path
-  // holds now: its identity was pinned at the load, and costs no syscall.
-  PROGCACHE_ASSIGN_OR_RETURN(const cuda::LibraryIdentity* pinned, cuda::loaded_identity(library, dir));
-  if (pinned != nullptr) return identity_of(library, *pinned);
-  cuda::LibraryIdentity li;
-  // The file found before is tried first: identity() stats it anyway, so
-  // the search's own re-check is skipped; a file gone since means a search.
-  Result<cuda::LibraryIdentity> known = unavailable("not searched yet");
-  if (auto before = cuda::located_before(library)) known = cuda::identity(library, *before, dir);
-  if (known.ok()) {
-    li = *known;
-  } else if (auto path = cuda::locate(library); path.ok()) {
-    PROGCACHE_ASSIGN_OR_RETURN(li, cuda::identity(library, *path, dir));
-  } else if (tolerate_missing || library == "nvvm") {
-    li.fingerprint = "lib" + std::string(library) + " not found";
-  } else {
-    return path.status();
-  }
-  // A memo miss above loads the library to ask its version: from then on
-  // the loaded file is the compiler.
-  PROGCACHE_ASSIGN_OR_RETURN(pinned, cuda::loaded_identity(library, dir));
-  return identity_of(library, pinned != nullptr ? *pinned : li);
+  cuda::LibraryIdentity scratch;
+  PROGCACHE_ASSIGN_OR_RETURN(const cuda::LibraryIdentity* li,
+                             cuda::compiler_identity(library, state_dir_of(o), tolerate_missing, scratch));
+  return identity_of(library, *li);
 }
 
 // What the compiler can read from the filesystem: C++ only (PTX and LTO-IR

@@ -541,4 +541,31 @@ Result<const LibraryIdentity*> loaded_identity(std::string_view library, const s
   return slot.get();
 }
 
+Result<const LibraryIdentity*> compiler_identity(std::string_view library, const std::string& state_dir,
+                                                 bool tolerate_missing, LibraryIdentity& scratch) {
+  // A library this process has loaded is the compiler, whatever its path
+  // holds now: its identity was pinned at the load, and costs no syscall
+  // and no copy.
+  PROGCACHE_ASSIGN_OR_RETURN(const LibraryIdentity* pinned, loaded_identity(library, state_dir));
+  if (pinned != nullptr) return pinned;
+  LibraryIdentity& li = scratch;
+  // The file found before is tried first: identity() stats it anyway, so
+  // the search's own re-check is skipped; a file gone since means a search.
+  Result<LibraryIdentity> known = unavailable("not searched yet");
+  if (auto before = located_before(library)) known = identity(library, *before, state_dir);
+  if (known.ok()) {
+    li = std::move(*known);
+  } else if (auto path = locate(library); path.ok()) {
+    PROGCACHE_ASSIGN_OR_RETURN(li, identity(library, *path, state_dir));
+  } else if (tolerate_missing || library == "nvvm") {
+    li.fingerprint = "lib" + std::string(library) + " not found";
+  } else {
+    return path.status();
+  }
+  // A memo miss above loads the library to ask its version: from then on
+  // the loaded file is the compiler.
+  PROGCACHE_ASSIGN_OR_RETURN(pinned, loaded_identity(library, state_dir));
+  return pinned != nullptr ? pinned : &li;
+}
+
 }  // namespace progcache::cuda

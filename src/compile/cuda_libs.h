@@ -114,4 +114,13 @@ Result<LibraryIdentity> identity(std::string_view library, const std::string& pa
 // loaded inode: keys that match no other process's, never another file's.
 Result<const LibraryIdentity*> loaded_identity(std::string_view library, const std::string& state_dir);
 
+// The identity of the compiler that would run now, in one call: the loaded
+// library's when there is one; else the file found before (or found now)
+// by its memo; a library that is not found is an error, or, with
+// `tolerate_missing` (keys only) and always for "nvvm", a fixed "not found"
+// fingerprint, so the key exists but never equals one made with the library.
+// Points at the pinned identity, or at `scratch`, which it fills.
+Result<const LibraryIdentity*> compiler_identity(std::string_view library, const std::string& state_dir,
+                                                 bool tolerate_missing, LibraryIdentity& scratch);
+
 }  // namespace progcache::cuda

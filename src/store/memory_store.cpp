@@ -14,20 +14,41 @@ namespace progcache {
 namespace {
 
 // One LRU shard under its own lock.
+// Its hits, misses, puts and bytes are counted under that lock, which a
+// call holds anyway: plain adds, no atomic instruction on a 30 ns hit.
 class Shard {
  public:
   std::optional<Entry> get(const Key& key) {
     MutexLock lock(m_mu);
-    const Entry* e = m_lru.find(key);
-    return e != nullptr ? std::optional<Entry>(*e) : std::nullopt;
+    std::uint64_t charge = 0;  // the entry's payload_size(), kept by the LRU
+    const Entry* e = m_lru.find(key, &charge);
+    if (e == nullptr) {
+      ++m_counts.misses;
+      return std::nullopt;
+    }
+    ++m_counts.hits;
+    m_counts.bytes_read += charge;
+    return *e;
   }
 
   // Returns the number of entries evicted to make room (an entry that could
   // never fit counts as one).
   std::uint64_t put(const Key& key, const Entry& entry, std::uint64_t charge, const LruLimits& limits) {
     MutexLock lock(m_mu);
+    ++m_counts.puts;
+    m_counts.bytes_written += charge;
     const auto r = m_lru.put(key, entry, charge, limits);
     return r.stored ? r.evicted : 1;
+  }
+
+  // Adds this shard's counts to `s`.
+  void add_counts(StoreStats& s) {
+    MutexLock lock(m_mu);
+    s.hits += m_counts.hits;
+    s.misses += m_counts.misses;
+    s.puts += m_counts.puts;
+    s.bytes_read += m_counts.bytes_read;
+    s.bytes_written += m_counts.bytes_written;
   }
 
   bool erase(const Key& key) {
@@ -48,6 +69,7 @@ class Shard {
  private:
   Mutex m_mu;
   LruMap<Key, Entry, KeyHash> m_lru PROGCACHE_GUARDED_BY(m_mu);
+  StoreStats m_counts PROGCACHE_GUARDED_BY(m_mu);
 };
 
 class MemoryStore final : public Store {
@@ -63,12 +85,6 @@ class MemoryStore final : public Store {
     if (m_closed.load(std::memory_order_relaxed)) return closed();
     SampledTimer timer(sample_this_call<memory_get>());
     auto e = shard(key).get(key);
-    if (e) {
-      m_hits.fetch_add(1, std::memory_order_relaxed);
-      m_meters.read(e->payload_size());
-    } else {
-      m_misses.fetch_add(1, std::memory_order_relaxed);
-    }
     timer.finish(m_meters.get_time);
     return e;
   }
@@ -76,11 +92,11 @@ class MemoryStore final : public Store {
   Status put(const Key& key, const Entry& entry) override {
     if (m_closed.load(std::memory_order_relaxed)) return closed();
     SampledTimer timer(sample_this_call<memory_put>());
-    m_puts.fetch_add(1, std::memory_order_relaxed);
-    if (m_disabled) return {};
-    const std::uint64_t size = entry.payload_size();
-    m_meters.wrote(size);
-    const std::uint64_t ev = shard(key).put(key, entry, size, {m_byte_share, m_entry_share});
+    if (m_disabled) {
+      m_disabled_puts.fetch_add(1, std::memory_order_relaxed);
+      return {};
+    }
+    const std::uint64_t ev = shard(key).put(key, entry, entry.payload_size(), {m_byte_share, m_entry_share});
     if (ev != 0) m_evictions.fetch_add(ev, std::memory_order_relaxed);
     timer.finish(m_meters.put_time);
     return {};
@@ -108,12 +124,11 @@ class MemoryStore final : public Store {
 
   StoreStats stats() override {
     StoreStats s;
-    s.hits = m_hits.load(std::memory_order_relaxed);
-    s.misses = m_misses.load(std::memory_order_relaxed);
-    s.puts = m_puts.load(std::memory_order_relaxed);
+    m_meters.fill(s);  // the times (its byte counts stay zero: the shards count bytes)
+    for (auto& sh : m_shards) sh.add_counts(s);
+    s.puts += m_disabled_puts.load(std::memory_order_relaxed);
     s.evictions = m_evictions.load(std::memory_order_relaxed);
     std::tie(s.entries, s.bytes_stored) = usage();
-    m_meters.fill(s);
     return s;
   }
 
@@ -151,7 +166,7 @@ class MemoryStore final : public Store {
   std::optional<std::uint64_t> m_entry_share;
   bool m_disabled = false;
   std::atomic<bool> m_closed{false};
-  std::atomic<std::uint64_t> m_hits{0}, m_misses{0}, m_puts{0}, m_evictions{0};
+  std::atomic<std::uint64_t> m_disabled_puts{0}, m_evictions{0};
   StoreMeters m_meters;
 };
 

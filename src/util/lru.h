@@ -31,9 +31,16 @@ class LruMap {
   // The value under `key`, now the most recently used; nullptr if none.
   template <typename Q>
   V* find(const Q& key) {
+    return find(key, nullptr);
+  }
+  // The same, also giving the value's charge (in the node the lookup
+  // touches anyway).
+  template <typename Q>
+  V* find(const Q& key, std::uint64_t* charge) {
     auto it = m_index.find(key);
     if (it == m_index.end()) return nullptr;
     m_list.splice(m_list.begin(), m_list, it->second);
+    if (charge != nullptr) *charge = it->second->charge;
     return &it->second->value;
   }
 
