@@ -26,6 +26,7 @@
 #include "progcache/remote_store.h"
 #include "progcache/tiered_store.h"
 #include "progcache/version.h"
+#include "store/store_meters.h"
 #include "util/latency.h"
 #include "util/lru.h"
 #include "util/single_flight.h"
@@ -134,13 +135,7 @@ class MemoryCache {
     pc::StoreStats s = m_stats;
     s.entries = m_lru.size();
     s.bytes_stored = m_lru.bytes();
-    const pc::LatencySummary g = m_get_time.summary(), p = m_put_time.summary();
-    s.get_samples = g.samples;
-    s.get_p50_ns = g.p50_ns;
-    s.get_p99_ns = g.p99_ns;
-    s.put_samples = p.samples;
-    s.put_p50_ns = p.p50_ns;
-    s.put_p99_ns = p.p99_ns;
+    pc::set_times(s, m_get_time.summary(), m_put_time.summary());
     return s;
   }
 

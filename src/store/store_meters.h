@@ -16,6 +16,16 @@ namespace progcache {
 // The call sites that sample their time (sample_this_call<Site>).
 enum SampleSite : int { memory_get, memory_put, file_get, file_put, remote_get, remote_put, tiered_get, tiered_put };
 
+// Sets the sampled-time fields of `s` from two summaries.
+inline void set_times(StoreStats& s, const LatencySummary& get, const LatencySummary& put) {
+  s.get_samples = get.samples;
+  s.get_p50_ns = get.p50_ns;
+  s.get_p99_ns = get.p99_ns;
+  s.put_samples = put.samples;
+  s.put_p50_ns = put.p50_ns;
+  s.put_p99_ns = put.p99_ns;
+}
+
 struct StoreMeters {
   std::atomic<std::uint64_t> bytes_read{0};
   std::atomic<std::uint64_t> bytes_written{0};
@@ -29,13 +39,7 @@ struct StoreMeters {
   void fill(StoreStats& s) const {
     s.bytes_read = bytes_read.load(std::memory_order_relaxed);
     s.bytes_written = bytes_written.load(std::memory_order_relaxed);
-    const LatencySummary g = get_time.summary(), p = put_time.summary();
-    s.get_samples = g.samples;
-    s.get_p50_ns = g.p50_ns;
-    s.get_p99_ns = g.p99_ns;
-    s.put_samples = p.samples;
-    s.put_p50_ns = p.p50_ns;
-    s.put_p99_ns = p.p99_ns;
+    set_times(s, get_time.summary(), put_time.summary());
   }
 };
 

@@ -218,13 +218,7 @@ StoreStats Accounting::host_stats() const {
   for (int i = 0; i < k_latency_buckets; ++i) counts[i] = clamp0(atomic_load(m_map->get_time[i]));
   const LatencySummary g = summarize_latency(counts);
   for (int i = 0; i < k_latency_buckets; ++i) counts[i] = clamp0(atomic_load(m_map->put_time[i]));
-  const LatencySummary p = summarize_latency(counts);
-  s.get_samples = g.samples;
-  s.get_p50_ns = g.p50_ns;
-  s.get_p99_ns = g.p99_ns;
-  s.put_samples = p.samples;
-  s.put_p50_ns = p.p50_ns;
-  s.put_p99_ns = p.p99_ns;
+  set_times(s, g, summarize_latency(counts));
   return s;
 }
 
