@@ -76,6 +76,10 @@ def test_a_kernel_compiled_in_one_process_is_served_to_the_next_with_no_codegen(
     second = env.run([k("vector_add")], backend=backend)
     assert second["codegen"] == 0 and second["nvcc"] == 0
     assert files_of(second) == files_of(first)
+    # The backend's stats() carry the telemetry every progcache cache reports.
+    st = second["stats"]
+    assert st["hits"] >= 1 and st["hit_rate"] > 0 and st["bytes_read"] > 0
+    assert st["get_samples"] >= 1 and st["get_p99_ns"] >= st["get_p50_ns"] > 0
     third = env.run([k("vector_add")], backend=backend)  # the materialised copy
     assert third["codegen"] == 0 and files_of(third) == files_of(first)
 
