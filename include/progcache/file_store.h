@@ -79,7 +79,8 @@ std::string default_cache_root(std::string* source = nullptr);
 // of its own (so clearing one never touches another): Python's KernelCache
 // keeps multi-artifact kernels in <root>/kernels and its CubinCache
 // pyptx-style cubins in <root>/pyptx, progcache.triton its kernel groups in
-// <root>/triton and progcache.tilelang its kernels in <root>/tilelang. The
+// <root>/triton, progcache.tilelang its kernels in <root>/tilelang and the
+// nvcc launcher (`progcache nvcc`) its outputs in <root>/nvcc. The
 // CLI's ls, stats, verify, prune and
 // clear visit every one that exists.
 struct CompanionStore {

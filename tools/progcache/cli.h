@@ -3,7 +3,8 @@
 // main.cpp declares the global options and dispatches; each command group
 // lives in its own file (cmd_entry.cpp: put, get, rm; cmd_admin.cpp: ls,
 // stats, verify, prune, clear, config; cmd_compile.cpp: compile;
-// cmd_bundle.cpp: export, import) and the
+// cmd_bundle.cpp: export, import; cmd_explain.cpp: explain; cmd_nvcc.cpp: the
+// nvcc launcher) and the
 // helpers they share (configuration, stores, keys, inputs and outputs) in
 // common.cpp. The tool decides nothing the library decides: settings come
 // from resolve_config, keys from key_from_user, stores from the library's
@@ -55,6 +56,18 @@ void add_admin_commands(CLI::App& app, std::vector<Command>& out);
 void add_compile_command(CLI::App& app, std::vector<Command>& out);
 void add_bundle_commands(CLI::App& app, std::vector<Command>& out);
 void add_explain_command(CLI::App& app, std::vector<Command>& out);
+void add_nvcc_command(CLI::App& app, std::vector<Command>& out);
+
+// ---- cmd_nvcc.cpp: the compiler launcher, which takes its words unparsed
+
+// Whether the first word starts a launcher call: "nvcc", or a path to a
+// compiler (no subcommand holds a '/').
+bool is_launcher_call(std::string_view first);
+// Runs argv[0] (nvcc, found as the shell finds it) with argv[1..] through
+// the cache; returns the exit status nvcc's own run would have.
+int run_launcher(int argc, char** argv);
+// The launcher's counters in `root`, or null when it never ran there.
+json launcher_stats_json(const std::string& root);
 
 // ---- cmd_compile.cpp, shared with explain
 

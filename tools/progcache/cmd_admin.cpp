@@ -134,6 +134,24 @@ void print_prometheus(const Stores& stores) {
   }
 }
 
+// The nvcc launcher's counters (cmd_nvcc.cpp), when it has run.
+void print_launcher_stats(const json& j) {
+  if (!j.is_object()) return;
+  auto n = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<std::uint64_t>() : 0; };
+  std::printf("\nnvcc launcher\n");
+  std::printf("  %-15s %llu\n", "hits", static_cast<unsigned long long>(n("hits")));
+  std::printf("  %-15s %llu\n", "misses", static_cast<unsigned long long>(n("misses")));
+  std::printf("  %-15s %llu\n", "compile failed", static_cast<unsigned long long>(n("compile_failed")));
+  for (const char* group : {"uncacheable", "not_stored"}) {
+    if (!j.contains(group) || !j[group].is_object()) continue;
+    for (const auto& [why, count] : j[group].items()) {
+      if (!count.is_number()) continue;
+      std::printf("  %-15s %llu  %s\n", group, static_cast<unsigned long long>(count.get<std::uint64_t>()),
+                  printable(why).c_str());
+    }
+  }
+}
+
 int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
   if (a.zero) {
     for (auto& named : stores) named.store->zero_stats();
@@ -165,6 +183,7 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
       companions.push_back(c);
     }
     j["companions"] = companions;
+    j["nvcc_launcher"] = exists ? launcher_stats_json(root) : json(nullptr);
     std::cout << j.dump(2) << "\n";
     return k_exit_ok;
   }
@@ -174,6 +193,7 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     std::printf("\n%-17s %s\n", (stores[i].name + " store").c_str(), stores[i].store->root().c_str());
     print_stats_text(stores[i].store->host_stats(), cfg);
   }
+  if (exists) print_launcher_stats(launcher_stats_json(root));
   for (const auto& r : *remote) {
     if (r["reachable"] && r["entries"].is_null()) {
       std::printf("remote %s: reachable (%s)\n", r["url"].get<std::string>().c_str(),

@@ -71,6 +71,7 @@ int run(int argc, char** argv) {
   add_bundle_commands(app, commands);
   add_compile_command(app, commands);
   add_explain_command(app, commands);
+  add_nvcc_command(app, commands);
 
   app.allow_extras();  // only commands that take extras accept any: checked below
   if (auto word = unknown_subcommand(argc, argv, app)) {
@@ -105,6 +106,8 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    // The launcher's words are nvcc's: no option of progcache's is read.
+    if (argc >= 2 && is_launcher_call(argv[1])) return run_launcher(argc - 1, argv + 1);
     return run(argc, argv);
   } catch (const std::exception& e) {  // out of memory, or a bug: an error, never an abort
     std::cerr << "progcache: internal error: " << e.what() << "\n";

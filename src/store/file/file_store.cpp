@@ -409,7 +409,7 @@ Status FileStoreImpl::ensure_version_dir() {
 
 std::span<const CompanionStore> companion_stores() {
   static constexpr CompanionStore k_companions[] = {
-      {"kernels", "kernels"}, {"pyptx", "pyptx"}, {"triton", "triton"}, {"tilelang", "tilelang"}};
+      {"kernels", "kernels"}, {"pyptx", "pyptx"}, {"triton", "triton"}, {"tilelang", "tilelang"}, {"nvcc", "nvcc"}};
   return k_companions;
 }
 

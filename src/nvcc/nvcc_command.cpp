@@ -1,0 +1,343 @@
+#include "nvcc/nvcc_command.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <set>
+#include <string_view>
+
+namespace progcache::nvcc {
+
+namespace {
+
+struct Option {
+  std::string_view long_name;
+  std::string_view short_name;
+  bool takes_value;
+};
+
+constexpr Option k_options[] = {
+#include "nvcc/nvcc_option_table.inc"
+};
+
+// Options files nest; a file that names itself must not recurse forever.
+constexpr int k_max_options_file_depth = 8;
+
+const Option* find_option(std::string_view name) {
+  for (const auto& o : k_options) {
+    if (o.long_name == name || o.short_name == name) return &o;
+  }
+  return nullptr;
+}
+
+// Single-letter options whose value may follow with no space or '='
+// (-Idir, -DNAME, -O3), as nvcc and every C compiler accept.
+const Option* find_attached(std::string_view word) {
+  if (word.size() < 3 || word[0] != '-' || word[1] == '-') return nullptr;
+  const std::string_view letter = word.substr(1, 1);
+  const Option* o = find_option(letter);
+  return o != nullptr && o->takes_value ? o : nullptr;
+}
+
+struct ModeName {
+  std::string_view option;
+  Mode mode;
+};
+constexpr ModeName k_cacheable_modes[] = {
+    {"compile", Mode::object}, {"device-c", Mode::object},   {"cubin", Mode::cubin}, {"ptx", Mode::ptx},
+    {"fatbin", Mode::fatbin},  {"optix-ir", Mode::optix_ir}, {"ltoir", Mode::ltoir},
+};
+// Steps that make no single cacheable output (or no output at all).
+constexpr std::string_view k_other_modes[] = {
+    "cuda",
+    "preprocess",
+    "generate-dependencies",
+    "generate-nonsystem-dependencies",
+    "device-w",
+    "device-link",
+    "link",
+    "lib",
+    "run",
+    "fdevice-syntax-only",
+    "clean-targets",
+    "list-gpu-code",
+    "list-gpu-arch",
+    "help",
+    "version",
+    "dryrun",
+};
+// Options whose effect is outside the one output file: kept files, timing
+// files, another output directory.
+constexpr std::string_view k_uncacheable_options[] = {
+    "generate-nonsystem-dependencies-with-compile",  // lists no system header: too little to key by
+    "keep",
+    "keep-dir",
+    "save-temps",
+    "time",
+    "fdevice-time-trace",
+    "output-directory",
+    "run-args",
+};
+
+template <typename Range>
+bool contains(const Range& r, std::string_view s) {
+  return std::find(std::begin(r), std::end(r), s) != std::end(r);
+}
+
+std::string stem_of(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') + 1);
+  if (const auto dot = base.find_last_of('.'); dot != std::string::npos && dot > 0) base.resize(dot);
+  return base;
+}
+
+std::string dir_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::vector<std::string> split_commas(const std::string& v) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = v.find(',', start);
+    out.push_back(v.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+class Parser {
+ public:
+  explicit Parser(const ReadFile& read_file) : m_read_file(read_file) {}
+
+  Command run(const std::vector<std::string>& args) {
+    m_forward_unknown = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+      return a == "-forward-unknown-to-host-compiler" || a == "--forward-unknown-to-host-compiler" ||
+             a == "-forward-unknown-opts" || a == "--forward-unknown-opts";
+    });
+    words(args, 0);
+    finish();
+    return std::move(m_cmd);
+  }
+
+ private:
+  void refuse(std::string why) {
+    if (m_cmd.uncacheable.empty()) m_cmd.uncacheable = std::move(why);
+  }
+
+  void words(const std::vector<std::string>& args, int depth) {
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& w = args[i];
+      if (w.size() < 2 || w[0] != '-') {
+        m_inputs.push_back(w);
+        continue;
+      }
+      const std::string_view bare = std::string_view(w).substr(w[1] == '-' ? 2 : 1);
+      const auto eq = bare.find('=');
+      const std::string_view name = bare.substr(0, eq);
+      const Option* o = find_option(name);
+      std::optional<std::string> value;
+      if (o != nullptr) {
+        if (eq != std::string_view::npos) {
+          if (!o->takes_value) {
+            refuse("option '" + w + "' given a value it does not take");
+            continue;
+          }
+          value = std::string(bare.substr(eq + 1));
+        } else if (o->takes_value) {
+          if (i + 1 >= args.size()) {
+            refuse("option '" + w + "' without its value");
+            continue;
+          }
+          value = args[++i];
+        }
+      } else if ((o = find_attached(w)) != nullptr) {
+        value = w.substr(2);
+      } else {
+        // nvcc passes it to the host compiler as a flag when told to;
+        // otherwise whether it takes a value cannot be known: nvcc decides.
+        if (m_forward_unknown) {
+          m_cmd.canonical.push_back(w);
+        } else {
+          refuse("unknown option '" + w + "'");
+        }
+        continue;
+      }
+      option(*o, value, depth);
+    }
+  }
+
+  void option(const Option& o, const std::optional<std::string>& value, int depth) {
+    const std::string_view n = o.long_name;
+    if (n == "options-file") {
+      if (depth >= k_max_options_file_depth) return refuse("options files nested too deeply");
+      for (const auto& path : split_commas(*value)) {
+        auto text = m_read_file(path);
+        if (!text.ok()) return refuse("options file '" + path + "' cannot be read");
+        words(split_options_file(*text), depth + 1);
+      }
+      return;
+    }
+    m_cmd.canonical.push_back("--" + std::string(n) + (value ? "=" + *value : ""));
+    for (const auto& m : k_cacheable_modes) {
+      if (m.option == n) m_modes.push_back(m.mode);
+    }
+    if (contains(k_other_modes, n)) refuse("--" + std::string(n) + " makes no single cacheable output");
+    if (contains(k_uncacheable_options, n)) refuse("--" + std::string(n) + " writes or omits files outside the output");
+    if (n == "output-file") m_output = *value;
+    if (n == "generate-dependencies-with-compile") m_md = true;
+    if (n == "dependency-output") m_mf = *value;
+    if (n == "compiler-bindir") m_cmd.ccbin = *value;
+    if (n == "x") m_language = *value;
+    if (n == "include-path") {
+      for (auto& d : split_commas(*value)) m_includes.push_back(std::move(d));
+    }
+    if (n == "system-include") {
+      for (auto& d : split_commas(*value)) m_system.push_back(std::move(d));
+    }
+  }
+
+  void finish() {
+    if (m_modes.empty()) refuse("no compile step (-c, -cubin, -ptx, -fatbin): linking or another step");
+    if (m_modes.size() > 1) refuse("more than one output kind");
+    if (m_inputs.size() != 1) refuse(std::to_string(m_inputs.size()) + " input files");
+    if (!m_cmd.uncacheable.empty()) return;
+    m_cmd.mode = m_modes.front();
+    m_cmd.input = m_inputs.front();
+    const bool cuda = m_language ? *m_language == "cu" : m_cmd.input.ends_with(".cu");
+    if (!cuda) return refuse("input '" + m_cmd.input + "' is not CUDA source (.cu)");
+    if (m_md != m_mf.has_value()) return refuse(m_md ? "-MD without -MF" : "-MF without -MD");
+    if (m_mf) m_cmd.depfile = m_mf;
+    if (m_output) {
+      if (*m_output == "-" || m_output->empty()) return refuse("output to standard output");
+      m_cmd.output = *m_output;
+    } else {
+      static constexpr std::array<const char*, 4> k_suffix = {".o", ".cubin", ".ptx", ".fatbin"};
+      const auto index = static_cast<std::size_t>(m_cmd.mode);
+      if (index >= k_suffix.size()) return refuse("no -o for a --" + std::string(mode_name(m_cmd.mode)) + " output");
+      m_cmd.output = stem_of(m_cmd.input) + k_suffix.at(index);
+    }
+    m_cmd.canonical.push_back(m_cmd.input);
+    m_cmd.include_dirs.push_back(dir_of(m_cmd.input));
+    for (auto& d : m_includes) m_cmd.include_dirs.push_back(std::move(d));
+    for (auto& d : m_system) m_cmd.include_dirs.push_back(std::move(d));
+  }
+
+  const ReadFile& m_read_file;
+  Command m_cmd;
+  bool m_forward_unknown = false;
+  std::vector<std::string> m_inputs;
+  std::vector<Mode> m_modes;
+  std::optional<std::string> m_output;
+  bool m_md = false;
+  std::optional<std::string> m_mf;
+  std::optional<std::string> m_language;
+  std::vector<std::string> m_includes, m_system;
+};
+
+}  // namespace
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::object:
+      return "object";
+    case Mode::cubin:
+      return "cubin";
+    case Mode::ptx:
+      return "ptx";
+    case Mode::fatbin:
+      return "fatbin";
+    case Mode::optix_ir:
+      return "optix-ir";
+    case Mode::ltoir:
+      return "ltoir";
+  }
+  return "?";
+}
+
+Command parse_command(const std::vector<std::string>& args, const ReadFile& read_file) {
+  return Parser(read_file).run(args);
+}
+
+std::vector<std::string> split_options_file(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool in_word = false;
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else if (c == '\\' && quote == '"' && i + 1 < text.size()) {
+        cur += text[++i];
+      } else {
+        cur += c;
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == '\\' && i + 1 < text.size()) {
+      cur += text[++i];
+      in_word = true;
+    } else if (std::isspace(static_cast<unsigned char>(c)) != 0) {
+      if (in_word) out.push_back(std::move(cur));
+      cur.clear();
+      in_word = false;
+    } else {
+      cur += c;
+      in_word = true;
+    }
+  }
+  if (in_word) out.push_back(std::move(cur));
+  return out;
+}
+
+Result<std::vector<std::string>> parse_depfile(const std::string& text) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  bool after_colon = false;
+  bool any_rule = false;
+  std::string cur;
+  auto flush = [&] {
+    if (!cur.empty() && after_colon && seen.insert(cur).second) out.push_back(cur);
+    cur.clear();
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\\' && i + 1 < text.size()) {
+      const char next = text[i + 1];
+      if (next == '\n' || (next == '\r' && i + 2 < text.size() && text[i + 2] == '\n')) {  // continuation
+        flush();
+        i += next == '\n' ? 1 : 2;
+      } else if (next == ' ' || next == '#' || next == '\\') {
+        cur += next;
+        ++i;
+      } else {
+        cur += c;
+      }
+    } else if (c == '$' && i + 1 < text.size() && text[i + 1] == '$') {
+      cur += '$';
+      ++i;
+    } else if (c == '\n') {
+      flush();
+      after_colon = false;
+    } else if (c == ' ' || c == '\t' || c == '\r') {
+      flush();
+    } else if (c == ':' && !after_colon &&
+               (i + 1 == text.size() || std::isspace(static_cast<unsigned char>(text[i + 1])) != 0)) {
+      cur.clear();  // the target
+      after_colon = true;
+      any_rule = true;
+    } else {
+      cur += c;
+    }
+  }
+  flush();
+  if (!any_rule) return invalid_argument("not a dependency file: no rule");
+  return out;
+}
+
+}  // namespace progcache::nvcc

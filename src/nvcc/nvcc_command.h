@@ -1,0 +1,62 @@
+// What one nvcc command line asks for, as the launcher needs to know it:
+// whether its result can be cached (one CUDA source compiled to one output
+// file), where that output and the dependency file go, and the command in a
+// canonical spelling for the key.
+//
+// Options are read against nvcc's own table (nvcc_option_table.inc,
+// generated from `nvcc --help`), so every option's value is taken with it
+// whichever way it is written (`-o f`, `-o=f`, `--output-file f`, `-Idir`).
+// An option the table does not know makes the command uncacheable (its
+// value, if any, cannot be told from an input), unless the command forwards
+// unknown options to the host compiler, when nvcc itself takes them as flags.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "progcache/status.h"
+
+namespace progcache::nvcc {
+
+// The output a cacheable command makes.
+enum class Mode { object, cubin, ptx, fatbin, optix_ir, ltoir };
+const char* mode_name(Mode m);
+
+struct Command {
+  // Empty when the result can be cached; else why not (counted per reason).
+  std::string uncacheable;
+  Mode mode = Mode::object;
+  std::string input;   // the one source file, as given
+  std::string output;  // where nvcc writes it (-o, or nvcc's default name)
+  // -MD with -MF: the dependency file the command asks for.
+  std::optional<std::string> depfile;
+  // Every option in canonical spelling (--long-name or --long-name=value),
+  // with options files expanded in place, and the input last: what is keyed.
+  std::vector<std::string> canonical;
+  // The directories searched for includes, in nvcc's order: the input's own
+  // directory, then -I, then -isystem (as given; relative to the working
+  // directory).
+  std::vector<std::string> include_dirs;
+  // -ccbin's value, if given.
+  std::optional<std::string> ccbin;
+};
+
+// Reads an options file (--options-file): its text, or an error.
+using ReadFile = std::function<Result<std::string>(const std::string& path)>;
+
+// Reads nvcc's arguments (without the program name). Never fails: what it
+// cannot read is an uncacheable command, and nvcc runs it as it would.
+Command parse_command(const std::vector<std::string>& args, const ReadFile& read_file);
+
+// The words of an options file: whitespace-separated, with '...' and "..."
+// quoting and backslash escapes, as nvcc reads them.
+std::vector<std::string> split_options_file(const std::string& text);
+
+// The files a make-format dependency file names (every prerequisite of
+// every rule, in order, without duplicates; escaped spaces and '$$'
+// unescaped), or an error when it is not one.
+Result<std::vector<std::string>> parse_depfile(const std::string& text);
+
+}  // namespace progcache::nvcc

@@ -1,0 +1,308 @@
+// `progcache nvcc ...` against the real nvcc: what a hit writes is what nvcc
+// writes, what changes an output is compiled again, and nvcc's failures and
+// the commands the launcher does not cache are nvcc's own.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "testing/test_util.h"
+
+namespace progcache {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Ran {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string cuda_bin() {
+  const char* home = std::getenv("CUDA_HOME");
+  const std::string dir = std::string(home != nullptr && *home != '\0' ? home : "/usr/local/cuda") + "/bin";
+  return ::access((dir + "/nvcc").c_str(), X_OK) == 0 ? dir : "";
+}
+
+// Binary outputs compared without printing them.
+bool same(const std::string& a, const std::string& b) {
+  return a == b;
+}
+
+// nvcc names a temporary file in each object (tmpxft_<pid>_...): two plain
+// nvcc runs of one command differ in those eight hex digits and nowhere else.
+std::string mask_temp_names(std::string obj) {
+  for (auto pos = obj.find("tmpxft_"); pos != std::string::npos; pos = obj.find("tmpxft_", pos + 1)) {
+    for (std::size_t i = pos + 7; i < pos + 15 && i < obj.size(); ++i) obj[i] = 'x';
+  }
+  return obj;
+}
+
+class NvccLauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_bin = cuda_bin();
+    if (m_bin.empty()) GTEST_SKIP() << "nvcc not found (CUDA_HOME or /usr/local/cuda): the launcher needs one";
+    fs::create_directories(m_tmp.sub("work/inc"));
+    fs::create_directories(m_tmp.sub("work/inc0"));
+    fs::create_directories(m_tmp.sub("bin"));
+    write("inc/params.h", "#define SCALE 2.0f\n");
+    write("k.cu",
+          "#include \"params.h\"\n"
+          "__global__ void scale(float* x, int n) {\n"
+          "  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+          "  if (i < n) x[i] *= SCALE;\n"
+          "}\n");
+    // An nvcc that notes each run, so a test sees whether nvcc ran at all.
+    testing::write_all(m_tmp.sub("bin/nvcc"), "#!/bin/sh\necho run >> " + quote(m_tmp.sub("nvcc-runs")) + "\nexec " +
+                                                  quote(m_bin + "/nvcc") + " \"$@\"\n");
+    fs::permissions(m_tmp.sub("bin/nvcc"), fs::perms::owner_all);
+  }
+
+  void write(const std::string& rel, const std::string& text) { testing::write_all(m_tmp.sub("work/" + rel), text); }
+  std::string read(const std::string& rel) { return testing::read_all(m_tmp.sub("work/" + rel)); }
+  bool exists(const std::string& rel) { return fs::exists(m_tmp.sub("work/" + rel)); }
+
+  // Runs a shell command in work/ with the test's cache and nvcc on PATH.
+  Ran sh(const std::string& command, const std::string& env = "") {
+    const std::string cmd = "cd " + quote(m_tmp.sub("work")) +
+                            " && timeout 300 env -u PROGCACHE_DISABLE PROGCACHE_DIR=" + quote(m_tmp.sub("cache")) +
+                            " PATH=" + quote(m_bin + ":/usr/local/bin:/usr/bin:/bin") + " " + env + " " + command +
+                            " > ../stdout 2> ../stderr < /dev/null";
+    const int status = std::system(cmd.c_str());
+    Ran r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = testing::read_all(m_tmp.sub("stdout"));
+    r.err = testing::read_all(m_tmp.sub("stderr"));
+    return r;
+  }
+  // progcache as the launcher of the noting nvcc.
+  Ran launch(const std::string& args, const std::string& env = "") {
+    return sh(quote(PROGCACHE_CLI_PATH) + " " + quote(m_tmp.sub("bin/nvcc")) + " " + args, env);
+  }
+  Ran plain(const std::string& args) { return sh(quote(m_bin + "/nvcc") + " " + args); }
+  // How many times the noting nvcc has run since the last call.
+  int nvcc_runs() {
+    const std::string log = m_tmp.sub("nvcc-runs");
+    const std::string text = fs::exists(log) ? testing::read_all(log) : "";
+    fs::remove(log);
+    return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+  }
+  nlohmann::json launcher_stats() {
+    const Ran r = sh(quote(PROGCACHE_CLI_PATH) + " stats --json");
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["nvcc_launcher"];
+  }
+  std::size_t stored_entries() { return testing::entry_files_on_disk(m_tmp.sub("cache/nvcc")); }
+
+  testing::TempDir m_tmp;
+  std::string m_bin;
+};
+
+TEST_F(NvccLauncherTest, EveryOutputKindIsServedAsPlainNvccWritesItAndAHitRunsNoNvcc) {
+  struct Kind {
+    std::string flag, file;
+  };
+  for (const Kind& k :
+       {Kind{"-cubin", "k.cubin"}, Kind{"-ptx", "k.ptx"}, Kind{"-fatbin", "k.fatbin"}, Kind{"-c", "k.o"}}) {
+    SCOPED_TRACE(k.flag);
+    const std::string args = "-arch=sm_90 -I inc " + k.flag + " k.cu -o " + k.file;
+    ASSERT_EQ(plain(args).code, 0);
+    const std::string expected = read(k.file);
+    fs::remove(m_tmp.sub("work/" + k.file));
+    // Cold: nvcc runs once; its output is what plain nvcc writes.
+    const Ran cold = sh(quote(PROGCACHE_CLI_PATH) + " nvcc " + args);
+    ASSERT_EQ(cold.code, 0) << cold.err;
+    const std::string compiled = read(k.file);
+    fs::remove(m_tmp.sub("work/" + k.file));
+    // Warm: the file comes back from the cache, byte for byte.
+    const Ran warm = sh(quote(PROGCACHE_CLI_PATH) + " nvcc " + args);
+    ASSERT_EQ(warm.code, 0) << warm.err;
+    ASSERT_TRUE(exists(k.file));
+    EXPECT_TRUE(same(read(k.file), compiled));
+    if (k.flag == "-c") {
+      EXPECT_TRUE(same(mask_temp_names(read(k.file)), mask_temp_names(expected)));
+    } else {
+      EXPECT_TRUE(same(read(k.file), expected)) << "the cached " << k.file << " differs from plain nvcc's";
+    }
+  }
+  const auto stats = launcher_stats();
+  EXPECT_EQ(stats.value("hits", 0), 4);
+  EXPECT_EQ(stats.value("misses", 0), 4);
+  // Through the noting nvcc: a hit does not run it.
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o w.cubin").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  fs::remove(m_tmp.sub("work/w.cubin"));
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o w.cubin").code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "a warm hit ran nvcc";
+  EXPECT_TRUE(exists("w.cubin"));
+}
+
+TEST_F(NvccLauncherTest, AnEditedHeaderADefineAShadowingHeaderAndAnotherHostCompilerAreCompiledAgain) {
+  const std::string args = "-arch=sm_90 -I inc0 -I inc -cubin k.cu -o k.cubin";
+  auto expect_as_plain = [&](const std::string& extra) {
+    const std::string served = read("k.cubin");
+    ASSERT_EQ(plain(args + " " + extra + " -o plain.cubin").code, 0);
+    EXPECT_TRUE(same(served, read("plain.cubin"))) << "the launcher's output is not what nvcc makes of the files now";
+  };
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  const std::string first = read("k.cubin");
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0);
+
+  write("inc/params.h", "#define SCALE 3.0f\n");  // same size: the stat may differ in times alone
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "an edited header was served from the cache";
+  EXPECT_FALSE(same(read("k.cubin"), first));
+  expect_as_plain("");
+
+  write("inc/params.h", "#define SCALE 2.0f\n");  // back: the first entry serves again
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0);
+  EXPECT_TRUE(same(read("k.cubin"), first));
+
+  ASSERT_EQ(launch(args + " -DEXTRA=1").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a -D change was served from the cache";
+
+  // A host compiler elsewhere (a wrapper: same compiler, another program).
+  testing::write_all(m_tmp.sub("bin/g++"), "#!/bin/sh\nexec /usr/bin/g++ \"$@\"\n");
+  fs::permissions(m_tmp.sub("bin/g++"), fs::perms::owner_all);
+  ASSERT_EQ(launch(args + " -ccbin " + quote(m_tmp.sub("bin/g++"))).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "another -ccbin was served from the cache";
+
+  // A header made in a directory searched first now decides the output.
+  write("inc0/params.h", "#define SCALE 5.0f\n");
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a header shadowing the one compiled was not noticed";
+  EXPECT_FALSE(same(read("k.cubin"), first));
+  expect_as_plain("");
+}
+
+TEST_F(NvccLauncherTest, NvccsFailuresAreItsOwnAndStoreNothing) {
+  write("bad.cu", "__global__ void k() { this is not cuda }\n");
+  const Ran plain_bad = plain("-arch=sm_90 -cubin bad.cu -o bad.cubin");
+  const Ran bad = launch("-arch=sm_90 -cubin bad.cu -o bad.cubin");
+  EXPECT_NE(plain_bad.code, 0);
+  EXPECT_EQ(bad.code, plain_bad.code);
+  EXPECT_EQ(bad.err, plain_bad.err);
+  EXPECT_EQ(bad.out, plain_bad.out);
+
+  const Ran plain_unknown = plain("-arch=sm_90 --no-such-option -cubin k.cu -o k.cubin");
+  const Ran unknown = launch("-arch=sm_90 --no-such-option -cubin k.cu -o k.cubin");
+  EXPECT_NE(plain_unknown.code, 0);
+  EXPECT_EQ(unknown.code, plain_unknown.code);
+  EXPECT_EQ(unknown.err, plain_unknown.err);
+
+  const Ran plain_nodir = plain("-arch=sm_90 -I inc -cubin k.cu -o nodir/k.cubin");
+  const Ran nodir = launch("-arch=sm_90 -I inc -cubin k.cu -o nodir/k.cubin");
+  EXPECT_NE(plain_nodir.code, 0);
+  EXPECT_EQ(nodir.code, plain_nodir.code);
+  EXPECT_EQ(stored_entries(), 0U) << "a failed compile stored something";
+
+  // An output directory gone after the entry was stored: nvcc's answer too.
+  fs::create_directories(m_tmp.sub("work/out"));
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o out/k.cubin").code, 0);
+  fs::remove_all(m_tmp.sub("work/out"));
+  nvcc_runs();
+  const Ran gone = launch("-arch=sm_90 -I inc -cubin k.cu -o out/k.cubin");
+  EXPECT_EQ(gone.code, plain_nodir.code);
+  EXPECT_EQ(nvcc_runs(), 1);
+
+  const Ran missing = sh(quote(PROGCACHE_CLI_PATH) + " " + quote(m_tmp.sub("bin/no-nvcc")) + " -c k.cu");
+  EXPECT_EQ(missing.code, 127);
+  EXPECT_NE(missing.err.find("no-nvcc: command not found"), std::string::npos) << missing.err;
+  const auto stats = launcher_stats();
+  EXPECT_GE(stats.value("compile_failed", 0), 2);
+  EXPECT_EQ(stats["uncacheable"].value("unknown option '...'", 0), 1) << stats.dump();
+}
+
+TEST_F(NvccLauncherTest, ADependencyFileAndPtxasReportsAreReplayedOnAHit) {
+  const std::string args = "-arch=sm_90 -I inc -c k.cu -o k.o -MD -MF k.d -MT k.o -Xptxas -v";
+  const Ran cold = launch(args);
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  EXPECT_NE(cold.err.find("ptxas info"), std::string::npos) << cold.err;
+  const std::string depfile = read("k.d");
+  EXPECT_NE(depfile.find("inc/params.h"), std::string::npos) << depfile;
+  fs::remove(m_tmp.sub("work/k.d"));
+  fs::remove(m_tmp.sub("work/k.o"));
+  nvcc_runs();
+  const Ran warm = launch(args);
+  ASSERT_EQ(warm.code, 0) << warm.err;
+  EXPECT_EQ(nvcc_runs(), 0);
+  EXPECT_EQ(warm.err, cold.err) << "ptxas's report was not replayed";
+  EXPECT_EQ(warm.out, cold.out);
+  EXPECT_EQ(read("k.d"), depfile);
+  EXPECT_TRUE(exists("k.o"));
+}
+
+TEST_F(NvccLauncherTest, CommandsItDoesNotCacheRunNvccUnchangedAndAreCountedByReason) {
+  const Ran plain_pre = plain("-E -I inc k.cu");
+  const Ran pre = launch("-E -I inc k.cu");
+  ASSERT_EQ(pre.code, 0) << pre.err;
+  EXPECT_TRUE(same(mask_temp_names(pre.out), mask_temp_names(plain_pre.out)));
+  write("two.cu", "__global__ void two() {}\n");
+  EXPECT_EQ(launch("-arch=sm_90 -c k.cu two.cu -I inc").code, 0);
+  EXPECT_EQ(launch("-arch=sm_90 -c k.cu -I inc -keep -o kept.o").code, 0);
+  EXPECT_EQ(nvcc_runs(), 3);
+  EXPECT_EQ(stored_entries(), 0U);
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("--preprocess makes no single cacheable output", 0), 1) << u.dump();
+  EXPECT_EQ(u.value("2 input files", 0), 1) << u.dump();
+  EXPECT_EQ(u.value("--keep writes or omits files outside the output", 0), 1) << u.dump();
+  // With the cache off, the launcher is nvcc.
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o off.cubin", "PROGCACHE_DISABLE=1").code, 0);
+  EXPECT_EQ(stored_entries(), 0U);
+}
+
+TEST_F(NvccLauncherTest, AHeaderEditedWhileNvccRunsIsNeverServedForTheEditedHeader) {
+  // An nvcc that compiles, then edits the header it read: what it made is
+  // of the old header, so it must not be stored under the new one.
+  testing::write_all(m_tmp.sub("bin/nvcc-edits"),
+                     "#!/bin/sh\n" + quote(m_bin + "/nvcc") +
+                         " \"$@\" || exit $?\nsleep 0.05\nprintf '#define SCALE 7.0f\\n' > " +
+                         quote(m_tmp.sub("work/inc/params.h")) + "\n");
+  fs::permissions(m_tmp.sub("bin/nvcc-edits"), fs::perms::owner_all);
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  ASSERT_EQ(sh(quote(PROGCACHE_CLI_PATH) + " " + quote(m_tmp.sub("bin/nvcc-edits")) + " " + args).code, 0);
+  EXPECT_EQ(stored_entries(), 0U);
+  EXPECT_EQ(launcher_stats()["not_stored"].value("an input changed while nvcc ran", 0), 1);
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  const std::string served = read("k.cubin");
+  ASSERT_EQ(plain(args + " -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(served, read("plain.cubin")));
+}
+
+TEST_F(NvccLauncherTest, ADamagedEntryIsAMissAndNvccCompilesAgain) {
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  ASSERT_EQ(launch(args).code, 0);
+  const std::string good = read("k.cubin");
+  ASSERT_GE(stored_entries(), 2U);
+  for (const auto& e : fs::recursive_directory_iterator(m_tmp.sub("cache/nvcc"))) {
+    if (!e.is_regular_file() || e.path().filename().string().size() != 62) continue;  // entry files only
+    std::string bytes = testing::read_all(e.path().string());
+    bytes[bytes.size() / 2] ^= 0x5a;
+    testing::write_all(e.path().string(), bytes);
+  }
+  nvcc_runs();
+  fs::remove(m_tmp.sub("work/k.cubin"));
+  const Ran r = launch(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nvcc_runs(), 1);
+  EXPECT_TRUE(same(read("k.cubin"), good));
+}
+
+}  // namespace
+}  // namespace progcache

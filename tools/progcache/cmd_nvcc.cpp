@@ -1,0 +1,625 @@
+// progcache as nvcc's compiler launcher: `progcache nvcc ARGS...` or
+// `progcache /path/to/nvcc ARGS...` (CMAKE_CUDA_COMPILER_LAUNCHER=progcache).
+//
+// A command that compiles one .cu file to one output (-c, -dc, -cubin,
+// -ptx, -fatbin, -optix-ir, -ltoir) is looked up in the root's "nvcc"
+// store in two steps, as ccache's direct mode does:
+//   1. the manifest key: nvcc's and the host compiler's identities, the
+//      variables nvcc and the host compiler read, the working directory and
+//      the options in canonical spelling. It names a manifest: the files the
+//      last compile of this command read (from nvcc's own dependency output)
+//      with their stat identities and digests, and the places where a header
+//      that would shadow one of them must stay absent;
+//   2. the result key: the manifest key and every listed file's path and
+//      current content digest (a file whose stat changed is hashed again).
+// A hit writes the output (and the -MF dependency file) atomically and
+// replays what nvcc printed; nvcc does not run. Anything else runs nvcc
+// unchanged, with its own output and exit status, and is counted with its
+// reason (`progcache stats`). A cache that fails costs a compile, never the
+// build: every store error falls back to running nvcc.
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "compile/scan_files.h"
+#include "nvcc/nvcc_command.h"
+#include "progcache/key.h"
+
+extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
+
+namespace progcache::cli {
+
+namespace {
+
+namespace nv = progcache::nvcc;
+namespace dt = progcache::detail;
+
+constexpr std::string_view k_store = "nvcc";
+constexpr std::string_view k_stats_file = "launcher-stats.json";
+// What nvcc and the host compiler read from the environment.
+constexpr const char* k_keyed_variables[] = {
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",        "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "GCC_EXEC_PREFIX",    "COMPILER_PATH",     "SOURCE_DATE_EPOCH",
+};
+// The toolkit's programs and data nvcc runs or reads besides the headers
+// its dependency output lists, relative to nvcc's own directory.
+constexpr const char* k_toolkit_files[] = {
+    "nvcc",  "nvcc.profile",     "cudafe++",
+    "ptxas", "fatbinary",        "nvlink",
+    "bin2c", "../nvvm/bin/cicc", "../nvvm/libdevice/libdevice.10.bc",
+};
+
+bool executable_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::canonical("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+// `name` as the shell finds it: itself when it has a slash, else the first
+// executable on PATH that is not this program (a link named nvcc to
+// progcache must not run itself).
+std::optional<std::string> find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return executable_file(name) ? std::optional(name) : std::nullopt;
+  const char* path = std::getenv("PATH");
+  const std::string self = self_exe();
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const auto colon = dirs.find(':', start);
+    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string cand = dir + "/" + name;
+    if (executable_file(cand)) {
+      std::error_code ec;
+      const auto real = std::filesystem::canonical(cand, ec);
+      if (ec || real.string() != self) return cand;
+    }
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return std::nullopt;
+}
+
+std::string real_path(const std::string& p) {
+  std::error_code ec;
+  auto r = std::filesystem::canonical(p, ec);
+  return ec ? p : r.string();
+}
+
+// A program's or data file's identity in the key: its real path, size,
+// modification time and inode (ccache's compiler_check=mtime), or absent.
+void add_file_identity(KeyBuilder& kb, std::string_view label, const std::string& path) {
+  const std::string real = real_path(path);
+  struct stat st {};
+  kb.add_string(label, real);
+  if (::stat(real.c_str(), &st) != 0) {
+    kb.add_bool("present", false);
+    return;
+  }
+  kb.add_int("size", st.st_size)
+      .add_int("mtime", dt::ns_of(st.st_mtim))
+      .add_int("ino", static_cast<std::int64_t>(st.st_ino));
+}
+
+// The host compilers nvcc may run: -ccbin (a program, or a directory of
+// them), else $NVCC_CCBIN, else gcc and g++ from PATH.
+std::vector<std::string> host_compilers(const nv::Command& cmd) {
+  std::optional<std::string> ccbin = cmd.ccbin;
+  if (!ccbin) {
+    if (const char* v = std::getenv("NVCC_CCBIN"); v != nullptr && *v != '\0') ccbin = v;
+  }
+  std::vector<std::string> names;
+  std::string dir;
+  struct stat st {};
+  if (!ccbin) {
+    names = {"gcc", "g++", "cc", "c++"};
+  } else if (::stat(ccbin->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    dir = *ccbin;
+    names = {"gcc", "g++", "cc", "c++", "clang", "clang++", "cl"};
+  } else {
+    names = {*ccbin};
+  }
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (!dir.empty()) {
+      out.push_back(dir + "/" + n);
+    } else if (auto p = find_program(n)) {
+      out.push_back(*p);
+    } else {
+      out.push_back("(not found) " + n);
+    }
+  }
+  return out;
+}
+
+Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd) {
+  KeyBuilder kb("nvcc-manifest");
+  kb.add_int("launcher-schema", 1);
+  const std::string bin = dt::parent_of(real_path(nvcc_path));
+  add_file_identity(kb, "nvcc", nvcc_path);
+  for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
+  for (const auto& h : host_compilers(cmd)) add_file_identity(kb, "host-compiler", h);
+  for (const char* v : k_keyed_variables) {
+    const char* value = std::getenv(v);
+    kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
+  }
+  std::error_code ec;
+  kb.add_string("cwd", std::filesystem::current_path(ec).string());
+  kb.add_string("mode", nv::mode_name(cmd.mode));
+  for (const auto& w : cmd.canonical) kb.add_string("arg", w);
+  return kb.finish();
+}
+
+// ---- the manifest
+
+struct Dep {
+  std::string path;
+  dt::FileStamp stamp;
+  bool recent = false;  // changed just before it was recorded: always hashed
+  std::string sha256;   // raw
+};
+struct Manifest {
+  std::vector<Dep> deps;
+  std::vector<std::string> absent;
+};
+
+std::string encode_manifest(const Manifest& m) {
+  json deps = json::array();
+  for (const auto& d : m.deps) {
+    deps.push_back({{"path", d.path},
+                    {"dev", d.stamp.dev},
+                    {"ino", d.stamp.ino},
+                    {"size", d.stamp.size},
+                    {"mtime", d.stamp.mtime},
+                    {"ctime", d.stamp.ctime},
+                    {"recent", d.recent},
+                    {"sha256", pc::Key::from_raw(d.sha256)->hex()}});
+  }
+  return json{{"version", 1}, {"deps", deps}, {"absent", m.absent}}.dump();
+}
+
+std::optional<Manifest> decode_manifest(const std::string& text) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("version", 0) != 1 || !j.contains("deps") || !j["deps"].is_array() ||
+      !j.contains("absent") || !j["absent"].is_array()) {
+    return std::nullopt;
+  }
+  Manifest m;
+  try {
+    for (const auto& d : j["deps"]) {
+      Dep dep;
+      dep.path = d.at("path").get<std::string>();
+      dep.stamp = {d.at("dev").get<std::uint64_t>(), d.at("ino").get<std::uint64_t>(), d.at("size").get<std::int64_t>(),
+                   d.at("mtime").get<std::int64_t>(), d.at("ctime").get<std::int64_t>()};
+      dep.recent = d.at("recent").get<bool>();
+      auto key = pc::Key::from_hex(d.at("sha256").get<std::string>());
+      if (!key.ok()) return std::nullopt;
+      dep.sha256 = std::string(key->view());
+      m.deps.push_back(std::move(dep));
+    }
+    for (const auto& a : j["absent"]) m.absent.push_back(a.get<std::string>());
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+  return m;
+}
+
+std::optional<std::string> file_digest(const std::string& path) {
+  auto text = dt::read_regular(path);
+  if (!text.ok()) return std::nullopt;
+  const auto d = pc::sha256(*text);
+  return std::string(pc::as_view(d));
+}
+
+pc::Key result_key(const pc::Key& mkey, const std::vector<std::pair<std::string, std::string>>& files) {
+  KeyBuilder kb("nvcc-result");
+  kb.add_bytes("manifest", mkey.view());
+  for (const auto& [path, digest] : files) kb.add_string("file", path).add_bytes("sha256", digest);
+  return kb.finish();
+}
+
+// The result key the manifest leads to now, or nullopt when a listed file
+// is gone or a place that must stay empty holds a file.
+std::optional<pc::Key> check_manifest(const pc::Key& mkey, const Manifest& m) {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& d : m.deps) {
+    struct stat st {};
+    if (::stat(d.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    if (!d.recent && dt::stamp_of(st) == d.stamp) {
+      files.emplace_back(d.path, d.sha256);
+      continue;
+    }
+    auto digest = file_digest(d.path);
+    if (!digest) return std::nullopt;
+    files.emplace_back(d.path, std::move(*digest));
+  }
+  for (const auto& a : m.absent) {
+    struct stat st {};
+    if (::stat(a.c_str(), &st) == 0) return std::nullopt;
+  }
+  return result_key(mkey, files);
+}
+
+// The places a header found in an include directory would be found first
+// if created: the same relative path under each directory searched before.
+// Which directory found a file is not in nvcc's dependency output ("inc/a.h"
+// is "a.h" found in inc/, or "inc/a.h" found in the source's directory), so
+// every directory that holds the file counts as having found it.
+std::vector<std::string> shadow_places(const std::vector<std::string>& deps, const std::vector<std::string>& dirs) {
+  std::vector<std::string> norm_dirs;
+  for (const auto& d : dirs) norm_dirs.push_back(dt::normal(d));
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& dep : deps) {
+    const std::string p = dt::normal(dep);
+    for (std::size_t i = 0; i < norm_dirs.size(); ++i) {
+      const std::string& dir = norm_dirs[i];
+      std::string rel;
+      if (dir == ".") {
+        if (p.starts_with("/") || p.starts_with("../")) continue;
+        rel = p;
+      } else if (dt::under(p, dir) && p != dir) {
+        rel = p.substr(dir.size() + (dir.ends_with("/") ? 0 : 1));
+      } else {
+        continue;
+      }
+      for (std::size_t j = 0; j < i; ++j) {
+        const std::string place = norm_dirs[j] == "." ? rel : dt::join(norm_dirs[j], rel);
+        struct stat st {};
+        if (place != p && ::stat(place.c_str(), &st) != 0 && seen.insert(place).second) out.push_back(place);
+      }
+    }
+  }
+  return out;
+}
+
+// ---- counters (shown by `progcache stats`)
+
+// `why` with each quoted name replaced by '…', so reasons count together.
+std::string reason_class(const std::string& why) {
+  std::string out;
+  bool quoted = false;
+  for (char c : why) {
+    if (c == '\'') {
+      if (!quoted) out += "'...'";
+      quoted = !quoted;
+    } else if (!quoted) {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Adds one to a counter in <root>/nvcc/launcher-stats.json, under an
+// advisory lock. Best effort: a counter that cannot be kept costs nothing.
+void count(const std::string& root, const std::string& counter, const std::string& reason = {}) {
+  const std::string dir = pc::join_path(root, std::string(k_store));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = pc::join_path(dir, std::string(k_stats_file));
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX) == 0) {
+    std::string text;
+    std::array<char, 4096> buf{};
+    ssize_t n = 0;
+    while ((n = ::read(fd, buf.data(), buf.size())) > 0 && text.size() < (1U << 20)) text.append(buf.data(), n);
+    json j = json::parse(text, nullptr, false);
+    if (!j.is_object()) j = json::object();
+    auto bump = [](json& obj, const std::string& k) {
+      if (!obj.contains(k) || !obj[k].is_number_unsigned()) obj[k] = 0U;
+      obj[k] = obj[k].get<std::uint64_t>() + 1;
+    };
+    if (reason.empty()) {
+      bump(j, counter);
+    } else {
+      if (!j.contains(counter) || !j[counter].is_object()) j[counter] = json::object();
+      bump(j[counter], reason_class(reason));
+    }
+    const std::string out = j.dump(1);
+    if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, out.data(), out.size(), 0);
+  }
+  ::close(fd);
+}
+
+// ---- running nvcc
+
+[[noreturn]] void exec_nvcc(const std::string& nvcc, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(nvcc.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): execv's signature
+  for (const auto& a : args)
+    argv.push_back(const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  argv.push_back(nullptr);
+  ::execv(nvcc.c_str(), argv.data());
+  std::fprintf(stderr, "progcache: cannot run '%s': %s\n", nvcc.c_str(), std::strerror(errno));
+  std::_Exit(127);
+}
+
+struct Ran {
+  int status = 127;  // as a shell reports it: the exit code, or 128 + signal
+  std::string out, err;
+};
+
+// Runs nvcc, passing its output through as it comes and keeping a copy.
+Ran run_capturing(const std::string& nvcc, const std::vector<std::string>& args) {
+  Ran r;
+  std::array<int, 2> out_pipe{-1, -1};
+  std::array<int, 2> err_pipe{-1, -1};
+  if (::pipe2(out_pipe.data(), O_CLOEXEC) != 0 || ::pipe2(err_pipe.data(), O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "progcache: cannot make a pipe: %s\n", std::strerror(errno));
+    return r;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  std::vector<char*> argv;
+  argv.push_back(
+      const_cast<char*>(nvcc.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
+  for (const auto& a : args)
+    argv.push_back(const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, nvcc.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    std::fprintf(stderr, "progcache: cannot run '%s': %s\n", nvcc.c_str(), std::strerror(rc));
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return r;
+  }
+  std::array<pollfd, 2> fds{pollfd{out_pipe[0], POLLIN, 0}, pollfd{err_pipe[0], POLLIN, 0}};
+  int open_pipes = 2;
+  std::array<char, 1 << 16> buf{};
+  while (open_pipes > 0) {
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_pipes;
+        continue;
+      }
+      const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
+      (i == 0 ? r.out : r.err).append(chunk);
+      (void)write_all_to(i == 0 ? 1 : 2, chunk, i == 0 ? "standard output" : "standard error");
+    }
+  }
+  for (auto& f : fds) {
+    if (f.fd >= 0) ::close(f.fd);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// The coarse clock the kernel stamps files with, after it has ticked once:
+// a file changed from now on carries a later time than the one returned.
+std::int64_t tick_start() {
+  timespec t{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &t);
+  const std::int64_t start = dt::ns_of(t);
+  timespec now{};
+  do {
+    ::usleep(500);
+    ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+  } while (dt::ns_of(now) <= start);
+  return start;
+}
+
+std::optional<std::string> make_temp_depfile() {
+  std::error_code ec;
+  std::string tmpl = (std::filesystem::temp_directory_path(ec) / "progcache-nvcc-XXXXXX.d").string();
+  if (ec) return std::nullopt;
+  const int fd = ::mkstemps(tmpl.data(), 2);
+  if (fd < 0) return std::nullopt;
+  ::close(fd);
+  return tmpl;
+}
+
+class Launcher {
+ public:
+  Launcher(std::string nvcc, std::vector<std::string> args) : m_nvcc(std::move(nvcc)), m_args(std::move(args)) {}
+
+  int run() {
+    m_cmd = nv::parse_command(m_args, [](const std::string& p) { return read_file(p); });
+    auto cfg = pc::resolve_config();
+    if (!cfg.ok()) {
+      std::fprintf(stderr, "progcache: not caching (%s)\n", cfg.status().to_string().c_str());
+      exec_nvcc(m_nvcc, m_args);
+    }
+    if (cfg->disabled) exec_nvcc(m_nvcc, m_args);  // PROGCACHE_DISABLE: as if no launcher were set
+    m_root = cfg->dir;
+    if (!m_cmd.uncacheable.empty()) {
+      count(m_root, "uncacheable", m_cmd.uncacheable);
+      exec_nvcc(m_nvcc, m_args);
+    }
+    pc::FileStoreOptions o = cfg->file_store_options();
+    o.root = pc::join_path(m_root, std::string(k_store));
+    auto store = pc::FileStore::open(o);
+    if (!store.ok()) {
+      std::fprintf(stderr, "progcache: not caching (%s)\n", store.status().to_string().c_str());
+      exec_nvcc(m_nvcc, m_args);
+    }
+    m_store = std::move(*store);
+    m_mkey = manifest_key(m_nvcc, m_cmd);
+    if (auto served = serve()) return *served;
+    return compile();
+  }
+
+ private:
+  // The stored result, written out: 0, or nullopt for a miss.
+  std::optional<int> serve() {
+    auto got = m_store->get(m_mkey);
+    if (!got.ok() || !got->has_value()) return std::nullopt;
+    const pc::Artifact* text = (*got)->find("manifest");
+    if (text == nullptr) return std::nullopt;
+    auto m = decode_manifest(std::string(text->data.view()));
+    if (!m) return std::nullopt;
+    auto rkey = check_manifest(m_mkey, *m);
+    if (!rkey) return std::nullopt;
+    auto entry = m_store->get(*rkey);
+    if (!entry.ok() || !entry->has_value()) return std::nullopt;
+    const pc::Artifact* output = (*entry)->find("output");
+    const pc::Artifact* depfile = (*entry)->find("depfile");
+    if (output == nullptr || (m_cmd.depfile.has_value() != (depfile != nullptr))) return std::nullopt;
+    // An output that cannot be written (a missing directory) is nvcc's to report.
+    if (!write_output(m_cmd.output, output->data.view()).ok()) return std::nullopt;
+    if (m_cmd.depfile && !write_output(*m_cmd.depfile, depfile->data.view()).ok()) return std::nullopt;
+    for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
+      if (const pc::Artifact* a = (*entry)->find(name)) (void)write_all_to(fd, a->data.view(), name);
+    }
+    count(m_root, "hits");
+    return 0;
+  }
+
+  int compile() {
+    std::vector<std::string> args = m_args;
+    std::optional<std::string> own_depfile;
+    if (!m_cmd.depfile) {
+      own_depfile = make_temp_depfile();
+      if (!own_depfile) {
+        count(m_root, "not_stored", "no temporary file for the dependency list");
+        exec_nvcc(m_nvcc, m_args);
+      }
+      args.insert(args.end(), {"-MD", "-MF", *own_depfile});
+    }
+    const std::int64_t start = tick_start();
+    const Ran ran = run_capturing(m_nvcc, args);
+    const std::string depfile_path = own_depfile ? *own_depfile : *m_cmd.depfile;
+    auto deps_text = read_file(depfile_path);
+    if (own_depfile) ::unlink(own_depfile->c_str());
+    if (ran.status != 0) {
+      count(m_root, "compile_failed");
+      return ran.status;
+    }
+    count(m_root, "misses");
+    if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
+    auto deps = nv::parse_depfile(*deps_text);
+    if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
+    Manifest m;
+    std::vector<std::pair<std::string, std::string>> files;
+    const std::int64_t now = dt::now_ns();
+    for (const auto& path : *deps) {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return not_stored("an input vanished");
+      const dt::FileStamp stamp = dt::stamp_of(st);
+      if (stamp.mtime > start || stamp.ctime > start) return not_stored("an input changed while nvcc ran");
+      auto digest = file_digest(path);
+      if (!digest) return not_stored("an input cannot be read");
+      // Stat again: the digest is of the file nvcc read only if nothing
+      // touched it in between.
+      struct stat after {};
+      if (::stat(path.c_str(), &after) != 0 || !(dt::stamp_of(after) == stamp)) {
+        return not_stored("an input changed while nvcc ran");
+      }
+      const bool recent = now - std::max(stamp.mtime, stamp.ctime) < dt::k_recent_ns;
+      m.deps.push_back({path, stamp, recent, *digest});
+      files.emplace_back(path, *digest);
+    }
+    m.absent = shadow_places(*deps, m_cmd.include_dirs);
+    auto output = read_file(m_cmd.output);
+    if (!output.ok()) return not_stored("the output cannot be read back");
+    std::vector<pc::Artifact> artifacts;
+    artifacts.push_back({"output", pc::Bytes::adopt(std::move(*output))});
+    if (m_cmd.depfile) artifacts.push_back({"depfile", pc::Bytes::adopt(std::move(*deps_text))});
+    if (!ran.out.empty()) artifacts.push_back({"stdout", pc::Bytes::copy_of(ran.out)});
+    if (!ran.err.empty()) artifacts.push_back({"stderr", pc::Bytes::copy_of(ran.err)});
+    const json meta = {{"kind", std::string("nvcc-") + nv::mode_name(m_cmd.mode)}, {"name", m_cmd.input}};
+    const pc::Key rkey = result_key(m_mkey, files);
+    if (auto st = m_store->put(rkey, pc::Entry(meta.dump(), std::move(artifacts))); !st.ok()) {
+      return not_stored("the store refused the entry");
+    }
+    const json mmeta = {{"kind", "nvcc-manifest"}, {"name", m_cmd.input}};
+    if (auto st = m_store->put(m_mkey, pc::Entry(mmeta.dump(), {{"manifest", pc::Bytes::adopt(encode_manifest(m))}}));
+        !st.ok()) {
+      return not_stored("the store refused the manifest");
+    }
+    return 0;
+  }
+
+  // nvcc succeeded; its result is simply not kept.
+  int not_stored(const std::string& why) {
+    count(m_root, "not_stored", why);
+    return 0;
+  }
+
+  std::string m_nvcc;
+  std::vector<std::string> m_args;
+  nv::Command m_cmd;
+  std::string m_root;
+  std::unique_ptr<pc::FileStore> m_store;
+  pc::Key m_mkey;
+};
+
+}  // namespace
+
+bool is_launcher_call(std::string_view first) {
+  return first == "nvcc" || first.find('/') != std::string_view::npos;
+}
+
+int run_launcher(int argc, char** argv) {
+  const std::string program = argv[0];
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto nvcc = find_program(program);
+  if (!nvcc) {
+    std::fprintf(stderr, "progcache: %s: command not found\n", program.c_str());
+    return 127;
+  }
+  return Launcher(*nvcc, std::move(args)).run();
+}
+
+json launcher_stats_json(const std::string& root) {
+  auto text = read_file(pc::join_path(pc::join_path(root, std::string(k_store)), std::string(k_stats_file)));
+  if (!text.ok()) return nullptr;
+  json j = json::parse(*text, nullptr, false);
+  return j.is_object() ? j : json(nullptr);
+}
+
+void add_nvcc_command(CLI::App& app, std::vector<Command>& out) {
+  auto* sub =
+      app.add_subcommand("nvcc",
+                         "Run nvcc through the cache: 'progcache nvcc ARGS...' or 'progcache /path/to/nvcc ARGS...'\n"
+                         "(CMAKE_CUDA_COMPILER_LAUNCHER=progcache). One .cu file compiled to one output\n"
+                         "(-c, -dc, -cubin, -ptx, -fatbin, -optix-ir, -ltoir) is served from the root's nvcc\n"
+                         "store when every file nvcc read is unchanged; anything else runs nvcc unchanged.\n"
+                         "nvcc's output and exit status are its own; 'progcache stats' counts hits, misses\n"
+                         "and uncacheable commands by reason. See docs/nvcc.md.");
+  // Never parsed here: main() hands the words to the launcher untouched.
+  out.push_back({sub, [](const pc::Config&, const std::vector<std::string>&) { return k_exit_usage; }, true});
+}
+
+}  // namespace progcache::cli
