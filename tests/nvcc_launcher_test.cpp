@@ -182,6 +182,22 @@ TEST_F(NvccLauncherTest, AnEditedHeaderADefineAShadowingHeaderAndAnotherHostComp
   ASSERT_EQ(launch(args + " -ccbin " + quote(m_tmp.sub("bin/g++"))).code, 0);
   EXPECT_EQ(nvcc_runs(), 1) << "another -ccbin was served from the cache";
 
+  // The same command with another g++ first on PATH (the host compiler nvcc
+  // runs when no -ccbin names one): compiled again, by that compiler.
+  fs::create_directories(m_tmp.sub("hostbin"));
+  for (const char* cc : {"gcc", "g++"}) {
+    testing::write_all(
+        m_tmp.sub(std::string("hostbin/") + cc),
+        "#!/bin/sh\necho run >> " + quote(m_tmp.sub("host-runs")) + "\nexec /usr/bin/" + cc + " \"$@\"\n");
+    fs::permissions(m_tmp.sub(std::string("hostbin/") + cc), fs::perms::owner_all);
+  }
+  const std::string host_path = "PATH=" + quote(m_tmp.sub("hostbin") + ":" + m_bin + ":/usr/local/bin:/usr/bin:/bin");
+  ASSERT_EQ(launch(args, host_path).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "another host compiler on PATH was served from the cache";
+  EXPECT_TRUE(fs::exists(m_tmp.sub("host-runs"))) << "nvcc did not run the g++ first on PATH";
+  ASSERT_EQ(launch(args, host_path).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0);
+
   // A header made in a directory searched first now decides the output.
   write("inc0/params.h", "#define SCALE 5.0f\n");
   ASSERT_EQ(launch(args).code, 0);

@@ -1,0 +1,1 @@
+#define TUNING_SCALE 2.0f
