@@ -1,7 +1,5 @@
 #include "progcache/http_backend.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -9,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/remote/curl_api.h"
 #include "store/remote/url_parts.h"
 #include "util/mutex.h"
 
@@ -143,11 +142,6 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
 
 namespace {
 
-void init_curl_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
 long millis_until(RemoteDeadline deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RemoteClock::now()).count();
   return left <= 0 ? 0 : static_cast<long>(std::min<long long>(left, 1LL << 30));
@@ -207,9 +201,16 @@ const char* method_name(Method m) {
 
 class HttpBackend final : public RemoteBackend {
  public:
-  HttpBackend(HttpUrl url, HttpBackendOptions o) : m_url(std::move(url)), m_id(m_url.shown()), m_opt(std::move(o)) {}
+  HttpBackend(HttpUrl url, HttpBackendOptions o) : m_url(std::move(url)), m_id(m_url.shown()), m_opt(std::move(o)) {
+    auto api = detail::curl_api();
+    if (api.ok()) {
+      m_curl = *api;
+    } else {
+      m_load_error = api.status();
+    }
+  }
   ~HttpBackend() override {
-    for (CURL* h : m_idle) curl_easy_cleanup(h);
+    for (CURL* h : m_idle) m_curl->easy_cleanup(h);
   }
   HttpBackend(const HttpBackend&) = delete;
   HttpBackend& operator=(const HttpBackend&) = delete;
@@ -272,7 +273,7 @@ class HttpBackend final : public RemoteBackend {
         return h;
       }
     }
-    return curl_easy_init();
+    return m_curl->easy_init();
   }
 
   void give_back(CURL* h) {
@@ -283,7 +284,7 @@ class HttpBackend final : public RemoteBackend {
         return;
       }
     }
-    curl_easy_cleanup(h);
+    m_curl->easy_cleanup(h);
   }
 
   // One request, answered (headers and the whole body) by `deadline`. A
@@ -291,70 +292,71 @@ class HttpBackend final : public RemoteBackend {
   Result<Reply> request(Method m, std::string_view name, std::string_view upload, RemoteDeadline deadline) {
     const long left = millis_until(deadline);
     if (left <= 0) return deadline_exceeded("remote " + m_id + ": no time left for " + method_name(m));
+    if (m_curl == nullptr) return m_load_error.with_context("remote " + m_id);
     CURL* h = take();
     if (h == nullptr) return unavailable("remote " + m_id + ": cannot allocate an HTTP handle");
     // reset keeps the handle's live connection and caches, drops the options.
-    curl_easy_reset(h);
+    m_curl->easy_reset(h);
     Reply reply;
     Download down{&reply.body, m_opt.max_body_bytes};
     Upload up{upload};
     curl_slist* headers = nullptr;
     const std::string url = m_url.entry_url(name);
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                     std::max(1L, std::min(left, static_cast<long>(m_url.connect_timeout.count()))));
-    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &down);
-    if (!m_url.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, m_url.ca_file.c_str());
+    m_curl->easy_setopt(h, CURLOPT_URL, url.c_str());
+    m_curl->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    m_curl->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    m_curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
+    m_curl->easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                        std::max(1L, std::min(left, static_cast<long>(m_url.connect_timeout.count()))));
+    m_curl->easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    m_curl->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    m_curl->easy_setopt(h, CURLOPT_WRITEDATA, &down);
+    if (!m_url.ca_file.empty()) m_curl->easy_setopt(h, CURLOPT_CAINFO, m_url.ca_file.c_str());
     if (!m_opt.secret.empty()) {
       if (!m_url.user.empty()) {
-        curl_easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
-        curl_easy_setopt(h, CURLOPT_USERNAME, m_url.user.c_str());
-        curl_easy_setopt(h, CURLOPT_PASSWORD, m_opt.secret.c_str());
+        m_curl->easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+        m_curl->easy_setopt(h, CURLOPT_USERNAME, m_url.user.c_str());
+        m_curl->easy_setopt(h, CURLOPT_PASSWORD, m_opt.secret.c_str());
       } else {
-        curl_easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
-        curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, m_opt.secret.c_str());
+        m_curl->easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
+        m_curl->easy_setopt(h, CURLOPT_XOAUTH2_BEARER, m_opt.secret.c_str());
       }
     }
     switch (m) {
       case Method::get:
         break;
       case Method::head:
-        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        m_curl->easy_setopt(h, CURLOPT_NOBODY, 1L);
         break;
       case Method::put:
-        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_upload);
-        curl_easy_setopt(h, CURLOPT_READDATA, &up);
-        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload.size()));
+        m_curl->easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        m_curl->easy_setopt(h, CURLOPT_READFUNCTION, on_upload);
+        m_curl->easy_setopt(h, CURLOPT_READDATA, &up);
+        m_curl->easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload.size()));
         // No "Expect: 100-continue": it costs a round trip (or a second's
         // wait on servers that never answer it) on every put.
-        headers = curl_slist_append(headers, "Expect:");
-        headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+        headers = m_curl->slist_append(headers, "Expect:");
+        headers = m_curl->slist_append(headers, "Content-Type: application/octet-stream");
+        m_curl->easy_setopt(h, CURLOPT_HTTPHEADER, headers);
         break;
       case Method::remove:
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+        m_curl->easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
         break;
     }
-    const CURLcode rc = curl_easy_perform(h);
-    curl_slist_free_all(headers);
+    const CURLcode rc = m_curl->easy_perform(h);
+    m_curl->slist_free_all(headers);
     if (rc != CURLE_OK) {
-      curl_easy_cleanup(h);
+      m_curl->easy_cleanup(h);
       return transfer_error(m, rc, down.too_big);
     }
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &reply.status);
-    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &reply.content_length);
+    m_curl->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &reply.status);
+    m_curl->easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &reply.content_length);
     give_back(h);
     return reply;
   }
 
   Status transfer_error(Method m, CURLcode rc, bool too_big) const {
-    const std::string what = "remote " + m_id + ": " + method_name(m) + ": " + curl_easy_strerror(rc);
+    const std::string what = "remote " + m_id + ": " + method_name(m) + ": " + m_curl->easy_strerror(rc);
     if (too_big) {
       return resource_exhausted("remote " + m_id + ": a body over " + std::to_string(m_opt.max_body_bytes) +
                                 " bytes, abandoned");
@@ -379,6 +381,8 @@ class HttpBackend final : public RemoteBackend {
   const HttpUrl m_url;
   const std::string m_id;
   const HttpBackendOptions m_opt;
+  const detail::CurlApi* m_curl = nullptr;  // null when libcurl cannot be loaded: every request fails with
+  Status m_load_error;                      // this
   Mutex m_mu;
   std::vector<CURL*> m_idle PROGCACHE_GUARDED_BY(m_mu);
 };
@@ -386,7 +390,6 @@ class HttpBackend final : public RemoteBackend {
 }  // namespace
 
 std::unique_ptr<RemoteBackend> make_http_backend(HttpUrl url, HttpBackendOptions options) {
-  init_curl_once();
   return std::make_unique<HttpBackend>(std::move(url), std::move(options));
 }
 

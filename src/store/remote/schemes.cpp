@@ -9,6 +9,7 @@
 #endif
 #ifdef PROGCACHE_WITH_HTTP
 #include "progcache/http_backend.h"
+#include "store/remote/curl_api.h"
 #endif
 
 namespace progcache {
@@ -46,6 +47,8 @@ Result<RemoteUrlInfo> check_http(std::string_view url) {
 
 Result<std::unique_ptr<RemoteBackend>> make_http(std::string_view url, const RemoteStoreOptions& o) {
   PROGCACHE_ASSIGN_OR_RETURN(HttpUrl u, parse_http_url(url));
+  // Said when the tier is configured, not on the first request.
+  PROGCACHE_TRY(detail::curl_api().status());
   return make_http_backend(
       std::move(u),
       {.secret = o.password, .max_idle_connections = o.max_idle_connections, .max_body_bytes = o.max_value_bytes});
