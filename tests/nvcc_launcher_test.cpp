@@ -280,6 +280,13 @@ TEST_F(NvccLauncherTest, CommandsItDoesNotCacheRunNvccUnchangedAndAreCountedByRe
   // With the cache off, the launcher is nvcc.
   ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o off.cubin", "PROGCACHE_DISABLE=1").code, 0);
   EXPECT_EQ(stored_entries(), 0U);
+  EXPECT_EQ(nvcc_runs(), 1);
+  // A cache that cannot be opened (its root is a file) costs the compile, never the build.
+  write("not-a-dir", "x");
+  const Ran unopenable = launch("-arch=sm_90 -I inc -cubin k.cu -o u.cubin", "PROGCACHE_DIR=" + quote(m_tmp.sub("work/not-a-dir")));
+  EXPECT_EQ(unopenable.code, 0) << unopenable.err;
+  EXPECT_EQ(nvcc_runs(), 1);
+  EXPECT_TRUE(exists("u.cubin"));
 }
 
 TEST_F(NvccLauncherTest, AHeaderEditedWhileNvccRunsIsNeverServedForTheEditedHeader) {
