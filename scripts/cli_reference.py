@@ -41,6 +41,10 @@ def page(tool):
              "```",
              ""]
     for name in subcommands(main):
+        if name == "nvcc":  # its words are nvcc's: `progcache nvcc --help` is nvcc's help
+            parts += [f"## progcache {name}", "", "Every word after `nvcc` (or after a path to nvcc) is nvcc's,",
+                      "`--help` included: see the summary above and docs/nvcc.md.", ""]
+            continue
         parts += [f"## progcache {name}", "", "```", help_of(tool, name).rstrip(), "```", ""]
     return "\n".join(parts)
 

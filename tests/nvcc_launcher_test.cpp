@@ -283,7 +283,8 @@ TEST_F(NvccLauncherTest, CommandsItDoesNotCacheRunNvccUnchangedAndAreCountedByRe
   EXPECT_EQ(nvcc_runs(), 1);
   // A cache that cannot be opened (its root is a file) costs the compile, never the build.
   write("not-a-dir", "x");
-  const Ran unopenable = launch("-arch=sm_90 -I inc -cubin k.cu -o u.cubin", "PROGCACHE_DIR=" + quote(m_tmp.sub("work/not-a-dir")));
+  const Ran unopenable =
+      launch("-arch=sm_90 -I inc -cubin k.cu -o u.cubin", "PROGCACHE_DIR=" + quote(m_tmp.sub("work/not-a-dir")));
   EXPECT_EQ(unopenable.code, 0) << unopenable.err;
   EXPECT_EQ(nvcc_runs(), 1);
   EXPECT_TRUE(exists("u.cubin"));

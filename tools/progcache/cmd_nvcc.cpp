@@ -97,7 +97,7 @@ std::optional<std::string> find_program(const std::string& name) {
     const auto colon = dirs.find(':', start);
     std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
     if (dir.empty()) dir = ".";
-    const std::string cand = dir + "/" + name;
+    const std::string cand = dt::join(dir, name);
     if (executable_file(cand)) {
       const auto id = file_id(cand);
       if (!self || !id || id->dev != self->dev || id->ino != self->ino) return cand;
@@ -151,7 +151,7 @@ std::vector<std::string> host_compilers(const nv::Command& cmd) {
   std::vector<std::string> out;
   for (const auto& n : names) {
     if (!dir.empty()) {
-      out.push_back(dir + "/" + n);
+      out.push_back(dt::join(dir, n));
     } else if (auto p = find_program(n)) {
       out.push_back(*p);
     } else {
@@ -291,6 +291,7 @@ std::optional<pc::Key> check_manifest(const pc::Key& mkey, const Manifest& m) {
 // every directory that holds the file counts as having found it.
 std::vector<std::string> shadow_places(const std::vector<std::string>& deps, const std::vector<std::string>& dirs) {
   std::vector<std::string> norm_dirs;
+  norm_dirs.reserve(dirs.size());
   for (const auto& d : dirs) norm_dirs.push_back(dt::normal(d));
   std::vector<std::string> out;
   std::set<std::string> seen;

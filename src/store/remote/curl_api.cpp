@@ -33,8 +33,8 @@ Loaded load() {
   void* lib = ::dlopen(k_library, RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = ::dlerror();
-    l.error = std::string("the HTTP tier needs libcurl, which cannot be loaded (") + (why != nullptr ? why : k_library) +
-              "): install libcurl4";
+    l.error = std::string("the HTTP tier needs libcurl, which cannot be loaded (") +
+              (why != nullptr ? why : k_library) + "): install libcurl4";
     return l;
   }
   CurlApi& a = l.api;
