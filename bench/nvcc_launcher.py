@@ -101,7 +101,7 @@ def main() -> int:
     after = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True).stdout
 
     def uncacheable(text: str) -> int:
-        keys = ("unsupported_compiler_option", "unsupported_code_directive", "compiler_produced_no_output",
+        keys = ("called_for_link", "unsupported_compiler_option", "unsupported_code_directive", "compiler_produced_no_output",
                 "bad_compiler_arguments", "compile_failed", "unsupported_source_language", "output_to_stdout",
                 "could_not_use_modules", "multiple_source_files", "autoconf_test")
         return sum(int(line.split()[1]) for line in text.splitlines() if line.split() and line.split()[0] in keys)

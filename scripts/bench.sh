@@ -91,5 +91,8 @@ python3 bench/compare.py --entries 1000 10000 100000 --skip-basic --skip-mixed -
 echo "== plots into docs/img"
 cp "$out"/hit_latency.png "$out"/put_vs_entries.png "$out"/mixed_scaling.png docs/img/
 
+echo "== the nvcc launcher against ccache (-c hits, -cubin/-fatbin, a CMake build)"
+python3 bench/nvcc_launcher.py --progcache "$build/progcache" | tee "$out/nvcc_launcher.txt"
+
 echo "== main job"
 python3 scripts/main_job.py --progcache "$build/progcache" | tee "$out/main_job.txt"
