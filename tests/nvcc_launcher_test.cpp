@@ -114,8 +114,8 @@ TEST_F(NvccLauncherTest, EveryOutputKindIsServedAsPlainNvccWritesItAndAHitRunsNo
   struct Kind {
     std::string flag, file;
   };
-  for (const Kind& k :
-       {Kind{"-cubin", "k.cubin"}, Kind{"-ptx", "k.ptx"}, Kind{"-fatbin", "k.fatbin"}, Kind{"-c", "k.o"}}) {
+  for (const Kind& k : {Kind{"-cubin", "k.cubin"}, Kind{"-ptx", "k.ptx"}, Kind{"-fatbin", "k.fatbin"},
+                        Kind{"-c", "k.o"}, Kind{"-dlto -dc", "k_lto.o"}, Kind{"-dlto -ltoir", "k.ltoir"}}) {
     SCOPED_TRACE(k.flag);
     const std::string args = "-arch=sm_90 -I inc " + k.flag + " k.cu -o " + k.file;
     ASSERT_EQ(plain(args).code, 0);
@@ -131,15 +131,15 @@ TEST_F(NvccLauncherTest, EveryOutputKindIsServedAsPlainNvccWritesItAndAHitRunsNo
     ASSERT_EQ(warm.code, 0) << warm.err;
     ASSERT_TRUE(exists(k.file));
     EXPECT_TRUE(same(read(k.file), compiled));
-    if (k.flag == "-c") {
+    if (k.file.ends_with(".o")) {
       EXPECT_TRUE(same(mask_temp_names(read(k.file)), mask_temp_names(expected)));
     } else {
       EXPECT_TRUE(same(read(k.file), expected)) << "the cached " << k.file << " differs from plain nvcc's";
     }
   }
   const auto stats = launcher_stats();
-  EXPECT_EQ(stats.value("hits", 0), 4);
-  EXPECT_EQ(stats.value("misses", 0), 4);
+  EXPECT_EQ(stats.value("hits", 0), 6);
+  EXPECT_EQ(stats.value("misses", 0), 6);
   // Through the noting nvcc: a hit does not run it.
   ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o w.cubin").code, 0);
   EXPECT_EQ(nvcc_runs(), 1);
