@@ -11,11 +11,17 @@
 # PROGCACHE_QUICK=1 runs only the first part (for a fast local loop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where the time goes (the run's budget is 45 minutes on 2 cores).
+mark() { echo "test.sh: $1 done, ${SECONDS} s into the run"; }
 bash scripts/setup.sh
+mark setup
 bash scripts/format.sh
 bash scripts/build.sh
+mark build
 bash scripts/tidy.sh
+mark tidy
 (cd "${PROGCACHE_BUILD_DIR:-build}" && ctest --output-on-failure -j "${PROGCACHE_JOBS:-2}")
+mark ctest
 # The README's first command's main job, on the build above: every example
 # kernel through the cache, cold then warm; it fails on a miss or a changed
 # output. Run from another directory with a relative binary path, as a user's
@@ -24,6 +30,7 @@ build_dir="${PROGCACHE_BUILD_DIR:-build}"
 (cd scripts && python3 main_job.py --progcache "../$build_dir/progcache" >/dev/null) ||
   { echo "test.sh: the main job failed" >&2; exit 1; }
 python3 scripts/main_job.py --progcache "$build_dir/progcache" | tail -n 6
+mark "main job"
 # The Python module, installed the way users install it, and its pytest suite,
 # in a virtual environment of the checkout (.venv): a system Python may be
 # externally managed (PEP 668), and a test run must not change it.
@@ -48,10 +55,16 @@ if [[ "$tree_before" != "$tree_after" ]]; then
 fi
 # The CLI the suite compares keys with (one program, one key through every route).
 case "$build_dir" in /*) cli="$build_dir/progcache" ;; *) cli="$PWD/$build_dir/progcache" ;; esac
+mark "pip install"
 PROGCACHE_CLI="$cli" "$py" -m pytest -q python/tests
+mark pytest
 if [[ "${PROGCACHE_QUICK:-0}" != "1" ]]; then
-  bash scripts/sanitize.sh asan tsan
+  bash scripts/sanitize.sh asan
+  mark "ASan+UBSan"
+  bash scripts/sanitize.sh tsan
+  mark TSan
   bash scripts/fuzz.sh "${PROGCACHE_FUZZ_SECONDS:-20}"
+  mark fuzzers
 fi
 # progcache.tilelang and KernelCache against the real tilelang are not run
 # here: tilelang brings torch, TVM and the CUDA wheels (about 5.7 GB), and
