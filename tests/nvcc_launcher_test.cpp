@@ -236,6 +236,11 @@ TEST_F(NvccLauncherTest, NvccsFailuresAreItsOwnAndStoreNothing) {
   EXPECT_EQ(gone.code, plain_nodir.code);
   EXPECT_EQ(nvcc_runs(), 1);
 
+  // progcache's own options cannot come first: said, and nothing runs.
+  const Ran misplaced = sh(quote(PROGCACHE_CLI_PATH) + " --dir " + quote(m_tmp.sub("cache")) + " nvcc -c k.cu");
+  EXPECT_EQ(misplaced.code, 2);
+  EXPECT_NE(misplaced.err.find("'nvcc' must be the first word"), std::string::npos) << misplaced.err;
+
   const Ran missing = sh(quote(PROGCACHE_CLI_PATH) + " " + quote(m_tmp.sub("bin/no-nvcc")) + " -c k.cu");
   EXPECT_EQ(missing.code, 127);
   EXPECT_NE(missing.err.find("no-nvcc: command not found"), std::string::npos) << missing.err;

@@ -644,8 +644,16 @@ void add_nvcc_command(CLI::App& app, std::vector<Command>& out) {
                          "store when every file nvcc read is unchanged; anything else runs nvcc unchanged.\n"
                          "nvcc's output and exit status are its own; 'progcache stats' counts hits, misses\n"
                          "and uncacheable commands by reason. See docs/nvcc.md.");
-  // Never parsed here: main() hands the words to the launcher untouched.
-  out.push_back({sub, [](const pc::Config&, const std::vector<std::string>&) { return k_exit_usage; }, true});
+  // Reached only when an option of progcache's came first (`progcache --dir D
+  // nvcc ...`): main() hands `progcache nvcc ...` to the launcher untouched.
+  out.push_back({sub,
+                 [](const pc::Config&, const std::vector<std::string>&) {
+                   std::fprintf(stderr,
+                                "progcache: 'nvcc' must be the first word: every word after it is nvcc's (set the "
+                                "cache root with PROGCACHE_DIR)\n");
+                   return k_exit_usage;
+                 },
+                 true});
 }
 
 }  // namespace progcache::cli
