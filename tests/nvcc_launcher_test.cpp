@@ -314,6 +314,18 @@ TEST_F(NvccLauncherTest, AHeaderEditedWhileNvccRunsIsNeverServedForTheEditedHead
   EXPECT_TRUE(same(served, read("plain.cubin")));
 }
 
+TEST_F(NvccLauncherTest, AHeaderRemovedWhileNvccRunsLeavesNvccsResultAndStoresNothing) {
+  testing::write_all(m_tmp.sub("bin/nvcc-removes"), "#!/bin/sh\n" + quote(m_bin + "/nvcc") + " \"$@\" || exit $?\nrm " +
+                                                        quote(m_tmp.sub("work/inc/params.h")) + "\n");
+  fs::permissions(m_tmp.sub("bin/nvcc-removes"), fs::perms::owner_all);
+  const Ran r =
+      sh(quote(PROGCACHE_CLI_PATH) + " " + quote(m_tmp.sub("bin/nvcc-removes")) + " -arch=sm_90 -I inc -cubin k.cu");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(exists("k.cubin"));
+  EXPECT_EQ(stored_entries(), 0U);
+  EXPECT_EQ(launcher_stats()["not_stored"].value("an input vanished", 0), 1);
+}
+
 TEST_F(NvccLauncherTest, ADamagedEntryIsAMissAndNvccCompilesAgain) {
   const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
   ASSERT_EQ(launch(args).code, 0);
