@@ -44,6 +44,8 @@ TEST(NvccCommandTest, OutputsTakeNvccsDefaultNamesAndEachModeIsKnown) {
   EXPECT_EQ(parse({"--fatbin", "k.cu"}).output, "k.fatbin");
   EXPECT_EQ(parse({"-dc", "k.cu"}).mode, Mode::object);
   EXPECT_EQ(parse({"-dlto", "-ltoir", "k.cu", "-o", "k.ltoir"}).mode, Mode::ltoir);
+  EXPECT_EQ(parse({"-optix-ir", "k.cu", "-o", "k.optixir"}).mode, Mode::optix_ir);
+  EXPECT_EQ(parse({"-optix-ir", "k.cu", "-o", "k.optixir"}).uncacheable, "");
   EXPECT_NE(parse({"-dlto", "-ltoir", "k.cu"}).uncacheable, "") << "no -o and no default name known";
   EXPECT_EQ(parse({"-x", "cu", "-c", "k.cpp"}).uncacheable, "");
 }
