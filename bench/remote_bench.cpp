@@ -2,6 +2,8 @@
 // local disk store, at 4 KiB, 64 KiB and 1 MiB; and 8 processes reading from
 // one server at once. Each server comes from a variable:
 // PROGCACHE_BENCH_REDIS=redis://127.0.0.1:PORT,
+// PROGCACHE_BENCH_THREE_REDIS="redis://127.0.0.1:P1 redis://127.0.0.1:P2 ..."
+// (independent servers, keys spread by the client's rendezvous hashing),
 // PROGCACHE_BENCH_CLUSTER=redis+cluster://127.0.0.1:PORT,... (a Redis Cluster:
 // scripts/redis_cluster.sh) and
 // PROGCACHE_BENCH_HTTP=http://127.0.0.1:PORT/PREFIX (nginx's WebDAV:
@@ -26,6 +28,19 @@ std::string url_of(const char* variable) {
   return u != nullptr ? u : "";
 }
 
+// "URL[ URL...]": several independent servers (rendezvous hashing), each
+// with a deadline long enough for a loaded machine.
+std::vector<std::string> urls_of(const std::string& list, const char* options = "?timeout=2000") {
+  std::vector<std::string> urls;
+  std::size_t from = 0;
+  while (from < list.size()) {
+    const std::size_t space = std::min(list.find(' ', from), list.size());
+    if (space > from) urls.push_back(list.substr(from, space - from) + options);
+    from = space + 1;
+  }
+  return urls;
+}
+
 pc::Key key_n(int n) {
   return pc::KeyBuilder("remote-bench").add_int("n", n).finish();
 }
@@ -36,7 +51,7 @@ void BM_RemoteHit(benchmark::State& state, const char* variable) {
     state.SkipWithError((std::string("set ") + variable).c_str());
     return;
   }
-  auto store = std::move(*pc::make_remote_store({.urls = {url + "?timeout=2000"}}));
+  auto store = std::move(*pc::make_remote_store({.urls = urls_of(url)}));
   const auto size = static_cast<std::size_t>(state.range(0));
   for (int i = 0; i < 16; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(size, 'r'))).ignore();
   int i = 0;
@@ -47,6 +62,11 @@ void BM_RemoteHit(benchmark::State& state, const char* variable) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0));
 }
 BENCHMARK_CAPTURE(BM_RemoteHit, redis, "PROGCACHE_BENCH_REDIS")
+    ->Arg(4 << 10)
+    ->Arg(64 << 10)
+    ->Arg(1 << 20)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RemoteHit, three_redis, "PROGCACHE_BENCH_THREE_REDIS")
     ->Arg(4 << 10)
     ->Arg(64 << 10)
     ->Arg(1 << 20)
@@ -87,7 +107,7 @@ void BM_EightProcessesSharingOneServer(benchmark::State& state, const char* vari
     return;
   }
   {
-    auto store = std::move(*pc::make_remote_store({.urls = {url}}));
+    auto store = std::move(*pc::make_remote_store({.urls = urls_of(url)}));
     for (int i = 0; i < 64; ++i) store->put_bytes(key_n(i), pc::Bytes::copy_of(std::string(64 << 10, 's'))).ignore();
   }
   constexpr int k_procs = 8, k_gets = 2000;
@@ -96,7 +116,7 @@ void BM_EightProcessesSharingOneServer(benchmark::State& state, const char* vari
     for (int p = 0; p < k_procs; ++p) {
       const pid_t pid = ::fork();
       if (pid == 0) {
-        auto store = std::move(*pc::make_remote_store({.urls = {url + "?timeout=5000"}}));
+        auto store = std::move(*pc::make_remote_store({.urls = urls_of(url, "?timeout=5000")}));
         int bad = 0;
         for (int i = 0; i < k_gets; ++i) {
           auto g = store->get(key_n((i * 7 + p) & 63));

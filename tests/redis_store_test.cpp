@@ -408,6 +408,91 @@ TEST(RedisDeadline, AnOversizedValueIsAbandonedNotBuffered) {
   EXPECT_EQ(big.code(), Code::resource_exhausted);
 }
 
+// A large value is read from the socket straight into the reply (no
+// parser buffer on the way); these serve one real entry's bytes, as Redis
+// stored them, from a server that sends them in pieces or malformed.
+class LargeValueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (RedisServer::binary().empty()) GTEST_SKIP() << "redis-server not installed";
+    RedisServer server;
+    ASSERT_TRUE(server.running());
+    auto s = redis({server.url()});
+    m_entry = make_entry(testing::make_payload(200000, 5));  // incompressible, past the direct-read size
+    ASSERT_TRUE(s->put(make_key(1), m_entry).ok());
+    m_stored = server.command({"GET", "progcache:" + make_key(1).hex()});
+    ASSERT_GT(m_stored.size(), 200000u);
+  }
+  // Serves every request with `head`, the stored value, then `tail`, each
+  // part cut in pieces of `piece` bytes sent `gap` apart.
+  MisbehavingServer::Serve serve(const std::string& tail, std::size_t piece, std::chrono::milliseconds gap) {
+    const std::string reply = "$" + std::to_string(m_stored.size()) + "\r\n" + m_stored + tail;
+    return [reply, piece, gap](int fd, const std::atomic<bool>& stop) {
+      while (MisbehavingServer::next_request(fd, stop)) {
+        for (std::size_t at = 0; at < reply.size() && !stop; at += piece) {
+          const std::size_t n = std::min(piece, reply.size() - at);
+          if (::send(fd, reply.data() + at, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) return;
+          std::this_thread::sleep_for(gap);
+        }
+      }
+    };
+  }
+  Entry m_entry;
+  std::string m_stored;
+};
+
+TEST_F(LargeValueTest, ALargeValueSentInPiecesReadsBackExactly) {
+  // Pieces of 4099 bytes: the header arrives with part of the value, and
+  // the last piece holds the value's end with its CRLF split off.
+  MisbehavingServer server(serve("\r\n", 4099, std::chrono::milliseconds(1)));
+  auto s = redis({server.url("timeout=5000")});
+  for (int i = 0; i < 2; ++i) {  // twice over one pooled connection
+    auto got = s->get(make_key(1));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_TRUE(got->has_value());
+    ASSERT_EQ((*got)->artifacts().size(), 1u);
+    EXPECT_TRUE((*got)->artifacts()[0].data.view() == m_entry.artifacts()[0].data.view())
+        << "the value read in pieces differs from the one stored";
+  }
+  EXPECT_EQ(s->stats().hits, 2u);
+  EXPECT_EQ(s->stats().corrupt_dropped, 0u);
+}
+
+TEST_F(LargeValueTest, ALargeValueNotEndedByCrlfIsAnErrorNotAHit) {
+  MisbehavingServer server(serve("XY", 1 << 20, std::chrono::milliseconds(0)));
+  auto s = redis({server.url("timeout=2000")});
+  auto got = s->get(make_key(1));
+  ASSERT_FALSE(got.ok()) << "a value without its CRLF was served";
+  EXPECT_EQ(got.status().code(), Code::data_loss) << got.status().to_string();
+}
+
+TEST_F(LargeValueTest, BytesAfterALargeValueNeverAnswerTheNextCall) {
+  // Each answer carries a stray "+OK" after the value: a reply to no
+  // command. Whether the first read takes it with the value or not, no call
+  // may be answered by it: each returns the value or an error.
+  MisbehavingServer server(serve("\r\n+OK\r\n", 1 << 20, std::chrono::milliseconds(0)));
+  auto s = redis({server.url("timeout=2000")}, {.breaker_failures = 1000});
+  for (int i = 0; i < 4; ++i) {
+    auto got = s->get(make_key(1));
+    if (!got.ok()) continue;
+    ASSERT_TRUE(got->has_value()) << "call " << i << " was answered by the stray bytes";
+    EXPECT_TRUE((*got)->artifacts()[0].data.view() == m_entry.artifacts()[0].data.view());
+  }
+  EXPECT_EQ(s->stats().corrupt_dropped, 0u);
+}
+
+TEST_F(LargeValueTest, AServerThatClosesInsideALargeValueIsAnErrorNotAHit) {
+  const std::string reply = "$" + std::to_string(m_stored.size()) + "\r\n" + m_stored.substr(0, 100000);
+  MisbehavingServer server([reply](int fd, const std::atomic<bool>& stop) {
+    if (!MisbehavingServer::next_request(fd, stop)) return;
+    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+  });  // the connection closes when this returns
+  auto s = redis({server.url("timeout=2000")});
+  auto got = s->get(make_key(1));
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), Code::unavailable) << got.status().to_string();
+}
+
 // ------------------------------------------------------------ tiered
 
 class TieredTest : public ::testing::Test {

@@ -2,11 +2,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -25,6 +28,32 @@ timeval to_timeval(std::chrono::milliseconds ms) {
 // pooled connection keeps between replies (a larger one is freed).
 constexpr std::size_t k_read_chunk = std::size_t{256} << 10;
 constexpr std::size_t k_kept_read_buffer = std::size_t{4} << 20;
+
+// A bulk string reply at least this long is read straight into the buffer
+// the caller gets (see Conn::read_first).
+constexpr std::size_t k_direct_min = std::size_t{8} << 10;
+
+char* read_chunk_buffer() {
+  thread_local const std::unique_ptr<char[]> buf(new char[k_read_chunk]);
+  return buf.get();
+}
+
+// The length announced by a bulk string header ("$<len>\r\n") at the start
+// of `in`, and the header's size; nullopt when `in` does not start with a
+// complete one (or announces a nil).
+struct BulkHeader {
+  std::size_t len;
+  std::size_t header;
+};
+std::optional<BulkHeader> bulk_header(std::string_view in) {
+  if (in.empty() || in[0] != '$') return std::nullopt;
+  const std::size_t crlf = in.substr(0, 32).find("\r\n");
+  if (crlf == std::string_view::npos || crlf < 2) return std::nullopt;
+  std::size_t len = 0;
+  const auto [end, ec] = std::from_chars(in.data() + 1, in.data() + crlf, len);
+  if (ec != std::errc() || end != in.data() + crlf) return std::nullopt;
+  return BulkHeader{len, crlf + 2};
+}
 
 }  // namespace
 
@@ -56,35 +85,93 @@ Result<Reply> Conn::exec(const std::vector<std::string_view>& args) {
   }
   Reply reply;
   void* r = nullptr;
+  // Nothing of an earlier reply is left in the parser: the first bytes read
+  // are this reply's start.
+  bool first = m_c->reader->ridx == -1 && m_c->reader->pos == m_c->reader->len;
   while (true) {
     if (redisGetReplyFromReader(m_c, &r) != REDIS_OK) return classify(what);
     if (r != nullptr) break;
-    if (m_c->reader->len > m_max_reply) {
-      return broken(Code::resource_exhausted,
-                    what + ": reply larger than the " + std::to_string(m_max_reply) + "-byte limit for one value");
-    }
+    if (m_c->reader->len > m_max_reply) return too_large(what);
     PROGCACHE_TRY(wait_for(POLLIN, what));
-    PROGCACHE_TRY(read_available(what));
+    if (std::exchange(first, false)) {
+      PROGCACHE_ASSIGN_OR_RETURN(redisReply * direct, read_first(what));
+      if (direct != nullptr) {
+        reply.r = direct;
+        return reply;
+      }
+    } else {
+      PROGCACHE_TRY(read_available(what));
+    }
   }
   reply.r = static_cast<redisReply*>(r);
   return reply;
+}
+
+Status Conn::too_large(const std::string& what) {
+  return broken(Code::resource_exhausted,
+                what + ": reply larger than the " + std::to_string(m_max_reply) + "-byte limit for one value");
 }
 
 // Reads what the socket holds, up to k_read_chunk at once (hiredis's own
 // read takes 16 KiB, one poll and one read per 16 KiB of a reply), and
 // feeds it to the reply parser.
 Status Conn::read_available(const std::string& what) {
-  thread_local const std::unique_ptr<char[]> buf(new char[k_read_chunk]);
-  const ssize_t n = ::read(m_c->fd, buf.get(), k_read_chunk);
-  if (n > 0) {
-    if (redisReaderFeed(m_c->reader, buf.get(), static_cast<std::size_t>(n)) != REDIS_OK) {
-      return broken(Code::data_loss, what + ": " + m_c->reader->errstr);
-    }
-    return {};
+  PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, read_some(read_chunk_buffer(), k_read_chunk, what));
+  return feed(read_chunk_buffer(), n, what);
+}
+
+Status Conn::feed(const char* data, std::size_t n, const std::string& what) {
+  if (n > 0 && redisReaderFeed(m_c->reader, data, n) != REDIS_OK) {
+    return broken(Code::data_loss, what + ": " + m_c->reader->errstr);
   }
+  return {};
+}
+
+Result<std::size_t> Conn::read_some(char* into, std::size_t room, const std::string& what) {
+  const ssize_t n = ::read(m_c->fd, into, room);
+  if (n > 0) return static_cast<std::size_t>(n);
   if (n == 0) return broken(Code::unavailable, what + ": the server closed the connection");
-  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return {};
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::size_t{0};
   return broken(Code::unavailable, what + ": read: " + std::strerror(errno));
+}
+
+// The first read of a reply. A large bulk string (a hit) is read from the
+// socket straight into the buffer the reply hands out: one copy, the
+// kernel's, where hiredis's parser would copy it twice more (into its read
+// buffer, then into a reply string), each copy landing in a different
+// buffer per pooled connection. Anything else goes to hiredis's parser.
+// Returns the reply when it took the direct path, else null.
+Result<redisReply*> Conn::read_first(const std::string& what) {
+  char* const buf = read_chunk_buffer();
+  PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, read_some(buf, k_read_chunk, what));
+  const auto head = bulk_header(std::string_view(buf, n));
+  if (!head || head->len < k_direct_min) {
+    PROGCACHE_TRY(feed(buf, n, what));
+    return nullptr;
+  }
+  if (head->len > m_max_reply) return too_large(what);
+  const std::size_t want = head->len + 2;  // the value and its "\r\n"
+  if (n - head->header > want) return broken(Code::data_loss, what + ": bytes after the reply");
+  // malloc'ed, as freeReplyObject frees it.
+  std::unique_ptr<char, decltype(&std::free)> value(static_cast<char*>(std::malloc(want)), &std::free);
+  if (value == nullptr) return broken(Code::resource_exhausted, what + ": no memory for the reply");
+  std::size_t have = n - head->header;
+  std::memcpy(value.get(), buf + head->header, have);
+  while (have < want) {
+    PROGCACHE_ASSIGN_OR_RETURN(std::size_t got, read_some(value.get() + have, want - have, what));
+    have += got;
+    if (got == 0 && have < want) PROGCACHE_TRY(wait_for(POLLIN, what));
+  }
+  if (value.get()[head->len] != '\r' || value.get()[head->len + 1] != '\n') {
+    return broken(Code::data_loss, what + ": protocol error: a bulk string not followed by CRLF");
+  }
+  value.get()[head->len] = '\0';
+  auto* r = static_cast<redisReply*>(std::calloc(1, sizeof(redisReply)));
+  if (r == nullptr) return broken(Code::resource_exhausted, what + ": no memory for the reply");
+  r->type = REDIS_REPLY_STRING;
+  r->len = head->len;
+  r->str = value.release();
+  return r;
 }
 
 Status Conn::classify(const std::string& what) const {
@@ -142,14 +229,34 @@ Result<Reply> Node::exec(std::initializer_list<std::string_view> args, RemoteDea
   return reply;
 }
 
+// A pooled connection is reused only while it is quiet: nothing left unread
+// in the parser or on the socket (bytes that answer no command would answer
+// the next one) and not closed by the server (an idle timeout, a restart),
+// which would cost the next call an error where a new connection serves it.
+// One non-blocking peek per call.
+namespace {
+bool quiet(redisContext* c) {
+  if (c->err != 0 || c->reader->ridx != -1 || c->reader->pos != c->reader->len) return false;
+  char b = 0;
+  const ssize_t n = ::recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+}  // namespace
+
 Status Node::acquire(RemoteDeadline deadline, redisContext** out) {
-  {
-    MutexLock l(m_mu);
-    if (!m_idle.empty()) {
-      *out = m_idle.back();
+  while (true) {
+    redisContext* c = nullptr;
+    {
+      MutexLock l(m_mu);
+      if (m_idle.empty()) break;
+      c = m_idle.back();
       m_idle.pop_back();
+    }
+    if (quiet(c)) {
+      *out = c;
       return {};
     }
+    redisFree(c);
   }
   const auto connect_for =
       std::min<std::chrono::milliseconds>(m_o.connect_timeout, std::chrono::milliseconds(millis_until(deadline)));
