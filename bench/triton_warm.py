@@ -8,7 +8,12 @@ Each round starts fresh processes, alternating the two sides:
   PROGCACHE_TRITON_WARM_START=1, the store warm and the materialised copy
   under TRITON_CACHE_DIR warm;
 - progcache-store: the same with an empty TRITON_CACHE_DIR each time (a new
-  machine or container with the store mounted): every group is materialised.
+  machine or container with the store mounted): every group is materialised;
+- floor: a cache manager that answers each lookup from a dict filled before
+  the clock starts (the paths of Triton's own warm cache files): no I/O and
+  no work of its own per lookup, so what remains is Triton's (hashing the
+  kernel's source and options, building the CompiledKernel, reading its
+  files). No cache manager can serve a hit for less.
 Each process times its import (Triton, and progcache.triton where used),
 triton_key() (which Triton computes before the first lookup of a process;
 timed apart, so the per-kernel figures do not carry it), each kernel's
@@ -41,6 +46,28 @@ t0 = time.perf_counter()
 if os.environ.get("BENCH_PROGCACHE") == "1":
     import progcache.triton
 import triton
+if os.environ.get("BENCH_FLOOR"):
+    from triton.runtime.cache import CacheManager
+    groups = {}
+    for key in os.listdir(os.environ["BENCH_FLOOR"]):
+        for f in os.listdir(os.path.join(os.environ["BENCH_FLOOR"], key)):
+            if f.startswith("__grp__"):
+                with open(os.path.join(os.environ["BENCH_FLOOR"], key, f)) as g:
+                    groups[(key, f[len("__grp__"):])] = json.load(g)["child_paths"]
+
+    class Floor(CacheManager):
+        def __init__(self, key, override=False, dump=False):
+            self.key = key
+        def get_file(self, filename):
+            return None
+        def get_group(self, filename):
+            return groups.get((self.key, filename))
+        def put(self, data, filename, binary=True):
+            raise RuntimeError("the floor manager serves warm lookups only")
+        def put_group(self, filename, group):
+            raise RuntimeError("the floor manager serves warm lookups only")
+
+    triton.knobs.cache.manager_class = Floor
 sys.path.insert(0, sys.argv[1])
 import kernels
 from triton.runtime import cache
@@ -91,9 +118,11 @@ def main() -> None:
     store_only = dict(sides["progcache"], TRITON_CACHE_DIR=f"{work}/triton-fresh")
     try:
         cold = {side: run(env) for side, env in sides.items()}
-        rows = {side: [] for side in ("triton", "progcache", "progcache-store")}
+        rows = {side: [] for side in ("triton", "progcache", "progcache-store", "floor")}
+        floor = dict(sides["triton"], BENCH_FLOOR=sides["triton"]["TRITON_CACHE_DIR"])
         for _ in range(args.rounds):
             rows["triton"].append(run(sides["triton"]))
+            rows["floor"].append(run(floor))
             rows["progcache"].append(run(sides["progcache"]))
             shutil.rmtree(store_only["TRITON_CACHE_DIR"], ignore_errors=True)
             rows["progcache-store"].append(run(store_only))
@@ -103,18 +132,18 @@ def main() -> None:
 
         print(f"Triton {__import__('triton').__version__}, {args.rounds} rounds of fresh processes, medians (ms)\n")
         print(f"{'kernel':<12}{'cold':>10}{'triton warm':>13}{'progcache':>11}{'ratio':>7}"
-              f"{'pc, fresh dir':>15}{'ratio':>7}")
+              f"{'pc, fresh dir':>15}{'ratio':>7}{'floor':>9}{'ratio':>7}")
         for n in NAMES:
-            t = med("triton", lambda r: r["kernels"][n]) * 1e3
-            p = med("progcache", lambda r: r["kernels"][n]) * 1e3
-            s = med("progcache-store", lambda r: r["kernels"][n]) * 1e3
+            t, p, s, fl = (med(side, lambda r: r["kernels"][n]) * 1e3
+                           for side in ("triton", "progcache", "progcache-store", "floor"))
             print(f"{n:<12}{cold['triton']['kernels'][n] * 1e3:>10.1f}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}"
-                  f"{s:>15.2f}{s / t:>7.2f}")
+                  f"{s:>15.2f}{s / t:>7.2f}{fl:>9.2f}{fl / t:>7.2f}")
         for label, f in (("mean/kernel", lambda r: r["compiles"] / len(NAMES)),
                          ("mean 2nd-5th", lambda r: r["after_first"]), ("import", lambda r: r["import"]),
                          ("triton_key", lambda r: r["triton_key"]), ("process", lambda r: r["total"])):
-            t, p, s = (med(side, f) * 1e3 for side in ("triton", "progcache", "progcache-store"))
-            print(f"{label:<12}{'':>10}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}{s:>15.2f}{s / t:>7.2f}")
+            t, p, s, fl = (med(side, f) * 1e3 for side in ("triton", "progcache", "progcache-store", "floor"))
+            print(f"{label:<12}{'':>10}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}{s:>15.2f}{s / t:>7.2f}"
+                  f"{fl:>9.2f}{fl / t:>7.2f}")
         tf, tb = tree_size(sides["triton"]["TRITON_CACHE_DIR"])
         pf, pb = tree_size(os.path.join(f"{work}/pc", "triton"))
         entries = sum(1 for d, _, fs in os.walk(f"{work}/pc/triton") for f in fs if len(f) == 62)

@@ -19,12 +19,26 @@ for kind in "${kinds[@]}"; do
     *) echo "unknown sanitizer kind '$kind' (asan or tsan)" >&2; exit 2 ;;
   esac
   build="build-$kind"
+  # The ASan+UBSan tree is built with clang and holds the libFuzzer targets
+  # too, so scripts/fuzz.sh runs them from it (PROGCACHE_FUZZ_BUILD_DIR)
+  # instead of building the library a third time. Measured on a 2-core
+  # machine: this tree built in 433 s and its tests ran in 140 s, where
+  # g++'s ASan+UBSan tree took about 700 s and 270 s and the separate fuzzer
+  # tree about 160 s more. The TSan tree stays on g++ (a second compiler's
+  # view of the code).
+  toolchain=()
+  if [[ "$kind" == asan ]]; then
+    source scripts/clang.sh
+    need_clang_with_runtime
+    toolchain=(-DCMAKE_CXX_COMPILER=clang++ -DPROGCACHE_BUILD_FUZZERS=ON)
+  fi
   # -O1 with line tables only (-g1): what the sanitizers' documentation
   # recommends for speed, and enough for symbolised reports (file:line per
   # frame). Measured on a 2-core machine, one test TU (file_store_test.cpp)
   # under ASan+UBSan: 97 s at -O2 -g, 37 s at -O1 -g1; under TSan 30 s and
   # 18 s. Configured on every run, so a tree made with other flags follows.
-  cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPROGCACHE_SANITIZE="$flags" \
+  cmake -S . -B "$build" "${generator[@]}" "${toolchain[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPROGCACHE_SANITIZE="$flags" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DPROGCACHE_BUILD_BENCH=OFF >/dev/null
   cmake --build "$build" -j "${PROGCACHE_JOBS:-2}"

@@ -63,7 +63,8 @@ if [[ "${PROGCACHE_QUICK:-0}" != "1" ]]; then
   mark "ASan+UBSan"
   bash scripts/sanitize.sh tsan
   mark TSan
-  bash scripts/fuzz.sh "${PROGCACHE_FUZZ_SECONDS:-20}"
+  # From the ASan+UBSan tree, which holds the fuzzers (scripts/sanitize.sh).
+  PROGCACHE_FUZZ_BUILD_DIR=build-asan bash scripts/fuzz.sh "${PROGCACHE_FUZZ_SECONDS:-20}"
   mark fuzzers
 fi
 # progcache.tilelang and KernelCache against the real tilelang are not run
