@@ -97,6 +97,17 @@ def test_a_kernel_compiled_in_one_process_is_served_to_the_next_without_a_compil
     assert files_of(third) == files_of(first)
 
 
+def test_selected_through_tritons_knobs_it_serves_the_next_process(tmp_path):
+    # triton.knobs.cache.manager_class = progcache.triton.CacheManager, no
+    # TRITON_CACHE_MANAGER in the environment.
+    first = Env(tmp_path, "a").run([k("layer_norm")], manager="knobs")
+    assert first["compiles"] == 1 and first["stats"]["puts"] == 1, first["stats"]
+    assert len(store_entries(str(tmp_path / "root-a"))) == 1
+    second = Env(tmp_path, "b", root=str(tmp_path / "root-a")).run([k("layer_norm")], manager="knobs")
+    assert second["compiles"] == 0 and second["hits"] == 1 and second["stats"]["hits"] == 1
+    assert files_of(second) == files_of(first)
+
+
 def test_a_changed_constexpr_or_kernel_body_is_compiled_again(tmp_path):
     root = str(tmp_path / "root")
     assert Env(tmp_path, "a", root=root).run([k("vector_add")])["compiles"] == 1

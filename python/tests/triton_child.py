@@ -5,8 +5,9 @@ each kernel's group as Triton read it back.
 
     python triton_child.py '{"manager": "progcache", "kernels": [["softmax", {}]]}'
 
-Keys of the spec: manager ("progcache", "triton": Triton's own
-FileCacheManager, or "remote": Triton's RemoteCacheManager over
+Keys of the spec: manager ("progcache": chosen by TRITON_CACHE_MANAGER,
+"knobs": the same class set as triton.knobs.cache.manager_class, "triton":
+Triton's own FileCacheManager, or "remote": Triton's RemoteCacheManager over
 progcache.triton.RemoteCacheBackend), kernels ([name, constexprs] pairs),
 module (a file defining KERNELS and compile_kernel; default
 examples/triton/kernels.py), start_at (a time.time() to wait for, so several
@@ -43,6 +44,11 @@ import importlib.util  # noqa: E402
 
 from triton import knobs  # noqa: E402
 
+if manager == "knobs":
+    import progcache.triton
+
+    knobs.cache.manager_class = progcache.triton.CacheManager
+
 hits = []
 knobs.compilation.listener = lambda **kw: hits.append(bool(kw["cache_hit"]))
 mod_spec = importlib.util.spec_from_file_location("kernels_under_test", module)
@@ -64,7 +70,7 @@ for name, constexprs in spec["kernels"]:
 
 result = {"compiles": hits.count(False), "hits": hits.count(True), "kernels": out,
           "libtriton_reads": len(libtriton_reads)}
-if manager in ("progcache", "remote"):
+if manager in ("progcache", "knobs", "remote"):
     import progcache.triton
     result["stats"] = progcache.triton.stats()
 print(json.dumps(result))
