@@ -297,6 +297,26 @@ TEST(RedisStore, DeadOrPausedServerTripsTheBreakerAndNeverStallsPastTheTimeout) 
   EXPECT_EQ((*s->get_bytes(make_key(2)))->view(), "after");
 }
 
+TEST(RedisStore, APooledConnectionTheServerClosedIsReplacedNotAFailedCall) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  ASSERT_TRUE(server.running());
+  auto s = redis({server.url()});
+  ASSERT_TRUE(s->put(make_key(1), make_entry("one")).ok());
+  ASSERT_TRUE((*s->get(make_key(1))).has_value());  // a connection now waits in the pool
+  // The server drops its clients (an idle timeout, a failover, a restart
+  // look the same to the client): the pooled connection is dead.
+  server.command({"CLIENT", "KILL", "TYPE", "normal"});
+  for (int i = 0; i < 3; ++i) {
+    auto got = s->get(make_key(1));
+    ASSERT_TRUE(got.ok()) << "call " << i
+                          << " after the server closed the pooled connection: " << got.status().to_string();
+    ASSERT_TRUE(got->has_value());
+    EXPECT_EQ((*got)->artifacts()[0].data.view(), "one");
+  }
+  EXPECT_EQ(s->remote_stats().failures, 0u) << s->remote_stats().last_error;
+}
+
 TEST(RedisStore, MissingPasswordIsAnAuthenticationErrorNotCorruption) {
   REQUIRE_REDIS();
   RedisServer server({"--requirepass", "right-password"});
