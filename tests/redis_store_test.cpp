@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -317,6 +318,35 @@ TEST(RedisStore, APooledConnectionTheServerClosedIsReplacedNotAFailedCall) {
   EXPECT_EQ(s->remote_stats().failures, 0u) << s->remote_stats().last_error;
 }
 
+// total_connections_received of the server's INFO (each call of
+// command() is a connection of its own).
+std::uint64_t connections_received(const RedisServer& server) {
+  const std::string info = server.command({"INFO", "stats"});
+  const std::string field = "total_connections_received:";
+  const std::size_t at = info.find(field);
+  return at == std::string::npos ? 0 : std::stoull(info.substr(at + field.size()));
+}
+
+TEST(RedisStore, LargeHitsReuseOnePooledConnection) {
+  REQUIRE_REDIS();
+  RedisServer server;
+  ASSERT_TRUE(server.running());
+  // Database 1: each new connection runs SELECT first, a small reply before
+  // the first hit (as AUTH and READONLY are).
+  auto s = redis({"redis://127.0.0.1:" + std::to_string(server.port()) + "/1"});
+  const Entry big = make_entry(testing::make_payload(200000, 3));
+  ASSERT_TRUE(s->put(make_key(1), big).ok());
+  ASSERT_TRUE(s->put(make_key(2), make_entry("small")).ok());
+  ASSERT_TRUE((*s->get(make_key(1))).has_value());
+  const std::uint64_t before = connections_received(server);
+  for (int i = 0; i < 10; ++i) {
+    auto got = s->get(make_key(i % 3 == 0 ? 2 : 1));  // small and large replies mixed
+    ASSERT_TRUE(got.ok() && got->has_value()) << got.status().to_string();
+  }
+  // Only the INFO above and this one connected.
+  EXPECT_LE(connections_received(server) - before, 1u) << "hits opened new connections";
+}
+
 TEST(RedisStore, MissingPasswordIsAnAuthenticationErrorNotCorruption) {
   REQUIRE_REDIS();
   RedisServer server({"--requirepass", "right-password"});
@@ -511,6 +541,20 @@ TEST_F(LargeValueTest, AServerThatClosesInsideALargeValueIsAnErrorNotAHit) {
   auto got = s->get(make_key(1));
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), Code::unavailable) << got.status().to_string();
+}
+
+TEST(RedisDeadline, ALengthNearTheLargestSizeUnderNoLimitIsRefusedNotWrapped) {
+  // max_value_bytes at its largest ("no limit"): the announced length plus
+  // its CRLF would wrap to 0, and the value be read before its buffer.
+  for (const char* head : {"$18446744073709551614\r\nab", "$18446744073709551615\r\nabc"}) {
+    MisbehavingServer server([head = std::string(head)](int fd, const std::atomic<bool>& stop) {
+      if (MisbehavingServer::next_request(fd, stop)) ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    });
+    auto s = redis({server.url("timeout=2000")}, {.max_value_bytes = std::numeric_limits<std::size_t>::max()});
+    auto r = s->get(make_key(1));
+    ASSERT_FALSE(r.ok()) << head;
+    EXPECT_EQ(r.status().code(), Code::resource_exhausted) << r.status().to_string();
+  }
 }
 
 // ------------------------------------------------------------ tiered

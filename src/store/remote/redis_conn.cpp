@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,15 +87,20 @@ Result<Reply> Conn::exec(const std::vector<std::string_view>& args) {
   Reply reply;
   void* r = nullptr;
   // Nothing of an earlier reply is left in the parser: the first bytes read
-  // are this reply's start.
+  // are this reply's start. The parser is not asked for a reply until it
+  // has been fed: asked with a consumed buffer still held, hiredis starts a
+  // read task (ridx 0), and a connection whose reply then took the direct
+  // path would look mid-reply to the pool and be discarded.
   bool first = m_c->reader->ridx == -1 && m_c->reader->pos == m_c->reader->len;
   while (true) {
-    if (redisGetReplyFromReader(m_c, &r) != REDIS_OK) return classify(what);
-    if (r != nullptr) break;
-    if (m_c->reader->len > m_max_reply) return too_large(what);
+    if (!first) {
+      if (redisGetReplyFromReader(m_c, &r) != REDIS_OK) return classify(what);
+      if (r != nullptr) break;
+      if (m_c->reader->len > m_max_reply) return too_large(what);
+    }
     PROGCACHE_TRY(wait_for(POLLIN, what));
-    if (std::exchange(first, false)) {
-      PROGCACHE_ASSIGN_OR_RETURN(redisReply * direct, read_first(what));
+    if (first) {
+      PROGCACHE_ASSIGN_OR_RETURN(redisReply * direct, read_first(what, &first));
       if (direct != nullptr) {
         reply.r = direct;
         return reply;
@@ -140,16 +146,20 @@ Result<std::size_t> Conn::read_some(char* into, std::size_t room, const std::str
 // kernel's, where hiredis's parser would copy it twice more (into its read
 // buffer, then into a reply string), each copy landing in a different
 // buffer per pooled connection. Anything else goes to hiredis's parser.
-// Returns the reply when it took the direct path, else null.
-Result<redisReply*> Conn::read_first(const std::string& what) {
+// Returns the reply when it took the direct path, else null; `*first` stays
+// true while nothing was read (the next read is still the reply's first).
+Result<redisReply*> Conn::read_first(const std::string& what, bool* first) {
   char* const buf = read_chunk_buffer();
   PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, read_some(buf, k_read_chunk, what));
+  if (n == 0) return nullptr;
+  *first = false;
   const auto head = bulk_header(std::string_view(buf, n));
   if (!head || head->len < k_direct_min) {
     PROGCACHE_TRY(feed(buf, n, what));
     return nullptr;
   }
-  if (head->len > m_max_reply) return too_large(what);
+  // The second test keeps len + 2 from wrapping under a limit set to "none".
+  if (head->len > m_max_reply || head->len > static_cast<std::size_t>(PTRDIFF_MAX) - 2) return too_large(what);
   const std::size_t want = head->len + 2;  // the value and its "\r\n"
   if (n - head->header > want) return broken(Code::data_loss, what + ": bytes after the reply");
   // malloc'ed, as freeReplyObject frees it.

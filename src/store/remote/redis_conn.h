@@ -62,7 +62,7 @@ class Conn {
 
  private:
   Status read_available(const std::string& what);
-  Result<redisReply*> read_first(const std::string& what);
+  Result<redisReply*> read_first(const std::string& what, bool* first);
   Result<std::size_t> read_some(char* into, std::size_t room, const std::string& what);
   Status feed(const char* data, std::size_t n, const std::string& what);
   Status too_large(const std::string& what);

@@ -2,6 +2,7 @@
 // which backends this build has; front ends ask check_remote_url and
 // remote_schemes instead of testing build flags.
 #include <algorithm>
+#include <limits>
 
 #include "progcache/remote_store.h"
 #ifdef PROGCACHE_WITH_REDIS
@@ -25,6 +26,11 @@ struct Scheme {
 };
 
 #ifdef PROGCACHE_WITH_REDIS
+// a + b, or the largest size_t where that would wrap (a limit of "none").
+std::size_t saturating_add(std::size_t a, std::size_t b) {
+  return a > std::numeric_limits<std::size_t>::max() - b ? std::numeric_limits<std::size_t>::max() : a + b;
+}
+
 Result<RemoteUrlInfo> check_redis(std::string_view url) {
   PROGCACHE_ASSIGN_OR_RETURN(RedisUrl u, parse_redis_url(url));
   return RemoteUrlInfo{u.redacted(), !u.password.empty()};
@@ -35,7 +41,7 @@ Result<std::unique_ptr<RemoteBackend>> make_redis(std::string_view url, const Re
   if (u.password.empty()) u.password = o.password;
   // Room for the framing around one value ("$<len>\r\n" ... "\r\n").
   return make_redis_backend(
-      u, {.max_idle_connections = o.max_idle_connections, .max_reply_bytes = o.max_value_bytes + 64});
+      u, {.max_idle_connections = o.max_idle_connections, .max_reply_bytes = saturating_add(o.max_value_bytes, 64)});
 }
 #endif
 
