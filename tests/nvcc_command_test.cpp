@@ -10,12 +10,22 @@
 namespace progcache::nvcc {
 namespace {
 
-Command parse(const std::vector<std::string>& args, const std::map<std::string, std::string>& files = {}) {
-  return parse_command(args, [&](const std::string& p) -> Result<std::string> {
-    auto it = files.find(p);
-    if (it == files.end()) return not_found("no file " + p);
-    return it->second;
-  });
+Command parse(const std::vector<std::string>& args, const std::map<std::string, std::string>& files = {},
+              const EnvFlags& env = {}) {
+  return parse_command(
+      args,
+      [&](const std::string& p) -> Result<std::string> {
+        auto it = files.find(p);
+        if (it == files.end()) return not_found("no file " + p);
+        return it->second;
+      },
+      env);
+}
+
+std::vector<std::string> paths_read(const Command& c) {
+  std::vector<std::string> out;
+  for (const auto& f : c.read_files) out.push_back(f.path);
+  return out;
 }
 
 TEST(NvccCommandTest, EverySpellingOfAnOptionIsOneCanonicalWord) {
@@ -84,6 +94,79 @@ TEST(NvccCommandTest, OptionsFilesAreKeyedByWhatTheyHold) {
   EXPECT_EQ(parse({"-c", "k.cu", "-optf", "self"}, {{"self", "-optf self"}}).uncacheable,
             "options files nested too deeply");
   EXPECT_EQ(split_options_file("a 'b c' \"d\\\"e\" f\\ g"), (std::vector<std::string>{"a", "b c", "d\"e", "f g"}));
+}
+
+TEST(NvccCommandTest, FilesTheSubToolsReadByNameAreKeyedByContent) {
+  // A host compiler response file: its contents are keyed, and its words
+  // are the host compiler's (a -include inside is followed too).
+  const std::vector<std::string> args = {"-c", "k.cu", "-Xcompiler", "@flags.rsp"};
+  const Command a = parse(args, {{"flags.rsp", "-O2 -include pre.h"}, {"pre.h", "#define A 1"}});
+  ASSERT_EQ(a.uncacheable, "");
+  EXPECT_EQ(paths_read(a), (std::vector<std::string>{"flags.rsp", "pre.h"}));
+  const Command edited = parse(args, {{"flags.rsp", "-O3 -include pre.h"}, {"pre.h", "#define A 1"}});
+  EXPECT_NE(edited.read_files[0].sha256, a.read_files[0].sha256);
+  EXPECT_EQ(parse(args, {}).uncacheable, "host compiler response file 'flags.rsp' cannot be read");
+  // -include and -imacros in every spelling, over several -Xcompiler words.
+  for (const auto& xs : std::vector<std::vector<std::string>>{{"-Xcompiler", "-include,pre.h"},
+                                                              {"-Xcompiler", "-include", "-Xcompiler", "pre.h"},
+                                                              {"--compiler-options=-includepre.h"},
+                                                              {"-Xcompiler=--imacros=pre.h"}}) {
+    std::vector<std::string> cmd = {"-c", "k.cu"};
+    cmd.insert(cmd.end(), xs.begin(), xs.end());
+    const Command c = parse(cmd, {{"pre.h", "#define A 1"}});
+    EXPECT_EQ(c.uncacheable, "") << xs.back();
+    EXPECT_EQ(paths_read(c), (std::vector<std::string>{"pre.h"})) << xs.back();
+    EXPECT_EQ(parse(cmd).uncacheable, "host compiler file 'pre.h' is not a readable file in the working directory");
+  }
+  // Host compiler words that may read a file the key cannot see are refused.
+  for (const char* w : {"-B/opt/gcc", "-specs=my.specs", "-fprofile-use=prof", "-fplugin=p.so", "-Xpreprocessor",
+                        "-isystem/opt/inc", "-gsplit-dwarf", "-fsanitize-ignorelist=l.txt", "stray.c"}) {
+    EXPECT_EQ(parse({"-c", "k.cu", "-Xcompiler", w}).uncacheable,
+              "host compiler word '" + std::string(w) + "' may read files the key cannot see")
+        << w;
+  }
+  // A comma splits -Xcompiler's value, not a response file's words.
+  EXPECT_EQ(parse({"-c", "k.cu", "-Xcompiler", "@r"}, {{"r", "-Wp,-include,x.h"}}).uncacheable,
+            "host compiler word '-Wp,-include,x.h' may read files the key cannot see");
+  // ... also when forwarded as unknown options.
+  EXPECT_NE(parse({"-forward-unknown-to-host-compiler", "-fprofile-use=prof", "-c", "k.cu"}).uncacheable, "");
+  // Common flags stay cacheable.
+  EXPECT_EQ(parse({"-c", "k.cu", "-Xcompiler=-fPIC,-Wall,-O2,-fvisibility=hidden,-fopenmp,-DX=1"}).uncacheable, "");
+  // ptxas's options files (ptxas reads no @file), and @files of the others.
+  const Command p =
+      parse({"-cubin", "k.cu", "-Xptxas", "--options-file,p.opt", "-Xcudafe", "@c.rsp", "-Xnvlink", "-optf=n.opt"},
+            {{"p.opt", "-O0 -optf nested.opt"}, {"nested.opt", "-v"}, {"c.rsp", ""}, {"n.opt", ""}});
+  ASSERT_EQ(p.uncacheable, "");
+  EXPECT_EQ(paths_read(p), (std::vector<std::string>{"c.rsp", "n.opt", "p.opt", "nested.opt"}));
+  EXPECT_EQ(parse({"-cubin", "k.cu", "-Xptxas", "-optf,gone.opt"}).uncacheable,
+            "ptxas options file 'gone.opt' cannot be read");
+  EXPECT_EQ(parse({"-cubin", "k.cu", "-Xptxas", "-o,elsewhere.cubin"}).uncacheable,
+            "ptxas option '-o' writes a file outside the output");
+  // nvcc's own options files are listed too.
+  EXPECT_EQ(paths_read(parse({"-c", "k.cu", "-optf", "o.txt"}, {{"o.txt", "-DA=1"}})),
+            (std::vector<std::string>{"o.txt"}));
+  EXPECT_EQ(parse({"-c", "k.cu", "-ldir", "mylibdevice"}).uncacheable,
+            "--libdevice-directory writes or omits files outside the output");
+}
+
+TEST(NvccCommandTest, NvccsFlagVariablesAreReadAsOptions) {
+  // NVCC_PREPEND_FLAGS and NVCC_APPEND_FLAGS act as words before and after
+  // the command line's: their options files, -ccbin, -o and -X values count.
+  const Command c = parse({"-c", "k.cu"}, {{"o.txt", "-DA=1"}, {"f.rsp", "-O2"}},
+                          {.prepend = "-optf o.txt  -ccbin /opt/g++", .append = "-Xcompiler @f.rsp	-o out.o"});
+  ASSERT_EQ(c.uncacheable, "");
+  EXPECT_EQ(c.ccbin, "/opt/g++");
+  EXPECT_EQ(c.output, "out.o");
+  EXPECT_EQ(paths_read(c), (std::vector<std::string>{"o.txt", "f.rsp"}));
+  EXPECT_NE(std::find(c.canonical.begin(), c.canonical.end(), "--define-macro=A=1"), c.canonical.end());
+  EXPECT_EQ(parse({"-c", "k.cu"}, {}, {.append = "-Xcompiler -fprofile-use=p"}).uncacheable,
+            "host compiler word '-fprofile-use=p' may read files the key cannot see");
+  EXPECT_EQ(parse({"-c", "k.cu"}, {}, {.prepend = "-DX=\"a b\""}).uncacheable,
+            "NVCC_PREPEND_FLAGS holds a quote or a backslash: how nvcc splits it is not known");
+  EXPECT_EQ(parse({"-c", "k.cu"}, {}, {.append = "-optf missing.txt"}).uncacheable,
+            "options file 'missing.txt' cannot be read");
+  EXPECT_EQ(parse({"-c", "k.cu"}, {}, {.append = "-E"}).uncacheable, "--preprocess makes no single cacheable output");
+  EXPECT_EQ(*split_env_flags(" a\tb\n c "), (std::vector<std::string>{"a", "b", "c"}));
 }
 
 TEST(NvccCommandTest, DependencyFilesNameEveryPrerequisiteOnce) {

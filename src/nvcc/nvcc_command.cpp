@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <map>
 #include <set>
+#include <span>
 #include <string_view>
+#include <tuple>
+
+#include "progcache/hash.h"
 
 namespace progcache::nvcc {
 
@@ -18,6 +23,9 @@ struct Option {
 
 constexpr Option k_options[] = {
 #include "nvcc/nvcc_option_table.inc"
+    // Not in `nvcc --help`, but nvcc takes it (CMake projects pass it):
+    // words for cudafe++.
+    {"cudafe-options", "Xcudafe", true},
 };
 
 // Options files nest; a file that names itself must not recurse forever.
@@ -77,7 +85,118 @@ constexpr std::string_view k_uncacheable_options[] = {
     "fdevice-time-trace",
     "output-directory",
     "run-args",
+    // libdevice from a directory the key does not cover.
+    "libdevice-directory",
 };
+
+// The tools nvcc hands words to, by the option that carries them.
+struct ToolOption {
+  std::string_view option;
+  std::string_view tool;
+};
+constexpr ToolOption k_tool_options[] = {
+    {"ptxas-options", "ptxas"},   {"nvlink-options", "nvlink"},    {"cudafe-options", "cudafe++"},
+    {"linker-options", "linker"}, {"archive-options", "archiver"},
+};
+
+// Host compiler words known to read and write no file: keyed as words.
+// Every other word given to the host compiler is refused, since a flag that
+// reads a file the key cannot see (-fprofile-use=, -specs=, -B, -fplugin=,
+// -Wp,...) would serve the output of a file's old contents.
+constexpr std::string_view k_host_flag_prefixes[] = {
+    "-D",
+    "-U",
+    "-O",
+    "-W",
+    "-m",
+    "-g",
+    "-std=",
+    "-fno-",
+    "-fvisibility",
+    "-fsanitize=",
+    "-fsanitize-recover",
+    "-fstack-protector",
+    "-fcf-protection",
+    "-fdiagnostics-color",
+    "-fmax-errors=",
+    "-ftemplate-depth=",
+    "-ftemplate-backtrace-limit=",
+    "-fconstexpr-",
+    "-fdebug-prefix-map=",
+    "-ffile-prefix-map=",
+    "-fmacro-prefix-map=",
+    "-ffp-contract=",
+    "-fexcess-precision=",
+    "-fabi-version=",
+    "-ftls-model=",
+    "-fmessage-length=",
+    "-finput-charset=",
+    "-fexec-charset=",
+    "-fopenmp",
+    "-flto",
+};
+constexpr std::string_view k_host_flags[] = {
+    "-fPIC",
+    "-fpic",
+    "-fPIE",
+    "-fpie",
+    "-pthread",
+    "-pipe",
+    "-w",
+    "-pedantic",
+    "-pedantic-errors",
+    "-ansi",
+    "-fexceptions",
+    "-frtti",
+    "-fasynchronous-unwind-tables",
+    "-funwind-tables",
+    "-ffast-math",
+    "-fstrict-aliasing",
+    "-fwrapv",
+    "-ftrapv",
+    "-fcommon",
+    "-ffunction-sections",
+    "-fdata-sections",
+    "-fomit-frame-pointer",
+    "-fsigned-char",
+    "-funsigned-char",
+    "-fpermissive",
+    "-fsized-deallocation",
+    "-faligned-new",
+    "-fconcepts",
+    "-fcoroutines",
+    "-fchar8_t",
+    "-finline-functions",
+    "-funroll-loops",
+    "-ftree-vectorize",
+    "-fstack-clash-protection",
+    "-fmath-errno",
+    "-frecord-gcc-switches",
+    "-ffreestanding",
+    "-fshort-wchar",
+    "-fshort-enums",
+    "-fthreadsafe-statics",
+    "-fuse-cxa-atexit",
+    "-fzero-initialized-in-bss",
+    "-fdiagnostics-show-option",
+    "-shared",
+    "-static",
+    "-rdynamic",
+    "-v",
+};
+// ... less these, which match a prefix above yet read or write files: the
+// assembler's and the preprocessor's own words, split DWARF (.dwo files).
+constexpr std::string_view k_host_file_prefixes[] = {"-Wa,", "-Wp,", "-gsplit-dwarf"};
+
+bool starts_with_any(std::string_view w, std::span<const std::string_view> prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [w](std::string_view p) { return w.starts_with(p); });
+}
+
+bool plain_host_flag(std::string_view w) {
+  if (starts_with_any(w, k_host_file_prefixes)) return false;
+  return std::find(std::begin(k_host_flags), std::end(k_host_flags), w) != std::end(k_host_flags) ||
+         starts_with_any(w, k_host_flag_prefixes);
+}
 
 template <typename Range>
 bool contains(const Range& r, std::string_view s) {
@@ -112,12 +231,31 @@ class Parser {
  public:
   explicit Parser(const ReadFile& read_file) : m_read_file(read_file) {}
 
-  Command run(const std::vector<std::string>& args) {
+  Command run(const std::vector<std::string>& command_line, const EnvFlags& env) {
+    // nvcc reads NVCC_PREPEND_FLAGS before the command line's words and
+    // NVCC_APPEND_FLAGS after them: an options file, -ccbin or -o there acts
+    // as on the command line, so it is read as part of it.
+    std::vector<std::string> args;
+    for (const auto& [name, value, before] :
+         {std::tuple{"NVCC_PREPEND_FLAGS", &env.prepend, true}, std::tuple{"NVCC_APPEND_FLAGS", &env.append, false}}) {
+      if (!value->has_value()) continue;
+      auto split = split_env_flags(**value);
+      if (!split.ok()) {
+        refuse(std::string(name) + " holds a quote or a backslash: how nvcc splits it is not known");
+        continue;
+      }
+      (before ? m_prepend : m_append) = std::move(*split);
+    }
+    args = m_prepend;
+    args.insert(args.end(), command_line.begin(), command_line.end());
+    args.insert(args.end(), m_append.begin(), m_append.end());
     m_forward_unknown = std::any_of(args.begin(), args.end(), [](const std::string& a) {
       return a == "-forward-unknown-to-host-compiler" || a == "--forward-unknown-to-host-compiler" ||
              a == "-forward-unknown-opts" || a == "--forward-unknown-opts";
     });
     words(args, 0);
+    host_words(m_host_words, 0);
+    for (const auto& [tool, ws] : m_tool_words) tool_words(tool, ws, 0);
     finish();
     return std::move(m_cmd);
   }
@@ -160,6 +298,7 @@ class Parser {
         // otherwise whether it takes a value cannot be known: nvcc decides.
         if (m_forward_unknown) {
           m_cmd.canonical.push_back(w);
+          m_host_words.push_back(w);
         } else {
           refuse("unknown option '" + w + "'");
         }
@@ -174,8 +313,8 @@ class Parser {
     if (n == "options-file") {
       if (depth >= k_max_options_file_depth) return refuse("options files nested too deeply");
       for (const auto& path : split_commas(*value)) {
-        auto text = m_read_file(path);
-        if (!text.ok()) return refuse("options file '" + path + "' cannot be read");
+        auto text = read_keyed(path);
+        if (!text) return refuse("options file '" + path + "' cannot be read");
         words(split_options_file(*text), depth + 1);
       }
       return;
@@ -191,11 +330,87 @@ class Parser {
     if (n == "dependency-output") m_mf = *value;
     if (n == "compiler-bindir") m_cmd.ccbin = *value;
     if (n == "x") m_language = *value;
+    if (n == "compiler-options") {
+      for (auto& w : split_commas(*value)) m_host_words.push_back(std::move(w));
+    }
+    for (const auto& t : k_tool_options) {
+      if (t.option != n) continue;
+      auto& ws = m_tool_words[std::string(t.tool)];
+      for (auto& w : split_commas(*value)) ws.push_back(std::move(w));
+    }
     if (n == "include-path") {
       for (auto& d : split_commas(*value)) m_includes.push_back(std::move(d));
     }
     if (n == "system-include") {
       for (auto& d : split_commas(*value)) m_system.push_back(std::move(d));
+    }
+  }
+
+  // Reads a file the command names, for the key: its contents, or nullopt.
+  std::optional<std::string> read_keyed(const std::string& path) {
+    auto text = m_read_file(path);
+    if (!text.ok()) return std::nullopt;
+    const auto d = sha256(*text);
+    m_cmd.read_files.push_back({path, std::string(as_view(d))});
+    return std::move(*text);
+  }
+
+  // The words the host compiler gets, in order (-Xcompiler values are
+  // comma-separated lists; several -Xcompiler options make one list; with
+  // -forward-unknown-to-host-compiler, unknown options join it).
+  void host_words(const std::vector<std::string>& ws, int depth) {
+    for (std::size_t i = 0; i < ws.size() && m_cmd.uncacheable.empty(); ++i) {
+      const std::string& w = ws[i];
+      if (w.starts_with("@")) {  // a response file: its words are the host compiler's too
+        if (depth >= k_max_options_file_depth) return refuse("response files nested too deeply");
+        auto text = read_keyed(w.substr(1));
+        if (!text) return refuse("host compiler response file '" + w.substr(1) + "' cannot be read");
+        host_words(split_options_file(*text), depth + 1);
+        continue;
+      }
+      std::optional<std::string> file;  // -include FILE, -includeFILE, --include=FILE (and -imacros)
+      if (w == "-include" || w == "-imacros" || w == "--include" || w == "--imacros") {
+        if (i + 1 >= ws.size()) return refuse("host compiler option '" + w + "' without its value");
+        file = ws[++i];
+      } else if (w.starts_with("--include=") || w.starts_with("--imacros=")) {
+        file = w.substr(w.find('=') + 1);
+      } else if (w.starts_with("-include") || w.starts_with("-imacros")) {
+        file = w.substr(std::string_view("-include").size());
+      }
+      if (file) {
+        // The host compiler looks in the working directory first (gcc's
+        // -include): a file there is the one read. One found further along
+        // the search cannot be keyed with certainty.
+        if (!read_keyed(*file)) {
+          return refuse("host compiler file '" + *file + "' is not a readable file in the working directory");
+        }
+        continue;
+      }
+      if (!plain_host_flag(w)) return refuse("host compiler word '" + w + "' may read files the key cannot see");
+    }
+  }
+
+  // The words another tool gets: its response files and options files are
+  // keyed by content (their words too); ptxas's -o would write elsewhere.
+  void tool_words(const std::string& tool, const std::vector<std::string>& ws, int depth) {
+    for (std::size_t i = 0; i < ws.size() && m_cmd.uncacheable.empty(); ++i) {
+      const std::string& w = ws[i];
+      std::optional<std::string> file;
+      if (w.starts_with("@")) {
+        file = w.substr(1);
+      } else if (w == "-optf" || w == "--options-file" || w == "-options-file") {
+        if (i + 1 >= ws.size()) return refuse(tool + " option '" + w + "' without its value");
+        file = ws[++i];
+      } else if (w.starts_with("--options-file=") || w.starts_with("-optf=")) {
+        file = w.substr(w.find('=') + 1);
+      } else if (tool == "ptxas" && (w == "-o" || w == "--output-file" || w.starts_with("--output-file="))) {
+        return refuse("ptxas option '" + w + "' writes a file outside the output");
+      }
+      if (!file) continue;
+      if (depth >= k_max_options_file_depth) return refuse("options files nested too deeply");
+      auto text = read_keyed(*file);
+      if (!text) return refuse(tool + " options file '" + *file + "' cannot be read");
+      tool_words(tool, split_options_file(*text), depth + 1);
     }
   }
 
@@ -235,6 +450,9 @@ class Parser {
   std::optional<std::string> m_mf;
   std::optional<std::string> m_language;
   std::vector<std::string> m_includes, m_system;
+  std::vector<std::string> m_prepend, m_append;
+  std::vector<std::string> m_host_words;
+  std::map<std::string, std::vector<std::string>> m_tool_words;
 };
 
 }  // namespace
@@ -257,8 +475,25 @@ const char* mode_name(Mode m) {
   return "?";
 }
 
-Command parse_command(const std::vector<std::string>& args, const ReadFile& read_file) {
-  return Parser(read_file).run(args);
+Command parse_command(const std::vector<std::string>& args, const ReadFile& read_file, const EnvFlags& env) {
+  return Parser(read_file).run(args, env);
+}
+
+Result<std::vector<std::string>> split_env_flags(std::string_view value) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char c : value) {
+    if (c == '\'' || c == '"' || c == '\\')
+      return invalid_argument("quotes or backslashes in '" + std::string(value) + "'");
+    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
+      if (!cur.empty()) out.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(std::move(cur));
+  return out;
 }
 
 std::vector<std::string> split_options_file(const std::string& text) {

@@ -9,11 +9,20 @@
 // An option the table does not know makes the command uncacheable (its
 // value, if any, cannot be told from an input), unless the command forwards
 // unknown options to the host compiler, when nvcc itself takes them as flags.
+//
+// nvcc hands words to other tools (-Xcompiler to the host compiler,
+// -Xptxas, -Xnvlink, -Xcudafe, -Xlinker, -Xarchive), and some of those words
+// name files the tool reads: response files (@file), options files, the host
+// compiler's -include and -imacros. nvcc's dependency output does not list
+// them, so their contents are read here and keyed (`read_files`). A host
+// compiler word not known to read and write no file makes the command
+// uncacheable: refused, not guessed at.
 #pragma once
 
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "progcache/status.h"
@@ -41,14 +50,39 @@ struct Command {
   std::vector<std::string> include_dirs;
   // -ccbin's value, if given.
   std::optional<std::string> ccbin;
+  // Every file read by name from the command line besides the source and
+  // what nvcc's dependency output lists (options files at any depth, the
+  // sub-tools' response and options files, the host compiler's -include and
+  // -imacros), in order, with the SHA-256 (raw) of the contents read: what
+  // the key holds. A file that cannot be read makes the command uncacheable.
+  struct FileRead {
+    std::string path;
+    std::string sha256;
+  };
+  std::vector<FileRead> read_files;
+};
+
+// NVCC_PREPEND_FLAGS and NVCC_APPEND_FLAGS as nvcc sees them: words that go
+// before and after the command line's own. Unset is nullopt.
+struct EnvFlags {
+  std::optional<std::string> prepend;
+  std::optional<std::string> append;
 };
 
 // Reads an options file (--options-file): its text, or an error.
 using ReadFile = std::function<Result<std::string>(const std::string& path)>;
 
-// Reads nvcc's arguments (without the program name). Never fails: what it
-// cannot read is an uncacheable command, and nvcc runs it as it would.
-Command parse_command(const std::vector<std::string>& args, const ReadFile& read_file);
+// Reads nvcc's arguments (without the program name), with the words of
+// `env` around them, as nvcc reads them. Never fails: what it cannot read is
+// an uncacheable command, and nvcc runs it as it would. Every file is read
+// through `read_file`, which must not block (a FIFO, a device).
+Command parse_command(const std::vector<std::string>& args, const ReadFile& read_file, const EnvFlags& env = {});
+
+// The words of NVCC_PREPEND_FLAGS or NVCC_APPEND_FLAGS: split at white
+// space. invalid_argument when the value holds a quote or a backslash: nvcc
+// does not read those as a shell would, so what it makes of them is not
+// known here.
+Result<std::vector<std::string>> split_env_flags(std::string_view value);
 
 // The words of an options file: whitespace-separated, with '...' and "..."
 // quoting and backslash escapes, as nvcc reads them.
