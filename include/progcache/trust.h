@@ -20,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "progcache/status.h"
+
 namespace progcache {
 
 struct Config;
@@ -47,6 +49,16 @@ struct CodeTrust {
 // The rule above applied to `cfg`: disk when the root is private or entries
 // are signed; remote when entries are signed.
 [[nodiscard]] CodeTrust host_code_trust(const Config& cfg);
+
+// A directory an integration materialises code into and loads it from
+// (Triton's TRITON_CACHE_DIR, tilelang's cache directory): its missing
+// components are created private (0700), then it is judged by the file
+// store's rules for a private root: a real directory owned by this user and
+// writable by nobody else, and every directory above it (as written and as
+// resolved) owned by this user or root and writable by nobody else unless
+// sticky. permission_denied (or failed_precondition, not_found) saying why
+// when another user could create, swap or replace what is loaded from it.
+[[nodiscard]] Status prepare_private_dir(const std::string& dir);
 
 // Whether `cfg` signs and verifies entries (an HMAC key, or Ed25519 keys).
 [[nodiscard]] bool entries_signed(const Config& cfg);

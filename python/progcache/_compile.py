@@ -16,7 +16,10 @@ def _state_dir() -> str:
     PROGCACHE_DISABLE set, a private directory of this process's (the cache
     root is not touched at all, as with the CLI)."""
     global _private_state
-    cfg = _config()
+    try:
+        cfg = _config()
+    except ValueError:  # a malformed setting: compile() says so once and runs uncached
+        cfg = {"disabled": True}
     if not cfg["disabled"]:
         return cfg["dir"]
     if _private_state is None:
@@ -253,6 +256,18 @@ class CompiledProgram:
 
 
 
+_warned_uncached = False
+
+
+def _warn_uncached(e: Exception) -> None:
+    global _warned_uncached
+    if not _warned_uncached:
+        _warned_uncached = True
+        import warnings
+        warnings.warn(f"progcache.compile: the default cache is not used ({e}); compiling without it",
+                      RuntimeWarning, stacklevel=3)
+
+
 def compile_stats() -> dict:
     """This process's compile() counters: compiles, compile_errors, hits,
     shared_waits (threads that waited for another's compile), lock_waits,
@@ -273,7 +288,11 @@ def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
     store = None
     state_dir = _state_dir()
     if cache is True:
-        cache = FileStreamProgramCache()
+        try:
+            cache = FileStreamProgramCache()
+        except Exception as e:  # an unusable root or setting: one warning, then compile uncached
+            _warn_uncached(e)
+            cache = None
     if isinstance(cache, _StoreCache):
         # With PROGCACHE_DISABLE the caches hold nothing: compile uncached.
         store = None if isinstance(cache._store, _NullStore) else cache._store

@@ -8,12 +8,11 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
-import tempfile
 import threading
+import warnings
 from typing import Any, Dict, List, Optional, Union
 
-from . import _core
+from . import _core, _kernel_dirs
 
 
 def signed(cfg: dict) -> bool:
@@ -27,11 +26,35 @@ def env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+_warned: set = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(integration: str, what: str, message: str) -> None:
+    """One RuntimeWarning per (integration, what) in this process."""
+    with _warned_lock:
+        if (integration, what) in _warned:
+            return
+        _warned.add((integration, what))
+    warnings.warn(f"progcache.{integration}: {message}", RuntimeWarning, stacklevel=3)
+
+
 class StoreState:
     """The configuration and the store of one companion directory
     (``<PROGCACHE_DIR>/<companion>``), resolved on first use and again after
     reset() (tests, or a program that changes the PROGCACHE_ variables).
-    Every failure of the store is counted in ``errors`` and is a miss."""
+
+    A cache failure is a miss: a configuration that does not resolve (a
+    malformed variable), a root that cannot be used (another owner's, open
+    to others, a file, a path that cannot be made) or a remote tier that
+    cannot be opened is said once, as a warning, and the integration runs
+    as if progcache were absent (or without the remote tier). Every failure
+    of the store later is counted in ``errors`` and is a miss.
+
+    Host code (trust.h: shared libraries, objects, Python modules) is read
+    only through ``get(key, host_code=True)``, which asks the library's rule:
+    the private disk store, or stores whose entries are signed and
+    verified; never a group-shared root or a remote tier without signing."""
 
     def __init__(self, companion: str, memory_bytes: int = 0, *, remote: bool = True) -> None:
         self._companion = companion
@@ -41,20 +64,48 @@ class StoreState:
         self._opened: Optional[dict] = None
         self._exit_registered = False
 
+    @property
+    def integration(self) -> str:
+        return self._companion
+
+    def _open_store(self, cfg: dict, root: str, memory_bytes: int, urls: list):
+        return _core.open_tiered_store(memory_bytes, root, cfg["max_size_bytes"], urls, cfg["read_only"],
+                                       cfg["hmac_key"], cfg["sharing"], cfg["max_entries"], cfg["fsync"],
+                                       cfg["remote_password"], compression=cfg["compression_level"],
+                                       remote_compression=cfg["remote_compression_level"],
+                                       signing_keys=cfg["signing_keys"])
+
+    def _unusable(self, why: str) -> dict:
+        warn_once(self._companion, "unusable", f"the cache is not used ({why}); compiling as without progcache")
+        return {"cfg": None, "disabled": False, "failed": why, "errors": 0, "store": None, "root": "",
+                "sharing": "private", "signed": False, "remote": False, "code_store": None,
+                "host_code": {"disk": False, "remote": False, "disk_reason": why, "remote_reason": why}}
+
     def _open(self) -> dict:
-        cfg = _core.resolve_config()
-        st = {"cfg": cfg, "disabled": bool(cfg["disabled"]), "errors": 0, "store": None,
+        try:
+            cfg = _core.resolve_config()
+        except Exception as e:  # a malformed variable: said once, then no cache
+            return self._unusable(str(e))
+        st = {"cfg": cfg, "disabled": bool(cfg["disabled"]), "failed": None, "errors": 0, "store": None,
               "root": os.path.join(cfg["dir"], _core.COMPANION_STORES[self._companion]), "sharing": cfg["sharing"],
-              "signed": signed(cfg), "remote": bool(cfg["remote_urls"]) and self._remote}
+              "signed": signed(cfg), "remote": bool(cfg["remote_urls"]) and self._remote, "code_store": None,
+              "host_code": dict(cfg["host_code"])}
         if st["disabled"]:
             return st
         urls = list(cfg["remote_urls"]) if self._remote else []
-        st["store"] = _core.open_tiered_store(self._memory_bytes, st["root"], cfg["max_size_bytes"], urls,
-                                              cfg["read_only"], cfg["hmac_key"], cfg["sharing"], cfg["max_entries"],
-                                              cfg["fsync"], cfg["remote_password"],
-                                              compression=cfg["compression_level"],
-                                              remote_compression=cfg["remote_compression_level"],
-                                              signing_keys=cfg["signing_keys"])
+        try:
+            st["store"] = self._open_store(cfg, st["root"], self._memory_bytes, urls)
+        except Exception as e:
+            if not urls:
+                return self._unusable(str(e))
+            # The remote tier's setting is at fault, or the root: try the root alone.
+            try:
+                st["store"] = self._open_store(cfg, st["root"], self._memory_bytes, [])
+            except Exception as e2:
+                return self._unusable(str(e2))
+            warn_once(self._companion, "remote", f"PROGCACHE_REMOTE is not used ({e}); the local store is")
+            st["remote"] = False
+            st["host_code"]["remote"] = False
         return st
 
     def get_state(self) -> dict:
@@ -73,11 +124,13 @@ class StoreState:
     def reset(self) -> None:
         with self._lock:
             st, self._opened = self._opened, None
-        if st is not None and st["store"] is not None:
-            try:
-                st["store"].close()
-            except Exception:
-                pass
+        if st is not None:
+            for name in ("store", "code_store"):
+                if st.get(name) is not None:
+                    try:
+                        st[name].close()
+                    except Exception:
+                        pass
 
     def stats(self) -> Dict[str, Union[int, float]]:
         st = self.get_state()
@@ -85,15 +138,55 @@ class StoreState:
         out["errors"] = st["errors"]
         return out
 
-    def get(self, key: bytes):
-        st = self.get_state()
+    def code_allowed(self, st: dict) -> bool:
+        """Whether host code may be read at all under this configuration
+        (said once when not)."""
         if st["store"] is None:
+            return False
+        if not st["host_code"]["disk"]:
+            warn_once(self._companion, "host-disk", st["host_code"]["disk_reason"])
+            return False
+        return True
+
+    def _code_store(self, st: dict):
+        """The store host code is read from: the whole configuration when
+        every tier of it is trusted with code; the disk store alone when the
+        remote tier is not; None when nothing is."""
+        if not self.code_allowed(st):
             return None
+        if not st["remote"] or st["host_code"]["remote"]:
+            return st["store"]
+        if st["code_store"] is None:
+            warn_once(self._companion, "host-remote", st["host_code"]["remote_reason"])
+            with self._lock:
+                if st["code_store"] is None:
+                    st["code_store"] = self._open_store(st["cfg"], st["root"], 0, [])
+        return st["code_store"]
+
+    def _mixed(self, st: dict) -> bool:
+        """Whether the store may hold entries written by others whose host
+        code this process must not run."""
+        return not (st["host_code"]["disk"] and (st["host_code"]["remote"] or not st["remote"]))
+
+    def get(self, key: bytes, *, host_code: bool = False):
+        """The entry (metadata JSON, [(name, bytes)]) or None. With
+        ``host_code`` the entry is read only where code may come from; any
+        other lookup that finds host code (by name or by content) in a store
+        that is not trusted with it is a miss."""
+        st = self.get_state()
         try:
-            return st["store"].get_entry(key)
+            store = self._code_store(st) if host_code else st["store"]
+            if store is None:
+                return None
+            found = store.get_entry(key)
         except Exception:  # a cache failure is a miss
             st["errors"] += 1
             return None
+        if found is not None and not host_code and self._mixed(st):
+            if any(_core.classify_artifact(n, d) == "host" for n, d in found[1]):
+                st["errors"] += 1
+                return None
+        return found
 
     def put(self, key: bytes, meta: dict, artifacts: List[tuple]) -> None:
         st = self.get_state()
@@ -126,35 +219,8 @@ def safe_name(name: Any) -> bool:
             and "\\" not in name and "\0" not in name and not name.startswith(".progcache"))
 
 
-def identity(path: str) -> Optional[list]:
-    """A file's stat identity (size, mtime, ctime, inode): what the include
-    scan's manifests record. ctime cannot be set back by a user, so a file
-    edited, replaced or truncated never keeps it."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
-def write_atomic(directory: str, name: str, data: bytes, mode: int = 0o600) -> str:
-    """Writes directory/name by a temporary file and a rename; returns the path."""
-    path = os.path.join(directory, name)
-    fd, tmp = tempfile.mkstemp(prefix=".progcache-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if mode != 0o600:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
-
-
-def rmtree(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+# The kernel-directory helpers live in _kernel_dirs; these names stay for
+# callers of this module.
+identity = _kernel_dirs.identity
+write_atomic = _kernel_dirs.write_atomic
+rmtree = _kernel_dirs.rmtree

@@ -22,14 +22,19 @@ what changes is where a kernel's files live (docs/tilelang.md):
   binary cache of nvcc outputs is keyed with it too, so a new CUDA toolkit
   never serves a cubin an older one built.
 - Nothing executable is loaded from a place others can write unless it is
-  signed: with no ``PROGCACHE_HMAC_KEY_FILE``, a group-shared root
-  (``PROGCACHE_SHARING=group``) is not read and the remote tier is not used.
+  signed: the library's rule for host code (trust.h). With no
+  ``PROGCACHE_HMAC_KEY_FILE``, a group-shared root (``PROGCACHE_SHARING=group``)
+  is not read and the remote tier is not used.
+- tilelang's cache directory is trusted only as a private cache root is
+  (owner, mode, every directory above it); where it fails, kernels are laid
+  out in a private directory of the process instead, and the user is told
+  once.
 - Any failure of the cache is a miss, and tilelang compiles as without it.
 """
 
 from __future__ import annotations
 
-import errno
+import inspect
 import json
 import os
 import re
@@ -47,7 +52,7 @@ except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
         "progcache.tilelang needs tilelang 0.1.15 or newer (PyPI 'tilelang'): pip install 'tilelang>=0.1.15,<0.2'. "
         f"Importing it failed: {_e}") from None
 
-from . import _core, _integration
+from . import _core, _integration, _kernel_dirs
 
 _MIN_TILELANG = (0, 1, 15)
 
@@ -72,18 +77,23 @@ _MEMORY_BYTES = 64 << 20
 
 
 class _TilelangStore(_integration.StoreState):
-    """The tilelang store: memory and disk, and the remote tier only when
-    entries are signed (a kernel library is code)."""
+    """The tilelang store: memory and disk, and the remote tier only where
+    the library's rule lets host code come from it (a kernel library is
+    code): with signed entries."""
 
     def _open(self) -> dict:
-        cfg = _core.resolve_config()
-        self._remote = _integration.signed(cfg)
+        try:
+            self._remote = bool(_core.resolve_config()["host_code"]["remote"])
+        except Exception:
+            self._remote = False  # the base class says why, once
         st = super()._open()
-        st["remote_refused"] = bool(cfg["remote_urls"]) and not _integration.signed(cfg)
+        cfg = st["cfg"]
+        st["remote_refused"] = cfg is not None and bool(cfg["remote_urls"]) and not self._remote
         return st
 
 
 _STORE = _TilelangStore("tilelang", _MEMORY_BYTES)
+_DIRS = _kernel_dirs.KernelDirs("tilelang", "tilelang's cache directory (TILELANG_CACHE_DIR)")
 _warned: set = set()
 
 
@@ -97,6 +107,7 @@ def reset() -> None:
     """Forgets the resolved configuration and closes the store (flushing
     remote writes); the next lookup resolves and opens them again."""
     _STORE.reset()
+    _DIRS.reset()
     _warned.clear()
 
 
@@ -174,52 +185,31 @@ def _entry_key(cache, key: str) -> bytes:
 def _record_ok(path: str, ekey: bytes) -> bool:
     """Whether the directory holds what progcache wrote for this entry: its
     record names the entry, and every recorded file keeps its identity."""
-    try:
-        with open(os.path.join(path, _RECORD), "rb") as f:
-            rec = json.loads(f.read())
-        files = rec["files"]
-        return (rec.get("entry") == ekey.hex() and isinstance(files, dict) and bool(files)
-                and all(_integration.identity(os.path.join(path, n)) == ident for n, ident in files.items()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
+    rec = _kernel_dirs.read_record(path, _RECORD)
+    return rec is not None and rec.get("entry") == ekey.hex() and _kernel_dirs.files_match(path, rec.get("files"))
+
+
+def _record(ekey: bytes):
+    return lambda idents: {"entry": ekey.hex(), "files": idents}
 
 
 def _write_record(path: str, ekey: bytes, names: List[str]) -> None:
-    rec = {"entry": ekey.hex(), "files": {n: _integration.identity(os.path.join(path, n)) for n in names}}
-    _integration.write_atomic(path, _RECORD, json.dumps(rec, sort_keys=True).encode())
+    _kernel_dirs.write_record(path, _RECORD, _record(ekey)(_kernel_dirs.idents_of(path, names)))
 
 
-def _new_staging(root: str) -> str:
-    os.makedirs(root, exist_ok=True)
-    d = os.path.join(root, "progcache-" + uuid.uuid4().hex)
-    os.mkdir(d, 0o700)
-    return d
-
-
-def _publish(src: str, dst: str, ekey: bytes) -> None:
-    """Renames the complete directory src to dst. A dst that already holds
-    this entry is kept; any other dst (torn, edited, another compiler's) is
-    moved aside first; a reader in between sees no directory, a miss."""
-    for _ in range(3):
-        try:
-            os.rename(src, dst)
-            return
-        except OSError as e:
-            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-        if _record_ok(dst, ekey):
-            return
-        aside = f"{dst}.progcache-old-{uuid.uuid4().hex}"
-        try:
-            os.rename(dst, aside)
-        except FileNotFoundError:
-            continue
-        _integration.rmtree(aside)
+def _kernel_path(cache, key: str) -> str:
+    """Where tilelang loads the kernel ``key`` from: its own cache path when
+    that directory may be trusted, else the same name in this process's
+    private directory."""
+    own = _orig_get_cache_path(cache, key)
+    return os.path.join(_DIRS.base(os.path.dirname(own)), os.path.basename(own))
 
 
 def _loadable(sharing: str, signed: bool) -> bool:
-    """The signing rule: nothing executable from a root others can write
-    unless its entries are signed (checked, with the key, by the store)."""
+    """progcache.KernelCache's stores (opened with their own arguments): the
+    library's rule for host code, nothing executable from a root others can
+    write unless its entries are signed (checked, with the key, by the
+    store)."""
     if sharing == "group" and not signed:
         _warn_once("group", "the cache root is shared with a group (PROGCACHE_SHARING=group) and entries are not "
                             "signed: tilelang kernels are not loaded from it (set PROGCACHE_HMAC_KEY_FILE)")
@@ -252,9 +242,7 @@ def _fetch(cache, key: str, ekey: bytes):
     if st.get("remote_refused"):
         _warn_once("remote", "PROGCACHE_REMOTE is not used for tilelang kernels without PROGCACHE_HMAC_KEY_FILE: "
                              "a kernel library is code, loaded only when signed")
-    if not _loadable(st["sharing"], st["signed"]):
-        return None
-    return _files_of(_STORE.get(ekey), cache, key)
+    return _files_of(_STORE.get(ekey, host_code=True), cache, key)
 
 
 def _write_dir(d: str, ekey: bytes, files) -> None:
@@ -263,15 +251,11 @@ def _write_dir(d: str, ekey: bytes, files) -> None:
     _write_record(d, ekey, [n for n, _, _ in files])
 
 
-def _materialise(cache, key: str, ekey: bytes, files) -> None:
-    parent = _new_staging(cache._get_staging_root())
-    try:
-        d = os.path.join(parent, key)
-        os.mkdir(d, 0o700)
-        _write_dir(d, ekey, files)
-        _publish(d, _orig_get_cache_path(cache, key), ekey)
-    finally:
-        _integration.rmtree(parent)
+def _materialise(cache, key: str, ekey: bytes, files) -> str:
+    path = _kernel_path(cache, key)
+    _kernel_dirs.materialise(os.path.dirname(path), path, [(n, data, 0o700 if exe else 0o600) for n, data, exe in files],
+                             _RECORD, _record(ekey), lambda d: _record_ok(d, ekey))
+    return path
 
 
 def _stage(cache, key: str, kernel, func, verbose, private: str):
@@ -301,7 +285,23 @@ def _stage(cache, key: str, kernel, func, verbose, private: str):
 _orig_load = _KC._load_kernel_from_disk
 _orig_save = _KC._save_kernel_to_disk
 _orig_get_cache_path = _KC._get_cache_path
+_orig_staging_attr = inspect.getattr_static(_KC, "_get_staging_root")
+_orig_get_staging_root = _KC._get_staging_root
 _redirect = threading.local()
+
+
+def _get_staging_root(*args):
+    """tilelang's staging root, or, while a kernel is redirected, the
+    private directory progcache stages it in: files tilelang writes before
+    its own rename never sit where another user could swap them."""
+    r = getattr(_redirect, "staging", None)
+    if r is not None:
+        return r
+    return _orig_get_staging_root(*args)
+
+
+_patched_staging_attr = (staticmethod(_get_staging_root) if isinstance(_orig_staging_attr, staticmethod)
+                         else _get_staging_root)
 
 
 def _get_cache_path(self, key: str) -> str:
@@ -321,37 +321,48 @@ class _redirected:
     def __enter__(self) -> None:
         if _KC._get_cache_path is not _get_cache_path:
             _KC._get_cache_path = _get_cache_path  # falls through to tilelang's unless redirected
+        if inspect.getattr_static(_KC, "_get_staging_root") is not _patched_staging_attr:
+            _KC._get_staging_root = _patched_staging_attr
         _redirect.to = self._to
+        _redirect.staging = os.path.dirname(self._to[1])
 
     def __exit__(self, *exc) -> None:
         _redirect.to = None
+        _redirect.staging = None
 
 
 def _load_kernel_from_disk(self, key, *args, **kwargs):
     st = _STORE.get_state()
     if st["disabled"]:
         return None  # PROGCACHE_DISABLE: every kernel is compiled
+    if st["store"] is None:
+        return None  # an unusable cache (said once): tilelang compiles
     try:
         ekey = _entry_key(self, key)
-        if not _record_ok(_orig_get_cache_path(self, key), ekey):
+        path = _kernel_path(self, key)
+        if not _record_ok(path, ekey):
             files = _fetch(self, key, ekey)
             if files is None:
                 return None
-            _materialise(self, key, ekey, files)
+            path = _materialise(self, key, ekey, files)
     except Exception:  # a cache failure is a miss
         st["errors"] += 1
         return None
-    return _orig_load(self, key, *args, **kwargs)
+    with _redirected(key, path):
+        return _orig_load(self, key, *args, **kwargs)
 
 
 def _save_kernel_to_disk(self, key, kernel, func=None, verbose=False):
     st = _STORE.get_state()
     if st["disabled"]:
         return None
+    if st["store"] is None:
+        return None
     parent = None
     try:
         ekey = _entry_key(self, key)
-        parent = _new_staging(self._get_staging_root())
+        path = _kernel_path(self, key)
+        parent = _kernel_dirs.new_staging(os.path.dirname(path))
         private = os.path.join(parent, key)
         staged = _stage(self, key, kernel, func, verbose, private)
         if staged is None:
@@ -359,7 +370,7 @@ def _save_kernel_to_disk(self, key, kernel, func=None, verbose=False):
         # One entry in the store, then the directory where tilelang loads.
         _STORE.put(ekey, *staged)
         _write_record(private, ekey, staged[0]["files"])
-        _publish(private, _orig_get_cache_path(self, key), ekey)
+        _kernel_dirs.publish(private, path, staged[0]["files"], _RECORD, _record(ekey), lambda d: _record_ok(d, ekey))
     except Exception:  # the compile succeeded; a failed store costs only a later miss
         st["errors"] += 1
     finally:
@@ -425,6 +436,7 @@ def disable() -> None:
         _KC._load_kernel_from_disk = _orig_load
         _KC._save_kernel_to_disk = _orig_save
         _KC._get_cache_path = _orig_get_cache_path
+        _KC._get_staging_root = _orig_staging_attr
         if _saved_binary_key is not None:
             cls, own = _saved_binary_key
             if own is None:
@@ -511,7 +523,7 @@ def _cached_in(kc, func, out_idx, args, *, target, target_host, execution_backen
         kernel = compile_kernel()
         parent = None
         try:
-            parent = _new_staging(_private_dir())
+            parent = _kernel_dirs.new_staging(_private_dir())
             staged = _stage(cache, key, kernel, func, verbose, os.path.join(parent, key))
             if staged is not None:
                 kc._store.put_entry(ekey, json.dumps(staged[0], sort_keys=True), staged[1])

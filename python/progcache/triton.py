@@ -20,8 +20,17 @@ FileCacheManager (docs/triton.md has the figures):
 - Processes that meet the same new kernel at once compile it once: the first
   holds a per-key lock (the library's, with its bounded wait) from its miss to
   its ``put_group``; the others wait, then read what it stored.
-- Any failure of the cache (a damaged entry, a full disk, a dead Redis) is a
-  miss, and Triton compiles as if there were no cache.
+- Any failure of the cache (a damaged entry, a full disk, a dead Redis, an
+  unusable ``PROGCACHE_DIR``, a malformed ``PROGCACHE_REMOTE``) is a miss,
+  said once, and Triton compiles as if there were no cache.
+  ``PROGCACHE_DISABLE=1`` compiles every kernel, whatever is on disk.
+- Host code (the ``cuda_utils`` and launcher ``.so`` modules Triton builds
+  and imports) is served only where the library's rule for code allows
+  (trust.h): the private store, or stores whose entries are signed; never
+  from a group-shared root or a remote tier without signing.
+- ``TRITON_CACHE_DIR`` is trusted only as a private cache root is (owner,
+  mode, every directory above it); where it fails, kernels are laid out in a
+  private directory of the process instead, and the user is told once.
 
 ``PROGCACHE_TRITON_WARM_START=1`` (or ``enable(warm_start=True)``) also
 memoises ``triton_key()``, the SHA-256 of Triton's own sources and its
@@ -48,7 +57,7 @@ except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
         "progcache.triton needs Triton 3.2 or newer (PyPI 'triton'): pip install 'triton>=3.2'. "
         f"Importing it failed: {_e}") from None
 
-from . import _core, _integration
+from . import _core, _integration, _kernel_dirs
 
 _MIN_TRITON = (3, 2)
 
@@ -85,6 +94,7 @@ def reset() -> None:
     """Forgets the resolved configuration and closes the store (flushing
     remote writes); the next lookup resolves and opens them again."""
     _STORE.reset()
+    _DIRS.reset()
 
 
 def stats() -> Dict[str, Union[int, float]]:
@@ -102,23 +112,23 @@ _rmtree = _integration.rmtree
 _env_flag = _integration.env_flag
 
 
-_fallback_lock = threading.Lock()
-_fallback_dir: Optional[tempfile.TemporaryDirectory] = None
+_DIRS = _kernel_dirs.KernelDirs("triton", "TRITON_CACHE_DIR")
 
 
 def _fallback_path(name: str, data: bytes) -> str:
     """Where a file goes when TRITON_CACHE_DIR cannot take it (full disk, no
     permission): a private temporary directory removed at exit, so Triton
     still gets a path to read and the compile still succeeds."""
-    global _fallback_dir
-    with _fallback_lock:
-        if _fallback_dir is None:
-            _fallback_dir = tempfile.TemporaryDirectory(prefix="progcache-triton-")
-        d = tempfile.mkdtemp(dir=_fallback_dir.name)
+    d = tempfile.mkdtemp(dir=_DIRS.private_base())
     path = os.path.join(d, name)
     with open(path, "wb") as f:
         f.write(data)
     return path
+
+
+def _host_code(name: str) -> bool:
+    """A file Triton imports or loads as host code (its ``.so`` modules)."""
+    return _core.classify_artifact(name, b"") == "host"
 
 
 def _entry_key(kind: str, triton_key: str, name: str) -> bytes:
@@ -143,7 +153,10 @@ class CacheManager(_tcache.CacheManager):
         base = _knobs.cache.dir
         if not base:
             raise RuntimeError("Could not create or locate cache dir")
-        self.cache_dir = os.path.join(base, key)
+        # With PROGCACHE_DISABLE nothing is looked up, and what Triton writes
+        # goes to a private directory: TRITON_CACHE_DIR is not touched.
+        self._disabled = bool(_STORE.get_state()["disabled"])
+        self.cache_dir = os.path.join(_DIRS.private_base() if self._disabled else _DIRS.base(base), key)
         self._group_mode = False
         self._pending: Dict[str, bytes] = {}
         self._lock: Any = None
@@ -157,9 +170,9 @@ class CacheManager(_tcache.CacheManager):
         path = os.path.join(self.cache_dir, filename)
         if filename in self._pending or (self._group_mode and os.path.exists(path)):
             return path  # a file this compile just wrote (Triton's USE_IR_LOC reads it back)
-        if not _safe_name(filename):
+        if self._disabled or not _safe_name(filename):
             return None
-        found = _get(_entry_key("file", self.key, filename))
+        found = _get(_entry_key("file", self.key, filename), host_code=_host_code(filename))
         if found is None:
             return None
         meta, arts = self._decode(found, "file", filename)
@@ -203,7 +216,7 @@ class CacheManager(_tcache.CacheManager):
         if self._files is not None:
             return self._files.get_group(filename)
         self._group_mode = True
-        if not _safe_name(filename):
+        if self._disabled or not _safe_name(filename):
             return None
         paths = self._local_group(filename)
         if paths is None:
@@ -296,15 +309,13 @@ class CacheManager(_tcache.CacheManager):
         """The group file in Triton's format (``child_paths``), plus the stat
         identity of each child as it is now in ``directory``; written last,
         by a rename, so a lookup trusts the children only as they were."""
-        record = {}
-        for child, path in child_paths.items():
-            if os.path.dirname(path) == self.cache_dir:
-                ident = _identity(os.path.join(directory, child))
-                if ident is not None:
-                    record[child] = ident
-        stamp = {"child_paths": child_paths, _STAMP_KEY: {"schema": _SCHEMA, "key": self.key, "children": record}}
+        mine = [c for c, p in child_paths.items() if os.path.dirname(p) == self.cache_dir]
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        return _write_atomic(directory, _GROUP_PREFIX + filename, json.dumps(stamp).encode())
+        return _kernel_dirs.write_record(directory, _GROUP_PREFIX + filename,
+                                         self._stamp(child_paths, _kernel_dirs.idents_of(directory, mine)))
+
+    def _stamp(self, child_paths: Dict[str, str], idents: Dict[str, list]) -> dict:
+        return {"child_paths": child_paths, _STAMP_KEY: {"schema": _SCHEMA, "key": self.key, "children": idents}}
 
     def _local_group(self, filename: str) -> Optional[Dict[str, str]]:
         """The group as materialised under TRITON_CACHE_DIR, if every child
@@ -342,30 +353,14 @@ class CacheManager(_tcache.CacheManager):
             return None
 
     def _materialise(self, filename: str, arts: List[tuple]) -> Dict[str, str]:
-        """Writes the group under TRITON_CACHE_DIR/<key>: a directory that
-        does not exist yet appears whole, by one rename of a staging
-        directory; one that exists (torn, edited) has each file replaced by a
-        rename, then the stamp."""
+        """Lays the group out under the trusted base as TRITON_CACHE_DIR/<key>
+        (kernel_dirs.materialise: a new directory appears whole; an existing
+        one has each file replaced, then the stamp)."""
         paths = {name: os.path.join(self.cache_dir, name) for name, _ in arts}
-        base = os.path.dirname(self.cache_dir)
-        os.makedirs(base, mode=0o700, exist_ok=True)
-        if not os.path.isdir(self.cache_dir):
-            staging = tempfile.mkdtemp(prefix=".progcache-", dir=base)
-            try:
-                for name, data in arts:
-                    fd = os.open(os.path.join(staging, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                self._write_stamp(staging, filename, paths)
-                os.rename(staging, self.cache_dir)
-                return paths
-            except OSError:
-                _rmtree(staging)
-                if not os.path.isdir(self.cache_dir):
-                    raise
-        for name, data in arts:
-            _write_atomic(self.cache_dir, name, data)
-        self._write_stamp(self.cache_dir, filename, paths)
+        _kernel_dirs.materialise(os.path.dirname(self.cache_dir), self.cache_dir,
+                                 [(name, data, 0o600) for name, data in arts], _GROUP_PREFIX + filename,
+                                 lambda idents: self._stamp(paths, idents),
+                                 lambda d: self._local_group(filename) is not None)
         return paths
 
 
@@ -389,7 +384,7 @@ class RemoteCacheBackend(_tcache.RemoteCacheBackend):
         for name in filenames:
             if not isinstance(name, str) or not _safe_name(os.path.basename(name)):
                 continue
-            found = _get(_entry_key("remote-file", self._key, name))
+            found = _get(_entry_key("remote-file", self._key, name), host_code=_host_code(os.path.basename(name)))
             if found is None:
                 continue
             meta_json, arts = found

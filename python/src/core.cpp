@@ -25,6 +25,7 @@
 #include "progcache/memory_store.h"
 #include "progcache/remote_store.h"
 #include "progcache/tiered_store.h"
+#include "progcache/trust.h"
 #include "progcache/version.h"
 #include "store/store_meters.h"
 #include "util/latency.h"
@@ -664,8 +665,39 @@ NB_MODULE(_core, m) {
     d["sources"] = sources;
     d["settings"] = settings;
     d["warnings"] = c.warnings;
+    // The library's rule for host code (trust.h), applied once here so
+    // every Python integration asks the same rule.
+    const pc::CodeTrust t = pc::host_code_trust(c);
+    nb::dict host;
+    host["disk"] = t.disk;
+    host["remote"] = t.remote;
+    host["disk_reason"] = t.disk_reason;
+    host["remote_reason"] = t.remote_reason;
+    d["host_code"] = host;
     return d;
   });
+  m.def(
+      "classify_artifact",
+      [](const std::string& name, const nb::bytes& data) {
+        return pc::classify_artifact(name, std::string_view(data.c_str(), data.size())) == pc::CodeKind::host
+                   ? "host"
+                   : "device";
+      },
+      nb::arg("name"), nb::arg("data"));
+  // Creates a directory's missing parts private and judges it and its
+  // ancestors as the file store judges a private root (PermissionError,
+  // or another OSError, saying why).
+  m.def(
+      "prepare_private_dir",
+      [](const std::string& dir) {
+        pc::Status st;
+        {
+          nb::gil_scoped_release unlocked;
+          st = pc::prepare_private_dir(dir);
+        }
+        check(st);
+      },
+      nb::arg("dir"));
 
   const auto schemes = pc::remote_schemes();
   m.attr("REMOTE_SCHEMES") = schemes;

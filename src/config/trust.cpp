@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "progcache/config.h"
+#include "progcache/env.h"
+#include "store/file/permissions.h"
 
 namespace progcache {
 
@@ -39,7 +41,8 @@ bool host_bytes(std::string_view d) {
     // e_machine at offset 18, in the file's byte order (EI_DATA at 5).
     const unsigned machine = at(5) == 2 ? (at(18) << 8U) | at(19) : at(18) | (at(19) << 8U);
     constexpr unsigned k_em_cuda = 190;
-    return machine != k_em_cuda;
+    constexpr unsigned k_em_amdgpu = 224;
+    return machine != k_em_cuda && machine != k_em_amdgpu;
   }
   if (d.size() >= 4) {
     const std::uint32_t magic = at(0) | (at(1) << 8U) | (at(2) << 16U) | (static_cast<std::uint32_t>(at(3)) << 24U);
@@ -75,16 +78,21 @@ CodeTrust host_code_trust(const Config& cfg) {
   if (!t.disk) {
     t.disk_reason =
         "the cache root is shared with a group (PROGCACHE_SHARING=group) and entries are not signed: host code "
-        "(shared libraries, objects, Python modules) is not read from it; set PROGCACHE_HMAC_KEY_FILE (or Ed25519 "
-        "keys) to share it";
+        "(shared libraries, objects, Python modules) is not loaded from it; set PROGCACHE_HMAC_KEY_FILE (or "
+        "Ed25519 keys) to share it";
   }
   t.remote = sig;
   if (!t.remote && !cfg.remote_urls.empty()) {
     t.remote_reason =
-        "entries are not signed: host code (shared libraries, objects, Python modules) is not read from "
-        "PROGCACHE_REMOTE; set PROGCACHE_HMAC_KEY_FILE (or Ed25519 keys) to share it";
+        "PROGCACHE_REMOTE is not used for host code (shared libraries, objects, Python modules) while entries are "
+        "not signed; set PROGCACHE_HMAC_KEY_FILE (or Ed25519 keys) to share it";
   }
   return t;
+}
+
+Status prepare_private_dir(const std::string& dir) {
+  if (dir.empty()) return invalid_argument("an empty directory name");
+  return file_store::DirPolicy(Env::posix(), Sharing::private_only).check_root(dir);
 }
 
 }  // namespace progcache
