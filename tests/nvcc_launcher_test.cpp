@@ -1,9 +1,12 @@
 // `progcache nvcc ...` against the real nvcc: what a hit writes is what nvcc
 // writes, what changes an output is compiled again, and nvcc's failures and
 // the commands the launcher does not cache are nvcc's own.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "progcache/file_store.h"
 #include "testing/test_util.h"
 
 namespace progcache {
@@ -92,6 +96,16 @@ class NvccLauncherTest : public ::testing::Test {
     return sh(quote(PROGCACHE_CLI_PATH) + " " + quote(m_tmp.sub("bin/nvcc")) + " " + args, env);
   }
   Ran plain(const std::string& args) { return sh(quote(m_bin + "/nvcc") + " " + args); }
+  // A command that must not hang: run under a watchdog that kills it, so a
+  // hang fails the test instead of stalling the suite. The watchdog is far
+  // longer than any compile: it measures nothing.
+  Ran watched(const std::string& command, const std::string& env = "") {
+    const Ran r = sh("timeout -s KILL 120 sh -c " + quote(command), env);
+    EXPECT_NE(r.code, 137) << "killed by the watchdog: it hung (" << command << ")";
+    return r;
+  }
+  std::string cli() { return quote(PROGCACHE_CLI_PATH); }
+  std::string noting_nvcc() { return quote(m_tmp.sub("bin/nvcc")); }
   // How many times the noting nvcc has run since the last call.
   int nvcc_runs() {
     const std::string log = m_tmp.sub("nvcc-runs");
@@ -99,8 +113,8 @@ class NvccLauncherTest : public ::testing::Test {
     fs::remove(log);
     return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
   }
-  nlohmann::json launcher_stats() {
-    const Ran r = sh(quote(PROGCACHE_CLI_PATH) + " stats --json");
+  nlohmann::json launcher_stats(const std::string& env = "") {
+    const Ran r = sh(quote(PROGCACHE_CLI_PATH) + " stats --json", env);
     EXPECT_EQ(r.code, 0) << r.err;
     return nlohmann::json::parse(r.out)["nvcc_launcher"];
   }
@@ -343,6 +357,227 @@ TEST_F(NvccLauncherTest, ADamagedEntryIsAMissAndNvccCompilesAgain) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(nvcc_runs(), 1);
   EXPECT_TRUE(same(read("k.cubin"), good));
+}
+
+TEST_F(NvccLauncherTest, AnOutputThatIsNotARegularFileIsNvccsAloneAndNothingHangs) {
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu";
+  ASSERT_EQ(plain(args + " -o plain.cubin").code, 0);
+  const std::string expected = read("plain.cubin");
+
+  // -o naming a FIFO that a reader drains: nvcc writes it and returns; so
+  // must the launcher, with nvcc's bytes in the reader's hands.
+  ASSERT_EQ(::mkfifo(m_tmp.sub("work/out.fifo").c_str(), 0600), 0);
+  Ran r = watched("cat out.fifo > fifo.cubin & " + cli() + " " + noting_nvcc() + " " + args +
+                  " -o out.fifo; s=$?; wait; exit $s");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(same(read("fifo.cubin"), expected));
+  EXPECT_EQ(nvcc_runs(), 1);
+
+  // -o /dev/stdout into a pipe (a symbolic link to the pipe). (With -ptx,
+  // nvcc 13.0 itself does not return here; with -cubin it does.)
+  r = watched(cli() + " " + noting_nvcc() + " " + args + " -o /dev/stdout | cat > piped.cubin");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(same(read("piped.cubin"), expected));
+
+  // A symbolic link at the output: nvcc writes through it, nothing is stored
+  // or served through it.
+  fs::create_symlink("target.cubin", m_tmp.sub("work/link.cubin"));
+  for (int i = 0; i < 2; ++i) {
+    r = watched(cli() + " " + noting_nvcc() + " " + args + " -o link.cubin");
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(same(read("target.cubin"), expected));
+    EXPECT_TRUE(fs::is_symlink(m_tmp.sub("work/link.cubin")));
+  }
+  EXPECT_EQ(nvcc_runs(), 3);
+  EXPECT_EQ(stored_entries(), 0U);
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("output '...' is not a regular file", 0), 4) << u.dump();
+
+  // An nvcc that leaves a FIFO (or a symbolic link) where its output or
+  // dependency file was: the launcher reads nothing back from it, stores
+  // nothing, and returns nvcc's status.
+  struct Swap {
+    std::string name, file, extra, then;
+  };
+  for (const Swap& w : {Swap{"fifo output", "k.cubin", "", "rm -f k.cubin && mkfifo k.cubin"},
+                        Swap{"fifo depfile", "k.d", "-MD -MF k.d", "rm -f k.d && mkfifo k.d"},
+                        Swap{"symlink output", "k.cubin", "", "mv k.cubin real.cubin && ln -s real.cubin k.cubin"}}) {
+    SCOPED_TRACE(w.name);
+    testing::write_all(m_tmp.sub("bin/nvcc-swaps"),
+                       "#!/bin/sh\n" + quote(m_bin + "/nvcc") + " \"$@\" || exit $?\n" + w.then + "\n");
+    fs::permissions(m_tmp.sub("bin/nvcc-swaps"), fs::perms::owner_all);
+    fs::remove(m_tmp.sub("work/" + w.file));
+    fs::remove(m_tmp.sub("work/real.cubin"));
+    r = watched(cli() + " " + quote(m_tmp.sub("bin/nvcc-swaps")) + " " + args + " -o k.cubin " + w.extra);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(stored_entries(), 0U);
+    fs::remove(m_tmp.sub("work/" + w.file));
+  }
+  const auto n = launcher_stats()["not_stored"];
+  EXPECT_EQ(n.value("the output cannot be read back as a regular file", 0), 2) << n.dump();
+  EXPECT_EQ(n.value("no dependency list from nvcc", 0), 1) << n.dump();
+}
+
+TEST_F(NvccLauncherTest, APlantedCountersFileOrAHeldLockNeverHangsABuild) {
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  ASSERT_EQ(plain("-arch=sm_90 -I inc -cubin k.cu -o plain.cubin").code, 0);
+  const std::string expected = read("plain.cubin");
+
+  // A group-shared root where a member made the counters file a FIFO: every
+  // build of every member would wait on it.
+  const std::string group_root = m_tmp.sub("group");
+  fs::create_directories(group_root + "/nvcc");
+  ::chmod(group_root.c_str(), 02770);
+  ::chmod((group_root + "/nvcc").c_str(), 02770);
+  ASSERT_EQ(::mkfifo((group_root + "/nvcc/launcher-stats.json").c_str(), 0660), 0);
+  const std::string group_env = "PROGCACHE_SHARING=group PROGCACHE_DIR=" + quote(group_root);
+  for (int i = 0; i < 2; ++i) {
+    fs::remove(m_tmp.sub("work/k.cubin"));
+    const Ran r = watched(cli() + " " + noting_nvcc() + " " + args, group_env);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(same(read("k.cubin"), expected));
+  }
+  EXPECT_EQ(nvcc_runs(), 1) << "the second build was not served";
+  EXPECT_EQ(watched(cli() + " stats --json", group_env).code, 0);
+
+  // A root the store refuses (writable by others): nothing in it is
+  // counted or read, nvcc runs; a FIFO there is never opened.
+  const std::string refused = m_tmp.sub("refused");
+  fs::create_directories(refused + "/nvcc");
+  ::chmod(refused.c_str(), 0777);
+  ASSERT_EQ(::mkfifo((refused + "/nvcc/launcher-stats.json").c_str(), 0600), 0);
+  for (const std::string& cmd : {std::string("-E -I inc k.cu"), args}) {
+    const Ran r = watched(cli() + " " + noting_nvcc() + " " + cmd, "PROGCACHE_DIR=" + quote(refused));
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
+  EXPECT_EQ(nvcc_runs(), 2);
+  EXPECT_TRUE(fs::is_fifo(refused + "/nvcc/launcher-stats.json"));
+
+  // The counters file locked by a process that does not let go: the build
+  // goes on (that count is lost).
+  ASSERT_EQ(launch(args).code, 0);  // makes the private root and its counters
+  const std::string stats_path = m_tmp.sub("cache/nvcc/launcher-stats.json");
+  const int fd = ::open(stats_path.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  fs::remove(m_tmp.sub("work/k.cubin"));
+  const Ran held = watched(cli() + " " + noting_nvcc() + " " + args);
+  EXPECT_EQ(held.code, 0) << held.err;
+  EXPECT_TRUE(same(read("k.cubin"), expected));
+  ::close(fd);
+}
+
+TEST_F(NvccLauncherTest, FilesTheToolsReadByNameAreKeyedSoAnEditIsCompiledAgain) {
+  write("h.cu", "__global__ void scale(float* x) { x[0] *= HOST_SCALE; }\n");
+  auto check = [&](const std::string& args, const std::string& file, const std::string& edit_from,
+                   const std::string& edit_to, const std::string& env = "") {
+    SCOPED_TRACE(args + " " + env);
+    ASSERT_EQ(launch(args, env).code, 0);
+    ASSERT_EQ(launch(args, env).code, 0);
+    EXPECT_EQ(nvcc_runs(), 1) << "not served the second time";
+    std::string text = read(file);
+    ASSERT_NE(text.find(edit_from), std::string::npos);
+    text.replace(text.find(edit_from), edit_from.size(), edit_to);
+    write(file, text);
+    const Ran r = launch(args, env);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(nvcc_runs(), 1) << "an edited " << file << " was served from the cache";
+    const std::string served = read("h.cubin");
+    ASSERT_EQ(sh(quote(m_bin + "/nvcc") + " " + args + " -o plain.cubin", env).code, 0);
+    EXPECT_TRUE(same(served, read("plain.cubin"))) << "the launcher's output is not what nvcc makes of " << file;
+  };
+  // A response file for the host compiler (which also preprocesses for the device).
+  write("flags.rsp", "-DHOST_SCALE=2.0f\n");
+  check("-arch=sm_90 -cubin h.cu -o h.cubin -Xcompiler @flags.rsp", "flags.rsp", "2.0f", "3.0f");
+  // ... named in NVCC_APPEND_FLAGS.
+  write("env.rsp", "-DHOST_SCALE=4.0f\n");
+  check("-arch=sm_90 -cubin h.cu -o h.cubin", "env.rsp", "4.0f", "5.0f", "NVCC_APPEND_FLAGS='-Xcompiler @env.rsp'");
+  // ptxas's options file, nested.
+  write("p.opt", "-optf nested.opt\n");
+  write("nested.opt", "-O3\n");
+  check("-arch=sm_90 -cubin h.cu -o h.cubin -DHOST_SCALE=2.0f -Xptxas --options-file,p.opt", "nested.opt", "-O3",
+        "-O0");
+  // What cannot be keyed runs nvcc, counted.
+  ASSERT_EQ(launch("-arch=sm_90 -cubin h.cu -o h.cubin -DHOST_SCALE=2.0f -Xcompiler -fprofile-use=none").code, 0);
+  EXPECT_NE(launch("-arch=sm_90 -cubin h.cu -o h.cubin -Xcompiler -include,gone.h -DHOST_SCALE=1").code, 0);
+  EXPECT_EQ(nvcc_runs(), 2);
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("host compiler word '...' may read files the key cannot see", 0), 1) << u.dump();
+  EXPECT_EQ(u.value("host compiler file '...' is not a readable file in the working directory", 0), 1) << u.dump();
+}
+
+// One uid, two roles: a member of the group that shares the root plants an
+// object entry (written here with the store's own API, as any member may);
+// another member's build must not link it. Simulated as one user, since the
+// rule is about the configuration (a group-shared root without signing).
+TEST_F(NvccLauncherTest, ObjectsAreNeitherServedNorStoredInAGroupRootWithoutSignedEntries) {
+  const std::string args = "-arch=sm_90 -I inc -c k.cu -o k.o";
+  write("evil.cu", "__global__ void evil(float* x) { x[0] = 42.0f; }\n");
+  ASSERT_EQ(plain("-arch=sm_90 -c evil.cu -o evil.o").code, 0);
+  const std::string evil = read("evil.o");
+  ASSERT_EQ(plain(args + " -o plain.o").code, 0);
+  const std::string expected = mask_temp_names(read("plain.o"));
+
+  // The root, private at first: an honest entry, then the planted object.
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  FileStoreOptions o;
+  o.root = m_tmp.sub("cache/nvcc");
+  auto store = FileStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto listed = (*store)->list();
+  ASSERT_TRUE(listed.ok());
+  int planted = 0;
+  for (const auto& info : *listed) {
+    auto e = (*store)->get(info.key);
+    ASSERT_TRUE(e.ok() && e->has_value());
+    if ((*e)->find("output") == nullptr) continue;
+    std::vector<Artifact> artifacts;
+    for (const auto& a : (*e)->artifacts()) {
+      artifacts.push_back({a.name, a.name == "output" ? Bytes::copy_of(evil) : a.data});
+    }
+    ASSERT_TRUE((*store)->put(info.key, Entry((*e)->metadata(), std::move(artifacts))).ok());
+    ++planted;
+  }
+  ASSERT_EQ(planted, 1);
+  store->reset();
+  // Private, it is the user's own store: the planted entry is served (what
+  // makes the check below mean something).
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0);
+  EXPECT_TRUE(same(read("k.o"), evil));
+
+  // Shared with a group, unsigned: nvcc compiles, the entry is not linked.
+  const std::string group_env = "PROGCACHE_SHARING=group";
+  ::chmod(m_tmp.sub("cache").c_str(), 02770);
+  for (int i = 0; i < 2; ++i) {
+    const Ran r = launch(args, group_env);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(nvcc_runs(), 1) << "an object was served from a group-shared root without signed entries";
+    EXPECT_TRUE(same(mask_temp_names(read("k.o")), expected));
+  }
+  const auto u = launcher_stats(group_env)["uncacheable"];
+  EXPECT_EQ(u.value("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)", 0),
+            2)
+      << u.dump();
+  // Device code keeps the store's usual rules there.
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin", group_env).code, 0);
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin", group_env).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+
+  // Signed: the unsigned planted entry is refused, nvcc's object is stored
+  // signed and served.
+  testing::write_all(m_tmp.sub("hmac.key"), "0123456789abcdef0123456789abcdef\n");
+  ::chmod(m_tmp.sub("hmac.key").c_str(), 0600);
+  const std::string signed_env = group_env + " PROGCACHE_HMAC_KEY_FILE=" + quote(m_tmp.sub("hmac.key"));
+  ASSERT_EQ(launch(args, signed_env).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  EXPECT_TRUE(same(mask_temp_names(read("k.o")), expected));
+  const std::string compiled = read("k.o");
+  fs::remove(m_tmp.sub("work/k.o"));
+  ASSERT_EQ(launch(args, signed_env).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "a signed object was not served";
+  EXPECT_TRUE(same(read("k.o"), compiled));
 }
 
 }  // namespace

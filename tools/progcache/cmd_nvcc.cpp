@@ -17,6 +17,13 @@
 // unchanged, with its own output and exit status, and is counted with its
 // reason (`progcache stats`). A cache that fails costs a compile, never the
 // build: every store error falls back to running nvcc.
+//
+// Nothing here may wait on a file someone else controls: outputs and
+// dependency files are read back only from regular files (opened without
+// following symlinks, never blocking on a FIFO or device), the counters only
+// from a regular file of the accepted root under a bounded lock wait, and
+// objects (host code, linked into programs) are served and stored only where
+// progcache::host_code_trust allows.
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
@@ -34,6 +41,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,6 +51,7 @@
 #include "compile/scan_files.h"
 #include "nvcc/nvcc_command.h"
 #include "progcache/key.h"
+#include "progcache/trust.h"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
 
@@ -163,7 +172,7 @@ std::vector<std::string> host_compilers(const nv::Command& cmd) {
 
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd) {
   KeyBuilder kb("nvcc-manifest");
-  kb.add_int("launcher-schema", 1);
+  kb.add_int("launcher-schema", 2);
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
@@ -176,6 +185,9 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd) {
   kb.add_string("cwd", std::filesystem::current_path(ec).string());
   kb.add_string("mode", nv::mode_name(cmd.mode));
   for (const auto& w : cmd.canonical) kb.add_string("arg", w);
+  // Response and options files of every tool, the host compiler's -include
+  // and -imacros: read by name, listed in no dependency output.
+  for (const auto& f : cmd.read_files) kb.add_string("read-file", f.path).add_bytes("sha256", f.sha256);
   return kb.finish();
 }
 
@@ -335,39 +347,85 @@ std::string reason_class(const std::string& why) {
   return out;
 }
 
+// The largest output or dependency file read back into an entry.
+constexpr std::uint64_t k_max_output_bytes = std::uint64_t{1} << 32;
+
+// A file nvcc wrote, read back for the entry: only a regular file reached
+// without a symbolic link, opened so that a FIFO or device never blocks (an
+// output named /dev/stdout, or replaced by a FIFO while nvcc ran, must not
+// hang the build after nvcc returned).
+pc::Result<std::string> read_back(const std::string& path) {
+  return pc::read_regular_file(pc::Env::posix(), path, k_max_output_bytes, pc::OpenMode::read);
+}
+
+// Where the counters live and who may have written them: a regular file in
+// the root's nvcc store, which the file store has accepted.
+struct StatsFile {
+  std::string path;
+  pc::Sharing sharing = pc::Sharing::private_only;
+  gid_t group = 0;  // the store directory's group (group sharing)
+};
+
+// An open counters file is used only when it is a regular file this user
+// owns, or, in a group-shared root, one of the root's group; never writable
+// by others. A FIFO, a device or another user's file planted there is left
+// alone: counting is best effort, a build must not wait on it.
+bool trusted_stats_file(const struct stat& st, const StatsFile& where) {
+  if (!S_ISREG(st.st_mode)) return false;
+  if (where.sharing == pc::Sharing::private_only) return st.st_uid == ::geteuid() && (st.st_mode & 022) == 0;
+  return (st.st_uid == ::geteuid() || st.st_gid == where.group) && (st.st_mode & 002) == 0;
+}
+
 // Adds one to a counter in <root>/nvcc/launcher-stats.json, under an
-// advisory lock. Best effort: a counter that cannot be kept costs nothing.
-void count(const std::string& root, const std::string& counter, const std::string& reason = {}) {
-  const std::string dir = pc::join_path(root, std::string(k_store));
-  const std::string path = pc::join_path(dir, std::string(k_stats_file));
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0 && errno == ENOENT) {  // the first call in this root
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  }
+// advisory lock waited on for a bounded time. Best effort: a counter that
+// cannot be kept costs nothing, and never a wait on someone else's file.
+void count(const StatsFile& where, const std::string& counter, const std::string& reason = {}) {
+  const bool group = where.sharing == pc::Sharing::group;
+  const int fd = ::open(where.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+                        group ? 0660 : 0600);
   if (fd < 0) return;
-  if (::flock(fd, LOCK_EX) == 0) {
-    std::string text;
-    std::array<char, 4096> buf{};
-    ssize_t n = 0;
-    while ((n = ::read(fd, buf.data(), buf.size())) > 0 && text.size() < (1U << 20)) text.append(buf.data(), n);
-    json j = json::parse(text, nullptr, false);
-    if (!j.is_object()) j = json::object();
-    auto bump = [](json& obj, const std::string& k) {
-      if (!obj.contains(k) || !obj[k].is_number_unsigned()) obj[k] = 0U;
-      obj[k] = obj[k].get<std::uint64_t>() + 1;
-    };
-    if (reason.empty()) {
-      bump(j, counter);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !trusted_stats_file(st, where)) return;
+  // Group members count in one file: it must stay writable by the group
+  // whatever the umask of whoever made it.
+  if (group && st.st_uid == ::geteuid() && (st.st_mode & 0660) != 0660) (void)::fchmod(fd, 0660);
+  // Another process holds the lock only for a read and a write; one that
+  // holds it longer (stopped, or holding it on purpose) costs this count.
+  bool locked = false;
+  for (int attempt = 0; attempt < 50 && !locked; ++attempt) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      locked = true;
+    } else if (errno == EWOULDBLOCK || errno == EINTR) {
+      ::usleep(2000);
     } else {
-      if (!j.contains(counter) || !j[counter].is_object()) j[counter] = json::object();
-      bump(j[counter], reason_class(reason));
+      return;
     }
-    const std::string out = j.dump(1);
-    if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, out.data(), out.size(), 0);
   }
-  ::close(fd);
+  if (!locked) return;
+  std::string text;
+  std::array<char, 4096> buf{};
+  ssize_t n = 0;
+  while ((n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(text.size()))) > 0 && text.size() < (1U << 20)) {
+    text.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) j = json::object();
+  auto bump = [](json& obj, const std::string& k) {
+    if (!obj.contains(k) || !obj[k].is_number_unsigned()) obj[k] = 0U;
+    obj[k] = obj[k].get<std::uint64_t>() + 1;
+  };
+  if (reason.empty()) {
+    bump(j, counter);
+  } else {
+    if (!j.contains(counter) || !j[counter].is_object()) j[counter] = json::object();
+    bump(j[counter], reason_class(reason));
+  }
+  const std::string out = j.dump(1);
+  if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, out.data(), out.size(), 0);
 }
 
 // ---- running nvcc
@@ -480,18 +538,15 @@ class Launcher {
   Launcher(std::string nvcc, std::vector<std::string> args) : m_nvcc(std::move(nvcc)), m_args(std::move(args)) {}
 
   int run() {
-    m_cmd = nv::parse_command(m_args, [](const std::string& p) { return read_file(p); });
     auto cfg = pc::resolve_config();
     if (!cfg.ok()) {
       std::fprintf(stderr, "progcache: not caching (%s)\n", cfg.status().to_string().c_str());
       exec_nvcc(m_nvcc, m_args);
     }
     if (cfg->disabled) exec_nvcc(m_nvcc, m_args);  // PROGCACHE_DISABLE: as if no launcher were set
+    // The root is judged before anything in it is read or written: a root
+    // the file store refuses gets no counters, only nvcc.
     m_root = cfg->dir;
-    if (!m_cmd.uncacheable.empty()) {
-      count(m_root, "uncacheable", m_cmd.uncacheable);
-      exec_nvcc(m_nvcc, m_args);
-    }
     pc::FileStoreOptions o = cfg->file_store_options();
     o.root = pc::join_path(m_root, std::string(k_store));
     auto store = pc::FileStore::open(o);
@@ -500,6 +555,36 @@ class Launcher {
       exec_nvcc(m_nvcc, m_args);
     }
     m_store = std::move(*store);
+    m_stats.path = pc::join_path(o.root, std::string(k_stats_file));
+    m_stats.sharing = o.sharing;
+    if (struct stat st{}; ::stat(o.root.c_str(), &st) == 0) m_stats.group = st.st_gid;
+
+    pc::nvcc::EnvFlags env;
+    for (auto [name, value] :
+         {std::pair{"NVCC_PREPEND_FLAGS", &env.prepend}, std::pair{"NVCC_APPEND_FLAGS", &env.append}}) {
+      if (const char* v = std::getenv(name)) *value = v;
+    }
+    m_cmd = nv::parse_command(
+        m_args, [this](const std::string& p) { return read_input(p); }, env);
+    if (!m_cmd.uncacheable.empty()) uncacheable(m_cmd.uncacheable);
+    // A hit renames a file over the output; a miss reads nvcc's output back.
+    // Both only for a regular file (or none yet): a FIFO, a device, a
+    // symbolic link (/dev/stdout) is nvcc's alone to write.
+    std::vector<std::pair<std::string, std::string>> written = {{"output", m_cmd.output}};
+    if (m_cmd.depfile) written.emplace_back("dependency file", *m_cmd.depfile);
+    for (const auto& [what, path] : written) {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        uncacheable(what + " '" + path + "' is not a regular file");
+      }
+    }
+    // An object is host code, linked into programs: served only from a
+    // private root or from signed, verified entries (trust.h).
+    if (m_cmd.mode == nv::Mode::object) {
+      if (const pc::CodeTrust trust = pc::host_code_trust(*cfg); !trust.disk) {
+        uncacheable("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)");
+      }
+    }
     m_mkey = manifest_key(m_nvcc, m_cmd);
     if (auto served = serve()) return *served;
     return compile();
@@ -527,7 +612,7 @@ class Launcher {
     for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
       if (const pc::Artifact* a = (*entry)->find(name)) (void)write_all_to(fd, a->data.view(), name);
     }
-    count(m_root, "hits");
+    count(m_stats, "hits");
     return 0;
   }
 
@@ -537,7 +622,7 @@ class Launcher {
     if (!m_cmd.depfile) {
       own_depfile = make_temp_depfile();
       if (!own_depfile) {
-        count(m_root, "not_stored", "no temporary file for the dependency list");
+        count(m_stats, "not_stored", "no temporary file for the dependency list");
         exec_nvcc(m_nvcc, m_args);
       }
       args.insert(args.end(), {"-MD", "-MF", *own_depfile});
@@ -545,13 +630,14 @@ class Launcher {
     const std::int64_t start = tick_start();
     const Ran ran = run_capturing(m_nvcc, args);
     const std::string depfile_path = own_depfile ? *own_depfile : *m_cmd.depfile;
-    auto deps_text = read_file(depfile_path);
+    auto deps_text = read_back(depfile_path);
     if (own_depfile) ::unlink(own_depfile->c_str());
     if (ran.status != 0) {
-      count(m_root, "compile_failed");
+      count(m_stats, "compile_failed");
       return ran.status;
     }
-    count(m_root, "misses");
+    count(m_stats, "misses");
+    if (named_input_changed()) return not_stored("an input changed while nvcc ran");
     if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
     auto deps = nv::parse_depfile(*deps_text);
     if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
@@ -577,8 +663,8 @@ class Launcher {
       files.emplace_back(path, *digest);
     }
     m.absent = shadow_places(*deps, m_cmd.include_dirs);
-    auto output = read_file(m_cmd.output);
-    if (!output.ok()) return not_stored("the output cannot be read back");
+    auto output = read_back(m_cmd.output);
+    if (!output.ok()) return not_stored("the output cannot be read back as a regular file");
     std::vector<pc::Artifact> artifacts;
     artifacts.push_back({"output", pc::Bytes::adopt(std::move(*output))});
     if (m_cmd.depfile) artifacts.push_back({"depfile", pc::Bytes::adopt(std::move(*deps_text))});
@@ -599,14 +685,41 @@ class Launcher {
 
   // nvcc succeeded; its result is simply not kept.
   int not_stored(const std::string& why) {
-    count(m_root, "not_stored", why);
+    count(m_stats, "not_stored", why);
     return 0;
+  }
+
+  // Runs nvcc unchanged, counting why.
+  [[noreturn]] void uncacheable(const std::string& why) {
+    count(m_stats, "uncacheable", why);
+    exec_nvcc(m_nvcc, m_args);
+  }
+
+  // A file the command names (options and response files, -include): read
+  // without blocking, regular files only; its stat kept, so that an edit
+  // while nvcc runs keeps the result out of the store.
+  pc::Result<std::string> read_input(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return pc::errno_status(errno, "cannot read", path);
+    m_inputs_read.emplace(path, dt::stamp_of(st));
+    return dt::read_regular(path);
+  }
+
+  // Whether a file the command names changed since it was read for the key.
+  bool named_input_changed() const {
+    for (const auto& [path, stamp] : m_inputs_read) {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0 || !(dt::stamp_of(st) == stamp)) return true;
+    }
+    return false;
   }
 
   std::string m_nvcc;
   std::vector<std::string> m_args;
   nv::Command m_cmd;
   std::string m_root;
+  StatsFile m_stats;
+  std::map<std::string, dt::FileStamp> m_inputs_read;
   std::unique_ptr<pc::FileStore> m_store;
   pc::Key m_mkey;
 };
@@ -629,7 +742,10 @@ int run_launcher(int argc, char** argv) {
 }
 
 json launcher_stats_json(const std::string& root) {
-  auto text = read_file(pc::join_path(pc::join_path(root, std::string(k_store)), std::string(k_stats_file)));
+  // Not read_file: a FIFO planted in a shared root must not hang `stats`.
+  auto text = pc::read_regular_file(pc::Env::posix(),
+                                    pc::join_path(pc::join_path(root, std::string(k_store)), std::string(k_stats_file)),
+                                    1U << 20, pc::OpenMode::read);
   if (!text.ok()) return nullptr;
   json j = json::parse(*text, nullptr, false);
   return j.is_object() ? j : json(nullptr);
