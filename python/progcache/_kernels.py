@@ -109,6 +109,16 @@ def _meta_json(metadata: Any) -> str:
         raise TypeError(f"metadata must be JSON-serialisable (progcache never pickles): {e}") from None
 
 
+def _usable_config(who: str) -> Optional[dict]:
+    """The configuration, or None (said once) when a setting is malformed:
+    a default cache then works without its disk store."""
+    try:
+        return _config()
+    except ValueError as e:
+        _integration.warn_once(who, "config", f"the cache is not used ({e})")
+        return None
+
+
 class CubinCache:
     """Process-local memory plus optional disk persistence (one atomic entry
     per key under ``cache_dir``, default ``$PYPTX_CACHE_DIR``, else
@@ -117,21 +127,29 @@ class CubinCache:
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, enable_disk: bool = True, *,
                  sharing: Optional[str] = None) -> None:
-        cfg = _config()
         self._lock = threading.Lock()
         self._memory: dict[bytes, CacheEntry] = {}
-        self._disabled = cfg["disabled"]
+        cfg = _usable_config("CubinCache")
+        self._disabled = cfg is not None and cfg["disabled"]  # a malformed setting leaves memory in use
+        configured = cache_dir is None and os.environ.get("PYPTX_CACHE_DIR") is None
         if cache_dir is None:
             cache_dir = (os.environ.get("PYPTX_CACHE_DIR")
-                         or os.path.join(cfg["dir"], _core.COMPANION_STORES["pyptx"]))
+                         or os.path.join(cfg["dir"] if cfg is not None else "", _core.COMPANION_STORES["pyptx"]))
         self.cache_dir = os.fspath(cache_dir)
-        sharing = _sharing(sharing, cfg)
+        self._disk = None
+        if cfg is None or not enable_disk or self._disabled:
+            return
         # Capped, signed and shared as the configuration says, like the
         # program caches.
-        self._disk = (_core.open_file_store(self.cache_dir, cfg["max_size_bytes"], cfg["max_entries"], cfg["fsync"],
-                                            cfg["hmac_key"], sharing, compression=cfg["compression_level"],
-                                            signing_keys=cfg["signing_keys"])
-                      if enable_disk and not self._disabled else None)
+        try:
+            self._disk = _core.open_file_store(self.cache_dir, cfg["max_size_bytes"], cfg["max_entries"],
+                                               cfg["fsync"], cfg["hmac_key"], _sharing(sharing, cfg),
+                                               compression=cfg["compression_level"], signing_keys=cfg["signing_keys"])
+        except (OSError, RuntimeError) as e:
+            if not configured:
+                raise  # a directory the caller named: theirs to fix
+            # The configured root cannot be used: memory only, said once.
+            _integration.warn_once("CubinCache", "unusable", f"the disk cache is not used ({e}); memory only")
 
     def __contains__(self, key: CacheKey) -> bool:
         """pyptx's membership test: memory, then disk. (The program caches
@@ -285,18 +303,28 @@ class KernelCache:
 
     def __init__(self, cache_dir: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = None,
                  sharing: Optional[str] = None, lock_timeout_s: float = 600.0) -> None:
-        cfg = _config()
+        cfg = _usable_config("KernelCache")
+        configured = cache_dir is None
         if cache_dir is None:  # a companion store of the root: progcache stats/prune/clear see it
-            cache_dir = os.path.join(cfg["dir"], _core.COMPANION_STORES["kernels"])
+            cache_dir = os.path.join(cfg["dir"] if cfg is not None else "", _core.COMPANION_STORES["kernels"])
         self.cache_dir = os.fspath(cache_dir)
-        self._sharing = _sharing(sharing, cfg)
-        self._signed = _integration.signed(cfg)
-        # With PROGCACHE_DISABLE every call builds and nothing is stored.
-        self._disabled = cfg["disabled"]
-        self._store: Any = None if self._disabled else _core.open_file_store(
-            self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
-            cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing,
-            compression=cfg["compression_level"], signing_keys=cfg["signing_keys"])
+        self._sharing = _sharing(sharing, cfg) if cfg is not None else "private"
+        self._signed = cfg is not None and _integration.signed(cfg)
+        # With PROGCACHE_DISABLE (or a configuration that does not resolve)
+        # every call builds and nothing is stored.
+        self._disabled = cfg is None or cfg["disabled"]
+        self._store: Any = None
+        if not self._disabled:
+            try:
+                self._store = _core.open_file_store(
+                    self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
+                    cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing,
+                    compression=cfg["compression_level"], signing_keys=cfg["signing_keys"])
+            except (OSError, RuntimeError) as e:
+                if not configured:
+                    raise  # a directory the caller named: theirs to fix
+                _integration.warn_once("KernelCache", "unusable", f"the cache is not used ({e}); every call builds")
+                self._disabled = True
         self._locks_dir = os.path.join(self.cache_dir, "locks")
         self._lock_timeout_s = lock_timeout_s
         self._flights = _core.Flights()

@@ -305,10 +305,14 @@ _patched_staging_attr = (staticmethod(_get_staging_root) if isinstance(_orig_sta
 
 
 def _get_cache_path(self, key: str) -> str:
+    """Where tilelang reads and writes the kernel ``key``: the redirected
+    directory while one is active, else tilelang's own path in a trusted
+    cache directory (``_kernel_path``): tilelang also tags each kernel with
+    this path and writes files there after the first launch."""
     r = getattr(_redirect, "to", None)
     if r is not None and r[0] == key:
         return r[1]
-    return _orig_get_cache_path(self, key)
+    return _kernel_path(self, key)
 
 
 class _redirected:

@@ -310,3 +310,34 @@ def test_tilelangs_file_names_are_exported():
             progcache.KERNEL_LIB_PATH, progcache.KERNEL_CUBIN_PATH, progcache.KERNEL_PY_PATH) == (
         "device_kernel.cu", "host_kernel.cu", "executable.so", "kernel_lib.so", "kernel.cubin", "kernel.py")
     assert progcache.PARAMS_PATH == "params.json"  # tilelang 0.1.15's; never a pickle
+
+
+@pytest.mark.parametrize("setting", ["a file", "others-writable", "bad size"])
+def test_default_kernel_caches_on_an_unusable_configuration_warn_once_and_still_work(tmp_path, monkeypatch, setting):
+    f = tmp_path / "a-file"
+    f.write_text("not a directory")
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    if setting == "a file":
+        monkeypatch.setenv("PROGCACHE_DIR", str(f))
+    elif setting == "others-writable":
+        monkeypatch.setenv("PROGCACHE_DIR", str(open_dir))
+    else:
+        monkeypatch.setenv("PROGCACHE_MAX_SIZE", "10Q")
+    monkeypatch.delenv("PYPTX_CACHE_DIR", raising=False)
+    monkeypatch.setattr(progcache._integration, "_warned", set())  # "once" is per process
+    with pytest.warns(RuntimeWarning) as caught:
+        kc = KernelCache()  # the configuration decides: a miss and a build, never an exception
+        first = kc.cached(build_kernel, 3)
+        again = kc.cached(build_kernel, 3)
+        g = CubinCache()
+        key = CacheKey("k", {"N": 4}, [((4,), "float32")], "sm_90")
+        g.put(CacheEntry(key, ".version 8.0", b"\x7fELF-cubin"))
+    assert kc.builds == 2 and not first.from_cache and not again.from_cache
+    assert g.get(key) is not None  # memory still serves
+    assert len([w for w in caught if "progcache." in str(w.message)]) == 2  # one per cache kind
+    # A directory the caller names is the caller's to fix: still an error.
+    if setting != "bad size":
+        with pytest.raises((OSError, RuntimeError)):
+            KernelCache(f if setting == "a file" else open_dir)

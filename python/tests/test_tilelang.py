@@ -375,3 +375,73 @@ def test_kernel_cache_file_names_are_tilelangs():
     for name in ("func", "out_idx", "args", "target", "target_host", "execution_backend", "verbose", "pass_configs",
                  "compile_flags"):
         assert ours[name].kind == theirs[name].kind, name
+
+
+# ---------------------------------------------------------------- trust and failures
+
+@pytest.mark.parametrize("how", ["others-writable", "another-owner"])
+def test_a_forged_kernel_in_a_cache_dir_others_could_write_is_never_loaded(tmp_path, how):
+    honest = Env(tmp_path, "honest")
+    good = honest.run([k("vector_add")])
+    src = good["kernels"][0]["dir"]
+    # The victim's TILELANG_CACHE_DIR sits in a directory someone else made
+    # first, holding a forged copy of the kernel's directory whose record
+    # matches the forged files.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    if how == "others-writable":
+        shared.chmod(0o777)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("needs root to make a directory another uid owns")
+        os.chown(shared, 65534, 65534)
+    victim = Env(tmp_path, "victim")
+    victim.tl_dir = str(shared / "tilelang")
+    forged = os.path.join(victim.tl_dir, os.path.relpath(src, honest.tl_dir))
+    shutil.copytree(src, forged)
+    with open(os.path.join(forged, "device_kernel.cu"), "ab") as f:
+        f.write(b"\n// forged\n")
+    # tilelang's own manifest and progcache's record, both made to match.
+    man_path = os.path.join(forged, "manifest.json")
+    man = json.load(open(man_path))
+    for name in man["files"]:
+        data = open(os.path.join(forged, name), "rb").read()
+        man["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    with open(man_path, "w") as f:
+        json.dump(man, f)
+    rec_path = os.path.join(forged, ".progcache.json")
+    rec = json.load(open(rec_path))
+    for name in rec["files"]:
+        st = os.stat(os.path.join(forged, name))
+        rec["files"][name] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    with open(rec_path, "w") as f:
+        json.dump(rec, f)
+    r = victim.run([k("vector_add")])
+    assert r["codegen"] == 1  # compiled, not loaded from the forged directory
+    for f in ("device_kernel.cu", "host_kernel.cu", "params.json"):  # what a compile writes alike each time
+        assert files_of(r)["vector_add"][f] == files_of(good)["vector_add"][f], f
+    assert not r["kernels"][0]["dir"].startswith(str(shared))  # laid out privately instead
+    assert "tilelang's cache directory" in r["stderr"], r["stderr"][-2000:]
+    # The next process is served from the store, still not from the shared directory.
+    again = victim.run([k("vector_add")])
+    assert again["codegen"] == 0 and files_of(again) == files_of(r)
+
+
+def test_an_unusable_root_or_setting_costs_a_warning_and_tilelang_compiles(tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("not a directory")
+    open_dir = tmp_path / "open-to-all"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    cases = {"a file": {"PROGCACHE_DIR": str(f)}, "others-writable": {"PROGCACHE_DIR": str(open_dir)},
+             "impossible": {"PROGCACHE_DIR": str(f / "sub")}, "bad size": {"PROGCACHE_MAX_SIZE": "10Q"}}
+    if os.geteuid() == 0:
+        other = tmp_path / "someone-elses"
+        other.mkdir(mode=0o700)
+        os.chown(other, 65534, 65534)
+        cases["another owner"] = {"PROGCACHE_DIR": str(other)}
+    for i, (name, extra) in enumerate(sorted(cases.items())):
+        env = Env(tmp_path, f"c{i}", **extra)
+        r = env.run([k("vector_add")])
+        assert r["codegen"] == 1, name
+        assert r["stderr"].count("progcache.tilelang:") == 1, (name, r["stderr"][-2000:])
