@@ -51,3 +51,34 @@ def redis_url(tmp_path):
     yield f"redis://127.0.0.1:{port}"
     proc.kill()
     proc.wait()
+
+
+@pytest.fixture
+def second_uid():
+    """A second user of this machine, made for the test and removed after
+    (useradd/userdel; needs root): another user's directories and files
+    are made by chowning them to it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a second user")
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    userdel = shutil.which("userdel") or "/usr/sbin/userdel"
+    if not os.path.exists(useradd):
+        pytest.skip("useradd is not installed")
+    name = f"pctest{os.getpid() % 100000}"
+    subprocess.run([userdel, name], capture_output=True)  # a leftover of a killed run
+    subprocess.run([useradd, "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
+                   capture_output=True)
+    import pwd
+    uid = pwd.getpwnam(name).pw_uid
+    try:
+        yield uid
+    finally:
+        subprocess.run([userdel, name], capture_output=True)
+
+
+def chown_tree(path, uid):
+    """Gives `path` and everything under it to `uid` (as if it made them)."""
+    os.chown(path, uid, uid, follow_symlinks=False)
+    for d, dirs, files in os.walk(path):
+        for n in dirs + files:
+            os.chown(os.path.join(d, n), uid, uid, follow_symlinks=False)

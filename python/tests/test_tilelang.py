@@ -380,7 +380,7 @@ def test_kernel_cache_file_names_are_tilelangs():
 # ---------------------------------------------------------------- trust and failures
 
 @pytest.mark.parametrize("how", ["others-writable", "another-owner"])
-def test_a_forged_kernel_in_a_cache_dir_others_could_write_is_never_loaded(tmp_path, how):
+def test_a_forged_kernel_in_a_cache_dir_others_could_write_is_never_loaded(tmp_path, how, request):
     honest = Env(tmp_path, "honest")
     good = honest.run([k("vector_add")])
     src = good["kernels"][0]["dir"]
@@ -391,10 +391,8 @@ def test_a_forged_kernel_in_a_cache_dir_others_could_write_is_never_loaded(tmp_p
     shared.mkdir()
     if how == "others-writable":
         shared.chmod(0o777)
-    else:
-        if os.geteuid() != 0:
-            pytest.skip("needs root to make a directory another uid owns")
-        os.chown(shared, 65534, 65534)
+    else:  # a sticky shared directory, as /tmp, where another user made the cache dir first
+        shared.chmod(0o1777)
     victim = Env(tmp_path, "victim")
     victim.tl_dir = str(shared / "tilelang")
     forged = os.path.join(victim.tl_dir, os.path.relpath(src, honest.tl_dir))
@@ -416,6 +414,9 @@ def test_a_forged_kernel_in_a_cache_dir_others_could_write_is_never_loaded(tmp_p
         rec["files"][name] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     with open(rec_path, "w") as f:
         json.dump(rec, f)
+    if how == "another-owner":
+        from conftest import chown_tree
+        chown_tree(victim.tl_dir, request.getfixturevalue("second_uid"))
     r = victim.run([k("vector_add")])
     assert r["codegen"] == 1  # compiled, not loaded from the forged directory
     for f in ("device_kernel.cu", "host_kernel.cu", "params.json"):  # what a compile writes alike each time
@@ -427,7 +428,7 @@ def test_a_forged_kernel_in_a_cache_dir_others_could_write_is_never_loaded(tmp_p
     assert again["codegen"] == 0 and files_of(again) == files_of(r)
 
 
-def test_an_unusable_root_or_setting_costs_a_warning_and_tilelang_compiles(tmp_path):
+def test_an_unusable_root_or_setting_costs_a_warning_and_tilelang_compiles(tmp_path, request):
     f = tmp_path / "a-file"
     f.write_text("not a directory")
     open_dir = tmp_path / "open-to-all"
@@ -438,7 +439,7 @@ def test_an_unusable_root_or_setting_costs_a_warning_and_tilelang_compiles(tmp_p
     if os.geteuid() == 0:
         other = tmp_path / "someone-elses"
         other.mkdir(mode=0o700)
-        os.chown(other, 65534, 65534)
+        os.chown(other, request.getfixturevalue("second_uid"), -1)
         cases["another owner"] = {"PROGCACHE_DIR": str(other)}
     for i, (name, extra) in enumerate(sorted(cases.items())):
         env = Env(tmp_path, f"c{i}", **extra)

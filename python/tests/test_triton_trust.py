@@ -23,6 +23,7 @@ import pytest
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
 
+from conftest import chown_tree  # noqa: E402
 from test_triton import Env, files_of, k, store_entries  # noqa: E402
 
 # A Python extension module that says which build it is: Triton's own
@@ -172,7 +173,7 @@ def _forge(honest_dir, forged_dir, victim_name, other_cubin):
 
 
 @pytest.mark.parametrize("how", ["others-writable", "another-owner"])
-def test_a_forged_group_in_a_cache_dir_others_could_write_is_never_served(tmp_path, how):
+def test_a_forged_group_in_a_cache_dir_others_could_write_is_never_served(tmp_path, how, request):
     honest = Env(tmp_path, "honest")
     good = honest.run([k("softmax"), k("matmul")])
     soft, mat = good["kernels"]
@@ -182,15 +183,15 @@ def test_a_forged_group_in_a_cache_dir_others_could_write_is_never_served(tmp_pa
     shared.mkdir()
     if how == "others-writable":
         shared.chmod(0o777)
-    else:
-        if os.geteuid() != 0:
-            pytest.skip("needs root to make a directory another uid owns")
-        os.chown(shared, 65534, 65534)
+    else:  # a sticky shared directory, as /tmp, where another user made the cache dir first
+        shared.chmod(0o1777)
     victim = Env(tmp_path, "victim")
     victim.triton_dir = str(shared / "triton")
     os.makedirs(victim.triton_dir)
     forged = os.path.join(victim.triton_dir, os.path.basename(soft["dir"]))
     _forge(soft["dir"], forged, "softmax", os.path.join(mat["dir"], "matmul.cubin"))
+    if how == "another-owner":
+        chown_tree(victim.triton_dir, request.getfixturevalue("second_uid"))
     p = victim.popen([k("softmax")])
     out, err = p.communicate(timeout=600)
     assert p.returncode == 0, err
@@ -212,7 +213,7 @@ def test_a_private_cache_dir_is_still_used_and_served(tmp_path):
 
 # ---------------------------------------------------------------- a failure is a miss
 
-def _unusable_roots(tmp_path):
+def _unusable_roots(tmp_path, request):
     f = tmp_path / "a-file"
     f.write_text("not a directory")
     open_dir = tmp_path / "open-to-all"
@@ -223,14 +224,14 @@ def _unusable_roots(tmp_path):
     if os.geteuid() == 0:
         other = tmp_path / "someone-elses"
         other.mkdir(mode=0o700)
-        os.chown(other, 65534, 65534)
+        os.chown(other, request.getfixturevalue("second_uid"), -1)
         cases["another owner"] = str(other)
     return cases
 
 
-def test_an_unusable_root_or_remote_costs_a_warning_and_triton_compiles(tmp_path):
+def test_an_unusable_root_or_remote_costs_a_warning_and_triton_compiles(tmp_path, request):
     own = Env(tmp_path, "own").run([k("vector_add")], manager="triton")
-    cases = {name: {"PROGCACHE_DIR": root} for name, root in _unusable_roots(tmp_path).items()}
+    cases = {name: {"PROGCACHE_DIR": root} for name, root in _unusable_roots(tmp_path, request).items()}
     cases["malformed remote"] = {"PROGCACHE_REMOTE": "redis://[::1"}
     cases["unknown scheme"] = {"PROGCACHE_REMOTE": "gopher://127.0.0.1/"}
     cases["bad size"] = {"PROGCACHE_MAX_SIZE": "10Q"}
@@ -247,7 +248,7 @@ def test_an_unusable_root_or_remote_costs_a_warning_and_triton_compiles(tmp_path
         assert err.count("progcache.triton:") == 1, (name, err)
 
 
-def test_compile_with_the_default_cache_on_an_unusable_root_warns_and_compiles(tmp_path):
+def test_compile_with_the_default_cache_on_an_unusable_root_warns_and_compiles(tmp_path, request):
     from conftest import have_nvrtc
     if not have_nvrtc():
         pytest.skip("no NVRTC (CUDA toolkit) on this machine")
@@ -260,7 +261,7 @@ p = progcache.compile('extern "C" __global__ void k(float* x) { x[0] = 1; }', "c
 q = progcache.compile('extern "C" __global__ void k(float* x) { x[0] = 1; }', "c++", "ptx", ["-arch=sm_80"])
 print(json.dumps({"same": p.code == q.code, "from_cache": p.from_cache}))
 """
-    cases = {name: {"PROGCACHE_DIR": root} for name, root in _unusable_roots(tmp_path).items()}
+    cases = {name: {"PROGCACHE_DIR": root} for name, root in _unusable_roots(tmp_path, request).items()}
     cases["bad size"] = {"PROGCACHE_DIR": str(tmp_path / "fine"), "PROGCACHE_MAX_SIZE": "10Q"}
     for name, extra in sorted(cases.items()):
         e = {kk: v for kk, v in os.environ.items() if not kk.startswith("PROGCACHE_")}
