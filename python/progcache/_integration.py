@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import warnings
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from . import _core, _kernel_dirs
@@ -39,6 +40,24 @@ def warn_once(integration: str, what: str, message: str) -> None:
     warnings.warn(f"progcache.{integration}: {message}", RuntimeWarning, stacklevel=3)
 
 
+@dataclass
+class State:
+    """One resolved configuration of a companion store, and its store."""
+
+    cfg: Optional[dict] = None  # _core.resolve_config(); None when it did not resolve
+    disabled: bool = False  # PROGCACHE_DISABLE
+    failed: Optional[str] = None  # why the cache is not used, when it is not
+    errors: int = 0  # failures turned into misses
+    store: Any = None
+    root: str = ""
+    sharing: str = "private"
+    signed: bool = False
+    remote: bool = False  # the store includes the remote tier
+    code_store: Any = None  # the disk store alone, for host code (opened on demand)
+    host_code: Dict[str, Any] = field(default_factory=dict)  # the library's rule for code
+    remote_refused: bool = False  # a remote tier configured but left out (tilelang without signing)
+
+
 class StoreState:
     """The configuration and the store of one companion directory
     (``<PROGCACHE_DIR>/<companion>``), resolved on first use and again after
@@ -61,7 +80,7 @@ class StoreState:
         self._memory_bytes = memory_bytes
         self._remote = remote
         self._lock = threading.Lock()
-        self._opened: Optional[dict] = None
+        self._opened: Optional[State] = None
         self._exit_registered = False
 
     @property
@@ -75,40 +94,38 @@ class StoreState:
                                        remote_compression=cfg["remote_compression_level"],
                                        signing_keys=cfg["signing_keys"])
 
-    def _unusable(self, why: str) -> dict:
+    def _unusable(self, why: str) -> State:
         warn_once(self._companion, "unusable", f"the cache is not used ({why}); compiling as without progcache")
-        return {"cfg": None, "disabled": False, "failed": why, "errors": 0, "store": None, "root": "",
-                "sharing": "private", "signed": False, "remote": False, "code_store": None,
-                "host_code": {"disk": False, "remote": False, "disk_reason": why, "remote_reason": why}}
+        return State(failed=why, host_code={"disk": False, "remote": False, "disk_reason": why, "remote_reason": why})
 
-    def _open(self) -> dict:
+    def _open(self) -> State:
         try:
             cfg = _core.resolve_config()
         except Exception as e:  # a malformed variable: said once, then no cache
             return self._unusable(str(e))
-        st = {"cfg": cfg, "disabled": bool(cfg["disabled"]), "failed": None, "errors": 0, "store": None,
-              "root": os.path.join(cfg["dir"], _core.COMPANION_STORES[self._companion]), "sharing": cfg["sharing"],
-              "signed": signed(cfg), "remote": bool(cfg["remote_urls"]) and self._remote, "code_store": None,
-              "host_code": dict(cfg["host_code"])}
-        if st["disabled"]:
+        st = State(cfg=cfg, disabled=bool(cfg["disabled"]),
+                   root=os.path.join(cfg["dir"], _core.COMPANION_STORES[self._companion]), sharing=cfg["sharing"],
+                   signed=signed(cfg), remote=bool(cfg["remote_urls"]) and self._remote,
+                   host_code=dict(cfg["host_code"]))
+        if st.disabled:
             return st
         urls = list(cfg["remote_urls"]) if self._remote else []
         try:
-            st["store"] = self._open_store(cfg, st["root"], self._memory_bytes, urls)
+            st.store = self._open_store(cfg, st.root, self._memory_bytes, urls)
         except Exception as e:
             if not urls:
                 return self._unusable(str(e))
             # The remote tier's setting is at fault, or the root: try the root alone.
             try:
-                st["store"] = self._open_store(cfg, st["root"], self._memory_bytes, [])
+                st.store = self._open_store(cfg, st.root, self._memory_bytes, [])
             except Exception as e2:
                 return self._unusable(str(e2))
             warn_once(self._companion, "remote", f"PROGCACHE_REMOTE is not used ({e}); the local store is")
-            st["remote"] = False
-            st["host_code"]["remote"] = False
+            st.remote = False
+            st.host_code["remote"] = False
         return st
 
-    def get_state(self) -> dict:
+    def get_state(self) -> State:
         st = self._opened
         if st is None:
             with self._lock:
@@ -125,48 +142,48 @@ class StoreState:
         with self._lock:
             st, self._opened = self._opened, None
         if st is not None:
-            for name in ("store", "code_store"):
-                if st.get(name) is not None:
+            for store in (st.store, st.code_store):
+                if store is not None:
                     try:
-                        st[name].close()
+                        store.close()
                     except Exception:
                         pass
 
     def stats(self) -> Dict[str, Union[int, float]]:
         st = self.get_state()
-        out = dict(st["store"].stats()) if st["store"] is not None else {}
-        out["errors"] = st["errors"]
+        out = dict(st.store.stats()) if st.store is not None else {}
+        out["errors"] = st.errors
         return out
 
-    def code_allowed(self, st: dict) -> bool:
+    def code_allowed(self, st: State) -> bool:
         """Whether host code may be read at all under this configuration
         (said once when not)."""
-        if st["store"] is None:
+        if st.store is None:
             return False
-        if not st["host_code"]["disk"]:
-            warn_once(self._companion, "host-disk", st["host_code"]["disk_reason"])
+        if not st.host_code["disk"]:
+            warn_once(self._companion, "host-disk", st.host_code["disk_reason"])
             return False
         return True
 
-    def _code_store(self, st: dict):
+    def _code_store(self, st: State):
         """The store host code is read from: the whole configuration when
         every tier of it is trusted with code; the disk store alone when the
         remote tier is not; None when nothing is."""
         if not self.code_allowed(st):
             return None
-        if not st["remote"] or st["host_code"]["remote"]:
-            return st["store"]
-        if st["code_store"] is None:
-            warn_once(self._companion, "host-remote", st["host_code"]["remote_reason"])
+        if not st.remote or st.host_code["remote"]:
+            return st.store
+        if st.code_store is None:
+            warn_once(self._companion, "host-remote", st.host_code["remote_reason"])
             with self._lock:
-                if st["code_store"] is None:
-                    st["code_store"] = self._open_store(st["cfg"], st["root"], 0, [])
-        return st["code_store"]
+                if st.code_store is None:
+                    st.code_store = self._open_store(st.cfg, st.root, 0, [])
+        return st.code_store
 
-    def _mixed(self, st: dict) -> bool:
+    def _mixed(self, st: State) -> bool:
         """Whether the store may hold entries written by others whose host
         code this process must not run."""
-        return not (st["host_code"]["disk"] and (st["host_code"]["remote"] or not st["remote"]))
+        return not (st.host_code["disk"] and (st.host_code["remote"] or not st.remote))
 
     def get(self, key: bytes, *, host_code: bool = False):
         """The entry (metadata JSON, [(name, bytes)]) or None. With
@@ -175,27 +192,27 @@ class StoreState:
         that is not trusted with it is a miss."""
         st = self.get_state()
         try:
-            store = self._code_store(st) if host_code else st["store"]
+            store = self._code_store(st) if host_code else st.store
             if store is None:
                 return None
             found = store.get_entry(key)
         except Exception:  # a cache failure is a miss
-            st["errors"] += 1
+            st.errors += 1
             return None
         if found is not None and not host_code and self._mixed(st):
             if any(_core.classify_artifact(n, d) == "host" for n, d in found[1]):
-                st["errors"] += 1
+                st.errors += 1
                 return None
         return found
 
     def put(self, key: bytes, meta: dict, artifacts: List[tuple]) -> None:
         st = self.get_state()
-        if st["store"] is None:
+        if st.store is None:
             return
         try:
-            st["store"].put_entry(key, json.dumps(meta, sort_keys=True), artifacts)
+            st.store.put_entry(key, json.dumps(meta, sort_keys=True), artifacts)
         except Exception:  # the compile succeeded; a failed store costs only a later miss
-            st["errors"] += 1
+            st.errors += 1
 
 
 def decode(found) -> Optional[tuple]:

@@ -81,14 +81,14 @@ class _TilelangStore(_integration.StoreState):
     the library's rule lets host code come from it (a kernel library is
     code): with signed entries."""
 
-    def _open(self) -> dict:
+    def _open(self) -> _integration.State:
         try:
             self._remote = bool(_core.resolve_config()["host_code"]["remote"])
         except Exception:
             self._remote = False  # the base class says why, once
         st = super()._open()
-        cfg = st["cfg"]
-        st["remote_refused"] = cfg is not None and bool(cfg["remote_urls"]) and not self._remote
+        cfg = st.cfg
+        st.remote_refused = cfg is not None and bool(cfg["remote_urls"]) and not self._remote
         return st
 
 
@@ -239,7 +239,7 @@ def _fetch(cache, key: str, ekey: bytes):
     """The files of the tilelang store's entry for this kernel, when there
     is a valid one that may be loaded; else None."""
     st = _STORE.get_state()
-    if st.get("remote_refused"):
+    if st.remote_refused:
         _warn_once("remote", "PROGCACHE_REMOTE is not used for tilelang kernels without PROGCACHE_HMAC_KEY_FILE: "
                              "a kernel library is code, loaded only when signed")
     return _files_of(_STORE.get(ekey, host_code=True), cache, key)
@@ -337,9 +337,9 @@ class _redirected:
 
 def _load_kernel_from_disk(self, key, *args, **kwargs):
     st = _STORE.get_state()
-    if st["disabled"]:
+    if st.disabled:
         return None  # PROGCACHE_DISABLE: every kernel is compiled
-    if st["store"] is None:
+    if st.store is None:
         return None  # an unusable cache (said once): tilelang compiles
     try:
         ekey = _entry_key(self, key)
@@ -350,7 +350,7 @@ def _load_kernel_from_disk(self, key, *args, **kwargs):
                 return None
             path = _materialise(self, key, ekey, files)
     except Exception:  # a cache failure is a miss
-        st["errors"] += 1
+        st.errors += 1
         return None
     with _redirected(key, path):
         return _orig_load(self, key, *args, **kwargs)
@@ -358,9 +358,9 @@ def _load_kernel_from_disk(self, key, *args, **kwargs):
 
 def _save_kernel_to_disk(self, key, kernel, func=None, verbose=False):
     st = _STORE.get_state()
-    if st["disabled"]:
+    if st.disabled:
         return None
-    if st["store"] is None:
+    if st.store is None:
         return None
     parent = None
     try:
@@ -376,7 +376,7 @@ def _save_kernel_to_disk(self, key, kernel, func=None, verbose=False):
         _write_record(private, ekey, staged[0]["files"])
         _kernel_dirs.publish(private, path, staged[0]["files"], _RECORD, _record(ekey), lambda d: _record_ok(d, ekey))
     except Exception:  # the compile succeeded; a failed store costs only a later miss
-        st["errors"] += 1
+        st.errors += 1
     finally:
         if parent is not None:
             _integration.rmtree(parent)

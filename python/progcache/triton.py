@@ -155,7 +155,7 @@ class CacheManager(_tcache.CacheManager):
             raise RuntimeError("Could not create or locate cache dir")
         # With PROGCACHE_DISABLE nothing is looked up, and what Triton writes
         # goes to a private directory: TRITON_CACHE_DIR is not touched.
-        self._disabled = bool(_STORE.get_state()["disabled"])
+        self._disabled = bool(_STORE.get_state().disabled)
         self.cache_dir = os.path.join(_DIRS.private_base() if self._disabled else _DIRS.base(base), key)
         self._group_mode = False
         self._pending: Dict[str, bytes] = {}
@@ -188,7 +188,7 @@ class CacheManager(_tcache.CacheManager):
             os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
             return _write_atomic(self.cache_dir, filename, arts[0][1])
         except OSError:
-            _STORE.get_state()["errors"] += 1
+            _STORE.get_state().errors += 1
             return None
 
     def put(self, data, filename: str, binary=True) -> str:
@@ -200,7 +200,7 @@ class CacheManager(_tcache.CacheManager):
             os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
             path = _write_atomic(self.cache_dir, filename, data)
         except OSError:
-            _STORE.get_state()["errors"] += 1
+            _STORE.get_state().errors += 1
             path = _fallback_path(filename, data)
         if self._group_mode:
             # A child of the group put_group will name: stored with it, as one entry.
@@ -226,11 +226,11 @@ class CacheManager(_tcache.CacheManager):
         # A miss: this process compiles. Others that miss the same key now
         # wait on the lock until put_group (or this manager's end) releases it.
         s = _STORE.get_state()
-        if s["store"] is None:
+        if s.store is None:
             return None
         try:
-            lock = _core.LockFile(os.path.join(s["root"], "locks"), _entry_key("group", self.key, filename).hex(),
-                                  LOCK_TIMEOUT_S, s["sharing"] == "group")
+            lock = _core.LockFile(os.path.join(s.root, "locks"), _entry_key("group", self.key, filename).hex(),
+                                  LOCK_TIMEOUT_S, s.sharing == "group")
         except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
             return None
         # Look again under the lock, waited or not: a process that stored the
@@ -302,7 +302,7 @@ class CacheManager(_tcache.CacheManager):
         try:
             return self._write_stamp(self.cache_dir, filename, dict(group))
         except OSError:
-            _STORE.get_state()["errors"] += 1
+            _STORE.get_state().errors += 1
             return _fallback_path(_GROUP_PREFIX + filename, json.dumps({"child_paths": group}).encode())
 
     def _write_stamp(self, directory: str, filename: str, child_paths: Dict[str, str]) -> str:
@@ -349,7 +349,7 @@ class CacheManager(_tcache.CacheManager):
         try:
             return self._materialise(filename, arts)
         except OSError:
-            _STORE.get_state()["errors"] += 1
+            _STORE.get_state().errors += 1
             return None
 
     def _materialise(self, filename: str, arts: List[tuple]) -> Dict[str, str]:
