@@ -526,6 +526,45 @@ TEST(EntryReader, AFrameDeclaringMoreThanItMayExpandToIsRefusedBeforeAllocating)
   EXPECT_EQ(decode_entry(Bytes::copy_of(unknown), test_key()).status().code(), Code::data_loss);
 }
 
+TEST(EntryReader, ManyFramesTogetherMayNotDecodeToMoreThanAnEntryMay) {
+  // A frame of 32 MiB, within its own 256-fold bound.
+  std::string data(std::size_t{32} << 20, '\0');
+  std::mt19937 rng(3);
+  for (std::size_t i = 0; i < data.size(); i += 64) data[i] = static_cast<char>(rng());
+  std::string frame(ZSTD_compressBound(data.size()), '\0');
+  frame.resize(ZSTD_compress(frame.data(), frame.size(), data.data(), data.size(), 1));
+  ASSERT_GE(frame.size() * 256, data.size());
+  // An entry of `n` artifacts, each that frame, marked compressed, sealed.
+  const auto entry_of = [&](int n) {
+    std::vector<Artifact> arts;
+    for (int i = 0; i < n; ++i) arts.push_back({"a" + std::to_string(i), Bytes::copy_of(frame)});
+    std::string bytes = encode(Entry("{}", std::move(arts)));
+    const std::uint32_t zstd_encoding = k_encoding_zstd;
+    for (int i = 0; i < n; ++i) std::memcpy(bytes.data() + k_entry_fixed_header + 16 * i + 4, &zstd_encoding, 4);
+    reseal(bytes);
+    return bytes;
+  };
+  // Two decode: the frames are sound.
+  const std::string two = entry_of(2);
+  auto fine = decode_entry(Bytes::copy_of(two), test_key());
+  ASSERT_TRUE(fine.ok()) << fine.status().to_string();
+  EXPECT_EQ(fine->artifacts()[1].data.view(), data);
+  // 33 declare 1056 MiB from a few MiB: refused before any is expanded, on
+  // every whole-entry read path (as a decode, through a file, as an import
+  // checks it); a miss, never a gigabyte.
+  const std::string many = entry_of(33);
+  ASSERT_LT(many.size(), std::size_t{64} << 20);
+  auto whole = decode_entry(Bytes::copy_of(many), test_key());
+  ASSERT_FALSE(whole.ok());
+  EXPECT_EQ(whole.status().code(), Code::data_loss) << whole.status().to_string();
+  EXPECT_NE(whole.status().message().find("in all"), std::string::npos) << whole.status().message();
+  for (const bool vectored : {false, true}) {
+    FakeFile f{many};
+    EXPECT_EQ(f.reader(many.size(), vectored).read(test_key()).status().code(), Code::data_loss);
+  }
+  EXPECT_EQ(verify_encoded_entry(test_key(), many, {}).code(), Code::data_loss);
+}
+
 TEST(EntryReader, EveryEntryTheEncoderWritesItsReaderAccepts) {
   // From barely compressible to thousands of times: the encoder and the
   // decoder judge a frame's expansion by one test, so whatever is written

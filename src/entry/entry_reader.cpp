@@ -3,6 +3,7 @@
 // store runs it over pread.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -55,6 +56,26 @@ Result<Bytes> expanded(std::string_view stored) {
   }
   PROGCACHE_TRY(zstd::expand(stored, base, n));
   return out;
+}
+
+// Judges what the entry's compressed artifacts declare, all together, before
+// any is expanded: each frame alone is bounded, but an entry holds many, and
+// they are expanded into memory that lives as long as the entry. data_loss:
+// a damaged or hostile entry is a miss, never gigabytes of memory.
+Status check_expansion(const std::vector<EntryLayout::Part>& parts,
+                       const std::function<std::string_view(std::size_t)>& stored_of, std::uint64_t entry_size) {
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].encoding != k_encoding_zstd) continue;
+    PROGCACHE_ASSIGN_OR_RETURN(const std::uint64_t n, zstd::expanded_size(stored_of(i)));
+    total += n;  // each at most k_max_expanded, at most k_max_artifacts of them: no overflow
+    if (!zstd::entry_within_bound(total, entry_size)) {
+      return data_loss("compressed artifacts declare more than " + std::to_string(zstd::k_max_entry_expanded) +
+                       " bytes in all, or more than " + std::to_string(zstd::k_max_expansion) + " times the entry's " +
+                       std::to_string(entry_size) + " bytes (refused before decoding)");
+    }
+  }
+  return {};
 }
 
 Status shrank() {
@@ -281,7 +302,11 @@ Result<Entry> EntryReader::read_unguarded(const Key& expected_key) {
     e->artifacts[i].name.assign(c.prefix.substr(part.name_offset, part.name_size));
     e->artifacts[i].data = m_in_memory ? m_data.slice(part.data_offset, part.data_size)
                                        : payloads.slice(part.data_offset - first, part.data_size);
-    if (part.encoding == k_encoding_zstd) {
+  }
+  PROGCACHE_TRY(check_expansion(
+      l.artifacts, [&](std::size_t i) { return e->artifacts[i].data.view(); }, m_size));
+  for (std::size_t i = 0; i < l.artifacts.size(); ++i) {
+    if (l.artifacts[i].encoding == k_encoding_zstd) {
       PROGCACHE_ASSIGN_OR_RETURN(e->artifacts[i].data, expanded(e->artifacts[i].data.view()));
     }
   }

@@ -34,6 +34,10 @@ bool within_bound(std::uint64_t decoded, std::uint64_t stored) {
   return decoded <= k_max_expanded && decoded / k_max_expansion <= stored && stored != 0;
 }
 
+bool entry_within_bound(std::uint64_t decoded, std::uint64_t entry_size) {
+  return decoded <= k_max_entry_expanded && decoded / k_max_expansion <= entry_size;
+}
+
 std::optional<std::string> shrink(std::string_view raw, int level) {
   if (raw.size() < k_min_compressed_input || level < 1 || level > k_max_compression_level) return std::nullopt;
   ZSTD_CCtx* c = cctx();

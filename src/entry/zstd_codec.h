@@ -28,10 +28,22 @@ inline constexpr std::uint64_t k_max_expanded = std::uint64_t{1} << 30;
 // Below this, an artifact is always stored as it is.
 inline constexpr std::size_t k_min_compressed_input = 512;
 
+// What all the compressed artifacts of one entry may decode to together.
+// An entry holds many frames (one per artifact), each within_bound alone;
+// without a bound on their sum, a 13 MB entry of such frames decoded to
+// gigabytes. Decoding sums every frame's declared size before expanding
+// any (EntryReader), and the encoder stores raw whatever would pass it.
+inline constexpr std::uint64_t k_max_entry_expanded = k_max_expanded;
+
 // Whether a frame of `stored` bytes may decode to `decoded` bytes: the one
 // test encoder and decoder share, so no entry is written that its reader
 // would refuse.
 bool within_bound(std::uint64_t decoded, std::uint64_t stored);
+// Whether an entry of `entry_size` bytes whose compressed artifacts declare
+// `decoded` bytes in all may be decoded: at most k_max_entry_expanded, and
+// at most k_max_expansion times the entry's own size. The encoder and the
+// decoder share this test too.
+bool entry_within_bound(std::uint64_t decoded, std::uint64_t entry_size);
 // `raw` compressed at `level`, or nullopt when storing it compressed would
 // not save at least an eighth of it (or the level is not 1 to
 // k_max_compression_level).
