@@ -3,10 +3,16 @@
 // for the faults nginx cannot be made to show, a misbehaving server.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "progcache/file_store.h"
@@ -301,6 +307,78 @@ TEST(HttpDeadline, AnOversizedBodyIsAbandonedNotBuffered) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::resource_exhausted) << r.status().to_string();
   EXPECT_LT(since(t0), std::chrono::milliseconds(4000));
+}
+
+// Peak resident memory of this process, and its current size, in bytes.
+std::uint64_t status_kib(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(std::strlen(field))) * 1024;
+  }
+  return 0;
+}
+
+// An endless body (chunked, or under a length larger than the limit) costs
+// at most the limit in memory, and the lookup is an error, never a value.
+// Measured in a child process, whose peak is its own.
+TEST(HttpDeadline, AnEndlessBodyCostsNoMoreMemoryThanTheLimit) {
+  if (status_kib("VmHWM:") == 0) GTEST_SKIP() << "no /proc/self/status to read peak memory from";
+  constexpr std::size_t k_limit = std::size_t{64} << 20;
+  for (const bool chunked : {true, false}) {
+    MisbehavingServer server([chunked](int fd, const std::atomic<bool>& stop) {
+      if (!read_request(fd, stop)) return;
+      const std::string head = chunked ? "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                       : "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n";
+      ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+      const std::string data(65536, 'z');
+      const std::string chunk = chunked ? "10000\r\n" + data + "\r\n" : data;
+      while (!stop && ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) {
+      }
+    });
+    const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/c?timeout=30000";
+    int report[2];
+    ASSERT_EQ(::pipe(report), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(report[0]);
+      auto s = make_remote_store({.urls = {url}, .max_value_bytes = k_limit});
+      const std::uint64_t before = status_kib("VmRSS:");
+      // The peak from here on (where the kernel lets it be reset).
+      if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w"); f != nullptr) {
+        std::fputs("5", f);
+        std::fclose(f);
+      }
+      auto r = s.ok() ? (*s)->get(make_key(1)) : Result<std::optional<Entry>>(s.status());
+      const std::uint64_t peak = status_kib("VmHWM:");
+      const std::string line = std::to_string(static_cast<int>(r.ok() ? Code::ok : r.status().code())) + " " +
+                               std::to_string(peak > before ? peak - before : 0) + " " +
+                               std::to_string(s.ok() ? (*s)->stats().errors : 0) + " " +
+                               std::to_string(r.ok() && r->has_value() ? 1 : 0);
+      const ssize_t wrote = ::write(report[1], line.data(), line.size());
+      ::_exit(wrote == static_cast<ssize_t>(line.size()) ? 0 : 1);
+    }
+    ::close(report[1]);
+    std::string line;
+    char buf[256];
+    for (ssize_t n; (n = ::read(report[0], buf, sizeof buf)) > 0;) line.append(buf, static_cast<std::size_t>(n));
+    ::close(report[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+    std::istringstream in(line);
+    int code = -1;
+    std::uint64_t grew = 0, errors = 0, hit = 0;
+    in >> code >> grew >> errors >> hit;
+    const char* what = chunked ? "endless chunked body" : "endless body under a 1 GiB length";
+    EXPECT_EQ(code, static_cast<int>(Code::resource_exhausted)) << what;
+    EXPECT_EQ(hit, 0u) << what;
+    EXPECT_EQ(errors, 1u) << what;
+    // The body itself may reach the limit; the rest (libcurl's buffers, the
+    // connection) is small. A buffer grown by doubling held twice the limit.
+    EXPECT_LE(grew, k_limit + k_limit / 4) << what << ": peak memory grew by " << grew << " bytes";
+  }
 }
 
 TEST(HttpStore, ConnectionsAreReusedAcrossRequests) {

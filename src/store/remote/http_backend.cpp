@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -147,27 +150,110 @@ long millis_until(RemoteDeadline deadline) {
   return left <= 0 ? 0 : static_cast<long>(std::min<long long>(left, 1LL << 30));
 }
 
+// A reply's body, in memory that grows with what arrives and never past the
+// limit. A std::string grown by appends doubled its capacity and copied: an
+// endless body cost the 251 MB it had plus the 503 MB it was moving to, twice
+// the limit. realloc of a large block moves pages (mremap) instead of
+// copying them, so what is held is what arrived; a body that announces its
+// length gets exactly that, once, and one that announces more than the limit
+// is abandoned before its first byte.
+class Body {
+ public:
+  Body() = default;
+  Body(const Body&) = delete;
+  Body& operator=(const Body&) = delete;
+  Body(Body&& o) noexcept
+      : m_data(std::exchange(o.m_data, nullptr)),
+        m_size(std::exchange(o.m_size, 0)),
+        m_capacity(std::exchange(o.m_capacity, 0)) {}
+  Body& operator=(Body&& o) noexcept {
+    std::swap(m_data, o.m_data);
+    std::swap(m_size, o.m_size);
+    std::swap(m_capacity, o.m_capacity);
+    return *this;
+  }
+  ~Body() { std::free(m_data); }
+
+  // Makes room for `n` bytes in all; false when no memory.
+  bool reserve(std::size_t n) {
+    if (n <= m_capacity) return true;
+    void* p = std::realloc(m_data, n);
+    if (p == nullptr) return false;
+    m_data = static_cast<char*>(p);
+    m_capacity = n;
+    return true;
+  }
+  // Appends, growing geometrically but never past `limit`; false when the
+  // body would pass it (or no memory).
+  bool append(const char* data, std::size_t n, std::size_t limit) {
+    if (n > limit - m_size) return false;
+    if (m_size + n > m_capacity) {
+      const std::size_t grown = std::max({m_size + n, 2 * m_capacity, std::size_t{64} << 10});
+      if (!reserve(std::min(grown, limit))) return false;
+    }
+    std::memcpy(m_data + m_size, data, n);
+    m_size += n;
+    return true;
+  }
+  [[nodiscard]] std::size_t size() const { return m_size; }
+  // The body as Bytes (the memory handed over, trimmed to the body).
+  Bytes take() {
+    if (m_size == 0) return Bytes();
+    if (m_size < m_capacity) reserve_exact_down();
+    char* data = m_data;
+    const std::size_t size = m_size;
+    m_data = nullptr;
+    m_size = m_capacity = 0;
+    return Bytes::wrap(std::shared_ptr<const void>(data, [](const void* p) { std::free(const_cast<void*>(p)); }), data,
+                       size);
+  }
+
+ private:
+  void reserve_exact_down() {
+    if (void* p = std::realloc(m_data, m_size); p != nullptr) {
+      m_data = static_cast<char*>(p);
+      m_capacity = m_size;
+    }
+  }
+  char* m_data = nullptr;
+  std::size_t m_size = 0;
+  std::size_t m_capacity = 0;
+};
+
 // What one request brings back.
 struct Reply {
   long status = 0;
-  std::string body;
+  Body body;
   curl_off_t content_length = -1;
 };
 
 struct Download {
-  std::string* body;
+  Body* body;
   std::size_t limit;
+  const detail::CurlApi* curl;
+  CURL* handle;
+  bool started = false;
   bool too_big = false;
 };
 
 std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
   auto* d = static_cast<Download*>(user);
   const std::size_t len = size * n;
-  if (d->body->size() + len > d->limit) {
-    d->too_big = true;
-    return 0;  // libcurl aborts the transfer (CURLE_WRITE_ERROR)
+  if (!d->started) {
+    d->started = true;
+    // A length announced up front is judged before any byte is kept.
+    curl_off_t announced = -1;
+    d->curl->easy_getinfo(d->handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
+    if (announced > 0 && static_cast<std::uint64_t>(announced) > d->limit) {
+      d->too_big = true;
+      return 0;  // libcurl aborts the transfer (CURLE_WRITE_ERROR)
+    }
+    if (announced > 0) d->body->reserve(static_cast<std::size_t>(announced));
   }
-  d->body->append(data, len);
+  if (!d->body->append(data, len, d->limit)) {
+    d->too_big = true;
+    return 0;
+  }
   return len;
 }
 
@@ -221,7 +307,7 @@ class HttpBackend final : public RemoteBackend {
     PROGCACHE_TRY(expect_success(Method::get, r));
     // A body that is not an entry (HTML, another key's bytes) fails to
     // decode above this backend: a corrupt miss.
-    return std::optional<Bytes>(Bytes::adopt(std::move(r.body)));
+    return std::optional<Bytes>(r.body.take());
   }
 
   Status set(std::string_view name, std::string_view value, RemoteDeadline deadline) override {
@@ -298,7 +384,7 @@ class HttpBackend final : public RemoteBackend {
     // reset keeps the handle's live connection and caches, drops the options.
     m_curl->easy_reset(h);
     Reply reply;
-    Download down{&reply.body, m_opt.max_body_bytes};
+    Download down{&reply.body, m_opt.max_body_bytes, m_curl, h};
     Upload up{upload};
     curl_slist* headers = nullptr;
     const std::string url = m_url.entry_url(name);
@@ -324,6 +410,8 @@ class HttpBackend final : public RemoteBackend {
     }
     switch (m) {
       case Method::get:
+        // libcurl refuses a body announced larger than the limit itself, too.
+        m_curl->easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(m_opt.max_body_bytes));
         break;
       case Method::head:
         m_curl->easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -347,7 +435,7 @@ class HttpBackend final : public RemoteBackend {
     m_curl->slist_free_all(headers);
     if (rc != CURLE_OK) {
       m_curl->easy_cleanup(h);
-      return transfer_error(m, rc, down.too_big);
+      return transfer_error(m, rc, down.too_big || rc == CURLE_FILESIZE_EXCEEDED);
     }
     m_curl->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &reply.status);
     m_curl->easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &reply.content_length);
