@@ -1,6 +1,7 @@
 // Several real processes (fork) on one store: same key, distinct keys, a cap
 // under concurrent writers, and readers that check every byte they get.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,136 @@ TEST(FileStoreMultiProcess, TheCapHoldsUnderConcurrentWritersAndReaders) {
   EXPECT_LE(*s->size_bytes(), cap);
   EXPECT_GT(s->host_stats().evictions, 0u);
   EXPECT_EQ(s->host_stats().corrupt_dropped, 0u);
+}
+
+// ---- writers killed part-way
+
+// A writer that stops half way through its temp file: killed there
+// (SIGKILL, as the OOM killer or a cluster scheduler would), or, with
+// `stall`, stopped there alive until killed, after saying so on `ready`.
+class MidWriteEnv : public EnvWrapper {
+ public:
+  explicit MidWriteEnv(int ready = -1) : EnvWrapper(Env::posix()), m_ready(ready) {}
+  Status write_all(int fd, std::string_view data) override {
+    EnvWrapper::write_all(fd, data.substr(0, data.size() / 2)).ignore();
+    if (m_ready >= 0) {
+      [[maybe_unused]] const ssize_t n = ::write(m_ready, "r", 1);
+      for (;;) ::pause();
+    }
+    ::kill(::getpid(), SIGKILL);
+    return internal_error("not reached");
+  }
+
+ private:
+  int m_ready;
+};
+
+// What lies in the store's shard directories: bytes of every file, and how
+// many of them are temp or quarantine files.
+struct OnDisk {
+  std::uint64_t bytes = 0;
+  int transient = 0;
+};
+OnDisk on_disk(const std::string& root) {
+  OnDisk d;
+  for (const auto& shard : fs::directory_iterator(root + "/v1")) {
+    if (!shard.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(shard.path())) {
+      if (!f.is_regular_file()) continue;
+      d.bytes += f.file_size();
+      d.transient += f.path().filename().string()[0] == '.' ? 1 : 0;
+    }
+  }
+  return d;
+}
+
+// Starts a child that puts a 1 MiB entry under `key` and stops half way
+// through writing it (MidWriteEnv).
+pid_t start_writer(const std::string& root, std::uint64_t cap, std::uint64_t key, int ready = -1) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    MidWriteEnv env(ready);
+    auto s = open_or_die({.root = root, .max_size_bytes = cap, .env = &env});
+    s->put(make_key(key), testing::make_entry(testing::make_payload(std::size_t{1} << 20, key))).ignore();
+    ::_exit(0);  // not reached: the write kills or stalls the child
+  }
+  return pid;
+}
+
+TEST(FileStoreMultiProcess, WritersKilledMidWriteLeaveNothingOnceTheNextPutTrims) {
+  testing::TempDir tmp;
+  const std::string root = tmp.sub("store");
+  constexpr std::uint64_t k_cap = std::uint64_t{8} << 20;
+  // Opened first: an open sweeps one shard, which here must be the put's.
+  auto s = FileStore::open({.root = root, .max_size_bytes = k_cap});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  // 30 writers of 1 MiB entries, each killed half way: 30 MiB of temps
+  // against a cap of 8 MiB.
+  for (int i = 0; i < 30; ++i) {
+    const pid_t pid = start_writer(root, k_cap, 1000 + static_cast<std::uint64_t>(i));
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "writer " << i << " status " << status;
+  }
+  // (Each writer's own open swept one shard: a few temps may be gone.)
+  const OnDisk left = on_disk(root);
+  ASSERT_GE(left.transient, 20) << "the killed writers left no temps: the test shows nothing";
+  ASSERT_GT(left.bytes, k_cap);
+  // The next put, an hour before any temp is stale: the dead writers' temps
+  // were charged, so the store is over its cap, and its trim finds them.
+  ASSERT_TRUE((*s)->put(make_key(1), testing::make_entry(testing::make_payload(100000, 1))).ok());
+  const OnDisk after = on_disk(root);
+  EXPECT_EQ(after.transient, 0) << "temps of dead writers are still on disk";
+  EXPECT_LE(after.bytes, k_cap) << "bytes on disk exceed the cap";
+  EXPECT_TRUE(fs::exists((*s)->entry_path(make_key(1))));
+  EXPECT_EQ(*(*s)->size_bytes(), after.bytes) << "the counters disagree with the disk";
+}
+
+TEST(FileStoreMultiProcess, VerifyRepairRemovesDeadWritersTempsAndNeverALiveOnes) {
+  testing::TempDir tmp;
+  const std::string root = tmp.sub("store");
+  constexpr std::uint64_t k_big = std::uint64_t{1} << 30;
+  auto s = FileStore::open({.root = root});  // first: an open sweeps one shard
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  // One writer alive half way through its temp, five killed half way.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t alive = start_writer(root, k_big, 500, ready[1]);
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid <= 0) return;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{alive};
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1) << "the stalled writer never started";
+  ::close(ready[0]);
+  for (int i = 0; i < 5; ++i) {
+    const pid_t pid = start_writer(root, k_big, 600 + static_cast<std::uint64_t>(i));
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  }
+  // (Each writer's own open swept one shard: a dead one's temp may be gone.)
+  const int before = on_disk(root).transient;
+  ASSERT_GE(before, 4);
+  auto report = (*s)->verify(Repair::yes);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(report->temps_removed, static_cast<std::uint64_t>(before - 1));
+  EXPECT_EQ(on_disk(root).transient, 1) << "a live writer's temp was removed, or a dead one's kept";
+  // Its writer killed, its temp goes at the next repair.
+  ::kill(alive, SIGKILL);
+  ::waitpid(alive, nullptr, 0);
+  reaper.pid = -1;
+  report = (*s)->verify(Repair::yes);
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(report->temps_removed, 1u);
+  const OnDisk after = on_disk(root);
+  EXPECT_EQ(after.transient, 0);
+  EXPECT_EQ(after.bytes, 0u);
+  EXPECT_EQ(*(*s)->size_bytes(), 0u) << "the counters still hold the dead writers' bytes";
 }
 
 }  // namespace

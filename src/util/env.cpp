@@ -65,14 +65,71 @@ Result<std::string> read_regular_file(Env* env, const std::string& path, std::ui
   return out;
 }
 
+namespace {
+
+// A temp file being written: `fd` to write it, and `lock_fd`, a second open
+// file of it holding its writer's lock (-1 where the filesystem has none).
+// The lock lives on its own descriptor so that the written one is closed,
+// and its close checked, before the rename, while the file stays locked
+// until it has left its temp name.
+struct LockedTemp {
+  int fd = -1;
+  int lock_fd = -1;
+};
+
+// Creates `temp_path` and takes its writer's lock (see write_file_atomic).
+// A sweeper that found the lock free in the instant between the create and
+// the lock may have removed the file: then it is made again under the same
+// name (ours alone). Where the filesystem has no flock, the file is written
+// unlocked, and sweepers, which cannot lock it either, judge it by its age.
+Result<LockedTemp> create_locked_temp(Env* env, const std::string& temp_path, std::uint32_t perms) {
+  for (int attempt = 0;; ++attempt) {
+    LockedTemp t;
+    PROGCACHE_ASSIGN_OR_RETURN(t.fd, env->open_file(temp_path, OpenMode::create_new, perms));
+    auto lock_fd = env->open_file(temp_path, OpenMode::read, 0);
+    if (lock_fd.ok()) {
+      if (!env->lock(*lock_fd, LockKind::exclusive, LockWait::block).ok()) {
+        env->close_file(*lock_fd).ignore();
+        return t;  // no flock here: unlocked
+      }
+      // Only this writer makes this name: a file there is ours. One that
+      // cannot be looked at is taken to be ours too.
+      auto there = env->lstat(temp_path);
+      if (there.ok() || there.status().code() != Code::not_found || attempt == 3) {
+        t.lock_fd = *lock_fd;
+        return t;
+      }
+      env->close_file(*lock_fd).ignore();
+    } else if (lock_fd.status().code() != Code::not_found || attempt == 3) {
+      return t;  // unlocked
+    }
+    env->close_file(t.fd).ignore();  // removed under us before we locked it: made again
+  }
+}
+
+}  // namespace
+
 Status write_file_atomic(Env* env, const std::string& path, const std::string& temp_path, std::string_view data,
                          std::uint32_t perms, Durability durability, std::optional<FileInfo>* replaced) {
-  auto fd = env->open_file(temp_path, OpenMode::create_new, perms);
-  if (!fd.ok()) return fd.status();
-  Status st = env->fchmod(*fd, perms);  // umask must not widen or narrow the mode
-  if (st.ok()) st = env->write_all(*fd, data);
-  if (st.ok() && durability == Durability::fsync) st = env->fsync(*fd);
-  Status cst = env->close_file(*fd);
+  auto temp = create_locked_temp(env, temp_path, perms);
+  if (!temp.ok()) return temp.status();
+  const int fd = temp->fd;
+  // Released only once the temp has left its name (renamed or removed):
+  // while it is locked, a sweeper knows its writer lives.
+  struct Unlock {
+    Env* env;
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) env->close_file(fd).ignore();
+    }
+  } unlock{env, temp->lock_fd};
+  // The file is given its full size first, so that a writer killed part-way
+  // leaves a temp as large as what it was charged for (file_store.h).
+  env->ftruncate(fd, data.size()).ignore();
+  Status st = env->fchmod(fd, perms);  // umask must not widen or narrow the mode
+  if (st.ok()) st = env->write_all(fd, data);
+  if (st.ok() && durability == Durability::fsync) st = env->fsync(fd);
+  Status cst = env->close_file(fd);
   if (st.ok()) st = cst;
   if (st.ok()) {
     if (replaced == nullptr) {

@@ -161,8 +161,9 @@ void FileStoreImpl::trim_to_low_water(const Written& written) {
       // Counts are exact: a shard counted empty holds nothing (a damaged
       // counter is not zero, so its shard is visited and healed).
       if (m_acct.shard_count(shard) == 0 && m_acct.shard_bytes(shard) == 0) continue;
-      // Temps are left to the per-shard scans, as often as before.
-      auto files = scan_shard(shard, Reconcile::gross, /*sweep=*/false);
+      // Swept too: a dead writer's temp is charged until it is removed, so
+      // a store over its cap by such temps is brought back by this trim.
+      auto files = scan_shard(shard, Reconcile::gross);
       if (!files.ok()) continue;
       for (auto& f : *files) all.emplace_back(shard, std::move(f));
     }

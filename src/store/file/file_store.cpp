@@ -269,6 +269,13 @@ Status FileStoreImpl::publish(const Key& key, const std::string& encoded) {
                                          "' is not a private directory of this user; refusing to write"));
   }
   const std::string path = m_layout.entry_path(key);
+  // The temp's bytes count from before it exists: a writer killed part-way
+  // leaves a temp of this size (write_file_atomic sizes it first), still
+  // charged, so the cap holds while it lies there, and the sweep that finds
+  // its writer gone charges it back. The next trim, forced by the charge,
+  // is such a sweep.
+  const auto pending = static_cast<std::int64_t>(encoded.size());
+  m_acct.charge(shard, pending, 0);
   std::optional<FileInfo> old;
   Status st =
       write_file_atomic(m_env, path, m_layout.temp_path(shard), encoded, m_dirs.file_perms(), m_opt.durability, &old);
@@ -278,11 +285,14 @@ Status FileStoreImpl::publish(const Key& key, const std::string& encoded) {
     st =
         write_file_atomic(m_env, path, m_layout.temp_path(shard), encoded, m_dirs.file_perms(), m_opt.durability, &old);
   }
-  if (!st.ok()) return count_error(st.with_context("storing entry " + key.hex()));
+  if (!st.ok()) {
+    m_acct.charge(shard, -pending, 0);
+    return count_error(st.with_context("storing entry " + key.hex()));
+  }
   // The entry count is exact (a new file is known by a non-replacing
   // rename); a replaced file's size can be stale if two processes replace
   // the same entry at once, and scans reconcile that.
-  std::int64_t dbytes = static_cast<std::int64_t>(encoded.size());
+  std::int64_t dbytes = 0;  // the new entry's bytes: charged as pending
   std::int64_t dcount = 1;
   if (old && old->is_regular()) {
     dbytes -= static_cast<std::int64_t>(old->size);
@@ -320,9 +330,10 @@ Status FileStoreImpl::clear() {
       if (f.type == DirEntry::Type::directory) continue;
       const std::string path = join_path(m_layout.shard_dir(shard), f.name);
       if (Layout::classify(f.name) == NameKind::transient) {
-        // Another process's put or removal in flight: only stale ones go.
+        // Another process's put or removal in flight: only those left
+        // behind (a dead writer's, or stale) go.
         auto info = m_env->lstat(path);
-        if (info.ok() && stale_transient(*info, now, m_opt.stale_temp_ns)) m_env->unlink(path).ignore();
+        if (info.ok() && info->is_regular()) sweep_transient(shard, f.name, *info, now);
         continue;
       }
       // Each entry leaves through take_out, which charges exactly what it

@@ -119,6 +119,16 @@ class FileStoreImpl final : public FileStore {
 
   // maintenance.cpp
   static bool stale_transient(const FileInfo& info, std::int64_t now, std::int64_t stale);
+  // Removes the transient file `name` of `shard` (lstat'ed as `info`) when
+  // it is left behind: a temp whose writer is gone (its lock is free),
+  // whatever its age, or any transient file older than stale_temp_ns. A
+  // temp's bytes were charged by its writer and are charged back here.
+  // Returns whether it was removed.
+  bool sweep_transient(int shard, const std::string& name, const FileInfo& info, std::int64_t now);
+  // Removes the temp at `path` if its writer's lock can be taken (the
+  // writer is gone), holding the lock meanwhile so a live writer is never
+  // robbed; the removed file's size in `*size`.
+  bool remove_if_writer_gone(const std::string& path, std::uint64_t* size);
   Result<std::vector<ScannedFile>> scan_shard(int shard, Reconcile reconcile, bool sweep = true);
   // Fills e.created_unix_ns, e.name and e.kind from the entry at e.path
   // (left empty where it cannot be read).

@@ -10,6 +10,9 @@ namespace progcache::file_store {
 
 namespace {
 constexpr std::string_view k_quarantine_prefix = ".q.";
+// Starts with k_temp_prefix, so every version classifies it as transient; a
+// pid never starts with 'w', so no older version's temp has this prefix.
+constexpr std::string_view k_locked_temp_prefix = ".tmp.w.";
 }  // namespace
 
 Layout::Layout(std::string root)
@@ -43,7 +46,7 @@ std::string Layout::entry_path(const Key& key) const {
 }
 
 std::string Layout::temp_path(int shard) const {
-  return unique_temp_path(shard_dir(shard), k_temp_prefix);
+  return unique_temp_path(shard_dir(shard), k_locked_temp_prefix);
 }
 
 std::string Layout::quarantine_path(int shard) const {
@@ -56,6 +59,10 @@ NameKind Layout::classify(std::string_view name) {
                      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
                    });
   return hex ? NameKind::entry : NameKind::other;
+}
+
+bool Layout::is_locked_temp(std::string_view name) {
+  return name.starts_with(k_locked_temp_prefix);
 }
 
 Result<Key> Layout::key_of(int shard, std::string_view name) {

@@ -6,7 +6,9 @@
 //   <root>/v1/accounting            shared counters (accounting.h)
 //   <root>/v1/evict.lock            one trimming process at a time
 //   <root>/v1/<2 hex>/<62 hex>      an entry: its key's hex, split after the first byte
-//   <root>/v1/<2 hex>/.tmp.<p>.<n>.<r>  a put in flight (pid, counter, random)
+//   <root>/v1/<2 hex>/.tmp.w.<p>.<n>.<r>  a put in flight (pid, counter, random),
+//                                   locked by its writer while it lives
+//   <root>/v1/<2 hex>/.tmp.<p>.<n>.<r>  a put of a version that took no lock
 //   <root>/v1/<2 hex>/.q.<p>.<n>.<r>    a removal in flight
 //
 // Thread safety: all methods are thread-safe.
@@ -52,6 +54,11 @@ class Layout {
   static int shard_of(const Key& key) { return key.bytes[0]; }
   static std::string shard_hex(int shard);
   static NameKind classify(std::string_view name);
+  // Whether `name` is a temp file whose writer holds a lock on it while it
+  // lives and charged its size to the shard (see FileStoreImpl::publish):
+  // one made by temp_path. Older versions' temps and quarantine files are
+  // transient too, but judged by age alone.
+  static bool is_locked_temp(std::string_view name);
   // The key whose entry is `name` in `shard`; data_loss when it is not an
   // entry name.
   static Result<Key> key_of(int shard, std::string_view name);

@@ -18,8 +18,45 @@ bool FileStoreImpl::stale_transient(const FileInfo& info, std::int64_t now, std:
   return now - info.mtime_ns > stale || info.mtime_ns > now + k_future_slack_ns;
 }
 
+bool FileStoreImpl::remove_if_writer_gone(const std::string& path, std::uint64_t* size) {
+  auto fd = m_env->open_file(path, OpenMode::read, 0);
+  if (!fd.ok()) return false;
+  bool removed = false;
+  // No lock (a filesystem without flock): no evidence either way; age decides.
+  auto got = m_env->lock(*fd, LockKind::exclusive, LockWait::try_only);
+  if (got.ok() && *got) {
+    // Still the temp under that name? A writer that renamed it into place
+    // and closed it just now left this descriptor on its entry.
+    auto mine = m_env->fstat(*fd);
+    auto there = m_env->lstat(path);
+    if (mine.ok() && there.ok() && there->same_file(*mine) && m_env->unlink(path).ok()) {
+      removed = true;
+      *size = mine->size;
+    }
+  }
+  m_env->close_file(*fd).ignore();
+  return removed;
+}
+
+bool FileStoreImpl::sweep_transient(int shard, const std::string& name, const FileInfo& info, std::int64_t now) {
+  const std::string path = join_path(m_layout.shard_dir(shard), name);
+  const bool charged = Layout::is_locked_temp(name);
+  std::uint64_t size = info.size;
+  bool removed = false;
+  if (stale_transient(info, now, m_opt.stale_temp_ns)) {
+    removed = m_env->unlink(path).ok();
+  } else if (charged) {
+    removed = remove_if_writer_gone(path, &size);
+  }
+  if (removed && charged) m_acct.charge(shard, -static_cast<std::int64_t>(size), 0);
+  return removed;
+}
+
 // Lists a shard's entry files (lstat'ed) and reconciles the shard's counters
-// as `reconcile` says. `sweep`: also remove stale temp and quarantine files.
+// as `reconcile` says. `sweep`: also remove temps whose writers are gone and
+// stale temp and quarantine files. The counters hold the temps of live
+// writers too (each charged its size before writing), so a reconcile counts
+// them.
 Result<std::vector<ScannedFile>> FileStoreImpl::scan_shard(int shard, Reconcile reconcile, bool sweep) {
   std::vector<ScannedFile> out;
   const std::string dir = m_layout.shard_dir(shard);
@@ -35,7 +72,8 @@ Result<std::vector<ScannedFile>> FileStoreImpl::scan_shard(int shard, Reconcile 
       auto info = m_env->lstat(path);
       if (!info.ok() || !info->is_regular()) continue;
       if (kind == NameKind::transient) {
-        if (sweep && stale_transient(*info, now, m_opt.stale_temp_ns)) m_env->unlink(path).ignore();
+        if (sweep && sweep_transient(shard, f.name, *info, now)) continue;
+        if (Layout::is_locked_temp(f.name)) bytes += static_cast<std::int64_t>(info->size);
         continue;
       }
       bytes += static_cast<std::int64_t>(info->size);
@@ -158,7 +196,11 @@ void FileStoreImpl::verify_shard(int shard, const std::vector<DirEntry>& files, 
     auto info = m_env->lstat(path);
     if (!info.ok()) continue;  // gone meanwhile
     if (Layout::classify(f.name) == NameKind::transient) {
-      if (stale_transient(*info, now, m_opt.stale_temp_ns) && m_env->unlink(path).ok()) ++report.temps_removed;
+      if (info->is_regular() && sweep_transient(shard, f.name, *info, now)) {
+        ++report.temps_removed;
+      } else if (info->is_regular() && Layout::is_locked_temp(f.name)) {
+        bytes += static_cast<std::int64_t>(info->size);  // a live writer's, charged by it
+      }
       continue;
     }
     ++report.checked;
