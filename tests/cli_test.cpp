@@ -1,16 +1,20 @@
 // Runs the real `progcache` binary in a temp directory.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "progcache/file_store.h"
 #include "testing/test_util.h"
@@ -122,6 +126,58 @@ TEST_F(CliTest, OutputIsNeverRenamedOverADeviceOrALink) {
   auto dir = run({"get", "k", "-o", m_tmp.path()});
   EXPECT_EQ(dir.code, 3);
   EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+}
+
+// `export` streams its bundle, and follows the same rules as every other
+// output: a link is followed, a FIFO or a device is written in place.
+TEST_F(CliTest, ExportWritesWhereAskedAndOnlyThere) {
+  ASSERT_EQ(run({"put", "k", file("in.bin", testing::make_payload(20000, 5))}).code, 0);
+  auto piped = run({"export", "-o", "-"});
+  ASSERT_EQ(piped.code, 0) << piped.err;
+  const std::string bundle = piped.out;
+  ASSERT_GT(bundle.size(), 20000u);
+
+  // A symbolic link: its target gets the bundle, the link stays a link.
+  file("real.pcb", "old");
+  fs::create_symlink(m_tmp.sub("real.pcb"), m_tmp.sub("link.pcb"));
+  auto ln = run({"export", "-o", m_tmp.sub("link.pcb")});
+  EXPECT_EQ(ln.code, 0) << ln.err;
+  EXPECT_TRUE(fs::is_symlink(m_tmp.sub("link.pcb")));
+  EXPECT_EQ(testing::read_all(m_tmp.sub("real.pcb")), bundle);
+
+  // A FIFO: the reader gets the bundle, the FIFO stays a FIFO.
+  const std::string fifo = m_tmp.sub("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string received;
+  std::thread reader([&] { received = testing::read_all(fifo); });
+  auto fr = run({"export", "-o", fifo});
+  // Should the command never have opened the FIFO, the reader still waits
+  // in its open: a writer that opens and closes lets it finish.
+  if (const int unblock = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK); unblock >= 0) ::close(unblock);
+  reader.join();
+  EXPECT_EQ(fr.code, 0) << fr.err;
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced by a regular file";
+  EXPECT_EQ(received, bundle);
+
+  // A character device is written in place. As root the test makes its own
+  // null device (a regression must not cost the machine its /dev/null); as
+  // anyone else /dev/null itself, which only root could replace.
+  std::string dev = "/dev/null";
+  if (::geteuid() == 0) {
+    dev = m_tmp.sub("null");
+    ASSERT_EQ(::mknod(dev.c_str(), S_IFCHR | 0600, makedev(1, 3)), 0);
+  }
+  auto dn = run({"export", "-o", dev});
+  EXPECT_EQ(dn.code, 0) << dn.err;
+  ASSERT_EQ(::lstat(dev.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << dev << " is no longer a character device";
+  // Nothing left beside any of them.
+  for (const auto& f : fs::directory_iterator(m_tmp.path())) {
+    EXPECT_EQ(f.path().filename().string().find(".tmp."), std::string::npos) << f.path();
+    EXPECT_EQ(f.path().filename().string().find(".progcache-out."), std::string::npos) << f.path();
+  }
 }
 
 TEST_F(CliTest, OutputModesFollowTheUmaskAndAnExistingFileKeepsItsOwn) {
@@ -443,10 +499,13 @@ TEST_F(CliTest, ExportAndImportCarryEveryStoreToAnotherRootByteForByte) {
   ASSERT_EQ(recent.code, 0) << recent.err;
   EXPECT_NE(recent.err.find("exported 3 entries"), std::string::npos) << recent.err;
   EXPECT_EQ(run({"export", "--since", "30", "-o", m_tmp.sub("x.pcb")}).code, 2);  // no unit
-  // To standard output: the same bundle.
+  // To standard output: the same bundle as to a file. (Compared with a
+  // fresh one: entries go least recently used first, and this test's own
+  // reads of the entry files above were uses to the kernel's atime.)
+  ASSERT_EQ(run({"export", "-o", m_tmp.sub("again.pcb")}).code, 0);
   auto piped = run({"export", "-o", "-"});
   ASSERT_EQ(piped.code, 0) << piped.err;
-  EXPECT_EQ(piped.out, testing::read_all(bundle));
+  EXPECT_EQ(piped.out, testing::read_all(m_tmp.sub("again.pcb")));
   // An output directory that does not exist: nothing written.
   EXPECT_EQ(run({"export", "-o", m_tmp.sub("no/such/dir/b.pcb")}).code, 3);
 }
@@ -560,6 +619,57 @@ TEST_F(CliTest, AnImportHoldsTheImportingRootsCap) {
   for (const auto& [path, bytes] : entry_files(small)) on_disk += bytes.size();
   EXPECT_GT(on_disk, 0u);
   EXPECT_LE(on_disk, 64u * 1024) << "entries on disk exceed the cap after an import";
+}
+
+TEST_F(CliTest, AnImportThatOverflowsTheCapKeepsTheMostRecentlyUsedAndSaysSo) {
+  // 20 entries, each used at a known time: rank[i] is entry i's place in the
+  // order of use (0 least recent), unrelated to the order of the keys.
+  constexpr int k_entries = 20;
+  std::vector<int> rank(k_entries);
+  for (int i = 0; i < k_entries; ++i) rank[i] = (i * 7) % k_entries;
+  for (int i = 0; i < k_entries; ++i) {
+    const std::string k = "e" + std::to_string(i);
+    ASSERT_EQ(run({"put", k, file(k, testing::make_payload(10000, static_cast<unsigned>(i)))}).code, 0);
+  }
+  {
+    auto source = FileStore::open({.root = cache()});
+    ASSERT_TRUE(source.ok()) << source.status().to_string();
+    const std::time_t base = std::time(nullptr) - 3600;
+    for (int i = 0; i < k_entries; ++i) {
+      const std::string path = (*source)->entry_path(key_from_user("e" + std::to_string(i)));
+      // The modification time too: no older than the access time, so a
+      // relatime mount does not bump the access time when export reads it.
+      const timespec times[2] = {{base + rank[i] * 60, 0}, {base + rank[i] * 60, 0}};
+      ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+    }
+  }
+  const std::string bundle = m_tmp.sub("b.pcb");
+  ASSERT_EQ(run({"export", "-o", bundle}).code, 0);
+  const std::string small = m_tmp.sub("small");
+  auto imp = run({"--dir", small, "import", bundle}, {"PROGCACHE_MAX_SIZE=64K"});
+  ASSERT_EQ(imp.code, 0) << imp.err;
+  // Survivors: the most recently used, every one of them.
+  auto store = FileStore::open({.root = small});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  int kept = 0;
+  int lowest_kept_rank = k_entries;
+  int highest_evicted_rank = -1;
+  for (int i = 0; i < k_entries; ++i) {
+    const bool there = fs::exists((*store)->entry_path(key_from_user("e" + std::to_string(i))));
+    kept += there ? 1 : 0;
+    if (there) lowest_kept_rank = std::min(lowest_kept_rank, rank[i]);
+    if (!there) highest_evicted_rank = std::max(highest_evicted_rank, rank[i]);
+  }
+  ASSERT_GT(kept, 0);
+  ASSERT_LT(kept, k_entries);
+  EXPECT_LT(highest_evicted_rank, lowest_kept_rank) << "an entry used more recently was evicted before one used less";
+  EXPECT_EQ(lowest_kept_rank, k_entries - kept);
+  // The report says what the cap did.
+  EXPECT_NE(imp.out.find("imported 20 entries"), std::string::npos) << imp.out;
+  EXPECT_NE(imp.out.find("kept " + std::to_string(kept) + " of the 20 imported (" + std::to_string(k_entries - kept) +
+                         " evicted"),
+            std::string::npos)
+      << imp.out;
 }
 
 TEST_F(CliTest, CompanionStoresAreSeenByEveryAdminCommand) {

@@ -45,7 +45,7 @@ struct DirEntry {
 };
 
 enum class OpenMode {
-  read,         // O_RDONLY | O_NOFOLLOW
+  read,         // O_RDONLY | O_NOFOLLOW | O_NOATIME (where the caller owns the file)
   create_new,   // O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
   read_write,   // O_RDWR | O_CREAT | O_NOFOLLOW (small control files)
   read_follow,  // O_RDONLY, following symlinks (a user's headers and key files)

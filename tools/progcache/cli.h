@@ -107,6 +107,38 @@ pc::Result<std::int64_t> parse_age(const std::string& option, const std::string&
 pc::ProgressFn progress_bar(const char* label);
 pc::Result<std::string> read_file(const std::string& path);
 pc::Status check_output_path(const std::string& path);
+// An output of any command, written as the user asked and only there: "-"
+// is standard output; a regular file (or a new one) is written to a temp
+// file beside it and renamed over it by commit(), keeping an existing file's
+// mode (a new one gets 0666 less the umask), so a failed or interrupted
+// command leaves the old file; a symbolic link is followed and its target
+// written so, the link kept; anything else (a device, a FIFO) is opened and
+// written in place, never renamed over. A regular file the user may write
+// in a directory they may not is written in place, as cp would. Every
+// output of the tool goes through this class (write_output for one piece).
+class OutputFile {
+ public:
+  OutputFile() = default;
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  // Without a commit(), the temp file (if any) is removed.
+  ~OutputFile();
+  // Decides where the bytes go and opens it; an error names the path.
+  // `durability` fsync: the temp file is synced before the rename.
+  pc::Status open(const std::string& path, pc::Durability durability = pc::Durability::none);
+  pc::Status write(std::string_view data);
+  // Closes the output and, for a regular file, renames the temp over it.
+  pc::Status commit();
+
+ private:
+  pc::Status open_in_place(int flags);
+  std::string m_path;    // as the user named it
+  std::string m_target;  // what is written: the link's target, or m_path
+  std::string m_temp;    // empty unless a temp file is being written
+  pc::Durability m_durability = pc::Durability::none;
+  int m_fd = -1;
+};
+// Writes `data` to `path` through one OutputFile.
 pc::Status write_output(const std::string& path, std::string_view data);
 // Writes all of `data` to `fd` (retrying short writes and EINTR).
 pc::Status write_all_to(int fd, std::string_view data, const std::string& what);

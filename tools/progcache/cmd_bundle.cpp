@@ -8,11 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "cli.h"
 #include "progcache/bundle.h"
@@ -26,52 +29,6 @@ struct BundleArgs {
   std::string input;
   std::string since;
   std::string name_glob;
-};
-
-// A bundle being written: standard output, or a temp file beside the named
-// output, renamed over it only once the bundle is whole (an export that
-// fails or is interrupted leaves no half bundle under that name).
-class BundleOutput {
- public:
-  ~BundleOutput() {
-    if (m_fd > 1) ::close(m_fd);
-    if (!m_temp.empty()) ::unlink(m_temp.c_str());
-  }
-
-  pc::Status open(const std::string& path) {
-    m_path = path;
-    if (path == "-") {
-      m_fd = 1;
-      return {};
-    }
-    PROGCACHE_TRY(check_output_path(path));
-    m_temp = path + ".tmp." + std::to_string(::getpid());
-    m_fd = ::open(m_temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
-    if (m_fd < 0) {
-      const int err = errno;
-      m_temp.clear();
-      return pc::errno_status(err, "cannot create the bundle", path);
-    }
-    return {};
-  }
-
-  pc::Status write(std::string_view data) { return write_all_to(m_fd, data, m_path); }
-
-  pc::Status commit() {
-    if (m_fd == 1) return {};
-    if (::fsync(m_fd) != 0) return pc::errno_status(errno, "cannot write", m_path);
-    const int fd = m_fd;
-    m_fd = -1;
-    if (::close(fd) != 0) return pc::errno_status(errno, "cannot write", m_path);
-    if (::rename(m_temp.c_str(), m_path.c_str()) != 0) return pc::errno_status(errno, "cannot write", m_path);
-    m_temp.clear();
-    return {};
-  }
-
- private:
-  std::string m_path;
-  std::string m_temp;
-  int m_fd = -1;
 };
 
 int run_export(const BundleArgs& a, const pc::Config& cfg) {
@@ -88,6 +45,7 @@ int run_export(const BundleArgs& a, const pc::Config& cfg) {
   struct Chosen {
     NamedFileStore* store;
     pc::Key key;
+    std::int64_t last_used_ns;
   };
   std::vector<Chosen> chosen;
   const auto now =
@@ -100,11 +58,20 @@ int run_export(const BundleArgs& a, const pc::Config& cfg) {
       if (!a.name_glob.empty() && (e.name.empty() || ::fnmatch(a.name_glob.c_str(), e.name.c_str(), 0) != 0)) {
         continue;
       }
-      chosen.push_back({&named, e.key});
+      chosen.push_back({&named, e.key, e.last_used_ns});
     }
   }
-  BundleOutput out;
-  if (const pc::Status st = out.open(a.output); !st.ok()) return fail(st);
+  // Least recently used first: an import adds entries in bundle order, so
+  // where the importing store's cap cannot hold them all, its LRU trim
+  // evicts what was used least here and keeps what was used most (in key
+  // order the survivors were merely the highest keys).
+  std::stable_sort(chosen.begin(), chosen.end(),
+                   [](const Chosen& x, const Chosen& y) { return x.last_used_ns < y.last_used_ns; });
+  // Written where the user asked and only there (OutputFile): a file gets
+  // the bundle whole or not at all; a device or FIFO takes the stream.
+  if (const pc::Status st = check_output_path(a.output); !st.ok()) return fail(st);
+  OutputFile out;
+  if (const pc::Status st = out.open(a.output, pc::Durability::fsync); !st.ok()) return fail(st);
   pc::BundleWriter writer([&out](std::string_view data) { return out.write(data); });
   if (const pc::Status st = writer.begin(); !st.ok()) return fail(st);
   const auto progress = progress_bar("export");
@@ -190,6 +157,9 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
   const pc::EntryCodecOptions trusted{.hmac_key = cfg.hmac_key, .keys = cfg.signing_keys};
   const auto progress = total != 0 ? progress_bar("import") : pc::ProgressFn();
   std::uint64_t imported = 0;
+  // What was imported, to tell afterwards how much of it the importing
+  // store's cap let stay.
+  std::vector<std::pair<pc::FileStore*, pc::Key>> taken;
   std::uint64_t present = 0;
   std::uint64_t refused = 0;
   std::uint64_t bytes = 0;
@@ -224,11 +194,22 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
     }
     ++imported;
     bytes += size;
+    taken.emplace_back(*store, r.key);
   }
   if (progress) progress(total, total);
-  std::printf("imported %llu entries (%s), %llu already present, %llu refused\n",
+  std::uint64_t evicted = 0;
+  for (const auto& [store, key] : taken) evicted += ::access(store->entry_path(key).c_str(), F_OK) != 0 ? 1 : 0;
+  std::printf("imported %llu entries (%s), %llu already present, %llu refused",
               static_cast<unsigned long long>(imported), pc::format_size(bytes).c_str(),
               static_cast<unsigned long long>(present), static_cast<unsigned long long>(refused));
+  if (evicted != 0) {
+    // Imported, then trimmed away by the cap (least recently used first):
+    // said, so that "imported" never stands for "kept".
+    std::printf("; the cache's cap kept %llu of the %llu imported (%llu evicted, least recently used first)",
+                static_cast<unsigned long long>(imported - evicted), static_cast<unsigned long long>(imported),
+                static_cast<unsigned long long>(evicted));
+  }
+  std::printf("\n");
   if (!bundle_error.ok()) {
     std::fprintf(stderr, "progcache: import: %s%s\n", bundle_error.to_string().c_str(),
                  imported != 0 ? " (the entries before it were checked one by one and imported)" : "");

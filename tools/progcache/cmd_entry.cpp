@@ -68,15 +68,11 @@ int run_get(const EntryArgs& a, const pc::Config& cfg) {
   if (art == nullptr) {
     return fail(pc::not_found("entry " + key->hex() + " has no artifact named '" + a.artifact + "'"));
   }
-  if (a.output.empty() || a.output == "-") {
-    if (::isatty(1) != 0) {
-      return fail(pc::invalid_argument("refusing to write binary data to a terminal; use -o FILE"));
-    }
-    std::cout.write(art->data.data(), static_cast<std::streamsize>(art->data.size()));
-    std::cout.flush();
-    return std::cout ? k_exit_ok : k_exit_error;
+  const std::string output = a.output.empty() ? "-" : a.output;
+  if (output == "-" && ::isatty(1) != 0) {
+    return fail(pc::invalid_argument("refusing to write binary data to a terminal; use -o FILE"));
   }
-  pc::Status st = write_output(a.output, art->data.view());
+  pc::Status st = write_output(output, art->data.view());
   if (!st.ok()) return fail(st);
   return k_exit_ok;
 }

@@ -167,12 +167,25 @@ pc::Status write_all_to(int fd, std::string_view data, const std::string& what) 
   return {};
 }
 
-// Writes an output. A regular file (or a new one) is replaced atomically
-// (temp file + rename in its directory); a symbolic link is followed and its
-// target replaced, the link kept; anything else (a device such as /dev/null,
-// a FIFO) is written in place, never renamed over. "-" is standard output.
-pc::Status write_output(const std::string& path, std::string_view data) {
-  if (path == "-") return write_all_to(1, data, "standard output");
+// Where an output lands is decided once, on open, by what `path` is now:
+// standard output ("-"); a regular file or a new one, written to a temp file
+// beside it and renamed over it on commit (a command that fails or is
+// interrupted leaves the old file, never a part); a symbolic link, followed,
+// its target written so and the link kept; anything else (a device such as
+// /dev/null, a FIFO) opened and written in place, never renamed over, since a
+// rename would put a regular file where the user keeps a device.
+OutputFile::~OutputFile() {
+  if (m_fd > 1) ::close(m_fd);
+  if (!m_temp.empty()) ::unlink(m_temp.c_str());
+}
+
+pc::Status OutputFile::open(const std::string& path, pc::Durability durability) {
+  m_path = path;
+  m_durability = durability;
+  if (path == "-") {
+    m_fd = 1;
+    return {};
+  }
   std::string target = path;
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
@@ -184,14 +197,9 @@ pc::Status write_output(const std::string& path, std::string_view data) {
   } else if (::stat(path.c_str(), &st) != 0) {
     st.st_mode = S_IFREG;  // new file
   }
+  m_target = target;
   if (S_ISDIR(st.st_mode)) return pc::Status(pc::Code::failed_precondition, "output '" + path + "' is a directory");
-  if (!S_ISREG(st.st_mode)) {
-    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) return pc::errno_status(errno, "cannot open output", target);
-    pc::Status s = write_all_to(fd, data, target);
-    if (::close(fd) != 0 && s.ok()) s = pc::errno_status(errno, "cannot write", target);
-    return s;
-  }
+  if (!S_ISREG(st.st_mode)) return open_in_place(O_WRONLY);
   // The mode a user expects: an existing file keeps its own; a new one gets
   // 0666 less the umask, as any tool's output would.
   const bool exists = (st.st_mode & 07777) != 0 || ::access(target.c_str(), F_OK) == 0;
@@ -203,18 +211,60 @@ pc::Status write_output(const std::string& path, std::string_view data) {
     ::umask(mask);
     mode = 0666 & ~mask;
   }
+  pc::Env* env = pc::Env::posix();
   const std::string temp = pc::temp_path_beside(target, ".progcache-out.");
-  pc::Status published = pc::write_file_atomic(pc::Env::posix(), target, temp, data, mode, pc::Durability::none);
-  if (published.code() == pc::Code::permission_denied && exists && ::access(target.c_str(), W_OK) == 0) {
+  auto fd = env->open_file(temp, pc::OpenMode::create_new, mode);
+  if (!fd.ok()) {
     // A file the user may write in a directory they may not: written in
     // place (not atomically), as cp would.
-    const int fd = ::open(target.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) return pc::errno_status(errno, "cannot open output", target);
-    pc::Status s = write_all_to(fd, data, target);
-    if (::close(fd) != 0 && s.ok()) s = pc::errno_status(errno, "cannot write", target);
-    return s;
+    if (fd.status().code() == pc::Code::permission_denied && exists && ::access(target.c_str(), W_OK) == 0) {
+      return open_in_place(O_WRONLY | O_TRUNC);
+    }
+    return fd.status().with_context("output '" + path + "'");
   }
-  return published;
+  m_fd = *fd;
+  m_temp = temp;
+  // The umask must not widen or narrow the mode.
+  if (pc::Status s = env->fchmod(m_fd, mode); !s.ok()) return s.with_context("output '" + path + "'");
+  return {};
+}
+
+pc::Status OutputFile::open_in_place(int flags) {
+  const int fd = ::open(m_target.c_str(), flags | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return pc::errno_status(errno, "cannot open output", m_target);
+  m_fd = fd;
+  return {};
+}
+
+pc::Status OutputFile::write(std::string_view data) {
+  if (m_fd < 0) return pc::failed_precondition("output '" + m_path + "' is not open");
+  return write_all_to(m_fd, data, m_path == "-" ? "standard output" : m_target);
+}
+
+pc::Status OutputFile::commit() {
+  if (m_fd < 0) return pc::failed_precondition("output '" + m_path + "' is not open");
+  if (m_fd == 1) {
+    m_fd = -1;
+    return {};
+  }
+  const int fd = m_fd;
+  m_fd = -1;
+  pc::Status st;
+  if (!m_temp.empty() && m_durability == pc::Durability::fsync && ::fsync(fd) != 0) {
+    st = pc::errno_status(errno, "cannot write", m_target);
+  }
+  if (::close(fd) != 0 && st.ok()) st = pc::errno_status(errno, "cannot write", m_target);
+  if (!st.ok() || m_temp.empty()) return st;
+  if (::rename(m_temp.c_str(), m_target.c_str()) != 0) return pc::errno_status(errno, "cannot write", m_target);
+  m_temp.clear();
+  return {};
+}
+
+pc::Status write_output(const std::string& path, std::string_view data) {
+  OutputFile out;
+  PROGCACHE_TRY(out.open(path));
+  PROGCACHE_TRY(out.write(data));
+  return out.commit();
 }
 
 void add_string_flag(CLI::App* sub, bool& string_key) {
