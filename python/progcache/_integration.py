@@ -176,7 +176,7 @@ class StoreState:
         if st.code_store is None:
             warn_once(self._companion, "host-remote", st.host_code["remote_reason"])
             with self._lock:
-                if st.code_store is None:
+                if st.code_store is None and st.cfg is not None:
                     st.code_store = self._open_store(st.cfg, st.root, 0, [])
         return st.code_store
 

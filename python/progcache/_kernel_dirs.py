@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import threading
 import warnings
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import _core
 
@@ -70,7 +70,7 @@ def rmtree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def files_match(directory: str, idents: Dict[str, list]) -> bool:
+def files_match(directory: str, idents: Any) -> bool:
     """Whether every recorded file of ``directory`` keeps its identity."""
     return (isinstance(idents, dict) and bool(idents)
             and all(identity(os.path.join(directory, n)) == i for n, i in idents.items()))

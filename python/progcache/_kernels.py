@@ -314,7 +314,7 @@ class KernelCache:
         # every call builds and nothing is stored.
         self._disabled = cfg is None or cfg["disabled"]
         self._store: Any = None
-        if not self._disabled:
+        if cfg is not None and not self._disabled:
             try:
                 self._store = _core.open_file_store(
                     self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
