@@ -1,6 +1,7 @@
 #include "store/file/layout.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "progcache/bytes.h"
 #include "progcache/entry.h"
@@ -63,6 +64,14 @@ NameKind Layout::classify(std::string_view name) {
 
 bool Layout::is_locked_temp(std::string_view name) {
   return name.starts_with(k_locked_temp_prefix);
+}
+
+long Layout::temp_writer_pid(std::string_view name) {
+  if (!is_locked_temp(name)) return 0;
+  name.remove_prefix(k_locked_temp_prefix.size());
+  long pid = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+  return ec == std::errc() && end != name.data() && pid > 0 ? pid : 0;
 }
 
 Result<Key> Layout::key_of(int shard, std::string_view name) {

@@ -59,6 +59,8 @@ class Layout {
   // one made by temp_path. Older versions' temps and quarantine files are
   // transient too, but judged by age alone.
   static bool is_locked_temp(std::string_view name);
+  // The pid a locked temp's name carries; 0 when it carries none.
+  static long temp_writer_pid(std::string_view name);
   // The key whose entry is `name` in `shard`; data_loss when it is not an
   // entry name.
   static Result<Key> key_of(int shard, std::string_view name);

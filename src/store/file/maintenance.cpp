@@ -1,6 +1,9 @@
 // Maintenance: shard scans (which sweep stale temps and reconcile the
 // counters), and the list, verify and prune commands built on them.
+#include <signal.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <nlohmann/json.hpp>
 
 #include "store/file/file_store_impl.h"
@@ -19,6 +22,15 @@ bool FileStoreImpl::stale_transient(const FileInfo& info, std::int64_t now, std:
 }
 
 bool FileStoreImpl::remove_if_writer_gone(const std::string& path, std::uint64_t* size) {
+  // A process of that pid still running (in this pid namespace) may be the
+  // writer: its temp is left alone, even where the lock is free, as it is
+  // for an instant after the create, and when a replacing put's exchange
+  // has just put the displaced entry under the temp's name. (A pid reused
+  // meanwhile only delays the sweep to the age rule.)
+  if (const long pid = Layout::temp_writer_pid(path.substr(path.find_last_of('/') + 1));
+      pid != 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) {
+    return false;
+  }
   auto fd = m_env->open_file(path, OpenMode::read, 0);
   if (!fd.ok()) return false;
   bool removed = false;
