@@ -580,5 +580,32 @@ TEST_F(NvccLauncherTest, ObjectsAreNeitherServedNorStoredInAGroupRootWithoutSign
   EXPECT_TRUE(same(read("k.o"), compiled));
 }
 
+TEST_F(NvccLauncherTest, ALinkNamedNvccFirstOnPathIsTheLauncherAndRunsTheRealNvcc) {
+  // ccache's masquerade: a directory first on PATH holding nvcc -> progcache.
+  fs::create_directories(m_tmp.sub("masq"));
+  fs::create_symlink(PROGCACHE_CLI_PATH, m_tmp.sub("masq/nvcc"));
+  const std::string path = "PATH=" + quote(m_tmp.sub("masq") + ":" + m_tmp.sub("bin") + ":/usr/bin:/bin");
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  ASSERT_EQ(plain(args).code, 0);
+  const std::string expected = read("k.cubin");
+  fs::remove(m_tmp.sub("work/k.cubin"));
+  // By name on PATH, and by the link's full path: the noting nvcc after it runs.
+  const Ran cold = sh("nvcc " + args, path);
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  EXPECT_EQ(nvcc_runs(), 1);
+  EXPECT_TRUE(same(read("k.cubin"), expected));
+  fs::remove(m_tmp.sub("work/k.cubin"));
+  const Ran warm = sh(quote(m_tmp.sub("masq/nvcc")) + " " + args, path);
+  ASSERT_EQ(warm.code, 0) << warm.err;
+  EXPECT_EQ(nvcc_runs(), 0) << "a warm hit ran nvcc";
+  EXPECT_TRUE(same(read("k.cubin"), expected));
+  EXPECT_EQ(launcher_stats().value("hits", 0), 1);
+  // With no other nvcc on PATH it says so, and never runs itself.
+  if (fs::exists("/usr/bin/nvcc") || fs::exists("/bin/nvcc")) return;
+  const Ran alone = sh("nvcc " + args, "PATH=" + quote(m_tmp.sub("masq") + ":/usr/bin:/bin"));
+  EXPECT_EQ(alone.code, 127);
+  EXPECT_NE(alone.err.find("nvcc: command not found"), std::string::npos) << alone.err;
+}
+
 }  // namespace
 }  // namespace progcache

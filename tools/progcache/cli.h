@@ -63,6 +63,9 @@ void add_nvcc_command(CLI::App& app, std::vector<Command>& out);
 // Whether the first word starts a launcher call: "nvcc", or a path to a
 // compiler (no subcommand holds a '/').
 bool is_launcher_call(std::string_view first);
+// Whether progcache was started under the name nvcc (argv[0]'s last
+// component): a link named nvcc to it, as ccache's masquerade.
+bool is_masquerade(std::string_view argv0);
 // Runs argv[0] (nvcc, found as the shell finds it) with argv[1..] through
 // the cache; returns the exit status nvcc's own run would have.
 int run_launcher(int argc, char** argv);

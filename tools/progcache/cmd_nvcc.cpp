@@ -726,6 +726,11 @@ class Launcher {
 
 }  // namespace
 
+bool is_masquerade(std::string_view argv0) {
+  const auto slash = argv0.rfind('/');
+  return (slash == std::string_view::npos ? argv0 : argv0.substr(slash + 1)) == "nvcc";
+}
+
 bool is_launcher_call(std::string_view first) {
   return first == "nvcc" || first.find('/') != std::string_view::npos;
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli.h"
 #include "progcache/remote_store.h"
@@ -108,6 +109,15 @@ int main(int argc, char** argv) {
   try {
     // The launcher's words are nvcc's: no option of progcache's is read.
     if (argc >= 2 && is_launcher_call(argv[1])) return run_launcher(argc - 1, argv + 1);
+    // Called as nvcc (a link named nvcc to progcache, first on PATH, as
+    // ccache's masquerade): the real nvcc is the next one on PATH that is not
+    // this program.
+    if (argc >= 1 && is_masquerade(argv[0])) {
+      std::vector<char*> args(argv, argv + argc);
+      static char nvcc_name[] = "nvcc";
+      args[0] = nvcc_name;
+      return run_launcher(argc, args.data());
+    }
     return run(argc, argv);
   } catch (const std::exception& e) {  // out of memory, or a bug: an error, never an abort
     std::cerr << "progcache: internal error: " << e.what() << "\n";
