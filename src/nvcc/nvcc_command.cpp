@@ -209,12 +209,6 @@ std::string stem_of(const std::string& path) {
   return base;
 }
 
-std::string dir_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 std::vector<std::string> split_commas(const std::string& v) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -245,6 +239,19 @@ class Parser {
         continue;
       }
       (before ? m_prepend : m_append) = std::move(*split);
+    }
+    // PTXAS_FLAGS and CUDAFE_FLAGS: words for ptxas and cudafe++ (an
+    // options file there is read by that tool, so it is keyed here).
+    for (const auto& [name, value, tool] :
+         {std::tuple{"PTXAS_FLAGS", &env.ptxas, "ptxas"}, std::tuple{"CUDAFE_FLAGS", &env.cudafe, "cudafe++"}}) {
+      if (!value->has_value()) continue;
+      auto split = split_env_flags(**value);
+      if (!split.ok()) {
+        refuse(std::string(name) + " holds a quote or a backslash: how nvcc splits it is not known");
+        continue;
+      }
+      auto& ws = m_tool_words[tool];
+      ws.insert(ws.end(), split->begin(), split->end());
     }
     args = m_prepend;
     args.insert(args.end(), command_line.begin(), command_line.end());
@@ -315,7 +322,12 @@ class Parser {
       for (const auto& path : split_commas(*value)) {
         auto text = read_keyed(path);
         if (!text) return refuse("options file '" + path + "' cannot be read");
-        words(split_options_file(*text), depth + 1);
+        // nvcc splits an options file at white space and takes quotes as
+        // part of a word: a quote or a backslash is refused, not guessed at.
+        auto split = split_env_flags(*text);
+        if (!split.ok())
+          return refuse("options file '" + path + "' holds a quote or a backslash: how nvcc splits it is not known");
+        words(*split, depth + 1);
       }
       return;
     }
@@ -325,6 +337,20 @@ class Parser {
     }
     if (contains(k_other_modes, n)) refuse("--" + std::string(n) + " makes no single cacheable output");
     if (contains(k_uncacheable_options, n)) refuse("--" + std::string(n) + " writes or omits files outside the output");
+    if (n == "gpu-architecture" || n == "gpu-code" || n == "generate-code") {
+      // -arch=native builds for the GPUs of the machine that compiles (with
+      // none visible, nvcc picks a default): what it decided is not known
+      // here, and a root shared by machines of other GPUs would serve it
+      // there. -arch=all and all-major depend on the toolkit only (keyed).
+      for (const auto& part : split_commas(*value)) {
+        const std::string_view v = std::string_view(part).substr(part.find('=') + 1);
+        if (v == "native")
+          return refuse("--" + std::string(n) + " '" + *value + "' depends on the GPUs of the machine");
+      }
+    }
+    if (n == "pre-include") {
+      for (auto& f : split_commas(*value)) m_cmd.pre_includes.push_back(std::move(f));
+    }
     if (n == "output-file") m_output = *value;
     if (n == "generate-dependencies-with-compile") m_md = true;
     if (n == "dependency-output") m_mf = *value;
@@ -387,6 +413,9 @@ class Parser {
         continue;
       }
       if (!plain_host_flag(w)) return refuse("host compiler word '" + w + "' may read files the key cannot see");
+      // -march=native, -mtune=native, -mcpu=native: decided by the CPU of
+      // the machine that compiles, which the key does not hold.
+      if (w.ends_with("=native")) return refuse("host compiler word '" + w + "' depends on the machine's CPU");
     }
   }
 
@@ -410,7 +439,14 @@ class Parser {
       if (depth >= k_max_options_file_depth) return refuse("options files nested too deeply");
       auto text = read_keyed(*file);
       if (!text) return refuse(tool + " options file '" + *file + "' cannot be read");
-      tool_words(tool, split_options_file(*text), depth + 1);
+      // Split as nvcc's own options files are; how the tool reads quotes
+      // is not known here.
+      auto split = split_env_flags(*text);
+      if (!split.ok()) {
+        return refuse(tool + " options file '" + *file +
+                      "' holds a quote or a backslash: how it is split is not known");
+      }
+      tool_words(tool, *split, depth + 1);
     }
   }
 
@@ -435,9 +471,8 @@ class Parser {
       m_cmd.output = stem_of(m_cmd.input) + k_suffix.at(index);
     }
     m_cmd.canonical.push_back(m_cmd.input);
-    m_cmd.include_dirs.push_back(dir_of(m_cmd.input));
-    for (auto& d : m_includes) m_cmd.include_dirs.push_back(std::move(d));
-    for (auto& d : m_system) m_cmd.include_dirs.push_back(std::move(d));
+    m_cmd.include_dirs = std::move(m_includes);
+    m_cmd.system_dirs = std::move(m_system);
   }
 
   const ReadFile& m_read_file;
@@ -527,6 +562,46 @@ std::vector<std::string> split_options_file(const std::string& text) {
     }
   }
   if (in_word) out.push_back(std::move(cur));
+  return out;
+}
+
+ProfileVariables profile_variables(std::string_view text) {
+  ProfileVariables out;
+  std::set<std::string> seen;
+  auto note = [&](std::string_view name) {
+    if (!name.empty() && seen.insert(std::string(name)).second) out.names.emplace_back(name);
+  };
+  auto is_name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto nl = text.find('\n', start);
+    if (nl == std::string_view::npos) nl = text.size();
+    const std::string_view line = text.substr(start, nl - start);
+    start = nl + 1;
+    // NAME = value, NAME += value, NAME =+ value, NAME ?= value
+    std::size_t i = 0;
+    while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i])) != 0) ++i;
+    std::size_t j = i;
+    while (j < line.size() && is_name_char(line[j])) ++j;
+    std::size_t k = j;
+    while (k < line.size() && (line[k] == ' ' || line[k] == '\t')) ++k;
+    if (j > i && k < line.size() && (line[k] == '=' || line[k] == '+' || line[k] == '?')) {
+      const std::string_view name = line.substr(i, j - i);
+      note(name);
+      // A plain '=' replaces the environment's value, unless the value
+      // reads the variable itself.
+      const bool plain = line[k] == '=' && (k + 1 >= line.size() || line[k + 1] != '+') &&
+                         line.find("$(" + std::string(name) + ")") == std::string_view::npos;
+      if (plain && std::find(out.replaced.begin(), out.replaced.end(), name) == out.replaced.end()) {
+        out.replaced.emplace_back(name);
+      }
+    }
+    for (auto ref = line.find("$("); ref != std::string_view::npos; ref = line.find("$(", ref + 2)) {
+      const auto close = line.find(')', ref + 2);
+      if (close == std::string_view::npos) break;
+      note(line.substr(ref + 2, close - ref - 2));
+    }
+  }
   return out;
 }
 

@@ -44,10 +44,16 @@ struct Command {
   // Every option in canonical spelling (--long-name or --long-name=value),
   // with options files expanded in place, and the input last: what is keyed.
   std::vector<std::string> canonical;
-  // The directories searched for includes, in nvcc's order: the input's own
-  // directory, then -I, then -isystem (as given; relative to the working
-  // directory).
+  // The directories the command names for includes, as given (relative to
+  // the working directory), each list in command-line order: -I, then
+  // -isystem. nvcc puts its own include directory after the -I list and its
+  // cccl directory after the -isystem list; the launcher adds those, the
+  // environment's and the host compiler's (cmd_nvcc.cpp).
   std::vector<std::string> include_dirs;
+  std::vector<std::string> system_dirs;
+  // nvcc's -include files (--pre-include), as given: found in the working
+  // directory first, then along the include search.
+  std::vector<std::string> pre_includes;
   // -ccbin's value, if given.
   std::optional<std::string> ccbin;
   // Every file read by name from the command line besides the source and
@@ -64,9 +70,14 @@ struct Command {
 
 // NVCC_PREPEND_FLAGS and NVCC_APPEND_FLAGS as nvcc sees them: words that go
 // before and after the command line's own. Unset is nullopt.
+// PTXAS_FLAGS and CUDAFE_FLAGS (which nvcc.profile appends to) are words
+// nvcc hands to ptxas and cudafe++, judged as the -Xptxas and -Xcudafe
+// words are.
 struct EnvFlags {
   std::optional<std::string> prepend;
   std::optional<std::string> append;
+  std::optional<std::string> ptxas;
+  std::optional<std::string> cudafe;
 };
 
 // Reads an options file (--options-file): its text, or an error.
@@ -84,9 +95,22 @@ Command parse_command(const std::vector<std::string>& args, const ReadFile& read
 // known here.
 Result<std::vector<std::string>> split_env_flags(std::string_view value);
 
-// The words of an options file: whitespace-separated, with '...' and "..."
-// quoting and backslash escapes, as nvcc reads them.
+// The words of a host compiler response file (@file): whitespace-separated,
+// with '...' and "..." quoting and backslash escapes, as gcc reads them.
+// nvcc's own options files (and ptxas's and nvlink's) are split with
+// split_env_flags: nvcc takes a quote as part of a word ('-DC='1'' defines
+// C as '1'), so one holding a quote or a backslash is refused.
 std::vector<std::string> split_options_file(const std::string& text);
+
+// What an nvcc.profile says about the environment: every variable it names
+// (assigned, or read as $(NAME)), in order of first mention, and those it
+// assigns with a plain '=' (the environment's value is then replaced, not
+// extended).
+struct ProfileVariables {
+  std::vector<std::string> names;
+  std::vector<std::string> replaced;
+};
+ProfileVariables profile_variables(std::string_view text);
 
 // The files a make-format dependency file names (every prerequisite of
 // every rule, in order, without duplicates; escaped spaces and '$$'

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -48,6 +49,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "compile/include_lexer.h"
 #include "compile/scan_files.h"
 #include "nvcc/nvcc_command.h"
 #include "progcache/key.h"
@@ -64,10 +66,26 @@ namespace dt = progcache::detail;
 
 constexpr std::string_view k_store = "nvcc";
 constexpr std::string_view k_stats_file = "launcher-stats.json";
-// What nvcc and the host compiler read from the environment.
+// What nvcc and the host compiler read from the environment (nvcc's own
+// names as its program holds them), besides every variable nvcc.profile
+// names, which is read from the profile at run time.
 constexpr const char* k_keyed_variables[] = {
-    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",        "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
-    "GCC_EXEC_PREFIX",    "COMPILER_PATH",     "SOURCE_DATE_EPOCH",
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",  "NVCC_CCBIN",      "CPATH",
+    "C_INCLUDE_PATH",     "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+    "SOURCE_DATE_EPOCH",  "PTXAS_FLAGS",        "CUDAFE_FLAGS",    "NVVM_FLAGS",
+    "NVASM_FLAGS",        "NVDISASM_FLAGS",     "NVLINK_FLAGS",    "NV_NVVM_VERSION",
+    "CICC_PATH",          "NVVMIR_LIBRARY_DIR",
+};
+// Variables nvcc reads whose value the key holds and whose words the
+// launcher follows (NVCC_*_FLAGS, PTXAS_FLAGS, CUDAFE_FLAGS), or that do not
+// bear on one compile's output beyond their value (PATH and LD_LIBRARY_PATH
+// find the programs whose identities are keyed; LIBRARIES and NVLINK_FLAGS
+// are for linking). Any other variable nvcc or its profile reads, set and
+// not replaced by the profile, may name files the key cannot see: refused.
+constexpr std::string_view k_followed_variables[] = {
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",    "PTXAS_FLAGS",       "CUDAFE_FLAGS", "PATH",
+    "LD_LIBRARY_PATH",    "LIBRARIES",         "NVLINK_FLAGS",  "SOURCE_DATE_EPOCH", "CPATH",        "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX",   "COMPILER_PATH",
 };
 // The toolkit's programs and data nvcc runs or reads besides the headers
 // its dependency output lists, relative to nvcc's own directory.
@@ -170,15 +188,41 @@ std::vector<std::string> host_compilers(const nv::Command& cmd) {
   return out;
 }
 
-Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd) {
+// Every variable the key holds: the fixed list, then those nvcc.profile names.
+std::vector<std::string> keyed_variables(const nv::ProfileVariables& profile) {
+  std::vector<std::string> out(std::begin(k_keyed_variables), std::end(k_keyed_variables));
+  for (const auto& n : profile.names) {
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  return out;
+}
+
+// The first variable set in the environment that nvcc or its profile reads,
+// that the launcher does not follow and the profile does not replace.
+std::optional<std::string> unfollowed_variable(const std::vector<std::string>& names,
+                                               const nv::ProfileVariables& profile) {
+  for (const auto& n : names) {
+    const char* v = std::getenv(n.c_str());
+    if (v == nullptr || *v == '\0') continue;
+    if (std::find(std::begin(k_followed_variables), std::end(k_followed_variables), n) !=
+        std::end(k_followed_variables)) {
+      continue;
+    }
+    if (std::find(profile.replaced.begin(), profile.replaced.end(), n) != profile.replaced.end()) continue;
+    return n;
+  }
+  return std::nullopt;
+}
+
+Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
   KeyBuilder kb("nvcc-manifest");
-  kb.add_int("launcher-schema", 2);
+  kb.add_int("launcher-schema", 3);
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
   for (const auto& h : host_compilers(cmd)) add_file_identity(kb, "host-compiler", h);
-  for (const char* v : k_keyed_variables) {
-    const char* value = std::getenv(v);
+  for (const auto& v : variables) {
+    const char* value = std::getenv(v.c_str());
     kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
   }
   std::error_code ec;
@@ -202,6 +246,7 @@ struct Dep {
 struct Manifest {
   std::vector<Dep> deps;
   std::vector<std::string> absent;
+  std::vector<std::string> present;  // found by a probe (__has_include, an include in a branch not taken)
 };
 
 // The manifest as text, one record a line (the path last, so it may hold
@@ -209,8 +254,9 @@ struct Manifest {
 //   progcache-nvcc-manifest 1
 //   D <dev> <ino> <size> <mtime ns> <ctime ns> <recent 0|1> <sha256 hex> <path>
 //   A <path that must stay absent>
+//   P <path that must stay present>
 // Text a warm lookup reads with from_chars: a fifth of the JSON parse.
-constexpr std::string_view k_manifest_magic = "progcache-nvcc-manifest 1\n";
+constexpr std::string_view k_manifest_magic = "progcache-nvcc-manifest 2\n";
 
 std::string encode_manifest(const Manifest& m) {
   std::string out(k_manifest_magic);
@@ -220,6 +266,7 @@ std::string encode_manifest(const Manifest& m) {
            pc::Key::from_raw(d.sha256)->hex() + " " + d.path + "\n";
   }
   for (const auto& a : m.absent) out += "A " + a + "\n";
+  for (const auto& p : m.present) out += "P " + p + "\n";
   return out;
 }
 
@@ -234,6 +281,10 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
     text.remove_prefix(nl + 1);
     if (line.starts_with("A ")) {
       m.absent.emplace_back(line.substr(2));
+      continue;
+    }
+    if (line.starts_with("P ")) {
+      m.present.emplace_back(line.substr(2));
       continue;
     }
     if (!line.starts_with("D ")) return std::nullopt;
@@ -293,42 +344,238 @@ std::optional<pc::Key> check_manifest(const pc::Key& mkey, const Manifest& m) {
     struct stat st {};
     if (::stat(a.c_str(), &st) == 0) return std::nullopt;
   }
+  for (const auto& p : m.present) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return std::nullopt;
+  }
   return result_key(mkey, files);
 }
 
-// The places a header found in an include directory would be found first
-// if created: the same relative path under each directory searched before.
-// Which directory found a file is not in nvcc's dependency output ("inc/a.h"
-// is "a.h" found in inc/, or "inc/a.h" found in the source's directory), so
-// every directory that holds the file counts as having found it.
-std::vector<std::string> shadow_places(const std::vector<std::string>& deps, const std::vector<std::string>& dirs) {
-  std::vector<std::string> norm_dirs;
-  norm_dirs.reserve(dirs.size());
-  for (const auto& d : dirs) norm_dirs.push_back(dt::normal(d));
+// ---- where a header created later would be found first
+
+// A search-path variable's directories (CPATH, C_INCLUDE_PATH,
+// CPLUS_INCLUDE_PATH): ':'-separated, an empty entry meaning the working
+// directory, as gcc reads them.
+std::vector<std::string> env_dirs(const char* name) {
   std::vector<std::string> out;
-  std::set<std::string> seen;
-  for (const auto& dep : deps) {
-    const std::string p = dt::normal(dep);
-    for (std::size_t i = 0; i < norm_dirs.size(); ++i) {
-      const std::string& dir = norm_dirs[i];
-      std::string rel;
-      if (dir == ".") {
-        if (p.starts_with("/") || p.starts_with("../")) continue;
-        rel = p;
-      } else if (dt::under(p, dir) && p != dir) {
-        rel = p.substr(dir.size() + (dir.ends_with("/") ? 0 : 1));
-      } else {
-        continue;
-      }
-      for (std::size_t j = 0; j < i; ++j) {
-        const std::string place = norm_dirs[j] == "." ? rel : dt::join(norm_dirs[j], rel);
-        struct stat st {};
-        if (place != p && ::stat(place.c_str(), &st) != 0 && seen.insert(place).second) out.push_back(place);
-      }
-    }
+  const char* v = std::getenv(name);
+  if (v == nullptr) return out;
+  const std::string value = v;
+  std::size_t start = 0;
+  while (true) {
+    const auto colon = value.find(':', start);
+    std::string d = value.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    out.push_back(d.empty() ? "." : std::move(d));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
   }
   return out;
 }
+
+// The host compiler's own directories for <...> includes, in its order, as
+// it prints them (-v), or nullopt when it cannot say.
+std::optional<std::vector<std::string>> host_system_dirs(const std::string& host) {
+  std::array<int, 2> err_pipe{-1, -1};
+  if (::pipe2(err_pipe.data(), O_CLOEXEC) != 0) return std::nullopt;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  std::vector<std::string> words = {host, "-E", "-x", "c++", "-v", "-"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, host.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(err_pipe[1]);
+  std::string text;
+  if (rc == 0) {
+    std::array<char, 4096> buf{};
+    while (true) {
+      const ssize_t n = ::read(err_pipe[0], buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      text.append(buf.data(), static_cast<std::size_t>(n));
+    }
+  }
+  ::close(err_pipe[0]);
+  if (rc != 0) return std::nullopt;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  const auto begin = text.find("#include <...> search starts here:\n");
+  const auto end = text.find("End of search list.");
+  if (begin == std::string::npos || end == std::string::npos || end < begin) return std::nullopt;
+  std::vector<std::string> out;
+  std::size_t pos = text.find('\n', begin) + 1;
+  while (pos < end) {
+    const auto nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.starts_with(" ")) line.erase(0, 1);
+    if (const auto note = line.find(" (framework directory)"); note != std::string::npos) line.resize(note);
+    if (!line.empty()) out.push_back(std::move(line));
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+// The toolkit's include directories nvcc adds (nvcc.profile's INCLUDES and
+// SYSTEM_INCLUDES: <toolkit>/targets/<target>/include, and its cccl), for
+// every target the toolkit holds.
+std::vector<std::string> toolkit_dirs(const std::string& bin, std::string_view sub) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const std::string targets = dt::join(dt::parent_of(bin), "targets");
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(targets, ec)) found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  for (const auto& t : found) out.push_back(dt::join(t, std::string(sub)));
+  return out;
+}
+
+// The directories searched for <...> includes, in the preprocessor's order
+// as nvcc runs it: -I, nvcc's include directory, CPATH, -isystem, nvcc's
+// cccl directory, C_INCLUDE_PATH and CPLUS_INCLUDE_PATH, then the host
+// compiler's own. A directory named twice (gcc keeps the first) is kept
+// twice: a file in it then counts as found at both places, which only adds
+// places that must stay absent.
+std::vector<std::string> search_chain(const nv::Command& cmd, const std::string& bin,
+                                      const std::vector<std::string>& system) {
+  std::vector<std::string> out = cmd.include_dirs;
+  auto append = [&out](const std::vector<std::string>& ds) { out.insert(out.end(), ds.begin(), ds.end()); };
+  append(toolkit_dirs(bin, "include"));
+  append(env_dirs("CPATH"));
+  append(cmd.system_dirs);
+  append(toolkit_dirs(bin, "include/cccl"));
+  append(env_dirs("C_INCLUDE_PATH"));
+  append(env_dirs("CPLUS_INCLUDE_PATH"));
+  append(system);
+  return out;
+}
+
+// Where a header the compile found, and every header a probe did not find,
+// would be found first if created later: places that must stay absent, and
+// those a probe found that must stay present.
+class Places {
+ public:
+  Places(std::vector<std::string> chain, const std::vector<std::string>& deps, std::vector<std::string> trusted_roots)
+      : m_chain(std::move(chain)), m_trusted(std::move(trusted_roots)) {
+    for (const auto& c : m_chain) m_chain_real.push_back(dt::real_or_normal(c.empty() ? "." : c));
+    for (const auto& d : deps) m_deps.insert(real_file(d));
+  }
+
+  // A header the compile read: found in a directory of `dirs` (the
+  // source's own, then the chain). Which one found it is not in nvcc's
+  // dependency output ("inc/a.h" is "a.h" found in inc/, or "inc/a.h"
+  // found in the source's directory), so each directory that holds it, by
+  // spelling or by where it leads, counts as having found it.
+  void found(const std::string& dep, const std::string& source_dir) {
+    std::vector<std::string> dirs = {source_dir};
+    dirs.insert(dirs.end(), m_chain.begin(), m_chain.end());
+    const std::string p = dt::normal(dep);
+    const std::string rp = real_file(dep);
+    for (std::size_t i = 0; i < dirs.size(); ++i) {
+      std::set<std::string> rels;
+      const std::string nd = dt::normal(dirs[i].empty() ? "." : dirs[i]);
+      if (nd == ".") {
+        if (!p.starts_with("/") && !p.starts_with("../")) rels.insert(p);
+      } else if (dt::under(p, nd) && p != nd) {
+        rels.insert(p.substr(nd.size() + (nd.ends_with("/") ? 0 : 1)));
+      }
+      const std::string rd = i == 0 ? dt::real_or_normal(nd) : m_chain_real[i - 1];
+      if (dt::under(rp, rd) && rp != rd) rels.insert(rp.substr(rd.size() + (rd.ends_with("/") ? 0 : 1)));
+      for (const auto& rel : rels) {
+        for (std::size_t j = 0; j < i; ++j) {
+          const std::string place = dt::join(dirs[j] == "." ? "" : dirs[j], rel);
+          if (dt::normal(place) != p) absent_if_so(place);
+        }
+      }
+    }
+  }
+
+  // Every #include, #include_next and __has_include operand of a file the
+  // compile read: looked up as the preprocessor would; each place before
+  // the one that holds it must stay absent, and the one found (when it is
+  // not a header read, whose digest is keyed) must stay there. An include
+  // through a macro names no place: in a file outside the toolkit and the
+  // host compiler's directories, an error (what it would find if created
+  // is not known).
+  std::optional<std::string> probe_file(const std::string& file, const std::string& text) {
+    if (!dt::may_hold_directives(text)) return std::nullopt;
+    const std::string dir = dt::parent_of(file);
+    for (const auto& d : dt::directives(text)) {
+      if (d.kind == dt::Operand::computed) {
+        if (!trusted(file)) return "an include through a macro in '" + file + "' cannot be followed";
+        continue;
+      }
+      probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file);
+    }
+    return std::nullopt;
+  }
+
+  // nvcc's -include files (its own cuda_runtime.h first): the working
+  // directory, then the chain.
+  void probe_pre_include(const std::string& name) { probe(name, std::string(), ""); }
+
+  std::vector<std::string> absent() const { return m_absent; }
+  std::vector<std::string> present() const { return m_present; }
+
+ private:
+  void probe(const std::string& name, const std::optional<std::string>& first_dir, const std::string& includer) {
+    if (name.empty()) return;
+    std::vector<std::string> dirs;
+    if (name.starts_with("/")) {
+      dirs.emplace_back();
+    } else {
+      if (first_dir) dirs.push_back(*first_dir);
+      dirs.insert(dirs.end(), m_chain.begin(), m_chain.end());
+    }
+    const std::string includer_real = includer.empty() ? std::string() : real_file(includer);
+    for (const auto& d : dirs) {
+      const std::string place = dt::join(d == "." ? "" : d, name);
+      struct stat st {};
+      if (::stat(place.c_str(), &st) != 0) {
+        absent_if_so(place);
+        continue;
+      }
+      const std::string real = real_file(place);
+      // #include_next of a header by its own name finds the header itself
+      // first here: the search goes on past it.
+      if (real == includer_real) continue;
+      if (m_deps.count(real) == 0 && m_present_seen.insert(place).second) m_present.push_back(place);
+      return;
+    }
+  }
+
+  void absent_if_so(const std::string& place) {
+    if (m_absent_seen.count(place) != 0) return;
+    struct stat st {};
+    if (::stat(place.c_str(), &st) == 0) return;
+    m_absent_seen.insert(place);
+    m_absent.push_back(place);
+  }
+
+  bool trusted(const std::string& file) const {
+    const std::string r = real_file(file);
+    return std::any_of(m_trusted.begin(), m_trusted.end(), [&r](const std::string& t) { return dt::under(r, t); });
+  }
+
+  // A file's directory resolved, its own name kept (a header that is a
+  // symbolic link is found under its own name).
+  static std::string real_file(const std::string& path) {
+    const std::string parent = dt::parent_of(path);
+    const std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+    return dt::join(dt::real_or_normal(parent.empty() ? "." : parent), base);
+  }
+
+  std::vector<std::string> m_chain, m_chain_real, m_trusted;
+  std::set<std::string> m_deps, m_absent_seen, m_present_seen;
+  std::vector<std::string> m_absent, m_present;
+};
 
 // ---- counters (shown by `progcache stats`)
 
@@ -561,12 +808,22 @@ class Launcher {
 
     pc::nvcc::EnvFlags env;
     for (auto [name, value] :
-         {std::pair{"NVCC_PREPEND_FLAGS", &env.prepend}, std::pair{"NVCC_APPEND_FLAGS", &env.append}}) {
+         {std::pair{"NVCC_PREPEND_FLAGS", &env.prepend}, std::pair{"NVCC_APPEND_FLAGS", &env.append},
+          std::pair{"PTXAS_FLAGS", &env.ptxas}, std::pair{"CUDAFE_FLAGS", &env.cudafe}}) {
       if (const char* v = std::getenv(name)) *value = v;
     }
+    // Every variable nvcc.profile names is keyed (its own content is keyed
+    // by the file's identity); one it extends that may name files is refused.
+    m_bin = dt::parent_of(real_path(m_nvcc));
+    nv::ProfileVariables profile;
+    if (auto text = dt::read_regular(m_bin + "/nvcc.profile"); text.ok()) profile = nv::profile_variables(*text);
+    m_variables = keyed_variables(profile);
     m_cmd = nv::parse_command(
         m_args, [this](const std::string& p) { return read_input(p); }, env);
     if (!m_cmd.uncacheable.empty()) uncacheable(m_cmd.uncacheable);
+    if (auto v = unfollowed_variable(m_variables, profile)) {
+      uncacheable("variable '" + *v + "' set: nvcc reads it, and what it names is not keyed");
+    }
     // A hit renames a file over the output; a miss reads nvcc's output back.
     // Both only for a regular file (or none yet): a FIFO, a device, a
     // symbolic link (/dev/stdout) is nvcc's alone to write.
@@ -585,7 +842,7 @@ class Launcher {
         uncacheable("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)");
       }
     }
-    m_mkey = manifest_key(m_nvcc, m_cmd);
+    m_mkey = manifest_key(m_nvcc, m_cmd, m_variables);
     if (auto served = serve()) return *served;
     return compile();
   }
@@ -641,6 +898,18 @@ class Launcher {
     if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
     auto deps = nv::parse_depfile(*deps_text);
     if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
+    // The search the preprocessor made: the host compiler's own
+    // directories as it prints them, after those of the command and the
+    // environment.
+    const auto hosts = host_compilers(m_cmd);
+    auto system = host_system_dirs(hosts.front());
+    if (!system) return not_stored("the host compiler's include directories cannot be read");
+    std::vector<std::string> trusted = {dt::real_or_normal(dt::parent_of(m_bin))};
+    for (const auto& d : *system) trusted.push_back(dt::real_or_normal(d));
+    Places places(search_chain(m_cmd, m_bin, *system), *deps, std::move(trusted));
+    const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
+    places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
+    for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
     Manifest m;
     std::vector<std::pair<std::string, std::string>> files;
     const std::int64_t now = dt::now_ns();
@@ -650,8 +919,12 @@ class Launcher {
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return not_stored("an input vanished");
       const dt::FileStamp stamp = dt::stamp_of(st);
       if (stamp.mtime > start || stamp.ctime > start) return not_stored("an input changed while nvcc ran");
-      auto digest = file_digest(path);
-      if (!digest) return not_stored("an input cannot be read");
+      auto text = dt::read_regular(path);
+      if (!text.ok()) return not_stored("an input cannot be read");
+      const auto sum = pc::sha256(*text);
+      const std::optional<std::string> digest = std::string(pc::as_view(sum));
+      places.found(path, source_dir);
+      if (auto why = places.probe_file(path, *text)) return not_stored(*why);
       // Stat again: the digest is of the file nvcc read only if nothing
       // touched it in between.
       struct stat after {};
@@ -662,7 +935,8 @@ class Launcher {
       m.deps.push_back({path, stamp, recent, *digest});
       files.emplace_back(path, *digest);
     }
-    m.absent = shadow_places(*deps, m_cmd.include_dirs);
+    m.absent = places.absent();
+    m.present = places.present();
     auto output = read_back(m_cmd.output);
     if (!output.ok()) return not_stored("the output cannot be read back as a regular file");
     std::vector<pc::Artifact> artifacts;
@@ -715,6 +989,8 @@ class Launcher {
   }
 
   std::string m_nvcc;
+  std::string m_bin;  // nvcc's directory, links resolved
+  std::vector<std::string> m_variables;
   std::vector<std::string> m_args;
   nv::Command m_cmd;
   std::string m_root;
