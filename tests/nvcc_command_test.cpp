@@ -38,7 +38,7 @@ TEST(NvccCommandTest, EverySpellingOfAnOptionIsOneCanonicalWord) {
   EXPECT_EQ(a.output, "out/k.o");
   EXPECT_EQ(a.input, "k.cu");
   EXPECT_EQ(a.mode, Mode::object);
-  EXPECT_EQ(a.include_dirs, (std::vector<std::string>{".", "inc"}));
+  EXPECT_EQ(a.include_dirs, (std::vector<std::string>{"inc"}));
   // -MF's value is a file name, not an input (nvcc's help shows no value for it).
   const Command md = parse({"-c", "k.cu", "-MD", "-MF", "k.d", "-MT", "k.o"});
   EXPECT_EQ(md.uncacheable, "");
@@ -83,11 +83,21 @@ TEST(NvccCommandTest, WhatCannotBeCachedSaysWhy) {
 }
 
 TEST(NvccCommandTest, OptionsFilesAreKeyedByWhatTheyHold) {
-  const Command inline_args = parse({"-c", "k.cu", "-DA=1", "-I", "my dir"});
-  const Command from_file = parse({"-c", "k.cu", "--options-file", "o.txt"}, {{"o.txt", "-DA=1\n -I \"my dir\"\n"}});
+  const Command inline_args = parse({"-c", "k.cu", "-DA=1", "-I", "mydir", "-isystem", "sys"});
+  const Command from_file =
+      parse({"-c", "k.cu", "--options-file", "o.txt"}, {{"o.txt", "-DA=1\n -I mydir\t-isystem sys\n"}});
   ASSERT_EQ(from_file.uncacheable, "");
   EXPECT_EQ(from_file.canonical, inline_args.canonical);
-  EXPECT_EQ(from_file.include_dirs, (std::vector<std::string>{".", "my dir"}));
+  EXPECT_EQ(from_file.include_dirs, (std::vector<std::string>{"mydir"}));
+  EXPECT_EQ(from_file.system_dirs, (std::vector<std::string>{"sys"}));
+  // nvcc takes a quote as part of a word (-DC='1' defines C as '1', where a
+  // shell would strip the quotes): a file holding one is refused.
+  EXPECT_EQ(parse({"-c", "k.cu", "-optf", "q.txt"}, {{"q.txt", "-DC='1'"}}).uncacheable,
+            "options file 'q.txt' holds a quote or a backslash: how nvcc splits it is not known");
+  EXPECT_EQ(parse({"-c", "k.cu", "-optf", "q.txt"}, {{"q.txt", "-DC=a\\ b"}}).uncacheable,
+            "options file 'q.txt' holds a quote or a backslash: how nvcc splits it is not known");
+  EXPECT_EQ(parse({"-cubin", "k.cu", "-Xptxas", "-optf,p.opt"}, {{"p.opt", "\"-O0\""}}).uncacheable,
+            "ptxas options file 'p.opt' holds a quote or a backslash: how it is split is not known");
   const Command other = parse({"-c", "k.cu", "-optf", "o.txt"}, {{"o.txt", "-DA=2"}});
   EXPECT_NE(other.canonical, from_file.canonical);
   // A file that names itself ends.
@@ -167,6 +177,39 @@ TEST(NvccCommandTest, NvccsFlagVariablesAreReadAsOptions) {
             "options file 'missing.txt' cannot be read");
   EXPECT_EQ(parse({"-c", "k.cu"}, {}, {.append = "-E"}).uncacheable, "--preprocess makes no single cacheable output");
   EXPECT_EQ(*split_env_flags(" a\tb\n c "), (std::vector<std::string>{"a", "b", "c"}));
+}
+
+TEST(NvccCommandTest, WhatTheMachineDecidesIsRefused) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"-arch=native", "-cubin", "k.cu"},
+           {"--gpu-architecture", "native", "-cubin", "k.cu"},
+           {"-gencode", "arch=compute_90,code=native", "-c", "k.cu"},
+       }) {
+    EXPECT_NE(parse(args).uncacheable.find("depends on the GPUs of the machine"), std::string::npos) << args[0];
+  }
+  EXPECT_EQ(parse({"-arch=all", "-cubin", "k.cu"}).uncacheable, "");  // the toolkit decides: keyed
+  EXPECT_EQ(parse({"-arch=sm_90", "-c", "k.cu", "-Xcompiler", "-march=native"}).uncacheable,
+            "host compiler word '-march=native' depends on the machine's CPU");
+}
+
+TEST(NvccCommandTest, PtxasAndCudafeFlagVariablesAreTheirToolsWords) {
+  const Command c = parse({"-cubin", "k.cu"}, {{"p.opt", "-O0"}}, {.ptxas = "-optf p.opt", .cudafe = ""});
+  ASSERT_EQ(c.uncacheable, "");
+  EXPECT_EQ(paths_read(c), (std::vector<std::string>{"p.opt"}));
+  EXPECT_EQ(parse({"-cubin", "k.cu"}, {}, {.ptxas = "-o elsewhere.cubin"}).uncacheable,
+            "ptxas option '-o' writes a file outside the output");
+  EXPECT_EQ(parse({"-cubin", "k.cu"}, {}, {.cudafe = "'x'"}).uncacheable,
+            "CUDAFE_FLAGS holds a quote or a backslash: how nvcc splits it is not known");
+}
+
+TEST(NvccCommandTest, AProfileNamesTheVariablesItAssignsAndReads) {
+  const ProfileVariables v = profile_variables(
+      "\nTOP              = $(_HERE_)/..\nNVVMIR_LIBRARY_DIR = $(TOP)/nvvm/libdevice\n"
+      "INCLUDES        +=  \"-I$(TOP)/$(_TARGET_DIR_)/include\" $(_SPACE_)\nLIBRARIES =+ $(_SPACE_) x\n"
+      "PTXAS_FLAGS     +=\nSELF = $(SELF) more\n");
+  EXPECT_EQ(v.names, (std::vector<std::string>{"TOP", "_HERE_", "NVVMIR_LIBRARY_DIR", "INCLUDES", "_TARGET_DIR_",
+                                               "_SPACE_", "LIBRARIES", "PTXAS_FLAGS", "SELF"}));
+  EXPECT_EQ(v.replaced, (std::vector<std::string>{"TOP", "NVVMIR_LIBRARY_DIR"}));
 }
 
 TEST(NvccCommandTest, DependencyFilesNameEveryPrerequisiteOnce) {

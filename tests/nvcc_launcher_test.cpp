@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -605,6 +606,169 @@ TEST_F(NvccLauncherTest, ALinkNamedNvccFirstOnPathIsTheLauncherAndRunsTheRealNvc
   const Ran alone = sh("nvcc " + args, "PATH=" + quote(m_tmp.sub("masq") + ":/usr/bin:/bin"));
   EXPECT_EQ(alone.code, 127);
   EXPECT_NE(alone.err.find("nvcc: command not found"), std::string::npos) << alone.err;
+}
+
+// The oracle for the rules below: after one change made after a store, the
+// launcher's output is what plain nvcc makes of the same command now.
+class NvccLauncherOracleTest : public NvccLauncherTest {
+ protected:
+  // Stores `args` (under `env`), makes `change`, then runs it again under
+  // `env_after`: nvcc must run, and the served file equal plain nvcc's.
+  void expect_compiled_again(const std::string& args, const std::string& out, const std::string& env,
+                             const std::function<void()>& change, const std::string& env_after) {
+    // A file written within the clock tick before a compile is not stored
+    // from it (it may have changed while nvcc ran): a later run stores it.
+    ASSERT_EQ(launch(args, env).code, 0);
+    nvcc_runs();
+    int runs = 1;
+    for (int i = 0; i < 3 && runs != 0; ++i) {
+      ASSERT_EQ(launch(args, env).code, 0);
+      runs = nvcc_runs();
+    }
+    EXPECT_EQ(runs, 0) << "never served: " << launcher_stats(env).dump();
+    change();
+    const Ran r = launch(args, env_after);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(nvcc_runs(), 1) << "served from the cache after the change";
+    const std::string served = read(out);
+    ASSERT_EQ(sh(quote(m_bin + "/nvcc") + " " + args + " -o plain.out", env_after).code, 0);
+    EXPECT_TRUE(same(served, read("plain.out"))) << "the launcher's output is not what nvcc makes of it now";
+  }
+};
+
+TEST_F(NvccLauncherOracleTest, ArchNativeIsDecidedByTheMachineAndRunsNvccUncached) {
+  const std::string args = "-arch=native -I inc -cubin k.cu -o k.cubin";
+  ASSERT_EQ(launch(args).code, 0);
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2);
+  EXPECT_EQ(stored_entries(), 0U);
+  const std::string served = read("k.cubin");
+  ASSERT_EQ(plain(args + " -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(served, read("plain.cubin")));
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("--gpu-architecture '...' depends on the GPUs of the machine", 0), 2) << u.dump();
+}
+
+TEST_F(NvccLauncherOracleTest, VariablesNvccAndItsProfileReadAreKeyedOrRefused) {
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  // nvcc.profile appends PTXAS_FLAGS to what ptxas gets.
+  expect_compiled_again(
+      args, "k.cubin", "", [] {}, "PTXAS_FLAGS=-O0");
+  // INCLUDES adds include directories nvcc searches: refused, nvcc's own.
+  write("inc0/params.h", "#define SCALE 9.0f\n");
+  const Ran r = launch(args, "INCLUDES=-Iinc0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nvcc_runs(), 1);
+  const std::string served = read("k.cubin");
+  ASSERT_EQ(sh(quote(m_bin + "/nvcc") + " " + args + " -o plain.out", "INCLUDES=-Iinc0").code, 0);
+  EXPECT_TRUE(same(served, read("plain.out")));
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("variable '...' set: nvcc reads it, and what it names is not keyed", 0), 1) << u.dump();
+}
+
+TEST_F(NvccLauncherOracleTest, AHeaderMadeEarlierInTheSearchThroughTheEnvironmentIsCompiledAgain) {
+  const std::string args = "-arch=sm_90 -cubin k.cu -o k.cubin";
+  // CPATH: searched after -I, before -isystem; an empty entry is '.'.
+  expect_compiled_again(
+      args, "k.cubin", "CPATH=inc0:inc", [&] { write("inc0/params.h", "#define SCALE 5.0f\n"); }, "CPATH=inc0:inc");
+  fs::remove(m_tmp.sub("work/inc0/params.h"));
+  // A directory given in NVCC_PREPEND_FLAGS, another reached through a link.
+  fs::create_directories(m_tmp.sub("work/inc1"));
+  fs::create_symlink("inc1", m_tmp.sub("work/alias1"));
+  expect_compiled_again(
+      args + " -I alias1 -I inc", "k.cubin", "NVCC_PREPEND_FLAGS='-I inc0'",
+      [&] { write("inc0/params.h", "#define SCALE 6.0f\n"); }, "NVCC_PREPEND_FLAGS='-I inc0'");
+  fs::remove(m_tmp.sub("work/inc0/params.h"));
+  expect_compiled_again(
+      "-arch=sm_90 -I alias1 -isystem inc -cubin k.cu -o k.cubin", "k.cubin", "",
+      [&] { write("inc1/params.h", "#define SCALE 7.0f\n"); }, "");
+  // Directories given to the host compiler directly are refused.
+  ASSERT_EQ(launch(args + " -I inc -Xcompiler -Iinc0").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("host compiler word '...' may read files the key cannot see", 0), 1) << u.dump();
+}
+
+TEST_F(NvccLauncherOracleTest, AHeaderAProbeOrAnIncludeDidNotFindIsCompiledAgainWhenMade) {
+  write("h.cu",
+        "#include \"params.h\"\n"
+        "#if __has_include(<tuning.h>)\n#include <tuning.h>\n#endif\n"
+        "#ifndef TUNE\n#define TUNE 1.0f\n#endif\n"
+        "__global__ void scale(float* x) { x[0] *= SCALE * TUNE; }\n");
+  const std::string args = "-arch=sm_90 -I inc0 -I inc -cubin h.cu -o h.cubin";
+  // __has_include: a header made where it would now be found.
+  expect_compiled_again(
+      args, "h.cubin", "", [&] { write("inc/tuning.h", "#define TUNE 3.0f\n"); }, "");
+  // A quoted include from a header, in that header's own directory.
+  write("inc/params.h",
+        "#if __has_include(\"local.h\")\n#include \"local.h\"\n#endif\n#ifndef SCALE\n"
+        "#define SCALE 2.0f\n#endif\n");
+  expect_compiled_again(
+      args, "h.cubin", "", [&] { write("inc/local.h", "#define SCALE 4.0f\n"); }, "");
+  // nvcc's own -include cuda_runtime.h looks in the working directory first.
+  ASSERT_EQ(launch(args).code, 0);
+  nvcc_runs();
+  write("cuda_runtime.h", "#error made here\n");
+  const Ran served = launch(args);
+  EXPECT_EQ(nvcc_runs(), 1);
+  EXPECT_EQ(served.code, plain(args + " -o plain.out").code);
+  EXPECT_NE(served.code, 0);
+}
+
+TEST_F(NvccLauncherOracleTest, AnOptionsFileNvccSplitsOtherwiseThanAShellIsRefused) {
+  write("h.cu", "__global__ void scale(float* x) { x[0] *= HOST_SCALE; }\n");
+  write("o.opt", "-DHOST_SCALE=2\n");
+  const std::string args = "-arch=sm_90 -cubin h.cu -o h.cubin -optf o.opt";
+  // nvcc keeps the quotes: '2' is a character there, 50, not 2.
+  expect_compiled_again(
+      args, "h.cubin", "", [&] { write("o.opt", "-DHOST_SCALE='2'\n"); }, "");
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("options file '...' holds a quote or a backslash: how nvcc splits it is not known", 0), 1)
+      << u.dump();
+}
+
+TEST_F(NvccLauncherTest, AHeaderWrittenJustBeforeTheCompileIsStoredAndServed) {
+  // A generated header, written by the build step right before the compile
+  // (the same shell command): written before nvcc ran, so the result is
+  // stored, and the next run is a hit that equals plain nvcc's output.
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  for (int i = 0; i < 5; ++i) {
+    SCOPED_TRACE(i);
+    const std::string gen = "printf '#define SCALE " + std::to_string(i + 3) + ".0f\\n' > inc/params.h && ";
+    const Ran cold = sh("sh -c " + quote(gen + cli() + " " + noting_nvcc() + " " + args));
+    ASSERT_EQ(cold.code, 0) << cold.err;
+    EXPECT_EQ(nvcc_runs(), 1);
+    const std::string compiled = read("k.cubin");
+    fs::remove(m_tmp.sub("work/k.cubin"));
+    ASSERT_EQ(launch(args).code, 0);
+    EXPECT_EQ(nvcc_runs(), 0) << "not stored: " << launcher_stats().dump();
+    EXPECT_TRUE(same(read("k.cubin"), compiled));
+    ASSERT_EQ(plain(args).code, 0);
+    EXPECT_TRUE(same(read("k.cubin"), compiled));
+  }
+  EXPECT_EQ(launcher_stats().value("not_stored", nlohmann::json::object()).size(), 0U);
+}
+
+TEST_F(NvccLauncherTest, AHeaderWhoseModificationTimeIsInTheFutureIsStoredAndServed) {
+  // As extracted from an archive made where the clock runs ahead: the file
+  // was not changed while nvcc ran, whatever its mtime says.
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  ASSERT_EQ(sh("touch -d @$(( $(date +%s) + 3600 )) inc/params.h").code, 0);
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  const std::string compiled = read("k.cubin");
+  fs::remove(m_tmp.sub("work/k.cubin"));
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "not stored: " << launcher_stats().dump();
+  EXPECT_TRUE(same(read("k.cubin"), compiled));
+  ASSERT_EQ(plain(args).code, 0);
+  EXPECT_TRUE(same(read("k.cubin"), compiled));
+  // An edit after that still counts: its ctime is now.
+  write("inc/params.h", "#define SCALE 7.0f\n");
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  ASSERT_EQ(plain("-arch=sm_90 -I inc -cubin k.cu -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin")));
 }
 
 }  // namespace

@@ -756,17 +756,25 @@ Ran run_capturing(const std::string& nvcc, const std::vector<std::string>& args)
   return r;
 }
 
-// The coarse clock the kernel stamps files with, after it has ticked once:
-// a file changed from now on carries a later time than the one returned.
+// The time the compile starts, on the fine clock, returned once the coarse
+// clock has passed it. A file changed before it carries an earlier time,
+// whichever clock stamped it; a file changed from the return on carries a
+// later one: the coarse clock (which stamps most writes) is already past
+// it, and a fine-grained stamp (multigrain timestamps, Linux 6.13 and
+// later, which give a file read just after its write a time beyond the
+// coarse clock) is later still. Taking the start from the coarse clock
+// made every input written in the last tick before the launcher look
+// changed during the run, and nothing was stored.
 std::int64_t tick_start() {
   timespec t{};
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &t);
+  ::clock_gettime(CLOCK_REALTIME, &t);
   const std::int64_t start = dt::ns_of(t);
   timespec now{};
-  do {
-    ::usleep(500);
+  for (;;) {
     ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
-  } while (dt::ns_of(now) <= start);
+    if (dt::ns_of(now) > start) break;
+    ::usleep(500);
+  }
   return start;
 }
 
@@ -816,7 +824,15 @@ class Launcher {
     // by the file's identity); one it extends that may name files is refused.
     m_bin = dt::parent_of(real_path(m_nvcc));
     nv::ProfileVariables profile;
-    if (auto text = dt::read_regular(m_bin + "/nvcc.profile"); text.ok()) profile = nv::profile_variables(*text);
+    if (auto text = dt::read_regular(m_bin + "/nvcc.profile"); text.ok()) {
+      profile = nv::profile_variables(*text);
+    } else {
+      // nvcc reached through a wrapper (a script that runs the real one):
+      // its profile is not known, so the variables a stock profile names
+      // are keyed and none counts as replaced.
+      profile.names = {"TOP",      "CICC_PATH",       "NVVMIR_LIBRARY_DIR", "LD_LIBRARY_PATH", "PATH",
+                       "INCLUDES", "SYSTEM_INCLUDES", "LIBRARIES",          "CUDAFE_FLAGS",    "PTXAS_FLAGS"};
+    }
     m_variables = keyed_variables(profile);
     m_cmd = nv::parse_command(
         m_args, [this](const std::string& p) { return read_input(p); }, env);
@@ -906,7 +922,18 @@ class Launcher {
     if (!system) return not_stored("the host compiler's include directories cannot be read");
     std::vector<std::string> trusted = {dt::real_or_normal(dt::parent_of(m_bin))};
     for (const auto& d : *system) trusted.push_back(dt::real_or_normal(d));
-    Places places(search_chain(m_cmd, m_bin, *system), *deps, std::move(trusted));
+    // The toolkit beside nvcc; through a wrapper, the one whose
+    // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
+    std::string toolkit_bin = m_bin;
+    if (toolkit_dirs(m_bin, "include").empty()) {
+      for (const auto& d : *deps) {
+        if (!d.ends_with("/cuda_runtime.h")) continue;
+        toolkit_bin = dt::join(dt::parent_of(dt::parent_of(dt::parent_of(dt::real_or_normal(d)))), "bin");
+        trusted.push_back(dt::parent_of(toolkit_bin));
+        break;
+      }
+    }
+    Places places(search_chain(m_cmd, toolkit_bin, *system), *deps, std::move(trusted));
     const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
     places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
     for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
@@ -918,6 +945,9 @@ class Launcher {
       if (path.find('\n') != std::string::npos) return not_stored("an input's path holds a newline");
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return not_stored("an input vanished");
       const dt::FileStamp stamp = dt::stamp_of(st);
+      // A change stamps ctime with the time it was made, which no one can set;
+      // mtime can be anything (an archive from a machine whose clock runs
+      // ahead, touch -d): a file whose mtime alone is later was not changed.
       if (stamp.mtime > start || stamp.ctime > start) return not_stored("an input changed while nvcc ran");
       auto text = dt::read_regular(path);
       if (!text.ok()) return not_stored("an input cannot be read");
