@@ -948,7 +948,7 @@ class Launcher {
       // A change stamps ctime with the time it was made, which no one can set;
       // mtime can be anything (an archive from a machine whose clock runs
       // ahead, touch -d): a file whose mtime alone is later was not changed.
-      if (stamp.mtime > start || stamp.ctime > start) return not_stored("an input changed while nvcc ran");
+      if (stamp.ctime > start) return not_stored("an input changed while nvcc ran");
       auto text = dt::read_regular(path);
       if (!text.ok()) return not_stored("an input cannot be read");
       const auto sum = pc::sha256(*text);
