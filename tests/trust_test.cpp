@@ -11,6 +11,7 @@
 #include <string>
 
 #include "progcache/config.h"
+#include "progcache/file_store.h"
 #include "testing/test_util.h"
 
 namespace progcache {
@@ -127,6 +128,34 @@ TEST(TrustTest, APrivateDirectoryIsMadeAndAcceptedAndOthersAreRefused) {
     EXPECT_EQ(prepare_private_dir(theirs).code(), Code::permission_denied);
     EXPECT_EQ(prepare_private_dir(theirs + "/cache").code(), Code::permission_denied);
   }
+}
+
+TEST(TrustTest, ALinkAnotherUserOwnsIsNeverOnTheWayToATrustedDirectory) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a link another uid owns";
+  TempDir tmp;
+  const std::string mine = tmp.sub("mine");
+  ASSERT_TRUE(prepare_private_dir(mine).ok());
+  // A sticky shared directory, as /tmp, holding links to the user's own
+  // directory: one the user made, and one another uid made (its owner can
+  // point it at a tree of theirs at any time).
+  const std::string shared = tmp.sub("shared");
+  ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+  const std::string own_link = shared + "/own";
+  ASSERT_EQ(::symlink(mine.c_str(), own_link.c_str()), 0);
+  EXPECT_TRUE(prepare_private_dir(own_link).ok());
+  EXPECT_TRUE(prepare_private_dir(own_link + "/sub").ok());
+  const std::string their_link = shared + "/theirs";
+  ASSERT_EQ(::symlink(mine.c_str(), their_link.c_str()), 0);
+  ASSERT_EQ(::lchown(their_link.c_str(), 65534, 65534), 0);
+  EXPECT_EQ(prepare_private_dir(their_link).code(), Code::permission_denied);
+  EXPECT_EQ(prepare_private_dir(their_link + "/sub").code(), Code::permission_denied);
+  // The same rule for a file store's root.
+  FileStoreOptions o;
+  o.root = their_link;
+  EXPECT_EQ(FileStore::open(o).status().code(), Code::permission_denied);
+  o.root = own_link;
+  EXPECT_TRUE(FileStore::open(o).ok());
 }
 
 }  // namespace

@@ -96,7 +96,9 @@ class StoreState:
 
     def _unusable(self, why: str) -> State:
         warn_once(self._companion, "unusable", f"the cache is not used ({why}); compiling as without progcache")
-        return State(failed=why, host_code={"disk": False, "remote": False, "disk_reason": why, "remote_reason": why})
+        # PROGCACHE_DISABLE still holds when another setting is malformed.
+        return State(disabled=env_flag("PROGCACHE_DISABLE"), failed=why,
+                     host_code={"disk": False, "remote": False, "disk_reason": why, "remote_reason": why})
 
     def _open(self) -> State:
         try:

@@ -129,6 +129,7 @@ class CubinCache:
                  sharing: Optional[str] = None) -> None:
         self._lock = threading.Lock()
         self._memory: dict[bytes, CacheEntry] = {}
+        self.errors = 0  # failures of the disk store that were turned into misses
         cfg = _usable_config("CubinCache")
         self._disabled = cfg is not None and cfg["disabled"]  # a malformed setting leaves memory in use
         configured = cache_dir is None and os.environ.get("PYPTX_CACHE_DIR") is None
@@ -197,7 +198,10 @@ class CubinCache:
             arts = [("ptx", entry.ptx_source.encode("utf-8"))]
             if entry.cubin_bytes is not None:
                 arts.append(("cubin", bytes(entry.cubin_bytes)))
-            self._disk.put_entry(h, meta, arts)
+            try:
+                self._disk.put_entry(h, meta, arts)
+            except (OSError, RuntimeError):  # a full disk: the entry stays in memory, the next process compiles
+                self.errors += 1
 
     def clear(self, *, disk: bool = False) -> None:
         with self._lock:
@@ -347,6 +351,15 @@ class KernelCache:
         if decoded is None:
             return None
         meta, artifacts = decoded
+        # The rule for code (trust.h): host code (a shared library, an
+        # object, Python) from a store others can write only when signed.
+        if (self._sharing == "group" and not self._signed
+                and any(_core.classify_artifact(n, d) == "host" for n, d in artifacts)):
+            _integration.warn_once("KernelCache", "group-host",
+                                   "a group-shared store without signed entries holds host code (a shared library, "
+                                   "an object or Python): it is not loaded from there; builds run instead (set "
+                                   "PROGCACHE_HMAC_KEY_FILE to share it)")
+            return None
         return CachedKernel(dict(artifacts), meta, True, key)
 
     def cached(self, func: Any = None, out_idx: Any = _UNSET, *args: Any, target: Any = "auto",
@@ -435,7 +448,10 @@ class KernelCache:
             arts.append((str(name), bytes(data)))
         meta = _meta_json(metadata)
         if store:
-            self._store.put_entry(key.encode(), meta, arts)
+            try:
+                self._store.put_entry(key.encode(), meta, arts)
+            except (OSError, RuntimeError):  # the build succeeded; a failed store costs only a later miss
+                self.errors += 1
         return CachedKernel(dict(arts), json.loads(meta), False, key)
 
     def clear_cache(self) -> None:

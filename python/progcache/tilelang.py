@@ -197,6 +197,19 @@ def _write_record(path: str, ekey: bytes, names: List[str]) -> None:
     _kernel_dirs.write_record(path, _RECORD, _record(ekey)(_kernel_dirs.idents_of(path, names)))
 
 
+def _trust_cache_dir() -> None:
+    """Every cache tilelang keeps (its kernels, its cache of nvcc outputs,
+    their staging) lives under ``TILELANG_CACHE_DIR``: when that directory
+    may not be trusted, tilelang's setting is pointed at this process's
+    private directory instead (said once), so not even a cubin comes from
+    where another user could write."""
+    from tilelang import env  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    current = str(env.TILELANG_CACHE_DIR)
+    trusted = _DIRS.base(current)
+    if trusted != current:
+        env.TILELANG_CACHE_DIR = trusted
+
+
 def _kernel_path(cache, key: str) -> str:
     """Where tilelang loads the kernel ``key`` from: its own cache path when
     that directory may be trusted, else the same name in this process's
@@ -339,6 +352,10 @@ def _load_kernel_from_disk(self, key, *args, **kwargs):
     st = _STORE.get_state()
     if st.disabled:
         return None  # PROGCACHE_DISABLE: every kernel is compiled
+    try:
+        _trust_cache_dir()  # before tilelang compiles: its nvcc outputs are cached there too
+    except Exception:
+        st.errors += 1
     if st.store is None:
         return None  # an unusable cache (said once): tilelang compiles
     try:
@@ -428,6 +445,10 @@ def enable() -> None:
         _KC._save_kernel_to_disk = _save_kernel_to_disk
         _KC._get_cache_path = _get_cache_path
         _key_binary_cache()
+        try:
+            _trust_cache_dir()
+        except Exception:  # judged again at the first lookup
+            pass
         _enabled = True
 
 

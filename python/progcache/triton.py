@@ -135,6 +135,28 @@ def _entry_key(kind: str, triton_key: str, name: str) -> bytes:
     return _core.typed_key("triton-" + kind, [("schema", _SCHEMA), ("key", triton_key), ("name", name)])
 
 
+# Per-key compile locks this process holds: name -> (thread, finalizer, lock).
+_held_lock = threading.Lock()
+_held: Dict[str, tuple] = {}
+
+
+def _release_held(name: str, lock: Any) -> None:
+    with _held_lock:
+        if name in _held and _held[name][2] is lock:
+            del _held[name]
+    lock.release()
+
+
+def _release_own(name: str) -> None:
+    """Releases the lock this thread took for ``name`` in an earlier
+    get_group whose compile never reached put_group: waiting on it would
+    wait on itself."""
+    with _held_lock:
+        prior = _held.get(name)
+    if prior is not None and prior[0] == threading.get_ident():
+        prior[1]()
+
+
 # ------------------------------------------------------------ the manager
 
 class CacheManager(_tcache.CacheManager):
@@ -155,7 +177,10 @@ class CacheManager(_tcache.CacheManager):
             raise RuntimeError("Could not create or locate cache dir")
         # With PROGCACHE_DISABLE nothing is looked up, and what Triton writes
         # goes to a private directory: TRITON_CACHE_DIR is not touched.
-        self._disabled = bool(_STORE.get_state().disabled)
+        # An unusable configuration is the same: nothing is served, not even
+        # a copy under TRITON_CACHE_DIR.
+        st = _STORE.get_state()
+        self._disabled = st.disabled or st.failed is not None
         self.cache_dir = os.path.join(_DIRS.private_base() if self._disabled else _DIRS.base(base), key)
         self._group_mode = False
         self._pending: Dict[str, bytes] = {}
@@ -228,9 +253,10 @@ class CacheManager(_tcache.CacheManager):
         s = _STORE.get_state()
         if s.store is None:
             return None
+        name = _entry_key("group", self.key, filename).hex()
+        _release_own(name)
         try:
-            lock = _core.LockFile(os.path.join(s.root, "locks"), _entry_key("group", self.key, filename).hex(),
-                                  LOCK_TIMEOUT_S, s.sharing == "group")
+            lock = _core.LockFile(os.path.join(s.root, "locks"), name, LOCK_TIMEOUT_S, s.sharing == "group")
         except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
             return None
         # Look again under the lock, waited or not: a process that stored the
@@ -241,8 +267,12 @@ class CacheManager(_tcache.CacheManager):
             return paths
         self._lock = lock
         # Released when put_group stores the group, or when Triton drops this
-        # manager without one (its compile raised).
-        self._release = weakref.finalize(self, lock.release)
+        # manager without one (its compile raised), or when this thread asks
+        # for the same group again (its compile raised and the manager was
+        # kept alive: an exception held by a notebook or a future).
+        self._release = weakref.finalize(self, _release_held, name, lock)
+        with _held_lock:
+            _held[name] = (threading.get_ident(), self._release, lock)
         return None
 
     def put_group(self, filename: str, group: Dict[str, str]) -> str:

@@ -1,6 +1,7 @@
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -341,3 +342,43 @@ def test_default_kernel_caches_on_an_unusable_configuration_warn_once_and_still_
     if setting != "bad size":
         with pytest.raises((OSError, RuntimeError)):
             KernelCache(f if setting == "a file" else open_dir)
+
+
+def test_a_full_disk_never_loses_a_build(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to mount a small tmpfs")
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        kc = KernelCache(small / "kc")
+        big = lambda n: ({"kernel.cubin": os.urandom(200_000) + bytes([n])}, {"n": n})  # noqa: E731
+        got = [kc.cached(big, n) for n in range(3)]  # the second and third do not fit
+        assert [g.from_cache for g in got] == [False, False, False]
+        assert all(len(g.artifacts["kernel.cubin"]) == 200_001 for g in got)
+        assert kc.errors >= 1
+        c = CubinCache(small / "pyptx")
+        for n in range(3):
+            key = CacheKey("k", {"N": n}, [((4,), "float32")], "sm_90")
+            c.put(CacheEntry(key, ".version 8.0", os.urandom(200_000)))
+            assert c.get(key) is not None  # memory still serves it
+        assert c.errors >= 1
+    finally:
+        subprocess.run(["umount", str(small)], capture_output=True)
+
+
+def test_kernel_cache_loads_no_unsigned_host_code_from_a_group_shared_store(tmp_path, monkeypatch):
+    monkeypatch.setattr(progcache._integration, "_warned", set())
+    elf = b"\x7fELF\x02\x01\x01" + b"\0" * 11 + b"\x3e\x00" + b"\0" * 44  # x86-64
+    planted = lambda n: ({"executable.so": elf + bytes([n])}, {})  # noqa: E731
+    # A member of the group stores a shared library under the key.
+    KernelCache(tmp_path / "team", sharing="group").cached(planted, 1)
+    other = KernelCache(tmp_path / "team", sharing="group")
+    with pytest.warns(RuntimeWarning, match="host code"):
+        got = other.cached(planted, 1)
+    assert not got.from_cache and other.builds == 1  # built, never loaded from the shared store
+    # Device code from the same store is served as before.
+    KernelCache(tmp_path / "team", sharing="group").cached(build_kernel, 5)
+    assert other.cached(build_kernel, 5).from_cache

@@ -293,3 +293,49 @@ def test_disable_compiles_every_kernel_and_leaves_the_cache_dir_alone(tmp_path):
     assert r["compiles"] == 1  # the off switch escapes whatever is on disk
     assert not r["kernels"][0]["dir"].startswith(env.triton_dir)
     assert snapshot() == before
+
+
+def test_disable_holds_when_another_setting_is_malformed(tmp_path):
+    env = Env(tmp_path, "a")
+    assert env.run([k("softmax")])["compiles"] == 1
+    for bad in ({"PROGCACHE_MAX_SIZE": "lots"}, {"PROGCACHE_REMOTE": "ftp://x"}, {"PROGCACHE_SHARING": "everyone"}):
+        # Off, and a setting that does not parse: compiled, never the copy on disk.
+        assert Env(tmp_path, "a", PROGCACHE_DISABLE="1", **bad).run([k("softmax")])["compiles"] == 1, bad
+        # Not off, a setting that does not parse: the cache is not used at all.
+        assert Env(tmp_path, "a", **bad).run([k("softmax")])["compiles"] == 1, bad
+
+
+RETRY_CHILD = r"""
+import json, os, sys, time
+os.environ["TRITON_CACHE_MANAGER"] = "progcache.triton:CacheManager"
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+@triton.jit
+def bad(x_ptr, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK > 1000, "BLOCK too small")
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+kept = []  # as a notebook (sys.last_value), a future or a framework's error list keeps them
+for attempt in range(3):
+    try:
+        triton.compile(ASTSource(bad, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 64}),
+                       target=GPUTarget("cuda", 90, 32))
+    except Exception as e:
+        kept.append(e)
+print(json.dumps({"failures": len(kept)}))
+"""
+
+
+def test_a_compile_that_raised_and_is_tried_again_in_the_same_thread_never_waits_on_itself(tmp_path):
+    # Each failed attempt's manager stays alive with the kept exception and
+    # holds the kernel's lock; the next attempt must not wait for it (it
+    # waited the whole lock timeout, 600 s).
+    child = tmp_path / "retry_child.py"  # Triton reads a kernel's source from its file
+    child.write_text(RETRY_CHILD)
+    p = subprocess.run([sys.executable, str(child)], env=Env(tmp_path, "a").env(), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"failures": 3}

@@ -96,6 +96,22 @@ Status DirPolicy::check_ancestors(const std::string& root) const {
   std::error_code ec;
   const std::filesystem::path written = std::filesystem::absolute(root, ec).lexically_normal();
   const std::filesystem::path resolved = std::filesystem::canonical(root, ec);
+  // A symbolic link on the way (the root itself included) is only as good
+  // as its owner, who can point it elsewhere at any time: /tmp/link aimed
+  // at the user's own directory passes every check above and below, then
+  // leads to the link owner's tree once the store trusts the path.
+  if (priv) {
+    for (auto d = written; !d.empty(); d = d.parent_path()) {
+      auto info = m_env->lstat(d.string());
+      if (info.ok() && info->is_symlink() && info->uid != 0 && info->uid != me) {
+        return permission_denied("'" + d.string() + "', on the way to the cache root '" + root +
+                                 "', is a symbolic link owned by uid " + std::to_string(info->uid) +
+                                 ": its owner could point it at programs of theirs. Use a path without "
+                                 "another user's links");
+      }
+      if (d == d.root_path()) break;
+    }
+  }
   for (const auto& chain : {written, ec ? written : resolved}) {
     for (auto d = chain.parent_path(); !d.empty(); d = d.parent_path()) {
       PROGCACHE_TRY(judge(d));
