@@ -4,6 +4,7 @@ are lowered, generated and compiled with nvcc for sm_90a in fresh processes
 and nvcc runs. Run by scripts/test-tilelang.sh (tilelang brings torch and
 TVM: a separate environment)."""
 
+import glob
 import hashlib
 import json
 import os
@@ -446,3 +447,41 @@ def test_an_unusable_root_or_setting_costs_a_warning_and_tilelang_compiles(tmp_p
         r = env.run([k("vector_add")])
         assert r["codegen"] == 1, name
         assert r["stderr"].count("progcache.tilelang:") == 1, (name, r["stderr"][-2000:])
+
+
+def test_no_nvcc_output_is_taken_from_a_cache_dir_others_could_write(tmp_path):
+    # tilelang caches nvcc's outputs under TILELANG_CACHE_DIR too: when that
+    # directory is refused, none of it is read, and nothing planted there
+    # reaches the user's store.
+    honest = Env(tmp_path, "honest")
+    honest.run([k("vector_add")])
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    planted = 0
+    for meta in glob.glob(os.path.join(honest.tl_dir, "*", "cuda-binaries", "*", "metadata.json")):
+        d = os.path.dirname(meta)
+        dst = os.path.join(str(shared / "tilelang"), os.path.relpath(d, honest.tl_dir))
+        shutil.copytree(d, dst)
+        cubin = glob.glob(os.path.join(dst, "kernel.*"))[0]
+        data = open(cubin, "rb").read() + b"PLANTED-CUBIN"
+        with open(cubin, "wb") as f:
+            f.write(data)
+        m = json.load(open(os.path.join(dst, "metadata.json")))
+        m.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        with open(os.path.join(dst, "metadata.json"), "w") as f:
+            json.dump(m, f)
+        planted += 1
+    assert planted >= 1
+    victim = Env(tmp_path, "victim")
+    victim.tl_dir = str(shared / "tilelang")
+    r = victim.run([k("vector_add")])
+    assert r["nvcc"] == 1 and r["codegen"] == 1  # nvcc ran: the planted cubin was not taken
+    # The kernel stored for the victim holds no planted byte: served to a
+    # process with a private directory, it is nvcc's own.
+    mine = Env(tmp_path, "mine", root=victim.root)
+    again = mine.run([k("vector_add")])
+    assert again["codegen"] == 0
+    for d, _, files in os.walk(mine.tl_dir):
+        for f in files:
+            assert b"PLANTED-CUBIN" not in open(os.path.join(d, f), "rb").read(), f
