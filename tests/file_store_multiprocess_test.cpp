@@ -1,7 +1,9 @@
 // Several real processes (fork) on one store: same key, distinct keys, a cap
 // under concurrent writers, and readers that check every byte they get.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,6 +275,37 @@ TEST(FileStoreMultiProcess, VerifyRepairRemovesDeadWritersTempsAndNeverALiveOnes
   EXPECT_EQ(after.transient, 0);
   EXPECT_EQ(after.bytes, 0u);
   EXPECT_EQ(*(*s)->size_bytes(), 0u) << "the counters still hold the dead writers' bytes";
+}
+
+// Anyone who can open the accounting file can hold its lock (in a
+// group-shared root, any member): opening the store must not wait on it.
+TEST(FileStoreMultiProcess, AnAccountingLockHeldByAnotherProcessNeverHangsAnOpen) {
+  testing::TempDir tmp;
+  FileStoreOptions o;
+  o.root = tmp.sub("root");
+  {
+    auto s = FileStore::open(o);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_TRUE((*s)->put(make_key(1), testing::make_entry("kept")).ok());
+  }
+  const std::string acct = o.root + "/v1/accounting";
+  const int holder = ::open(acct.c_str(), O_RDONLY | O_CLOEXEC);  // read access is enough to lock it
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
+  // In a child under a watchdog, so a hang fails the test instead of the suite.
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(60);
+    auto s = open_or_die(o);
+    auto got = s->get(make_key(1));
+    const bool ok = got.ok() && got->has_value() && s->put(make_key(2), testing::make_entry("new")).ok();
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(holder);
+  ASSERT_TRUE(WIFEXITED(status)) << "the open hung (killed by signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

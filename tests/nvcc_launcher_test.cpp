@@ -771,5 +771,65 @@ TEST_F(NvccLauncherTest, AHeaderWhoseModificationTimeIsInTheFutureIsStoredAndSer
   EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin")));
 }
 
+TEST_F(NvccLauncherTest, AHostCompilerThatLeavesAProcessBehindNeverKeepsTheBuildWaiting) {
+  // A -ccbin wrapper that starts a process which outlives it and holds the
+  // output pipes (as a compiler server a wrapper starts would): nvcc
+  // returns, and so must the launcher, miss and hit alike.
+  const std::string marker = "sleep 600." + std::to_string(::getpid());  // found again by pkill
+  testing::write_all(m_tmp.sub("bin/cc-wrapper"), "#!/bin/sh\n" + marker + " &\nexec g++ \"$@\"\n");
+  fs::permissions(m_tmp.sub("bin/cc-wrapper"), fs::perms::owner_all);
+  const std::string args = "-arch=sm_90 -I inc -ccbin " + quote(m_tmp.sub("bin/cc-wrapper")) + " -c k.cu -o k.o";
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    const Ran r = watched(cli() + " " + noting_nvcc() + " " + args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(exists("k.o"));
+  }
+  ASSERT_EQ(plain(args + " -o plain.o").code, 0);
+  (void)std::system(("pkill -f '" + marker + "' 2>/dev/null").c_str());
+  EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o"))));
+}
+
+TEST_F(NvccLauncherTest, AnEmptyOrCutShortOutputIsNeverStored) {
+  // An nvcc that exits 0 having written an empty output (as ptxas does on a
+  // full disk): nothing is stored, and the next run compiles.
+  testing::write_all(m_tmp.sub("bin/nvcc-empty"),
+                     "#!/bin/sh\n" + quote(m_bin + "/nvcc") +
+                         " \"$@\" || exit $?\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && : > \"$2\"; shift; done\n");
+  fs::permissions(m_tmp.sub("bin/nvcc-empty"), fs::perms::owner_all);
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  const Ran empty = sh(cli() + " " + quote(m_tmp.sub("bin/nvcc-empty")) + " " + args);
+  ASSERT_EQ(empty.code, 0) << empty.err;
+  EXPECT_EQ(fs::file_size(m_tmp.sub("work/k.cubin")), 0U);
+  EXPECT_EQ(launcher_stats()["not_stored"].value("the output is empty or not of its kind", 0), 1);
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "an empty output was stored and served";
+  ASSERT_EQ(plain("-arch=sm_90 -I inc -cubin k.cu -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin")));
+}
+
+TEST_F(NvccLauncherTest, AHitNeverReplacesAnOutputNvccCouldNotWrite) {
+  // A user who may not write the output file: plain nvcc fails, so must
+  // the hit, and the file stays as it was.
+  if (::geteuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and setpriv to run the launcher as another user";
+  }
+  const std::string as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  ASSERT_EQ(std::system(("chown -R 65534:65534 " + quote(m_tmp.path())).c_str()), 0);
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  ASSERT_EQ(sh(as_nobody + cli() + " nvcc " + args).code, 0);
+  ASSERT_GE(stored_entries(), 2U);  // a hit is what the next run would serve
+  testing::write_all(m_tmp.sub("work/k.cubin"), "protected");
+  ASSERT_EQ(std::system(("chown 65534:65534 " + quote(m_tmp.sub("work/k.cubin")) + " && chmod 0444 " +
+                         quote(m_tmp.sub("work/k.cubin")))
+                            .c_str()),
+            0);
+  const Ran oracle = sh(as_nobody + quote(m_bin + "/nvcc") + " " + args);
+  const Ran hit = sh(as_nobody + cli() + " nvcc " + args);
+  EXPECT_NE(oracle.code, 0);
+  EXPECT_EQ(hit.code, oracle.code) << hit.err;
+  EXPECT_EQ(read("k.cubin"), "protected");
+}
+
 }  // namespace
 }  // namespace progcache

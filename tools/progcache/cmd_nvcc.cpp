@@ -36,6 +36,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -372,40 +373,22 @@ std::vector<std::string> env_dirs(const char* name) {
   return out;
 }
 
+struct Ran {
+  int status = 127;  // as a shell reports it: the exit code, or 128 + signal
+  std::string out, err;
+};
+
+Ran run_child(const std::string& program, const std::vector<std::string>& args, bool echo, bool null_stdin,
+              std::int64_t timeout_ns = 0);
+
 // The host compiler's own directories for <...> includes, in its order, as
 // it prints them (-v), or nullopt when it cannot say.
 std::optional<std::vector<std::string>> host_system_dirs(const std::string& host) {
-  std::array<int, 2> err_pipe{-1, -1};
-  if (::pipe2(err_pipe.data(), O_CLOEXEC) != 0) return std::nullopt;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
-  std::vector<std::string> words = {host, "-E", "-x", "c++", "-v", "-"};
-  std::vector<char*> argv;
-  for (auto& w : words) argv.push_back(w.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, host.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(err_pipe[1]);
-  std::string text;
-  if (rc == 0) {
-    std::array<char, 4096> buf{};
-    while (true) {
-      const ssize_t n = ::read(err_pipe[0], buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      text.append(buf.data(), static_cast<std::size_t>(n));
-    }
-  }
-  ::close(err_pipe[0]);
-  if (rc != 0) return std::nullopt;
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  // A compiler that runs a minute to preprocess nothing is not asked again.
+  constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
+  const Ran ran = run_child(host, {host, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
+  if (ran.status != 0) return std::nullopt;
+  const std::string& text = ran.err;
   const auto begin = text.find("#include <...> search starts here:\n");
   const auto end = text.find("End of search list.");
   if (begin == std::string::npos || end == std::string::npos || end < begin) return std::nullopt;
@@ -594,6 +577,22 @@ std::string reason_class(const std::string& why) {
   return out;
 }
 
+// Whether `data` can be what nvcc writes in `mode`: ELF for objects and
+// cubins, the fatbin header for fatbins, something for the rest.
+bool output_of_its_kind(nv::Mode mode, std::string_view data) {
+  switch (mode) {
+    case nv::Mode::object:
+    case nv::Mode::cubin:
+      return data.size() >= 64 && data.starts_with(
+                                      "\x7f"
+                                      "ELF");
+    case nv::Mode::fatbin:
+      return data.size() >= 16 && data.starts_with("\x50\xed\x55\xba");
+    default:
+      return !data.empty();
+  }
+}
+
 // The largest output or dependency file read back into an entry.
 constexpr std::uint64_t k_max_output_bytes = std::uint64_t{1} << 32;
 
@@ -688,13 +687,15 @@ void count(const StatsFile& where, const std::string& counter, const std::string
   std::_Exit(127);
 }
 
-struct Ran {
-  int status = 127;  // as a shell reports it: the exit code, or 128 + signal
-  std::string out, err;
-};
-
-// Runs nvcc, passing its output through as it comes and keeping a copy.
-Ran run_capturing(const std::string& nvcc, const std::vector<std::string>& args) {
+// Runs `program` with `args` (argv[0] is `program`), reading its standard
+// output and error through pipes (passed through as they come when `echo`)
+// until it has exited. What decides the end is the child's exit, not the
+// pipes' end: a wrapper that leaves a process behind holding them (a
+// compiler server a wrapper starts) must not keep the build waiting once
+// the compile returned. `timeout_ns` (0: none) kills a child that runs
+// longer. `null_stdin` gives it /dev/null instead of this process's input.
+Ran run_child(const std::string& program, const std::vector<std::string>& args, bool echo, bool null_stdin,
+              std::int64_t timeout_ns) {
   Ran r;
   std::array<int, 2> out_pipe{-1, -1};
   std::array<int, 2> err_pipe{-1, -1};
@@ -704,56 +705,83 @@ Ran run_capturing(const std::string& nvcc, const std::vector<std::string>& args)
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  if (null_stdin) posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
   std::vector<char*> argv;
-  argv.push_back(
-      const_cast<char*>(nvcc.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
   for (const auto& a : args)
-    argv.push_back(const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+    argv.push_back(
+        const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
   argv.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, nvcc.c_str(), &fa, nullptr, argv.data(), environ);
+  const int rc = ::posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   if (rc != 0) {
-    std::fprintf(stderr, "progcache: cannot run '%s': %s\n", nvcc.c_str(), std::strerror(rc));
+    std::fprintf(stderr, "progcache: cannot run '%s': %s\n", program.c_str(), std::strerror(rc));
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
     return r;
   }
   std::array<pollfd, 2> fds{pollfd{out_pipe[0], POLLIN, 0}, pollfd{err_pipe[0], POLLIN, 0}};
-  int open_pipes = 2;
   std::array<char, 1 << 16> buf{};
-  while (open_pipes > 0) {
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
+  // Reads what one pipe holds now; false once it is closed or failed.
+  auto take = [&](std::size_t i) {
+    const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      ::close(fds[i].fd);
+      fds[i].fd = -1;
+      return false;
     }
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+    const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
+    (i == 0 ? r.out : r.err).append(chunk);
+    if (echo) (void)write_all_to(i == 0 ? 1 : 2, chunk, i == 0 ? "standard output" : "standard error");
+    return true;
+  };
+  const std::int64_t deadline = timeout_ns > 0 ? dt::now_ns() + timeout_ns : 0;
+  int status = 0;
+  bool exited = false;
+  while (!exited) {
+    const int ready = ::poll(fds.data(), fds.size(), 50);
+    if (ready < 0 && errno != EINTR) break;
+    for (std::size_t i = 0; ready > 0 && i < fds.size(); ++i) {
+      if (fds[i].fd >= 0 && fds[i].revents != 0) take(i);
+    }
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    exited = w == pid || (w < 0 && errno != EINTR);
+    if (!exited && deadline != 0 && dt::now_ns() > deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      exited = true;
+    }
+  }
+  // The child is gone: take what it left in the pipes, without waiting for
+  // an end that another holder of them may never give.
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].fd < 0) continue;
+    (void)::fcntl(fds[i].fd, F_SETFL, ::fcntl(fds[i].fd, F_GETFL) | O_NONBLOCK);
+    for (;;) {
       const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_pipes;
-        continue;
-      }
+      if (n <= 0) break;
       const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
       (i == 0 ? r.out : r.err).append(chunk);
-      (void)write_all_to(i == 0 ? 1 : 2, chunk, i == 0 ? "standard output" : "standard error");
+      if (echo) (void)write_all_to(i == 0 ? 1 : 2, chunk, i == 0 ? "standard output" : "standard error");
     }
-  }
-  for (auto& f : fds) {
-    if (f.fd >= 0) ::close(f.fd);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    ::close(fds[i].fd);
   }
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs nvcc, passing its output through as it comes and keeping a copy.
+Ran run_capturing(const std::string& nvcc, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {nvcc};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_child(nvcc, argv, true, false);
 }
 
 // The time the compile starts, on the fine clock, returned once the coarse
@@ -879,7 +907,14 @@ class Launcher {
     const pc::Artifact* output = (*entry)->find("output");
     const pc::Artifact* depfile = (*entry)->find("depfile");
     if (output == nullptr || (m_cmd.depfile.has_value() != (depfile != nullptr))) return std::nullopt;
-    // An output that cannot be written (a missing directory) is nvcc's to report.
+    // An output nvcc could not write (a file it may not write, a missing
+    // directory) is nvcc's to report: a hit must not succeed where the
+    // compile would fail, nor replace a file the user protected.
+    for (const std::string* path : {&m_cmd.output, m_cmd.depfile ? &*m_cmd.depfile : nullptr}) {
+      if (path != nullptr && ::access(path->c_str(), F_OK) == 0 && ::access(path->c_str(), W_OK) != 0) {
+        return std::nullopt;
+      }
+    }
     if (!write_output(m_cmd.output, output->data.view()).ok()) return std::nullopt;
     if (m_cmd.depfile && !write_output(*m_cmd.depfile, depfile->data.view()).ok()) return std::nullopt;
     for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
@@ -969,6 +1004,9 @@ class Launcher {
     m.present = places.present();
     auto output = read_back(m_cmd.output);
     if (!output.ok()) return not_stored("the output cannot be read back as a regular file");
+    // nvcc (ptxas) can exit 0 having written an empty or cut-short file (a
+    // full disk): what it wrote must at least be of its kind.
+    if (!output_of_its_kind(m_cmd.mode, *output)) return not_stored("the output is empty or not of its kind");
     std::vector<pc::Artifact> artifacts;
     artifacts.push_back({"output", pc::Bytes::adopt(std::move(*output))});
     if (m_cmd.depfile) artifacts.push_back({"depfile", pc::Bytes::adopt(std::move(*deps_text))});

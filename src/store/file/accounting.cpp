@@ -1,5 +1,7 @@
 #include "store/file/accounting.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +13,9 @@ namespace {
 constexpr std::uint64_t k_magic = 0x31544e43434350ULL;  // "PCCCNT1"
 constexpr std::uint64_t k_version = 1;
 constexpr std::size_t k_file_size = 8192;
+// How long an open waits for the initialisation lock of a file nobody has
+// initialised yet (a rebuild from the files of a large store takes seconds).
+constexpr std::int64_t k_lock_wait_ns = 20'000'000'000;
 constexpr int k_events = 7;
 
 std::int64_t atomic_add(std::int64_t& field, std::int64_t delta) {
@@ -53,11 +58,40 @@ Status Accounting::open(Env* env, const std::string& path, std::uint32_t file_pe
   m_env = env;
   m_path = path;
   PROGCACHE_ASSIGN_OR_RETURN(m_fd, m_env->open_file(path, OpenMode::read_write, file_perms));
-  PROGCACHE_ASSIGN_OR_RETURN(bool locked, m_env->lock(m_fd, LockKind::exclusive, LockWait::block));
-  (void)locked;
+  // The lock guards only the file's initialisation. Anyone who can open the
+  // file can hold it (in a group-shared root, any member), so it is never
+  // waited on without bound: a file already initialised is used as it is,
+  // and past the deadline the store does not open (a miss for the caller,
+  // never a hang).
+  const std::int64_t deadline = m_env->now_ns() + k_lock_wait_ns;
+  for (;;) {
+    PROGCACHE_ASSIGN_OR_RETURN(bool locked, m_env->lock(m_fd, LockKind::exclusive, LockWait::try_only));
+    if (locked) break;
+    if (map_if_initialised()) return {};
+    if (m_env->now_ns() > deadline) {
+      return unavailable("the accounting file '" + m_path + "' is held locked by another process and was never " +
+                         "initialised; not using the store");
+    }
+    ::usleep(10'000);
+  }
   Status st = init_locked(rebuild);
   m_env->unlock(m_fd).ignore();
   return st;
+}
+
+bool Accounting::map_if_initialised() {
+  auto info = m_env->fstat(m_fd);
+  if (!info.ok() || info->size < k_file_size) return false;
+  auto p = m_env->map_shared(m_fd, k_file_size);
+  if (!p.ok()) return false;
+  auto* map = static_cast<Shared*>(*p);
+  if (atomic_load(map->magic) == static_cast<std::int64_t>(k_magic) &&
+      atomic_load(map->version) == static_cast<std::int64_t>(k_version)) {
+    m_map = map;
+    return true;
+  }
+  m_env->unmap(map, k_file_size);
+  return false;
 }
 
 Status Accounting::init_locked(const Rebuild& rebuild) {

@@ -79,6 +79,8 @@ class Accounting {
  private:
   struct Shared;  // the mapped layout
   Status init_locked(const Rebuild& rebuild);
+  // Maps the file when another process has initialised it; false otherwise.
+  bool map_if_initialised();
 
   Env* m_env = nullptr;
   std::string m_path;
