@@ -4,7 +4,10 @@
 #include "nvcc/nvcc_command.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 
 namespace progcache::nvcc {
@@ -221,6 +224,42 @@ TEST(NvccCommandTest, DependencyFilesNameEveryPrerequisiteOnce) {
   EXPECT_EQ(*crlf, (std::vector<std::string>{"k.cu", "a$b.h"}));
   EXPECT_FALSE(parse_depfile("no rule here\n").ok());
   EXPECT_FALSE(parse_depfile("").ok());
+}
+
+TEST(NvccCommandTest, EveryOptionOfNvccsHelpIsInTheTable) {
+  // An option missing from the table is read as a shorter one with a value
+  // (-time=t.csv was -t with "ime=t.csv"), and its rule never applies.
+  const char* home = std::getenv("CUDA_HOME");
+  const std::string nvcc = std::string(home != nullptr && *home != '\0' ? home : "/usr/local/cuda") + "/bin/nvcc";
+  if (::access(nvcc.c_str(), X_OK) != 0) GTEST_SKIP() << "no nvcc to ask for its options";
+  FILE* p = ::popen((nvcc + " --help 2>/dev/null").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string help;
+  char buf[4096];
+  for (std::size_t n = 0; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) help.append(buf, n);
+  ::pclose(p);
+  std::size_t checked = 0;
+  for (std::size_t pos = 0; (pos = help.find("\n--", pos)) != std::string::npos; ++pos) {
+    const std::size_t start = pos + 3;
+    const std::size_t end = help.find_first_of(" \n", start);
+    const std::string name = help.substr(start, end - start);
+    const Command c = parse({"--" + name, "-c", "k.cu"});
+    EXPECT_EQ(c.uncacheable.find("unknown"), std::string::npos) << "--" << name << ": " << c.uncacheable;
+    ++checked;
+  }
+  EXPECT_GT(checked, 100U);
+  EXPECT_NE(parse({"-time=t.csv", "-c", "k.cu"}).uncacheable, "");
+  EXPECT_NE(parse({"-fdevice-time-trace=t.json", "-c", "k.cu"}).uncacheable, "");
+  EXPECT_NE(parse({"--time", "t.csv", "-c", "k.cu"}).uncacheable, "");
+}
+
+TEST(NvccCommandTest, AToolWordThatIsNotAnOptionIsRefused) {
+  // ptxas takes a bare word as another input to compile into the output.
+  EXPECT_NE(parse({"-Xptxas", "extra.ptx", "-cubin", "k.cu"}).uncacheable.find("not an option"), std::string::npos);
+  EXPECT_NE(parse({"-Xnvlink", "lib.o", "-c", "k.cu"}).uncacheable, "");
+  // Options, and a value given apart as a number, are words as before.
+  EXPECT_EQ(parse({"-Xptxas", "-O3,-v", "-cubin", "k.cu"}).uncacheable, "");
+  EXPECT_EQ(parse({"-Xptxas", "-maxrregcount", "-Xptxas", "32", "-cubin", "k.cu"}).uncacheable, "");
 }
 
 }  // namespace

@@ -831,5 +831,52 @@ TEST_F(NvccLauncherTest, AHitNeverReplacesAnOutputNvccCouldNotWrite) {
   EXPECT_EQ(read("k.cubin"), "protected");
 }
 
+TEST_F(NvccLauncherTest, WhatTheClockOrAnAssemblerFileDecidesIsNeverStored) {
+  // __DATE__/__TIME__ change with the clock, __TIMESTAMP__ with the file's
+  // mtime, .incbin reads a file no dependency output lists: each run
+  // compiles (as ccache), unless SOURCE_DATE_EPOCH (keyed) fixes the clock.
+  write("stamp.cu", "__device__ const char when[] = __DATE__ \" \" __TIME__;\n__global__ void k() {}\n");
+  write("ts.cu", "__device__ const char when[] = __TIMESTAMP__;\n__global__ void k() {}\n");
+  write("data.bin", "AAAA");
+  write("inc.cu", "asm(\".section .rodata\\n.incbin \\\"data.bin\\\"\\n.text\");\n__global__ void k() {}\n");
+  for (const std::string src : {"stamp.cu", "ts.cu", "inc.cu"}) {
+    SCOPED_TRACE(src);
+    const std::string args = "-arch=sm_90 -c " + src + " -o out.o";
+    ASSERT_EQ(launch(args).code, 0);
+    ASSERT_EQ(launch(args).code, 0);
+    EXPECT_EQ(nvcc_runs(), 2) << "served a result the clock or an unlisted file decides";
+  }
+  const std::string fixed = "SOURCE_DATE_EPOCH=1700000000";
+  ASSERT_EQ(launch("-arch=sm_90 -cubin stamp.cu -o s.cubin", fixed).code, 0);
+  ASSERT_EQ(launch("-arch=sm_90 -cubin stamp.cu -o s.cubin", fixed).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  const auto reasons = launcher_stats()["not_stored"];
+  EXPECT_EQ(reasons.value("an input uses .incbin: the file it reads is not keyed", 0), 2);
+  EXPECT_EQ(reasons.value("an input uses __TIMESTAMP__", 0), 2);
+}
+
+TEST_F(NvccLauncherTest, TheApparentDirectoryAndTmpdirThatDebugInformationNamesAreKeyed) {
+  // With -g the host compiler names $PWD (the path through a link the user
+  // went by) and nvcc its temporary files under $TMPDIR: another of either
+  // is another object, never the first one served.
+  fs::create_directory_symlink(m_tmp.sub("work"), m_tmp.sub("alias1"));
+  fs::create_directory_symlink(m_tmp.sub("work"), m_tmp.sub("alias2"));
+  const std::string args = "-arch=sm_90 -I inc -g -c k.cu -o k.o";
+  for (const std::string dir : {"alias1", "alias2"}) {
+    ASSERT_EQ(sh("sh -c " + quote("cd ../" + dir + " && exec " + cli() + " " + noting_nvcc() + " " + args)).code, 0);
+  }
+  EXPECT_EQ(nvcc_runs(), 2) << "an object naming alias1 was served in alias2";
+  fs::create_directories(m_tmp.sub("tA"));
+  fs::create_directories(m_tmp.sub("tB"));
+  ASSERT_EQ(launch(args, "TMPDIR=" + quote(m_tmp.sub("tA"))).code, 0);
+  ASSERT_EQ(launch(args, "TMPDIR=" + quote(m_tmp.sub("tB"))).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "an object naming one TMPDIR was served under another";
+  // The host compiler's own dependency-file variables: its file is nvcc's to write.
+  const Ran dep = launch("-arch=sm_90 -I inc -c k.cu -o d.o", "DEPENDENCIES_OUTPUT=" + quote(m_tmp.sub("dep.d")));
+  ASSERT_EQ(dep.code, 0) << dep.err;
+  EXPECT_TRUE(fs::exists(m_tmp.sub("dep.d")));
+  EXPECT_EQ(launcher_stats()["uncacheable"].size(), 1U);
+}
+
 }  // namespace
 }  // namespace progcache

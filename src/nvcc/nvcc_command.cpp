@@ -434,6 +434,11 @@ class Parser {
         file = w.substr(w.find('=') + 1);
       } else if (tool == "ptxas" && (w == "-o" || w == "--output-file" || w.starts_with("--output-file="))) {
         return refuse("ptxas option '" + w + "' writes a file outside the output");
+      } else if (!w.empty() && w[0] != '-' && w.find_first_not_of("0123456789") != std::string::npos) {
+        // A word that is not an option and not a number (an option's value
+        // given apart) is an input to the tool: `-Xptxas extra.ptx` compiles
+        // that file into the output, and nothing keys it.
+        return refuse(tool + " word '" + w + "' is not an option: the tool may read it as an input");
       }
       if (!file) continue;
       if (depth >= k_max_options_file_depth) return refuse("options files nested too deeply");

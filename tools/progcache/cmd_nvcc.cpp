@@ -217,7 +217,7 @@ std::optional<std::string> unfollowed_variable(const std::vector<std::string>& n
 
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
   KeyBuilder kb("nvcc-manifest");
-  kb.add_int("launcher-schema", 3);
+  kb.add_int("launcher-schema", 4);
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
@@ -227,7 +227,15 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
     kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
   }
   std::error_code ec;
-  kb.add_string("cwd", std::filesystem::current_path(ec).string());
+  const std::string cwd = std::filesystem::current_path(ec).string();
+  kb.add_string("cwd", cwd);
+  // The host compiler writes $PWD into debug information when it names the
+  // working directory (a path through a link to it), and nvcc names its
+  // temporary files under $TMPDIR inside -g objects.
+  const char* pwd = std::getenv("PWD");
+  kb.add_string("pwd", pwd != nullptr && real_path(pwd) == real_path(cwd) ? pwd : "");
+  const char* tmpdir = std::getenv("TMPDIR");
+  kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
   kb.add_string("mode", nv::mode_name(cmd.mode));
   for (const auto& w : cmd.canonical) kb.add_string("arg", w);
   // Response and options files of every tool, the host compiler's -include
@@ -577,6 +585,21 @@ std::string reason_class(const std::string& why) {
   return out;
 }
 
+// Why a source or header's text makes the output depend on more than the
+// files and key hold, or nullopt: the assembler's .incbin reads a file no
+// dependency output lists; __DATE__ and __TIME__ change with the clock
+// (unless SOURCE_DATE_EPOCH, which is keyed, fixes them), __TIMESTAMP__
+// with the file's mtime (ccache refuses the same).
+std::optional<std::string> unkeyable_content(std::string_view text) {
+  if (text.find(".incbin") != std::string_view::npos) return "an input uses .incbin: the file it reads is not keyed";
+  if (text.find("__TIMESTAMP__") != std::string_view::npos) return "an input uses __TIMESTAMP__";
+  if (std::getenv("SOURCE_DATE_EPOCH") == nullptr &&
+      (text.find("__DATE__") != std::string_view::npos || text.find("__TIME__") != std::string_view::npos)) {
+    return "an input uses __DATE__ or __TIME__ (set SOURCE_DATE_EPOCH to cache it)";
+  }
+  return std::nullopt;
+}
+
 // Whether `data` can be what nvcc writes in `mode`: ELF for objects and
 // cubins, the fatbin header for fatbins, something for the rest.
 bool output_of_its_kind(nv::Mode mode, std::string_view data) {
@@ -868,6 +891,11 @@ class Launcher {
     if (auto v = unfollowed_variable(m_variables, profile)) {
       uncacheable("variable '" + *v + "' set: nvcc reads it, and what it names is not keyed");
     }
+    // The host compiler's preprocessor writes a dependency file these name.
+    for (const char* v : {"DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES"}) {
+      if (std::getenv(v) != nullptr)
+        uncacheable("variable '" + std::string(v) + "' set: the host compiler writes a file");
+    }
     // A hit renames a file over the output; a miss reads nvcc's output back.
     // Both only for a regular file (or none yet): a FIFO, a device, a
     // symbolic link (/dev/stdout) is nvcc's alone to write.
@@ -990,6 +1018,7 @@ class Launcher {
       const std::optional<std::string> digest = std::string(pc::as_view(sum));
       places.found(path, source_dir);
       if (auto why = places.probe_file(path, *text)) return not_stored(*why);
+      if (auto why = unkeyable_content(*text)) return not_stored(*why);
       // Stat again: the digest is of the file nvcc read only if nothing
       // touched it in between.
       struct stat after {};
