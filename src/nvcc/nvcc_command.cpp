@@ -428,7 +428,8 @@ class Parser {
       if (w.starts_with("@")) {
         file = w.substr(1);
       } else if (w == "-optf" || w == "--options-file" || w == "-options-file") {
-        if (i + 1 >= ws.size()) return refuse(tool + " option '" + w + "' without its value");
+        if (i + 1 >= ws.size())
+          return refuse(std::string(tool).append(" option '").append(w).append("' without its value"));
         file = ws[++i];
       } else if (w.starts_with("--options-file=") || w.starts_with("-optf=")) {
         file = w.substr(w.find('=') + 1);
@@ -438,7 +439,8 @@ class Parser {
         // A word that is not an option and not a number (an option's value
         // given apart) is an input to the tool: `-Xptxas extra.ptx` compiles
         // that file into the output, and nothing keys it.
-        return refuse(tool + " word '" + w + "' is not an option: the tool may read it as an input");
+        return refuse(std::string(tool).append(" word '").append(w).append(
+            "' is not an option: the tool may read it as an input"));
       }
       if (!file) continue;
       if (depth >= k_max_options_file_depth) return refuse("options files nested too deeply");

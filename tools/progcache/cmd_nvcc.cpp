@@ -424,6 +424,7 @@ std::vector<std::string> toolkit_dirs(const std::string& bin, std::string_view s
   std::vector<std::string> found;
   for (const auto& e : std::filesystem::directory_iterator(targets, ec)) found.push_back(e.path().string());
   std::sort(found.begin(), found.end());
+  out.reserve(found.size());
   for (const auto& t : found) out.push_back(dt::join(t, std::string(sub)));
   return out;
 }
@@ -732,6 +733,7 @@ Ran run_child(const std::string& program, const std::vector<std::string>& args, 
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const auto& a : args)
     argv.push_back(
         const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
@@ -904,7 +906,7 @@ class Launcher {
     for (const auto& [what, path] : written) {
       struct stat st {};
       if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-        uncacheable(what + " '" + path + "' is not a regular file");
+        uncacheable(std::string(what).append(" '").append(path).append("' is not a regular file"));
       }
     }
     // An object is host code, linked into programs: served only from a
