@@ -82,3 +82,13 @@ def chown_tree(path, uid):
     for d, dirs, files in os.walk(path):
         for n in dirs + files:
             os.chown(os.path.join(d, n), uid, uid, follow_symlinks=False)
+
+
+def shared_dir(tmp_path, how):
+    """A directory others share, where an attacker's cache directory can sit:
+    open to everyone ("others-writable"), or sticky as /tmp ("another-owner":
+    the attacker made the cache directory inside it first)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777 if how == "others-writable" else 0o1777)
+    return shared

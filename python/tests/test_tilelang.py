@@ -382,18 +382,14 @@ def test_kernel_cache_file_names_are_tilelangs():
 
 @pytest.mark.parametrize("how", ["others-writable", "another-owner"])
 def test_a_forged_kernel_in_a_cache_dir_others_could_write_is_never_loaded(tmp_path, how, request):
+    from conftest import shared_dir
     honest = Env(tmp_path, "honest")
     good = honest.run([k("vector_add")])
     src = good["kernels"][0]["dir"]
     # The victim's TILELANG_CACHE_DIR sits in a directory someone else made
     # first, holding a forged copy of the kernel's directory whose record
     # matches the forged files.
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    if how == "others-writable":
-        shared.chmod(0o777)
-    else:  # a sticky shared directory, as /tmp, where another user made the cache dir first
-        shared.chmod(0o1777)
+    shared = shared_dir(tmp_path, how)
     victim = Env(tmp_path, "victim")
     victim.tl_dir = str(shared / "tilelang")
     forged = os.path.join(victim.tl_dir, os.path.relpath(src, honest.tl_dir))

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("triton", reason="Triton is not installed (pip install triton)")
 
-from conftest import chown_tree  # noqa: E402
+from conftest import chown_tree, shared_dir  # noqa: E402
 from test_triton import Env, files_of, k, store_entries  # noqa: E402
 
 # A Python extension module that says which build it is: Triton's own
@@ -179,12 +179,7 @@ def test_a_forged_group_in_a_cache_dir_others_could_write_is_never_served(tmp_pa
     soft, mat = good["kernels"]
     # The victim's TRITON_CACHE_DIR sits in a directory someone else made
     # first (as under a shared temporary directory), holding a forged group.
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    if how == "others-writable":
-        shared.chmod(0o777)
-    else:  # a sticky shared directory, as /tmp, where another user made the cache dir first
-        shared.chmod(0o1777)
+    shared = shared_dir(tmp_path, how)
     victim = Env(tmp_path, "victim")
     victim.triton_dir = str(shared / "triton")
     os.makedirs(victim.triton_dir)
