@@ -416,7 +416,7 @@ class KernelCache:
 
     def _build_locked(self, key: str, load: Callable[[], Any], build: Callable[[], Any]) -> Any:
         """Builds under the library's per-key lock file, so processes of the
-        host build a key once; a process that waited looks again first. A
+        host build a key once; a process looks again once it holds the lock. A
         lock that cannot be taken (timeout, unwritable directory) never stops
         the build, as in compile()."""
         try:
@@ -424,10 +424,12 @@ class KernelCache:
         except Exception:  # a timeout, or a lock directory or file that cannot be used
             return build()
         try:
-            if lock.waited:
-                hit = load()
-                if hit is not None:
-                    return hit
+            # Look again under the lock, waited or not: a process that
+            # stored the key between this one's miss and its lock leaves no
+            # wait behind (seen as a second build of one key by 4 processes).
+            hit = load()
+            if hit is not None:
+                return hit
             return build()
         finally:
             lock.release()
