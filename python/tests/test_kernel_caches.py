@@ -365,8 +365,11 @@ def test_a_full_disk_never_loses_a_build(tmp_path):
             c.put(CacheEntry(key, ".version 8.0", os.urandom(200_000)))
             assert c.get(key) is not None  # memory still serves it
         assert c.errors >= 1
+        kc._store.close()
+        c._disk.close()
     finally:
-        subprocess.run(["umount", str(small)], capture_output=True)
+        # Lazily, so a store another reference still holds open never leaves the mount behind.
+        subprocess.run(["umount", "-l", str(small)], capture_output=True)
 
 
 def test_kernel_cache_loads_no_unsigned_host_code_from_a_group_shared_store(tmp_path, monkeypatch):
