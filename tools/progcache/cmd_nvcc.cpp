@@ -232,8 +232,14 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // The host compiler writes $PWD into debug information when it names the
   // working directory (a path through a link to it), and nvcc names its
   // temporary files under $TMPDIR inside -g objects.
+  // As the host compiler judges it: $PWD names the working directory when
+  // both are one file (two stats on every lookup, not two path walks).
   const char* pwd = std::getenv("PWD");
-  kb.add_string("pwd", pwd != nullptr && real_path(pwd) == real_path(cwd) ? pwd : "");
+  struct stat here {};
+  struct stat there {};
+  const bool names_cwd = pwd != nullptr && ::stat(".", &here) == 0 && ::stat(pwd, &there) == 0 &&
+                         here.st_dev == there.st_dev && here.st_ino == there.st_ino;
+  kb.add_string("pwd", names_cwd ? pwd : "");
   const char* tmpdir = std::getenv("TMPDIR");
   kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
   kb.add_string("mode", nv::mode_name(cmd.mode));
