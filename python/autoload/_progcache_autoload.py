@@ -1,16 +1,19 @@
 """Run at interpreter start by ``progcache-autoload.pth``, and only when
-``PROGCACHE_TRITON_WARM_START`` or ``PROGCACHE_TILELANG`` is set, so that the
+``PROGCACHE_TRITON_WARM_START``, ``PROGCACHE_TILELANG`` or ``PROGCACHE_TORCH`` is set, so that the
 variable alone turns progcache on where the framework offers no hook of its own
 early enough:
 
 - Triton computes ``triton_key()`` before it imports its cache manager, so a
   memo installed by ``progcache.triton`` when Triton loads the manager comes
   too late for the process's first compile;
-- tilelang has no setting that names another cache.
+- tilelang has no setting that names another cache;
+- torch's Inductor has none for its caches in another store, and its compile
+  workers are new processes that must turn progcache on themselves.
 
 This module imports nothing heavy: it adds a finder that notices the import of
-the ``triton`` or ``tilelang`` package and, once that package has run, imports
-``progcache.triton`` or ``progcache.tilelang``, whose import does the rest. A
+the ``triton``, ``tilelang`` or ``torch`` package and, once that package has run,
+imports ``progcache.triton``, ``progcache.tilelang`` or ``progcache.torch``, whose
+import does the rest. A
 process that imports neither pays one environment lookup and this module's
 import; a failure here never fails the framework's import.
 """
@@ -19,7 +22,8 @@ import os
 import sys
 
 _WATCHED = {"triton": ("PROGCACHE_TRITON_WARM_START", "progcache.triton"),
-            "tilelang": ("PROGCACHE_TILELANG", "progcache.tilelang")}
+            "tilelang": ("PROGCACHE_TILELANG", "progcache.tilelang"),
+            "torch": ("PROGCACHE_TORCH", "progcache.torch")}
 
 
 def _flag(name: str) -> bool:

@@ -420,7 +420,7 @@ Status FileStoreImpl::ensure_version_dir() {
 
 std::span<const CompanionStore> companion_stores() {
   static constexpr CompanionStore k_companions[] = {
-      {"kernels", "kernels"}, {"pyptx", "pyptx"}, {"triton", "triton"}, {"tilelang", "tilelang"}, {"nvcc", "nvcc"}};
+      {"kernels", "kernels"}, {"pyptx", "pyptx"}, {"triton", "triton"}, {"tilelang", "tilelang"}, {"nvcc", "nvcc"}, {"torch", "torch"}};
   return k_companions;
 }
 

@@ -1,0 +1,861 @@
+"""progcache for PyTorch: torch.compile's caches in progcache's store, so that a
+new process, container or machine starts warm. One variable turns it on::
+
+    PROGCACHE_TORCH=1
+
+or in code, before the first ``torch.compile`` call, ``progcache.torch.enable()``
+(the explicit call works where Python processes no ``.pth`` file, such as an
+install with ``pip install --target`` and ``PYTHONPATH``). What it does
+(docs/torch.md):
+
+- Inductor's caches that outlive a process are read from and written to the
+  companion store ``<progcache root>/torch``, one entry per cached object:
+  the FX graph cache, the AOTAutograd cache and the autotuning results,
+  through torch's own remote-cache interface (``RemoteCache`` with its
+  backend replaced by progcache's); each entry is checksummed, counted under
+  the root's cap and carried by every tier (memory, disk, Redis, Redis
+  Cluster, HTTP).
+- Every C++ library Inductor builds (the CPU kernels, its wrapper modules,
+  the precompiled header and the instruction-set probes) is one entry too,
+  served in place of the g++ run. Its key is the whole command line with
+  every path as written, the bytes of every input, the compiler and the
+  programs it runs, the libraries linked, the variables g++ reads and, for
+  ``-march=native``, the processor; a manifest of every header the compile
+  read (by content) and of every place where a header named in any of them
+  could be found (present or absent) is checked before a hit is served.
+- Triton kernels (GPU) go through ``progcache.triton``'s cache manager,
+  which this module names in ``TRITON_CACHE_MANAGER`` when nothing else is
+  named there.
+- Everything cached here runs when it is loaded (pickled graphs, generated
+  Python modules, shared libraries): it is read only under the library's rule
+  for host code (trust.h): the user's private store, or stores whose entries
+  are signed and verified. A group-shared root or a remote tier without
+  signing is not read.
+- Only torch releases this module was tested with are changed
+  (``TESTED_TORCH``); on any other, one warning and torch.compile keeps its
+  own caches. Any failure of the cache is a miss.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
+
+try:
+    import torch  # type: ignore[import-not-found, unused-ignore]
+except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError("progcache.torch needs PyTorch (PyPI 'torch'): pip install torch. "
+                      f"Importing it failed: {_e}") from None
+
+from . import _core, _integration
+
+# torch releases whose internals (the remote-cache backend hook and
+# CppBuilder.build) this module was tested against: (major, minor).
+TESTED_TORCH = ((2, 15),)
+
+_SCHEMA = "1"
+_STORE = _integration.StoreState("torch")
+_lock = threading.Lock()
+_enabled = False
+_saved: Dict[str, Any] = {}
+_counts = {"probes_served": 0, "cpp_served": 0, "cpp_compiled": 0, "cpp_not_cached": 0, "cpp_stored": 0, "objects_served": 0,
+           "objects_missed": 0, "objects_stored": 0}
+
+
+def _count(name: str) -> None:
+    with _lock:
+        _counts[name] += 1
+
+
+def stats() -> Dict[str, Union[int, float]]:
+    """The store's counters plus this module's: C++ builds served, compiled,
+    not cached (a command or an input it cannot key), stored; Inductor
+    objects (graphs, AOTAutograd entries, autotuning results) served,
+    missed, stored; ``errors``: failures turned into misses."""
+    out = _STORE.stats()
+    with _lock:
+        out.update(_counts)
+    return out
+
+
+def reset() -> None:
+    """Forgets the resolved configuration and closes the store (flushing
+    remote writes); the next lookup resolves and opens them again."""
+    _STORE.reset()
+
+
+def _torch_version() -> Tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _torch_identity() -> str:
+    return f"{torch.__version__} {getattr(torch.version, 'git_version', '')}"
+
+
+def supported() -> Optional[str]:
+    """None when this torch is one progcache.torch was tested with; else why
+    not, in words."""
+    if _torch_version() in TESTED_TORCH:
+        return None
+    tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TORCH)
+    return (f"torch {torch.__version__} is not a release progcache.torch was tested with ({tested}); "
+            "torch.compile keeps its own caches")
+
+
+# --------------------------------------------------------------- Inductor objects
+
+
+def _object_key(key: str) -> bytes:
+    return _core.typed_key("torch-object", [("schema", _SCHEMA), ("torch", _torch_identity()), ("key", key)])
+
+
+def _code_readable() -> bool:
+    st = _STORE.get_state()
+    return st.store is not None and _STORE.code_allowed(st)
+
+
+def get_object(key: str) -> Optional[bytes]:
+    """An Inductor object stored under torch's key, or None. Read only where
+    host code may come from: a graph is a pickle, and loading it runs it."""
+    if not _code_readable():
+        return None
+    found = _integration.decode(_STORE.get(_object_key(key), host_code=True))
+    if found is None:
+        _count("objects_missed")
+        return None
+    meta, arts = found
+    data = dict(arts).get("value")
+    if meta.get("key") != key or not isinstance(data, bytes):
+        _STORE.get_state().errors += 1
+        _count("objects_missed")
+        return None
+    _count("objects_served")
+    return data
+
+
+def put_object(key: str, data: bytes) -> None:
+    """Stores an Inductor object (never raises)."""
+    if not isinstance(data, bytes) or not _code_readable():
+        return
+    _STORE.put(_object_key(key), {"kind": "torch-object", "key": key, "torch": torch.__version__},
+               [("value", data)])
+    _count("objects_stored")
+
+
+def _backend_class():
+    from torch._inductor import remote_cache as rc  # type: ignore[import-not-found, unused-ignore]
+
+    class ProgcacheBackend(rc.RemoteCacheBackend):  # type: ignore[misc, unused-ignore]
+        """torch's remote-cache backend interface over progcache's store."""
+
+        def _get(self, key: str) -> Optional[bytes]:
+            try:
+                return get_object(key)
+            except Exception:  # a cache failure is a miss
+                _STORE.get_state().errors += 1
+                return None
+
+        def _put(self, key: str, data: bytes) -> None:
+            try:
+                put_object(key, data)
+            except Exception:
+                _STORE.get_state().errors += 1
+
+    return ProgcacheBackend
+
+
+# Inductor's caches that cross processes, by the class torch creates for each.
+_REMOTE_CLASSES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache", "RemoteAutotuneCache")
+# (module, setting): the settings that turn each one on.
+_SETTINGS = (("torch._inductor.config", "fx_graph_remote_cache"), ("torch._inductor.config", "autotune_remote_cache"),
+             ("torch._functorch.config", "enable_remote_autograd_cache"))
+
+# ------------------------------------------------------------------ C++ builds
+
+# Variables g++ reads that decide what it finds or writes.
+_GCC_VARIABLES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+                  "SOURCE_DATE_EPOCH", "PATH", "LD_LIBRARY_PATH")
+# Variables under which a build is not cached: they add outputs.
+_REFUSING_VARIABLES = ("DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES", "GCC_COMPARE_DEBUG")
+# Options that are flags alone (the whole word decides them).
+_FLAG_PREFIXES = ("-O", "-f", "-m", "-W", "-g", "-std=", "-D", "-U", "-pedantic", "-w")
+_FLAG_WORDS = {"-shared", "-fPIC", "-c", "-pthread", "-rdynamic", "-s", "-static", "-static-libstdc++",
+               "-static-libgcc", "-P", "-pipe"}
+_SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".h", ".hh", ".hpp", ".hxx", ".i", ".ii")
+_INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*(include|include_next|import)[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+_HAS_INCLUDE_RE = re.compile(rb'__has_include(_next)?[ \t]*\([ \t]*([<"])([^>"\n]+)[>"][ \t]*\)')
+
+
+@dataclass
+class _Plan:
+    key: bytes
+    output: str
+    cwd: str
+    sources: List[Tuple[str, str]]  # (path, sha256) of every input named on the command line
+    search: List[str]  # include directories, every kind, in order
+    language: bool  # whether anything is preprocessed (a depfile is expected)
+    started_ns: int = 0
+
+
+@dataclass
+class _Memo:
+    """What one process learns once: compilers' identities and directories,
+    and file digests by stat identity."""
+    compilers: Dict[str, Optional[tuple]] = field(default_factory=dict)
+    digests: Dict[str, Tuple[tuple, str]] = field(default_factory=dict)
+    cpu: Optional[str] = None
+
+
+_memo = _Memo()
+_memo_lock = threading.Lock()
+
+
+def _stat_id(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _digest(path: str) -> Optional[str]:
+    """SHA-256 of a regular file's bytes (remembered by its stat identity), or
+    None when it is not one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not os.path.isfile(path):
+        return None
+    ident = _stat_id(st)
+    with _memo_lock:
+        known = _memo.digests.get(path)
+    if known is not None and known[0] == ident:
+        return known[1]
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        after = _stat_id(os.stat(path))
+    except OSError:
+        return None
+    if after != ident:  # changed while read
+        return None
+    d = h.hexdigest()
+    with _memo_lock:
+        _memo.digests[path] = (ident, d)
+    return d
+
+
+def _run(argv: List[str]) -> Optional[str]:
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:
+        return None
+    return r.stdout.decode(errors="replace") + r.stderr.decode(errors="replace")
+
+
+def _program_identity(path: str) -> Optional[str]:
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return f"{real} {st.st_size} {st.st_mtime_ns}"
+
+
+def _compiler(word: str) -> Optional[tuple]:
+    """(identity, include directories, library directories) of the compiler a
+    command names, learned once per process: the driver and every program it
+    runs (cc1plus, as, ld, collect2, lto-wrapper) by path, size and
+    modification time; its system include directories for C++ as ``-v``
+    lists them; its library search path. None when any of it cannot be
+    learned (the build is then not cached)."""
+    with _memo_lock:
+        if word in _memo.compilers:
+            return _memo.compilers[word]
+    found = _learn_compiler(word)
+    with _memo_lock:
+        _memo.compilers[word] = found
+    return found
+
+
+def _learn_compiler(word: str) -> Optional[tuple]:
+    path = shutil.which(word)
+    if path is None:
+        return None
+    idents = [_program_identity(path)]
+    for prog in ("cc1plus", "cc1", "as", "ld", "collect2", "lto-wrapper"):
+        out = _run([path, f"-print-prog-name={prog}"])
+        if out is None:
+            return None
+        name = out.strip()
+        located = name if os.path.isabs(name) else shutil.which(name)
+        idents.append(f"{prog}={_program_identity(located) if located else 'absent'}")
+    version = _run([path, "--version"])
+    verbose = _run([path, "-xc++", "-E", "-v", os.devnull])
+    search = _run([path, "-print-search-dirs"])
+    if None in idents or version is None or verbose is None or search is None:
+        return None
+    dirs: List[str] = []
+    inside = False
+    for line in verbose.splitlines():
+        if line.startswith("#include <...> search starts here:") or line.startswith('#include "..." search starts'):
+            inside = True
+            continue
+        if line.startswith("End of search list."):
+            break
+        if inside and line.startswith(" "):
+            dirs.append(os.path.normpath(line.strip()))
+    libs: List[str] = []
+    for line in search.splitlines():
+        if line.startswith("libraries: ="):
+            libs = [os.path.normpath(p) for p in line[len("libraries: ="):].split(":") if p]
+    return ("\n".join(str(i) for i in idents) + "\n" + version, dirs, libs)
+
+
+def _cpu() -> str:
+    """The processor, as -march=native sees it: vendor, family, model,
+    stepping and feature flags of the first processor listed."""
+    with _memo_lock:
+        if _memo.cpu is not None:
+            return _memo.cpu
+    wanted = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
+    got: Dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    if got:
+                        break
+                    continue
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in wanted and name not in got:
+                    got[name] = value.strip()
+    except OSError:
+        pass
+    text = "\n".join(f"{k}={got.get(k, '')}" for k in wanted)
+    with _memo_lock:
+        _memo.cpu = text
+    return text
+
+
+def _library(name: str, dirs: List[str]) -> Optional[str]:
+    for d in dirs:
+        for suffix in (".so", ".a"):
+            p = os.path.join(d, f"lib{name}{suffix}")
+            if os.path.exists(p):
+                return _program_identity(p)
+    return None
+
+
+def _plan(builder: Any) -> Optional[_Plan]:
+    """The key and what the manifest needs for one CppBuilder build; None
+    when the build is not cached (said in stats as ``cpp_not_cached``):
+    preprocessing only (torch's own check of its precompiled header),
+    relative-path builds, an option or input this module cannot key."""
+    if getattr(builder, "_use_relative_path", False):
+        return None
+    if any(os.environ.get(v) for v in _REFUSING_VARIABLES):
+        return None
+    argv = shlex.split(builder.get_command_line())
+    if not argv:
+        return None
+    compiler = _compiler(argv[0])
+    if compiler is None:
+        return None
+    identity, system_dirs, lib_dirs = compiler
+    fields: List[Tuple[str, Any]] = [("schema", _SCHEMA), ("torch", _torch_identity()), ("compiler", identity),
+                                     ("argv", "\0".join(argv))]
+    output: Optional[str] = None
+    sources: List[Tuple[str, str]] = []
+    includes: List[str] = []
+    isystem: List[str] = []
+    link_dirs: List[str] = []
+    libraries: List[str] = []
+    native = False
+    language = False
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if a == "-o" and nxt is not None:
+            if output is not None:
+                return None
+            output = nxt
+            i += 2
+            continue
+        if a in ("-D", "-U", "-x") and nxt is not None:
+            i += 2
+            continue
+        if a == "-include" and nxt is not None:
+            d = _digest(nxt)
+            if d is None:
+                return None
+            sources.append((nxt, d))
+            gch = _digest(nxt + ".gch") if os.path.exists(nxt + ".gch") else "absent"
+            if gch is None:
+                return None
+            sources.append((nxt + ".gch", gch))
+            language = True
+            i += 2
+            continue
+        if a in ("-I", "-isystem", "-L") and nxt is not None:
+            (includes if a == "-I" else isystem if a == "-isystem" else link_dirs).append(os.path.normpath(nxt))
+            i += 2
+            continue
+        if a.startswith("-I") and len(a) > 2:
+            includes.append(os.path.normpath(a[2:]))
+        elif a.startswith("-isystem") and len(a) > 8:
+            isystem.append(os.path.normpath(a[8:]))
+        elif a.startswith("-L") and len(a) > 2:
+            link_dirs.append(os.path.normpath(a[2:]))
+        elif a.startswith("-l") and len(a) > 2:
+            libraries.append(a[2:])
+        elif a in ("-E", "-M", "-MM", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-save-temps", "-nostdinc",
+                   "-nostdinc++") or a.startswith(("-B", "--sysroot", "-specs", "-iquote", "-idirafter", "-imacros",
+                                                   "-iprefix", "-iwithprefix", "-imultilib", "-fplugin",
+                                                   "-fprofile-use", "-fauto-profile", "-fdebug-prefix-map",
+                                                   "-ffile-prefix-map", "-fmacro-prefix-map", "-Wp,", "-Wa,",
+                                                   "-Xlinker", "-Xassembler", "-Xpreprocessor", "-T", "@")):
+            return None  # inputs or outputs this module does not key, or preprocessing alone
+        elif a.startswith("-Wl,"):
+            if "@" in a or "script" in a or "=" in a:
+                return None
+        elif a in _FLAG_WORDS or a.startswith(_FLAG_PREFIXES):
+            if a in ("-march=native", "-mtune=native", "-mcpu=native"):
+                native = True
+            if a.startswith("-fprofile") or a.startswith("-fsanitize-coverage-allow"):
+                return None
+        elif a.startswith("-"):
+            return None  # an option this module cannot classify
+        else:
+            d = _digest(a)
+            if d is None:
+                return None
+            sources.append((a, d))
+            if a.endswith(_SOURCE_SUFFIXES):
+                language = True
+        i += 1
+    if output is None or not sources:
+        return None
+    for name in libraries:
+        ident = _library(name, link_dirs + lib_dirs)
+        if ident is None:
+            return None
+        fields.append(("library", f"{name}={ident}"))
+    fields.append(("sources", "\n".join(f"{p} {d}" for p, d in sources)))
+    fields.append(("environment", "\n".join(f"{v}={os.environ.get(v, '')}" for v in _GCC_VARIABLES)))
+    from torch._inductor.cpp_builder import _BUILD_TEMP_DIR  # type: ignore[import-not-found, unused-ignore]
+
+    cwd = os.path.join(builder._output_dir, f"{builder._name}_{_BUILD_TEMP_DIR}")
+    fields.append(("cwd", cwd))
+    if native:
+        fields.append(("cpu", _cpu()))
+    return _Plan(key=_core.typed_key("torch-cpp", fields), output=output, cwd=cwd, sources=sources,
+                 search=includes + isystem + system_dirs, language=language)
+
+
+def _parse_depfile(text: str) -> List[str]:
+    """The prerequisites of a make rule as gcc writes it (-MD)."""
+    text = text.replace("\\\n", " ")
+    _, _, rest = text.partition(": ")
+    words: List[str] = []
+    cur: List[str] = []
+    i = 0
+    while i < len(rest):
+        c = rest[i]
+        if c == "\\" and i + 1 < len(rest) and rest[i + 1] in " #":
+            cur.append(rest[i + 1])
+            i += 2
+            continue
+        if c == "$" and i + 1 < len(rest) and rest[i + 1] == "$":
+            cur.append("$")
+            i += 2
+            continue
+        if c in " \t\n":
+            if cur:
+                words.append("".join(cur))
+                cur = []
+        else:
+            cur.append(c)
+        i += 1
+    if cur:
+        words.append("".join(cur))
+    return words
+
+
+def _probes(files: List[str], search: List[str]) -> Optional[Dict[str, bool]]:
+    """For every include operand of every file read (#include, #include_next,
+    __has_include, in any branch), whether each place it could be found
+    exists: the directory of the including file for quoted names, then every
+    include directory. A file created later where the compiler would look
+    first changes one of these."""
+    out: Dict[str, bool] = {}
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                text = fh.read()
+        except OSError:
+            return None
+        operands = [(m.group(2), m.group(3)) for m in _INCLUDE_RE.finditer(text)]
+        operands += [(m.group(2), m.group(3)) for m in _HAS_INCLUDE_RE.finditer(text)]
+        here = os.path.dirname(f)
+        for quote, raw in operands:
+            name = raw.decode(errors="surrogateescape").strip()
+            if os.path.isabs(name):
+                places = [name]
+            else:
+                places = ([os.path.join(here, name)] if quote == b'"' else []) + [os.path.join(d, name) for d in search]
+            for p in places:
+                if p not in out:
+                    out[p] = os.path.lexists(p)
+    return out
+
+
+def _manifest_holds(meta: dict) -> bool:
+    deps = meta.get("deps")
+    probes = meta.get("probes")
+    if not isinstance(deps, list) or not isinstance(probes, list):
+        return False
+    for item in deps:
+        if not (isinstance(item, list) and len(item) == 2) or _digest(item[0]) != item[1]:
+            return False
+    for item in probes:
+        if not (isinstance(item, list) and len(item) == 2) or os.path.lexists(item[0]) != item[1]:
+            return False
+    return True
+
+
+def _place(path: str, data: bytes) -> None:
+    """Writes a served output where the compiler would have: a temporary file
+    beside it, renamed over it; a shared library or executable gets the
+    mode the linker gives one."""
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".progcache-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, (0o777 if data[:4] == b"\x7fELF" and not path.endswith((".o", ".gch")) else 0o666) & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _serve(plan: _Plan) -> bool:
+    if not _code_readable():
+        return False
+    found = _integration.decode(_STORE.get(plan.key, host_code=True))
+    if found is None:
+        return False
+    meta, arts = found
+    data = dict(arts).get("output")
+    if not isinstance(data, bytes) or not data or not _manifest_holds(meta):
+        return False
+    try:
+        _place(plan.output, data)
+    except OSError:
+        _STORE.get_state().errors += 1
+        return False
+    return True
+
+
+def _store(plan: _Plan, depfile: Optional[str]) -> None:
+    deps: List[str] = []
+    if depfile is not None:
+        try:
+            with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
+                deps = _parse_depfile(f.read())
+        except OSError:
+            if plan.language:
+                return
+    elif plan.language:
+        return
+    source_paths = {p for p, _ in plan.sources}
+    records: List[List[Any]] = []
+    for p in dict.fromkeys(deps):
+        if p in source_paths:
+            continue
+        p = p if os.path.isabs(p) else os.path.join(plan.cwd, p)
+        try:
+            st = os.stat(p)
+        except OSError:
+            return
+        # A header written while the compile ran may not be what it read.
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= plan.started_ns:
+            return
+        d = _digest(p)
+        if d is None:
+            return
+        records.append([p, d])
+    # The inputs named on the command line were keyed before the compile:
+    # unchanged since, or nothing is stored.
+    for p, d in plan.sources:
+        if d != "absent" and _digest(p) != d:
+            return
+    probes = _probes([p for p, _ in plan.sources if p.endswith(_SOURCE_SUFFIXES) or os.path.exists(p + ".gch")]
+                     + [r[0] for r in records], plan.search) if plan.language else {}
+    if probes is None:
+        return
+    try:
+        with open(plan.output, "rb") as f:
+            data = f.read()
+    except OSError:
+        return
+    if not data:
+        return
+    _STORE.put(plan.key, {"kind": "torch-cpp", "output": os.path.basename(plan.output), "deps": records,
+                          "probes": [[p, e] for p, e in sorted(probes.items())]}, [("output", data)])
+    _count("cpp_stored")
+
+
+def _cached_build(original):
+    def build(self) -> None:
+        try:
+            plan = _plan(self) if _code_readable() else None
+        except Exception:
+            _STORE.get_state().errors += 1
+            plan = None
+        if plan is None:
+            _count("cpp_not_cached")
+            return original(self)
+        try:
+            if _serve(plan):
+                _count("cpp_served")
+                return None
+        except Exception:
+            _STORE.get_state().errors += 1
+        depfile = None
+        if plan.language:
+            fd, depfile = tempfile.mkstemp(prefix="progcache-torch-", suffix=".d")
+            os.close(fd)
+        command = self.get_command_line()
+        if depfile is not None:
+            self.get_command_line = lambda: f"{command} -MD -MF {shlex.quote(depfile)}"
+        plan.started_ns = time.time_ns()
+        try:
+            original(self)
+        finally:
+            if depfile is not None:
+                del self.get_command_line
+        _count("cpp_compiled")
+        try:
+            _store(plan, depfile)
+        except Exception:
+            _STORE.get_state().errors += 1
+        finally:
+            if depfile is not None:
+                try:
+                    os.unlink(depfile)
+                except OSError:
+                    pass
+        return None
+
+    build._progcache = True  # type: ignore[attr-defined]
+    return build
+
+
+# ------------------------------------------------------- instruction-set probes
+
+
+def _probe_key(output_path: str) -> Optional[bytes]:
+    d = _digest(output_path)
+    if d is None:
+        return None
+    return _core.typed_key("torch-isa-probe", [
+        ("schema", _SCHEMA), ("torch", _torch_identity()), ("library", d), ("cpu", _cpu()),
+        ("python", f"{_program_identity(sys.executable)} {sys.version}"), ("kernel", " ".join(os.uname())),
+        ("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))])
+
+
+def _cached_probe(original):
+    """Inductor checks each instruction set it may use by loading a probe
+    library in a new Python process (about 0.2 s each, five or six per new
+    cache directory). The outcome depends on the library's bytes and the
+    machine, both keyed: a success is remembered; a failure is never."""
+
+    def probe(self, output_path: str) -> bool:
+        try:
+            key = _probe_key(output_path) if _code_readable() else None
+            if key is not None:
+                found = _integration.decode(_STORE.get(key, host_code=True))
+                if found is not None and found[0].get("loaded") is True:
+                    _count("probes_served")
+                    return True
+        except Exception:
+            _STORE.get_state().errors += 1
+            key = None
+        ok = bool(original(self, output_path))
+        if ok and key is not None:
+            _STORE.put(key, {"kind": "torch-isa-probe", "loaded": True}, [])
+        return ok
+
+    probe._progcache = True  # type: ignore[attr-defined]
+    return probe
+
+
+# ------------------------------------------------------------------ switch
+
+
+def _install() -> None:
+    """Puts progcache under Inductor's caches; the caller holds _lock."""
+    import importlib
+
+    from torch._inductor import cpp_builder  # type: ignore[import-not-found, unused-ignore]
+    from torch._inductor import remote_cache as rc  # type: ignore[import-not-found, unused-ignore]
+
+    backend = _backend_class()
+    for name in _REMOTE_CLASSES:
+        cls = getattr(rc, name)
+        _saved["backend:" + name] = cls.__dict__.get("backend_override_cls")
+        cls.backend_override_cls = backend
+    for module, setting in _SETTINGS:
+        mod = importlib.import_module(module)
+        _saved[f"setting:{module}:{setting}"] = getattr(mod, setting)
+        setattr(mod, setting, True)
+    original = cpp_builder.CppBuilder.build
+    if not getattr(original, "_progcache", False):
+        _saved["build"] = original
+        cpp_builder.CppBuilder.build = _cached_build(original)
+    from torch._inductor import cpu_vec_isa  # type: ignore[import-not-found, unused-ignore]
+
+    probe = cpu_vec_isa.VecISA._probe_load
+    if not getattr(probe, "_progcache", False):
+        _saved["probe"] = probe
+        cpu_vec_isa.VecISA._probe_load = _cached_probe(probe)
+    if not os.environ.get("TRITON_CACHE_MANAGER"):
+        _saved["triton_manager"] = True
+        os.environ["TRITON_CACHE_MANAGER"] = "progcache.triton:CacheManager"
+    # Inductor's compile workers are new processes: the variable turns this
+    # module on in them too (through the autoload .pth).
+    _saved["variable"] = os.environ.get("PROGCACHE_TORCH")
+    os.environ["PROGCACHE_TORCH"] = "1"
+
+
+def enable() -> bool:
+    """Makes torch.compile's caches progcache's. Returns whether it did:
+    False (with one warning) when this torch is not one it was tested with or
+    the cache cannot be used; False, silently, under PROGCACHE_DISABLE.
+    Idempotent. Call it before the first torch.compile; ``PROGCACHE_TORCH=1``
+    calls it when Inductor is first imported."""
+    global _enabled
+    with _lock:
+        if _enabled:
+            return True
+        st = _STORE.get_state()
+        if st.disabled or st.store is None:
+            return False  # said once by the store when it failed
+        why = supported()
+        if why is not None:
+            _integration.warn_once("torch", "unsupported", why)
+            return False
+        try:
+            _install()
+        except Exception as e:  # an internal moved: torch keeps its caches
+            _restore()
+            _integration.warn_once("torch", "install", f"torch.compile keeps its own caches ({e})")
+            return False
+        _enabled = True
+        return True
+
+
+def _restore() -> None:
+    from torch._inductor import cpp_builder  # type: ignore[import-not-found, unused-ignore]
+    from torch._inductor import remote_cache as rc  # type: ignore[import-not-found, unused-ignore]
+    import importlib
+
+    for k, v in list(_saved.items()):
+        if k.startswith("backend:"):
+            cls = getattr(rc, k[len("backend:"):])
+            if v is None:
+                if "backend_override_cls" in cls.__dict__:
+                    delattr(cls, "backend_override_cls")
+            else:
+                cls.backend_override_cls = v
+        elif k.startswith("setting:"):
+            _, module, setting = k.split(":", 2)
+            setattr(importlib.import_module(module), setting, v)
+        elif k == "build":
+            cpp_builder.CppBuilder.build = v
+        elif k == "probe":
+            from torch._inductor import cpu_vec_isa  # type: ignore[import-not-found, unused-ignore]
+            cpu_vec_isa.VecISA._probe_load = v
+        elif k == "triton_manager":
+            os.environ.pop("TRITON_CACHE_MANAGER", None)
+        elif k == "variable":
+            if v is None:
+                os.environ.pop("PROGCACHE_TORCH", None)
+            else:
+                os.environ["PROGCACHE_TORCH"] = v
+    _saved.clear()
+
+
+def disable() -> None:
+    """Gives torch.compile its own caches back."""
+    global _enabled
+    with _lock:
+        if _enabled:
+            _restore()
+            _enabled = False
+
+
+class _Watch:
+    """Enables this module when torch's Inductor is first imported (the
+    caches live there), so that a process that imports torch and never
+    compiles pays nothing for the switch."""
+
+    _module = "torch._inductor.codecache"
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self._module:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        import importlib.util
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            try:
+                enable()
+            except Exception as e:  # never fail torch's import
+                _integration.warn_once("torch", "install", f"torch.compile keeps its own caches ({e})")
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _arm() -> None:
+    if _Watch._module in sys.modules:
+        enable()
+    elif not any(isinstance(f, _Watch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Watch())
+
+
+if _integration.env_flag("PROGCACHE_TORCH"):
+    _arm()
