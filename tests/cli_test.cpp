@@ -835,6 +835,140 @@ TEST_F(CliTest, ConventionsACcacheUserExpects) {
   EXPECT_NE(version.out.find("signing: HMAC-SHA256, Ed25519"), std::string::npos) << version.out;
 }
 
+// ---- ccache's flags: -s, -z, -C, -M, -V, -p
+
+TEST_F(CliTest, CcacheShowStatsIsStats) {
+  ASSERT_EQ(run({"put", "k", file("v", std::string(3000, 'x'))}).code, 0);
+  ASSERT_EQ(run({"get", "k", "-o", m_tmp.sub("o")}).code, 0);
+  auto s = run({"-s"});
+  EXPECT_EQ(s.code, 0) << s.err;
+  EXPECT_EQ(s.out, run({"stats"}).out);
+  EXPECT_NE(s.out.find("hit rate          100.0 %"), std::string::npos) << s.out;
+  EXPECT_EQ(run({"--show-stats"}).out, s.out);
+  // The words after the flag are the command's.
+  auto js = run({"-s", "--json"});
+  ASSERT_EQ(js.code, 0) << js.err;
+  EXPECT_EQ(nlohmann::json::parse(js.out)["hits"], 1);
+  // Global options before the flag name the root.
+  const std::string other = m_tmp.sub("other");
+  auto elsewhere = run({"--dir", other, "-s"});
+  EXPECT_EQ(elsewhere.code, 0) << elsewhere.err;
+  EXPECT_NE(elsewhere.out.find(other + " (does not exist yet)"), std::string::npos) << elsewhere.out;
+}
+
+TEST_F(CliTest, CcacheZeroStatsZeroesWhatStatsShows) {
+  ASSERT_EQ(run({"put", "k", file("v", std::string(3000, 'x'))}).code, 0);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(run({"get", "k", "-o", m_tmp.sub("o")}).code, 0);
+  EXPECT_EQ(run({"get", "absent", "-o", m_tmp.sub("o")}).code, 1);
+  ASSERT_EQ(nlohmann::json::parse(run({"stats", "--json"}).out)["hits"], 2);
+  auto z = run({"-z"});
+  EXPECT_EQ(z.code, 0) << z.err;
+  EXPECT_EQ(z.out, "statistics zeroed\n");
+  auto after = nlohmann::json::parse(run({"stats", "--json"}).out);
+  EXPECT_EQ(after["hits"], 0);
+  EXPECT_EQ(after["misses"], 0);
+  EXPECT_EQ(after["puts"], 0);
+  EXPECT_EQ(after["entries"], 1) << "zeroing the statistics removed an entry";
+  EXPECT_NE(run({"stats"}).out.find("hit rate          -\n"), std::string::npos);
+  // Together, in ccache's order: shown, then zeroed.
+  ASSERT_EQ(run({"get", "k", "-o", m_tmp.sub("o")}).code, 0);
+  auto sz = run({"-sz"});
+  EXPECT_EQ(sz.code, 0) << sz.err;
+  EXPECT_NE(sz.out.find("hit rate          100.0 %"), std::string::npos) << sz.out;
+  EXPECT_NE(sz.out.find("statistics zeroed\n"), std::string::npos) << sz.out;
+  EXPECT_LT(sz.out.find("hit rate"), sz.out.find("statistics zeroed"));
+  EXPECT_EQ(nlohmann::json::parse(run({"stats", "--json"}).out)["hits"], 0);
+  EXPECT_EQ(run({"--zero-stats"}).code, 0);
+}
+
+TEST_F(CliTest, CcacheClearEmptiesTheStoreOnDisk) {
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(run({"put", "k" + std::to_string(i), file("v", std::string(2000, 'x'))}).code, 0);
+  }
+  ASSERT_GT(testing::entry_bytes_on_disk(cache()), 0u);
+  auto c = run({"-C"});
+  EXPECT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(testing::entry_bytes_on_disk(cache()), 0u) << "entry files are left on disk";
+  EXPECT_EQ(run({"ls"}).out, "");
+  EXPECT_EQ(run({"get", "k0", "-o", m_tmp.sub("o")}).code, 1);
+  ASSERT_EQ(run({"put", "k", file("v", "again")}).code, 0);
+  EXPECT_EQ(run({"--clear"}).code, 0);
+  EXPECT_EQ(testing::entry_bytes_on_disk(cache()), 0u);
+}
+
+TEST_F(CliTest, CcacheMaxSizeNamesTheSettingAndChangesNothing) {
+  ASSERT_EQ(run({"put", "k", file("v", std::string(3000, 'x'))}).code, 0);
+  const std::uint64_t before = testing::entry_bytes_on_disk(cache());
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"-M", "1K"}, {"-M1K"}, {"--max-size", "1K"}, {"--max-size=1K"}}) {
+    auto m = run(args);
+    EXPECT_EQ(m.code, 2) << args[0];
+    EXPECT_NE(m.err.find("nothing was changed"), std::string::npos) << m.err;
+    EXPECT_NE(m.err.find("PROGCACHE_MAX_SIZE=1K"), std::string::npos) << m.err;
+    EXPECT_NE(m.err.find("progcache prune --max-size 1K"), std::string::npos) << m.err;
+    EXPECT_EQ(m.out, "");
+  }
+  EXPECT_EQ(testing::entry_bytes_on_disk(cache()), before) << "-M removed entries";
+  EXPECT_EQ(run({"get", "k", "-o", m_tmp.sub("o")}).code, 0);
+  // The hint names the root it was given.
+  auto dir = run({"--dir", cache(), "-M", "2G"});
+  EXPECT_NE(dir.err.find("progcache --dir " + cache() + " prune --max-size 2G"), std::string::npos) << dir.err;
+  // A bad size or none at all: a usage error that names it.
+  auto bad = run({"-M", "10Q"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("10Q"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find("nothing was changed"), std::string::npos) << bad.err;
+  auto none = run({"-M"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("-M needs a SIZE"), std::string::npos) << none.err;
+}
+
+TEST_F(CliTest, CcacheVersionAndShowConfig) {
+  auto v = run({"-V"});
+  EXPECT_EQ(v.code, 0) << v.err;
+  EXPECT_EQ(v.out.rfind("progcache ", 0), 0u) << v.out;
+  EXPECT_EQ(v.out, run({"--version"}).out);
+  auto p = run({"-p"}, {"PROGCACHE_MAX_SIZE=3G"});
+  EXPECT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(p.out, run({"config"}, {"PROGCACHE_MAX_SIZE=3G"}).out);
+  EXPECT_NE(p.out.find("PROGCACHE_MAX_SIZE = 3.0 GiB  (environment)"), std::string::npos) << p.out;
+  EXPECT_EQ(run({"--show-config"}).code, 0);
+  // An unknown letter among ccache's is a usage error naming it.
+  auto bad = run({"-sq"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("'-q'"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "") << "a flag before the bad one ran";
+  for (const char* other : {"-x", "--cleanup"}) {
+    auto unknown = run({other});
+    EXPECT_EQ(unknown.code, 2);
+    EXPECT_NE(unknown.err.find("unknown option '" + std::string(other) + "'"), std::string::npos) << unknown.err;
+    EXPECT_NE(unknown.err.find("-s, -z, -C, -M, -V and -p"), std::string::npos) << unknown.err;
+  }
+}
+
+// Messages are the user's words: the library's code names ("invalid_argument",
+// "data_loss") decide the exit code and are never printed.
+TEST_F(CliTest, ErrorMessagesCarryNoStatusCodeNames) {
+  ASSERT_EQ(run({"put", "k", file("v", "value")}).code, 0);
+  const std::vector<std::pair<CliRun, int>> runs = {
+      {run({"get", std::string(63, 'a') + "z"}), 2},
+      {run({"prune", "--max-size", "10Q"}), 2},
+      {run({"stats"}, {"PROGCACHE_MAX_SIZE=10Q"}), 2},
+      {run({"put", "k", m_tmp.sub("does-not-exist")}), 3},
+      {run({"--dir", file("plain-file", "x"), "stats"}), 3},
+      {run({"import", file("junk.pcb", "this is not a bundle at all")}), 3},
+  };
+  for (const auto& [r, code] : runs) {
+    EXPECT_EQ(r.code, code) << r.err;
+    EXPECT_EQ(r.err.rfind("progcache: ", 0), 0u) << r.err;
+    for (const char* name :
+         {"invalid_argument", "not_found", "data_loss", "unavailable", "deadline_exceeded", "permission_denied",
+          "resource_exhausted", "compile_error", "internal:", "failed_precondition"}) {
+      EXPECT_EQ(r.err.find(name), std::string::npos) << r.err;
+    }
+  }
+}
+
 TEST_F(CliTest, SigningKeyNeverAppearsInErrors) {
   const std::string short_key = file("short.key", "tiny-secret");
   auto r = run({"stats"}, {"PROGCACHE_HMAC_KEY_FILE=" + short_key});

@@ -1,6 +1,7 @@
 // The progcache command-line tool: what its files share.
 //
-// main.cpp declares the global options and dispatches; each command group
+// main.cpp declares the global options, turns ccache's flags (-s, -z, -C,
+// -p, -V, -M) into the commands they name, and dispatches; each command group
 // lives in its own file (cmd_entry.cpp: put, get, rm; cmd_admin.cpp: ls,
 // stats, verify, prune, clear, config; cmd_compile.cpp: compile;
 // cmd_bundle.cpp: export, import; cmd_explain.cpp: explain; cmd_nvcc.cpp: the
@@ -92,6 +93,9 @@ pc::Status load_program(const std::string& f, const std::vector<std::string>& op
 
 // ---- common.cpp
 
+// What a user is told of `st`: its message, in plain words, without the
+// code's name (which sets the exit code only).
+std::string plain(const pc::Status& st);
 // Prints the error and returns its exit code (usage for invalid_argument).
 int fail(const pc::Status& st);
 pc::Result<pc::Key> parse_key(const std::string& text, bool as_string);

@@ -89,15 +89,14 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
       j["reachable"] = probe.ok();
       j["entries"] = nullptr;
       j["bytes_stored"] = nullptr;
-      j[probe.ok() ? "note" : "error"] =
-          probe.ok() ? "the server does not list its entries" : probe.status().to_string();
+      j[probe.ok() ? "note" : "error"] = probe.ok() ? "the server does not list its entries" : plain(probe.status());
     } else if (n.ok() && b.ok()) {
       j["reachable"] = true;
       j["entries"] = *n;
       j["bytes_stored"] = *b;
     } else {
       j["reachable"] = false;
-      j["error"] = (n.ok() ? b.status() : n.status()).to_string();
+      j["error"] = plain(n.ok() ? b.status() : n.status());
     }
     remote.push_back(j);
   }

@@ -84,7 +84,7 @@ int run_export(const BundleArgs& a, const pc::Config& cfg) {
       if (!encoded.ok()) {
         std::fprintf(stderr, "progcache: export: left out %s%s: %s\n",
                      chosen[i].store->name == "programs" ? "" : (chosen[i].store->name + ": ").c_str(),
-                     chosen[i].key.hex().c_str(), encoded.status().to_string().c_str());
+                     chosen[i].key.hex().c_str(), plain(encoded.status()).c_str());
       }
       ++skipped;
       continue;
@@ -176,7 +176,7 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
     const std::string where = (r.store == "programs" ? "" : printable(r.store) + ": ") + r.key.hex();
     auto store = targets.get(r.store);
     if (!store.ok()) {
-      std::fprintf(stderr, "progcache: import: refused %s: %s\n", where.c_str(), store.status().to_string().c_str());
+      std::fprintf(stderr, "progcache: import: refused %s: %s\n", where.c_str(), plain(store.status()).c_str());
       ++refused;
       continue;
     }
@@ -188,7 +188,7 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
     pc::Status put = pc::verify_encoded_entry(r.key, r.encoded, trusted);
     if (put.ok()) put = (*store)->put_encoded(r.key, std::move(r.encoded));
     if (!put.ok()) {
-      std::fprintf(stderr, "progcache: import: refused %s: %s\n", where.c_str(), put.to_string().c_str());
+      std::fprintf(stderr, "progcache: import: refused %s: %s\n", where.c_str(), plain(put).c_str());
       ++refused;
       continue;
     }
@@ -211,7 +211,7 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
   }
   std::printf("\n");
   if (!bundle_error.ok()) {
-    std::fprintf(stderr, "progcache: import: %s%s\n", bundle_error.to_string().c_str(),
+    std::fprintf(stderr, "progcache: import: %s%s\n", plain(bundle_error).c_str(),
                  imported != 0 ? " (the entries before it were checked one by one and imported)" : "");
     return k_exit_error;
   }

@@ -161,7 +161,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
     auto s = open_data_store(cfg);
     if (!s.ok()) {
       // A cache that cannot open must not stop a compile.
-      std::cerr << "progcache: warning: compiling without the cache: " << s.status().to_string() << "\n";
+      std::cerr << "progcache: warning: compiling without the cache: " << plain(s.status()) << "\n";
       use_private_state();
     } else {
       store = std::move(*s);
@@ -177,9 +177,9 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
                   const pc::CompileFailure& failure, const std::string& out_path) {
     json j{{"input", label}, {"seconds", secs}};
     if (!r.ok()) {
-      j["error"] = r.status().to_string();
+      j["error"] = plain(r.status());
       j["log"] = failure.log;
-      std::cerr << "progcache: " << label << ": " << r.status().to_string() << "\n";
+      std::cerr << "progcache: " << label << ": " << plain(r.status()) << "\n";
       rc = r.status().code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
     } else {
       j["key"] = r->key.hex();
@@ -190,7 +190,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
       if (!out_path.empty()) {
         pc::Status st = write_output(out_path, r->code.view());
         if (!st.ok()) {
-          std::cerr << "progcache: " << st.to_string() << "\n";
+          std::cerr << "progcache: " << plain(st) << "\n";
           rc = k_exit_error;
         }
         j["output"] = out_path;

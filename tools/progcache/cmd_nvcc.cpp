@@ -854,7 +854,7 @@ class Launcher {
   int run() {
     auto cfg = pc::resolve_config();
     if (!cfg.ok()) {
-      std::fprintf(stderr, "progcache: not caching (%s)\n", cfg.status().to_string().c_str());
+      std::fprintf(stderr, "progcache: not caching (%s)\n", plain(cfg.status()).c_str());
       exec_nvcc(m_nvcc, m_args);
     }
     if (cfg->disabled) exec_nvcc(m_nvcc, m_args);  // PROGCACHE_DISABLE: as if no launcher were set
@@ -865,7 +865,7 @@ class Launcher {
     o.root = pc::join_path(m_root, std::string(k_store));
     auto store = pc::FileStore::open(o);
     if (!store.ok()) {
-      std::fprintf(stderr, "progcache: not caching (%s)\n", store.status().to_string().c_str());
+      std::fprintf(stderr, "progcache: not caching (%s)\n", plain(store.status()).c_str());
       exec_nvcc(m_nvcc, m_args);
     }
     m_store = std::move(*store);

@@ -17,8 +17,19 @@
 
 namespace progcache::cli {
 
+// The message alone: it names the file, key or option and what is wrong;
+// the code's name ("invalid_argument") is the library's, not the user's
+// word, and decides only the exit code. A status without a message (none
+// should have one) says what its code means, in words.
+std::string plain(const pc::Status& st) {
+  if (!st.message().empty()) return st.message();
+  std::string words(pc::code_name(st.code()));
+  std::replace(words.begin(), words.end(), '_', ' ');
+  return words;
+}
+
 int fail(const pc::Status& st) {
-  std::cerr << "progcache: " << st.to_string() << "\n";
+  std::cerr << "progcache: " << plain(st) << "\n";
   return st.code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
 }
 
@@ -341,7 +352,7 @@ pc::Result<Stores> open_stores(const pc::Config& cfg) {
     auto store = pc::FileStore::open(o);
     if (!store.ok()) {
       std::fprintf(stderr, "progcache: skipping the %s store in '%s': %s\n", std::string(c.name).c_str(), dir.c_str(),
-                   store.status().to_string().c_str());
+                   plain(store.status()).c_str());
       continue;
     }
     out.push_back({std::string(c.name), std::move(*store)});

@@ -1,7 +1,10 @@
 // progcache — the operator's command-line tool: declares the global options
-// and the command groups, parses, and dispatches to the one command given.
+// and the command groups, parses, and dispatches to the one command given
+// (or, for ccache's flags, to the commands they name, in order).
 //
 // Exit codes: 0 ok, 1 miss (or key absent), 2 usage error, 3 any other error.
+// Messages are the status's message in plain words (plain() in common.cpp):
+// a code's name such as invalid_argument only decides the exit code.
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
@@ -47,7 +50,186 @@ std::optional<std::string> unknown_subcommand(int argc, char** argv, const CLI::
   return std::nullopt;
 }
 
+// ccache's operator flags, as a ccache user types them (ccache -s, -z, -C,
+// -p, -V, or the long spellings), each run as the progcache command it names.
+// -M takes a SIZE and is answered apart (ccache_max_size).
+struct CcacheFlag {
+  char letter;
+  std::string_view long_name;
+  std::vector<std::string> words;  // the progcache command; empty for -M
+};
+
+constexpr const char* k_ccache_known = "; of ccache's options, progcache knows -s, -z, -C, -M, -V and -p";
+
+const std::vector<CcacheFlag>& ccache_flags() {
+  static const std::vector<CcacheFlag> flags = {
+      {'s', "--show-stats", {"stats"}},   {'z', "--zero-stats", {"stats", "--zero"}}, {'C', "--clear", {"clear"}},
+      {'p', "--show-config", {"config"}}, {'V', "--version", {"--version"}},          {'M', "--max-size", {}},
+  };
+  return flags;
+}
+
+// What the ccache flags of a command line ask for, in their order: each a
+// whole command line of progcache's own words, or a cap given to -M.
+struct CcacheStep {
+  std::vector<std::string> argv;
+  std::optional<std::string> max_size;  // -M SIZE, answered by ccache_max_size
+};
+struct CcachePlan {
+  std::vector<CcacheStep> steps;
+  std::string error;  // a usage error found while reading the flags
+};
+
+// The steps, or nothing when the first word (after the global options) is
+// not a ccache flag. Flags may be given one by one (-z -s) or together
+// (-zs), and run in that order, as ccache runs them; the words after the last
+// flag go to its command (-s --json is stats --json).
+std::optional<CcachePlan> ccache_plan(int argc, char** argv) {
+  std::vector<std::string> globals;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if ((a == "--dir" || a == "--remote") && i + 1 < argc) {
+      globals.emplace_back(a);
+      globals.emplace_back(argv[++i]);
+    } else if (a.starts_with("--dir=") || a.starts_with("--remote=")) {
+      globals.emplace_back(a);
+    } else {
+      break;
+    }
+  }
+  const auto find = [](auto pred) -> const CcacheFlag* {
+    for (const auto& f : ccache_flags()) {
+      if (pred(f)) return &f;
+    }
+    return nullptr;
+  };
+  CcachePlan plan;
+  const auto add = [&](const CcacheFlag& f, const std::optional<std::string>& value) {
+    CcacheStep step;
+    if (f.words.empty()) {
+      step.max_size = value.value_or("");
+      step.argv = globals;  // kept for the hint, which names them
+    } else {
+      step.argv = {argv[0]};
+      step.argv.insert(step.argv.end(), globals.begin(), globals.end());
+      step.argv.insert(step.argv.end(), f.words.begin(), f.words.end());
+    }
+    plan.steps.push_back(std::move(step));
+  };
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.starts_with("--")) {
+      const std::string name = a.substr(0, a.find('='));
+      const CcacheFlag* f = find([&](const CcacheFlag& c) { return c.long_name == name; });
+      // --version is the parser's own (-V becomes it); --max-size is
+      // ccache's only before any subcommand (prune --max-size is progcache's).
+      if (a == "--version" || a == "--help" || name == "--dir" || name == "--remote") break;
+      if (f == nullptr) {
+        // An option before any subcommand that is neither progcache's nor
+        // one of ccache's that progcache knows (ccache -c, -F, -x, ...).
+        if (plan.steps.empty()) plan.error = "unknown option '" + a + "'" + k_ccache_known;
+        break;
+      }
+      if (!f->words.empty()) {
+        if (name != a) plan.error = "'" + a + "' takes no value";
+        add(*f, std::nullopt);
+      } else if (name != a) {
+        add(*f, a.substr(name.size() + 1));
+      } else if (i + 1 < argc) {
+        add(*f, argv[++i]);
+      } else {
+        plan.error = a + " needs a SIZE (e.g. 5G)";
+      }
+      continue;
+    }
+    if (a.size() < 2 || a[0] != '-') break;
+    // A cluster of letters (-zs); a -M in it takes the rest, or the next word.
+    if (find([&](const CcacheFlag& c) { return c.letter == a[1]; }) == nullptr) {
+      if (plan.steps.empty() && a != "-h") plan.error = "unknown option '" + a + "'" + k_ccache_known;
+      break;
+    }
+    for (std::size_t k = 1; k < a.size(); ++k) {
+      const CcacheFlag* f = find([&](const CcacheFlag& c) { return c.letter == a[k]; });
+      if (f == nullptr) {
+        plan.error = std::string("unknown option '-") + a[k] + "' in '" + a + "'" + k_ccache_known;
+        break;
+      }
+      if (!f->words.empty()) {
+        add(*f, std::nullopt);
+      } else if (k + 1 < a.size()) {
+        add(*f, a.substr(k + 1));
+        break;
+      } else if (i + 1 < argc) {
+        add(*f, argv[++i]);
+      } else {
+        plan.error = "-M needs a SIZE (e.g. 5G)";
+      }
+    }
+  }
+  if (plan.steps.empty() && plan.error.empty()) return std::nullopt;
+  // The words after the flags are the last command's (-s --json).
+  if (!plan.steps.empty() && !plan.steps.back().max_size) {
+    for (; i < argc; ++i) plan.steps.back().argv.emplace_back(argv[i]);
+  } else if (i < argc && plan.error.empty()) {
+    plan.error = std::string("unexpected '") + argv[i] + "' after -M SIZE";
+  }
+  return plan;
+}
+
+// ccache -M stores a cap in ccache.conf; progcache keeps its settings in the
+// environment, which no command can change for the programs that read it.
+// So -M says which setting holds the cap and how to trim to it now, and
+// changes nothing (a usage error, so that no script takes it as done).
+int ccache_max_size(const CcacheStep& step) {
+  const std::string& text = *step.max_size;
+  if (text != "0" && text != "none" && text != "unlimited") {
+    auto n = pc::parse_size(text);
+    if (!n.ok()) {
+      std::cerr << "progcache: -M: " << plain(n.status()) << "\n";
+      return k_exit_usage;
+    }
+  }
+  std::string globals;
+  for (const auto& g : step.argv) globals += " " + g;
+  std::cerr << "progcache: -M: progcache reads its cap from the environment and keeps no settings file, so "
+               "nothing was changed.\n"
+               "  To cap the cache at "
+            << text << ", set PROGCACHE_MAX_SIZE=" << text
+            << " where the programs that use it run (the CLI, the nvcc launcher, Python).\n"
+               "  To trim the cache to that size now: progcache"
+            << globals << " prune --max-size " << text << "\n";
+  return k_exit_usage;
+}
+
+int run(int argc, char** argv);
+
+// Runs the steps of a ccache command line in order; the first that does not
+// succeed ends the run with its exit code.
+int run_ccache_plan(const CcachePlan& plan) {
+  if (!plan.error.empty()) {
+    std::cerr << "progcache: " << plan.error << " (see progcache --help)\n";
+    return k_exit_usage;
+  }
+  for (const auto& step : plan.steps) {
+    int rc = k_exit_ok;
+    if (step.max_size) {
+      rc = ccache_max_size(step);
+    } else {
+      std::vector<std::string> words = step.argv;
+      std::vector<char*> args;
+      args.reserve(words.size() + 1);
+      for (auto& w : words) args.push_back(w.data());
+      args.push_back(nullptr);
+      rc = run(static_cast<int>(words.size()), args.data());
+    }
+    if (rc != k_exit_ok) return rc;
+  }
+  return k_exit_ok;
+}
+
 int run(int argc, char** argv) {
+  if (auto plan = ccache_plan(argc, argv)) return run_ccache_plan(*plan);
   CLI::App app{
       "progcache: a cache for compiled GPU programs.\n\n"
       "KEY arguments are either exactly 64 hex digits (the key itself, as printed by\n"
@@ -73,6 +255,10 @@ int run(int argc, char** argv) {
   add_compile_command(app, commands);
   add_explain_command(app, commands);
   add_nvcc_command(app, commands);
+  // After the subcommands, which would inherit it.
+  app.footer(
+      "ccache's flags work too: -s (stats), -z (stats --zero), -C (clear), -p (config), -V (--version);\n"
+      "-M SIZE changes nothing: the cap is PROGCACHE_MAX_SIZE, and prune --max-size SIZE trims to a size now.");
 
   app.allow_extras();  // only commands that take extras accept any: checked below
   if (auto word = unknown_subcommand(argc, argv, app)) {
