@@ -40,6 +40,7 @@ manifest of the stat identities of every file and directory it read.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import re
@@ -159,7 +160,10 @@ def _release_own(name: str) -> None:
 
 # ------------------------------------------------------------ the manager
 
-class CacheManager(_tcache.CacheManager):
+# The metaclass named is the base's own (Triton's CacheManager is an ABC):
+# Triton ships no type information, so without it a type checker would take
+# the metaclass for `type`.
+class CacheManager(_tcache.CacheManager, metaclass=abc.ABCMeta):
     """Triton's cache manager contract on progcache's store. Triton makes one
     per compile (``key`` is its kernel hash in base32); ``override`` and
     ``dump`` managers are directories of Triton's debugging tools, not

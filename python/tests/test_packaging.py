@@ -1,8 +1,10 @@
 """The package as pip installs it: the `progcache` command and `python -m
 progcache` come with the wheel, and NVIDIA's NVRTC wheels in the same
 environment are found whether or not that environment is activated."""
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -101,12 +103,83 @@ def test_nvidia_wheels_are_found_whether_or_not_the_environment_is_activated(tmp
     assert r.returncode == 0 and int(r.stdout) > 0, r.stderr
 
 
+def _package_dir(tmp_path):
+    """The directory of the progcache package that a script run with this
+    python imports (from another directory, no PYTHONPATH: the installed one)."""
+    r = subprocess.run([sys.executable, "-c", "import os, progcache; print(os.path.dirname(progcache.__file__))"],
+                       cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def test_type_stubs_match_the_public_api(tmp_path):
-    """mypy's stubtest over the installed package: every public name, its
-    signature and its kind as the stubs say (the allowlist names what a stub
-    cannot express, and why)."""
+    """mypy's stubtest over the installed package with the allowlist shipped
+    in it: every public name, its signature and its kind as the stubs say
+    (the allowlist names what stubtest cannot check, and why)."""
     pytest.importorskip("mypy", reason="mypy is not installed (pip install mypy)")
-    allowlist = os.path.join(os.path.dirname(__file__), "..", "stubtest-allowlist.txt")
+    allowlist = os.path.join(_package_dir(tmp_path), "stubtest-allowlist.txt")
+    assert os.path.isfile(allowlist), "the stubtest allowlist is not shipped in the package"
     r = subprocess.run([sys.executable, "-m", "mypy.stubtest", "progcache", "--allowlist", allowlist],
                        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _shape(fn: ast.FunctionDef):
+    """What a call can rely on: how many arguments are positional-only (their
+    names are not), the names of the others, which have defaults, and *args
+    and **kwargs."""
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    with_default = {p.arg for p in positional[len(positional) - len(a.defaults):]} if a.defaults else set()
+    with_default |= {p.arg for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None}
+    return {"positional_only": len(a.posonlyargs),
+            "named": [p.arg for p in a.args],
+            "keyword_only": [p.arg for p in a.kwonlyargs],
+            "defaults": sorted(n for n in with_default if n not in {p.arg for p in a.posonlyargs}),
+            "positional_only_defaults": len([p for p in a.posonlyargs if p.arg in with_default]),
+            "varargs": a.vararg is not None,
+            "kwargs": a.kwarg is not None}
+
+
+def _runtime_shapes(obj):
+    """The shapes of nanobind's own signatures of `obj` (one per overload)."""
+    shapes = []
+    for sig in getattr(obj, "__nb_signature__", ()):
+        text = re.sub(r"\\\d+", "...", sig[0])  # defaults are placeholders (\0, \1, ...)
+        fn = ast.parse(text + ": ...").body[0]
+        assert isinstance(fn, ast.FunctionDef), text
+        shapes.append(_shape(fn))
+    return shapes
+
+
+def test_core_stubs_match_the_bindings_signatures():
+    """stubtest cannot read a nanobind function's signature (its module-level
+    functions are allowlisted, its methods passed over): the stub of each is
+    compared here with the signature nanobind records (__nb_signature__):
+    which arguments are positional-only, the names of the others, defaults."""
+    from progcache import _core
+    stub_path = os.path.join(os.path.dirname(_core.__file__), "_core.pyi")
+    with open(stub_path) as f:
+        stub = ast.parse(f.read())
+    checked = 0
+    problems = []
+
+    def compare(name, fn, runtime):
+        nonlocal checked
+        shapes = _runtime_shapes(runtime)
+        if not shapes:
+            return  # not a nanobind function (a property, a class without a constructor)
+        checked += 1
+        if _shape(fn) not in shapes:
+            problems.append(f"{name}: stub {_shape(fn)}, runtime {shapes}")
+
+    for node in stub.body:
+        if isinstance(node, ast.FunctionDef):
+            compare(node.name, node, getattr(_core, node.name))
+        elif isinstance(node, ast.ClassDef) and hasattr(_core, node.name):
+            cls = getattr(_core, node.name)
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name in vars(cls):
+                    compare(f"{node.name}.{item.name}", item, vars(cls)[item.name])
+    assert not problems, "\n".join(problems)
+    assert checked >= 30, f"only {checked} signatures compared"
