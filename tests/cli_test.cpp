@@ -298,7 +298,7 @@ TEST_F(CliTest, LsLongJsonAndStats) {
   EXPECT_NE(ls.out.find(key_from_user("a").hex()), std::string::npos);
   EXPECT_NE(ls.out.find(key_from_user("b").hex()), std::string::npos);
   auto ls_long = run({"ls", "--long"});
-  EXPECT_NE(ls_long.out.find("Z"), std::string::npos);  // timestamps
+  EXPECT_NE(ls_long.out.find('Z'), std::string::npos);  // timestamps
   auto js = nlohmann::json::parse(run({"ls", "--json"}).out);
   ASSERT_EQ(js.size(), 2u);
   EXPECT_EQ(js[0]["key"].get<std::string>().size(), 64u);
@@ -434,7 +434,7 @@ TEST_F(CliTest, ABundleShowsAProgressBarOnATerminalAndNoneOtherwise) {
   ASSERT_TRUE(fs::exists(m_tmp.sub("t.pcb")));
   auto quiet = run({"export", "-o", m_tmp.sub("q.pcb")});
   ASSERT_EQ(quiet.code, 0);
-  EXPECT_EQ(quiet.err.find("["), std::string::npos) << "a progress bar where no terminal is: " << quiet.err;
+  EXPECT_EQ(quiet.err.find('['), std::string::npos) << "a progress bar where no terminal is: " << quiet.err;
   EXPECT_EQ(testing::read_all(m_tmp.sub("t.pcb")).size(), testing::read_all(m_tmp.sub("q.pcb")).size());
   ASSERT_EQ(on_tty("--dir " + m_tmp.sub("other") + " import " + m_tmp.sub("t.pcb"), "import.log"), 0);
   const std::string imported = testing::read_all(m_tmp.sub("import.log"));
@@ -639,7 +639,8 @@ TEST_F(CliTest, AnImportThatOverflowsTheCapKeepsTheMostRecentlyUsedAndSaysSo) {
       const std::string path = (*source)->entry_path(key_from_user("e" + std::to_string(i)));
       // The modification time too: no older than the access time, so a
       // relatime mount does not bump the access time when export reads it.
-      const timespec times[2] = {{base + rank[i] * 60, 0}, {base + rank[i] * 60, 0}};
+      const std::time_t used = base + static_cast<std::time_t>(rank[i]) * 60;
+      const timespec times[2] = {{used, 0}, {used, 0}};
       ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
     }
   }
