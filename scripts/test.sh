@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command: install what is missing, build, and run every
 # test: the C++ style check (scripts/format.sh); clang-tidy (scripts/tidy.sh);
-# the Python suite, with Triton's (tilelang's have their own command,
-# scripts/test-tilelang.sh: see below);
+# the Python suite, with Triton's and torch's (scripts/test-torch.sh;
+# tilelang's have their own command, scripts/test-tilelang.sh: see below);
 # the unit, integration,
 # multi-process, crash and CLI suites (ctest);
 # the same suites again under ASan+UBSan and under TSan; and a short run of
@@ -46,7 +46,12 @@ py="$PWD/$venv/bin/python"
 # `pip install .` must not write into the source tree (a read-only checkout
 # must install): compare the tree, ignored files included, before and after.
 tree_before=$(git status --porcelain --ignored 2>/dev/null || true)
-"$py" -m pip install -q --disable-pip-version-check ./
+# Built once as a wheel (outside the tree), installed here and, below, in
+# torch's environment.
+wheeldir=$(mktemp -d)
+trap 'rm -rf "$wheeldir"' EXIT
+"$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheeldir" ./
+"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheeldir"/progcache-*.whl
 tree_after=$(git status --porcelain --ignored 2>/dev/null || true)
 if [[ "$tree_before" != "$tree_after" ]]; then
   echo "test.sh: 'pip install .' wrote into the source tree:" >&2
@@ -58,6 +63,11 @@ case "$build_dir" in /*) cli="$build_dir/progcache" ;; *) cli="$PWD/$build_dir/p
 mark "pip install"
 PROGCACHE_CLI="$cli" "$py" -m pytest -q python/tests
 mark pytest
+# progcache.torch against the real torch from PyPI (CPU: Inductor's C++
+# code generation), in its own environment (.venv-torch: torch and its CUDA
+# wheels are about 5.3 GB): scripts/test-torch.sh, given the wheel above.
+PROGCACHE_WHEEL=$(echo "$wheeldir"/progcache-*.whl) bash scripts/test-torch.sh
+mark "torch tests"
 if [[ "${PROGCACHE_QUICK:-0}" != "1" ]]; then
   bash scripts/sanitize.sh asan
   mark "ASan+UBSan"

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""torch.compile's start in a fresh process, with and without progcache.torch
+(docs/benchmarks.md, "torch.compile warm start").
+
+For each model (an MLP, a transformer encoder block, a convolutional block),
+each round runs fresh processes and times the first call of the compiled model
+(torch.compile through the first forward pass, under torch.no_grad()):
+
+- cold: no cache anywhere, torch alone;
+- cold + progcache: the same, storing into an empty progcache root;
+- Inductor warm (local): torch alone, a second process on the same machine,
+  its own caches (FX graph, AOTAutograd, C++ libraries) warm;
+- new machine, progcache: empty Inductor, Triton and temporary directories
+  (where Inductor keeps its caches and precompiled headers), served only by a
+  warm progcache root.
+
+Prints medians and the ratio of the last to Inductor's own warm start, and
+with --json the raw times. Run it with the Python that has torch and
+progcache installed (scripts/test-torch.sh makes .venv-torch):
+
+    .venv-torch/bin/python bench/torch_warm_start.py --rounds 5
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, sys, time
+spec = json.loads(sys.argv[1])
+t0 = time.perf_counter()
+import torch
+torch.manual_seed(0)
+kind = spec["model"]
+if kind == "mlp":
+    m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.LayerNorm(512),
+                            torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10))
+    x = torch.randn(64, 256)
+elif kind == "transformer":
+    m = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True)
+    x = torch.randn(8, 32, 128)
+else:
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                            torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+                            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+    x = torch.randn(8, 3, 32, 32)
+m.eval()
+t1 = time.perf_counter()
+f = torch.compile(m)
+with torch.no_grad():
+    f(x)
+t2 = time.perf_counter()
+from torch._dynamo.utils import counters
+print(json.dumps({"first_call": t2 - t1, "import": t1 - t0,
+                  "fx_hit": counters["inductor"].get("fxgraph_cache_hit", 0),
+                  "fx_miss": counters["inductor"].get("fxgraph_cache_miss", 0)}))
+"""
+
+
+def run(model, dirs, root, progcache):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "TRITON_", "PROGCACHE_"))}
+    os.makedirs(os.path.join(dirs, "tmp"), exist_ok=True)
+    env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(dirs, "inductor"),
+                "TRITON_CACHE_DIR": os.path.join(dirs, "triton"), "TMPDIR": os.path.join(dirs, "tmp"),
+                "PROGCACHE_DIR": root})
+    if progcache:
+        env["PROGCACHE_TORCH"] = "1"
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"model": model})], env=env, capture_output=True,
+                       text=True, timeout=1800)
+    if p.returncode != 0:
+        raise SystemExit(f"{model}: the child failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def wipe(dirs):
+    shutil.rmtree(dirs, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", default="mlp,transformer,conv")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    import torch  # noqa: F401 - the version is part of the report
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds, fresh processes, "
+          "first call of the compiled model (s)")
+    rows = {}
+    for model in args.models.split(","):
+        t = {"cold": [], "cold + progcache": [], "Inductor warm (local)": [], "new machine, progcache": []}
+        for _ in range(args.rounds):
+            with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
+                dirs, root = os.path.join(base, "dirs"), os.path.join(base, "root")
+                r = run(model, dirs, root, False)
+                assert r["fx_miss"] == 1, r
+                t["cold"].append(r["first_call"])
+                r = run(model, dirs, root, False)
+                assert r["fx_hit"] == 1, r
+                t["Inductor warm (local)"].append(r["first_call"])
+                wipe(dirs)
+                r = run(model, dirs, root, True)
+                assert r["fx_miss"] == 1, r
+                t["cold + progcache"].append(r["first_call"])
+                wipe(dirs)
+                r = run(model, dirs, root, True)
+                assert r["fx_hit"] == 1, r
+                t["new machine, progcache"].append(r["first_call"])
+        rows[model] = t
+        med = {k: statistics.median(v) for k, v in t.items()}
+        ratio = med["new machine, progcache"] / med["Inductor warm (local)"]
+        print(f"{model:12s} " + "  ".join(f"{k} {v:6.2f}" for k, v in med.items()) +
+              f"  new machine / Inductor warm {ratio:4.2f}")
+    if args.json:
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""progcache.torch against the real torch from PyPI, on the CPU: Inductor
+generates C++ there, with the same FX graph and AOTAutograd caches as on a
+GPU. Each "machine" is a progcache root plus empty Inductor, Triton and
+temporary directories; every compile runs in a fresh process
+(python/tests/torch_child.py), and what is asserted is what the user gets:
+Inductor's own cache counters, the libraries it loads, and the model's output
+against a compile without progcache."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: run bash scripts/test-torch.sh")
+
+import progcache  # noqa: E402
+import progcache.torch as pt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "torch_child.py")
+
+
+class Machine:
+    """A progcache root and the directories torch writes (Inductor's cache,
+    Triton's, the temporary directory that holds Inductor's precompiled
+    headers), each fresh unless shared on purpose."""
+
+    def __init__(self, tmp_path, name="a", root=None, dirs=None, **extra):
+        self.root = root or str(tmp_path / f"root-{name}")
+        base = dirs or str(tmp_path / f"dirs-{name}")
+        self.inductor = os.path.join(base, "inductor")
+        self.triton = os.path.join(base, "triton")
+        self.tmp = os.path.join(base, "tmp")
+        self.extra = extra
+
+    def env(self, **more):
+        e = {k: v for k, v in os.environ.items()
+             if not k.startswith(("TORCH", "TRITON_", "PROGCACHE_"))}
+        os.makedirs(self.tmp, exist_ok=True)
+        e.update({"TORCHINDUCTOR_CACHE_DIR": self.inductor, "TRITON_CACHE_DIR": self.triton, "TMPDIR": self.tmp,
+                  "PROGCACHE_DIR": self.root, "PROGCACHE_TORCH": "1"})
+        e.update(self.extra)
+        e.update(more)
+        return e
+
+    def wipe(self):
+        """What a new machine has of torch's own caches: nothing."""
+        for d in (self.inductor, self.triton, self.tmp):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def run(self, timeout=900, **spec):
+        env_more = spec.pop("env", {})
+        p = subprocess.run([sys.executable, CHILD, json.dumps(spec)], env=self.env(**env_more), capture_output=True,
+                           text=True, timeout=timeout)
+        assert p.returncode == 0, p.stderr[-4000:]
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        out["stderr"] = p.stderr
+        return out
+
+    def libraries(self):
+        """{path: bytes} of every shared library and precompiled header
+        torch has in its directories."""
+        found = {}
+        for base in (self.inductor, self.tmp):
+            for dirpath, _, files in os.walk(base):
+                for f in files:
+                    if f.endswith((".so", ".gch")):
+                        p = os.path.join(dirpath, f)
+                        with open(p, "rb") as fh:
+                            found[p] = fh.read()
+        return found
+
+
+def cold(m):
+    got = m.run()
+    assert got["inductor"].get("fxgraph_cache_miss") == 1, got
+    assert got["progcache"]["cpp_compiled"] > 0 and got["progcache"]["cpp_stored"] > 0, got
+    return got
+
+
+def served(got):
+    """Whether a run was a warm start from progcache: no Inductor compile,
+    no C++ compile, the graph and the AOTAutograd entry served."""
+    return (got["inductor"].get("fxgraph_cache_hit") == 1 and not got["inductor"].get("fxgraph_cache_miss")
+            and got["aot"].get("autograd_cache_hit") == 1 and got["progcache"]["cpp_compiled"] == 0
+            and got["progcache"]["cpp_served"] > 0)
+
+
+def test_a_new_machine_gets_the_whole_warm_start_and_the_same_libraries(tmp_path):
+    m = Machine(tmp_path)
+    first = cold(m)
+    assert first["matches_eager"]
+    m.wipe()
+    warm = m.run()
+    assert served(warm), warm
+    assert warm["output"] == first["output"]
+    assert warm["progcache"]["probes_served"] > 0  # Inductor's instruction-set probes were not run again
+    served_libs = m.libraries()
+    assert served_libs
+    # The oracle: the same compile without progcache, in the same (emptied)
+    # places, writes byte for byte the libraries progcache served. (A
+    # precompiled header is compared by presence only: g++ writes different
+    # bytes for one header in two identical runs.)
+    m.wipe()
+    oracle = m.run(env={"PROGCACHE_DISABLE": "1"})
+    assert oracle["inductor"].get("fxgraph_cache_miss") == 1 and "progcache" not in oracle or \
+        oracle["progcache"]["cpp_served"] == 0
+    assert oracle["output"] == warm["output"]
+    fresh = m.libraries()
+    assert set(fresh) == set(served_libs)
+    for path, data in fresh.items():
+        if path.endswith(".so"):
+            assert served_libs[path] == data, path
+
+
+def test_enable_in_code_works_without_the_variable(tmp_path):
+    m = Machine(tmp_path, PROGCACHE_TORCH="0")
+    first = m.run(enable=True)
+    assert first["enabled"] is True and first["progcache"]["cpp_stored"] > 0
+    m.wipe()
+    assert served(m.run(enable=True))
+
+
+def test_a_changed_model_shape_or_dtype_compiles_again(tmp_path):
+    m = Machine(tmp_path)
+    base = cold(m)
+    for change in ({"model": "mlp-wide"}, {"batch": 24}, {"dtype": "float64"}):
+        m.wipe()
+        got = m.run(**change)
+        assert got["inductor"].get("fxgraph_cache_miss") == 1, (change, got)
+        assert got["matches_eager"], change
+        assert got["output"] != base["output"], change
+    # And the original is still served.
+    m.wipe()
+    assert served(m.run())
+
+
+def entry_files(root):
+    out = []
+    for dirpath, _, files in os.walk(os.path.join(root, "torch")):
+        out += [os.path.join(dirpath, f) for f in files
+                if len(f) == 62 and all(c in "0123456789abcdef" for c in f)]
+    return out
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_entry_is_a_miss_and_the_compile_is_right(tmp_path, damage):
+    m = Machine(tmp_path)
+    base = cold(m)
+    files = entry_files(m.root)
+    assert files, "no torch entries on disk"
+    for f in files:
+        data = bytearray(open(f, "rb").read())
+        if damage == "flip":
+            data[len(data) // 2] ^= 0xFF
+        else:
+            data = data[:len(data) // 2]
+        with open(f, "wb") as fh:
+            fh.write(data)
+    m.wipe()
+    got = m.run()
+    assert got["inductor"].get("fxgraph_cache_miss") == 1, got
+    assert got["progcache"]["cpp_served"] == 0 and got["progcache"]["cpp_compiled"] > 0
+    assert got["output"] == base["output"] and got["matches_eager"]
+
+
+def test_an_unsigned_redis_is_not_read_and_a_signed_one_serves_another_root(tmp_path, redis_url):
+    # Unsigned: what another machine wrote there is host code nobody vouched for.
+    writer = Machine(tmp_path, "writer", PROGCACHE_REMOTE=redis_url)
+    cold(writer)
+    reader = Machine(tmp_path, "reader", dirs=str(tmp_path / "dirs-writer"), PROGCACHE_REMOTE=redis_url)
+    writer.wipe()
+    got = reader.run()
+    assert got["inductor"].get("fxgraph_cache_miss") == 1 and got["progcache"]["cpp_served"] == 0, got
+    assert sum("host code" in w for w in got["warnings"]) == 1, got["warnings"]  # said once
+    # Signed (one HMAC key on both): a second root is served by the first's
+    # entries through Redis.
+    key = tmp_path / "hmac.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    a = Machine(tmp_path, "a", PROGCACHE_REMOTE=redis_url, PROGCACHE_HMAC_KEY_FILE=str(key))
+    first = a.run()
+    assert first["progcache"]["cpp_stored"] > 0
+    b = Machine(tmp_path, "b", dirs=str(tmp_path / "dirs-a"), PROGCACHE_REMOTE=redis_url,
+                PROGCACHE_HMAC_KEY_FILE=str(key))
+    a.wipe()
+    got = b.run()
+    assert served(got), got
+    assert got["output"] == first["output"]
+
+
+def test_a_group_root_without_a_key_is_not_read(tmp_path):
+    owner = Machine(tmp_path, "owner", PROGCACHE_SHARING="group")
+    first = owner.run()
+    owner.wipe()
+    got = owner.run()
+    # Entries of a group-shared root may be another member's: not loaded.
+    assert got["inductor"].get("fxgraph_cache_miss") == 1 and got["progcache"]["cpp_served"] == 0, got
+    assert got["output"] == first["output"]
+    assert sum("host code" in w for w in got["warnings"]) == 1, got["warnings"]  # said once
+
+
+def test_a_dead_redis_and_an_unusable_root_cost_a_miss(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = Machine(tmp_path, "dead", PROGCACHE_REMOTE=f"redis://127.0.0.1:{port}?timeout=200")
+    got = dead.run()
+    assert got["matches_eager"]
+    dead.wipe()
+    assert served(dead.run())  # the local store still serves
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    bad = Machine(tmp_path, "bad", root=str(blocker))
+    got = bad.run()
+    assert got["matches_eager"] and got["inductor"].get("fxgraph_cache_miss") == 1
+    assert sum("not used" in w for w in got["warnings"] + [got["stderr"]]) == 1, got
+
+
+# ----------------------------------------------------------- in this process
+
+
+def test_unsupported_torch_is_said_once_and_changes_nothing(monkeypatch):
+    pt.disable()
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    from torch._inductor import cpp_builder
+    before = cpp_builder.CppBuilder.build
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert pt.enable() is False
+        assert pt.enable() is False
+    said = [w for w in caught if "not a release progcache.torch was tested with" in str(w.message)]
+    assert len(said) <= 1  # once per process (it may have been said by an earlier test)
+    assert cpp_builder.CppBuilder.build is before
+
+
+def test_missing_torch_is_a_clear_import_error(tmp_path):
+    code = "import sys; sys.modules['torch'] = None\ntry:\n import progcache.torch\nexcept ImportError as e:\n print(e)"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if not k.startswith("PROGCACHE_TORCH")})
+    assert "progcache.torch needs PyTorch" in p.stdout and "pip install torch" in p.stdout
+
+
+def test_an_object_from_another_torch_is_a_miss(monkeypatch):
+    pt.reset()
+    pt.put_object("pt2:fx-graph-v1::k", b"graph")
+    assert pt.get_object("pt2:fx-graph-v1::k") == b"graph"
+    monkeypatch.setattr(torch, "__version__", torch.__version__ + ".other")
+    assert pt.get_object("pt2:fx-graph-v1::k") is None
+
+
+# ------------------------------------------- C++ builds: the manifest's rules
+
+
+def _builder(src_dir, out_dir, includes):
+    from torch._inductor.cpp_builder import CppBuilder, CppOptions
+    opts = CppOptions(extra_flags=[f"-I{d}" for d in includes])
+    return CppBuilder(name="unit", sources=[str(src_dir / "unit.cpp")], BuildOption=opts, output_dir=str(out_dir))
+
+
+def _build(tmp_path, includes):
+    """Builds unit.cpp through progcache.torch's wrapper; returns (served?,
+    the library's bytes)."""
+    before = pt.stats()["cpp_served"]
+    b = _builder(tmp_path / "src", tmp_path / "out", includes)
+    target = b.get_target_file_path()
+    if os.path.exists(target):
+        os.unlink(target)
+    b.build()
+    with open(target, "rb") as f:
+        data = f.read()
+    return pt.stats()["cpp_served"] > before, data
+
+
+def _oracle(tmp_path, includes):
+    pt.disable()
+    try:
+        return _build(tmp_path, includes)[1]
+    finally:
+        assert pt.enable()
+
+
+@pytest.fixture
+def cpp_tree(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "root"))
+    pt.disable()
+    pt.reset()
+    assert pt.enable()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "out").mkdir()
+    first, second = tmp_path / "inc1", tmp_path / "inc2"
+    first.mkdir()
+    second.mkdir()
+    (second / "value.h").write_text("#define VALUE 2\n")
+    (tmp_path / "src" / "unit.cpp").write_text(
+        '#include "value.h"\n'
+        "#if __has_include(<extra.h>)\n#include <extra.h>\n#else\n#define EXTRA 0\n#endif\n"
+        'extern "C" int value() { return VALUE + EXTRA; }\n')
+    yield tmp_path, [first, second]
+    pt.disable()
+
+
+def test_a_cpp_build_is_served_only_while_every_header_and_search_place_holds(cpp_tree):
+    tmp_path, includes = cpp_tree
+    first, second = includes
+    assert _build(tmp_path, includes)[0] is False
+    served_now, data = _build(tmp_path, includes)
+    assert served_now and data == _oracle(tmp_path, includes)
+    # An edited header: compiled again, and equal to a compile without progcache.
+    (second / "value.h").write_text("#define VALUE 3\n")
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+    # A header created later where the compiler looks first.
+    (first / "value.h").write_text("#define VALUE 4\n")
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+    # A header that __has_include asked for and did not find, created later.
+    (second / "extra.h").write_text("#define EXTRA 5\n")
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _build(tmp_path, includes)[0]  # and now that is served
+    # The source itself, edited at the same path.
+    src = tmp_path / "src" / "unit.cpp"
+    src.write_text(src.read_text().replace("VALUE + EXTRA", "VALUE * EXTRA"))
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+
+
+def test_a_cpp_build_with_an_option_it_cannot_key_is_not_cached(cpp_tree, monkeypatch):
+    tmp_path, includes = cpp_tree
+    monkeypatch.setenv("DEPENDENCIES_OUTPUT", str(tmp_path / "deps.d"))
+    before = pt.stats()["cpp_not_cached"]
+    assert _build(tmp_path, includes)[0] is False
+    assert _build(tmp_path, includes)[0] is False
+    assert pt.stats()["cpp_not_cached"] == before + 2

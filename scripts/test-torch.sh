@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# progcache.torch's tests against the real torch from PyPI (python/tests/
+# test_torch.py), in their own virtual environment (.venv-torch): torch brings
+# Triton and the CUDA wheels (about 5.3 GB installed, about a minute to
+# install on this project's machines). No GPU is needed: Inductor generates
+# C++ for the CPU with the same FX graph and AOTAutograd caches. The Redis
+# tests need redis-server (scripts/setup.sh installs it).
+#
+# scripts/test.sh runs this with PROGCACHE_WHEEL naming the wheel it built,
+# so the extension is not built twice; alone, it builds and installs ./.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+venv=.venv-torch
+[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+py="$PWD/$venv/bin/python"
+"$py" -m pip install -q --disable-pip-version-check "torch>=2.15,<2.16" numpy pytest
+if [[ -n "${PROGCACHE_WHEEL:-}" ]]; then
+  "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$PROGCACHE_WHEEL"
+else
+  "$py" -m pip install -q --disable-pip-version-check ./
+fi
+# From another directory, so that the installed package (with its autoload
+# .pth, which turns PROGCACHE_TORCH on in Inductor's compile workers) is the
+# one imported, not python/progcache.
+cd python/tests
+exec "$py" -m pytest -q test_torch.py "$@"
