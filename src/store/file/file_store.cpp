@@ -419,8 +419,8 @@ Status FileStoreImpl::ensure_version_dir() {
 }  // namespace file_store
 
 std::span<const CompanionStore> companion_stores() {
-  static constexpr CompanionStore k_companions[] = {
-      {"kernels", "kernels"}, {"pyptx", "pyptx"}, {"triton", "triton"}, {"tilelang", "tilelang"}, {"nvcc", "nvcc"}, {"torch", "torch"}};
+  static constexpr CompanionStore k_companions[] = {{"kernels", "kernels"},   {"pyptx", "pyptx"}, {"triton", "triton"},
+                                                    {"tilelang", "tilelang"}, {"nvcc", "nvcc"},   {"torch", "torch"}};
   return k_companions;
 }
 
