@@ -69,7 +69,7 @@ _STORE = _integration.StoreState("torch")
 _lock = threading.Lock()
 _enabled = False
 _saved: Dict[str, Any] = {}
-_counts = {"probes_served": 0, "cpp_served": 0, "cpp_compiled": 0, "cpp_not_cached": 0, "cpp_stored": 0, "objects_served": 0,
+_counts = {"probes_served": 0, "cpp_served": 0, "cpp_deferred": 0, "cpp_compiled": 0, "cpp_not_cached": 0, "cpp_stored": 0, "objects_served": 0,
            "objects_missed": 0, "objects_stored": 0}
 
 
@@ -206,6 +206,7 @@ class _Plan:
     sources: List[Tuple[str, str]]  # (path, sha256) of every input named on the command line
     search: List[str]  # include directories, every kind, in order
     language: bool  # whether anything is preprocessed (a depfile is expected)
+    pending: List[str] = field(default_factory=list)  # deferred precompiled headers it names
     started_ns: int = 0
 
 
@@ -387,6 +388,7 @@ def _plan(builder: Any) -> Optional[_Plan]:
     libraries: List[str] = []
     native = False
     language = False
+    pending: List[str] = []
     i = 1
     while i < len(argv):
         a = argv[i]
@@ -405,10 +407,19 @@ def _plan(builder: Any) -> Optional[_Plan]:
             if d is None:
                 return None
             sources.append((nxt, d))
-            gch = _digest(nxt + ".gch") if os.path.exists(nxt + ".gch") else "absent"
+            gch_path = nxt + ".gch"
+            with _memo_lock:
+                deferred = _deferred.get(gch_path)
+            if os.path.exists(gch_path):
+                gch: Optional[str] = _digest(gch_path)
+            elif deferred is not None:
+                gch = deferred[1]  # served on demand: keyed by the bytes it will have
+                pending.append(gch_path)
+            else:
+                gch = "absent"
             if gch is None:
                 return None
-            sources.append((nxt + ".gch", gch))
+            sources.append((gch_path, gch))
             language = True
             i += 2
             continue
@@ -465,7 +476,7 @@ def _plan(builder: Any) -> Optional[_Plan]:
     if native:
         fields.append(("cpu", _cpu()))
     return _Plan(key=_core.typed_key("torch-cpp", fields), output=output, cwd=cwd, sources=sources,
-                 search=includes + isystem + system_dirs, language=language)
+                 search=includes + isystem + system_dirs, language=language, pending=pending)
 
 
 def _parse_depfile(text: str) -> List[str]:
@@ -579,6 +590,58 @@ def _serve(plan: _Plan) -> bool:
     return True
 
 
+# Precompiled headers (g++'s .gch: Inductor's is about 150 MB) are large and
+# read only by a compile. Inductor builds its header before any kernel, so on
+# a new machine whose kernels are all served, placing the header would cost
+# more than the rest of the warm start. A header progcache holds is therefore
+# placed only when a compile that names it runs; until then the kernels that
+# name it are keyed by the bytes it will have (its SHA-256, kept in a small
+# entry of its own beside the header's).
+_deferred: Dict[str, Tuple[bytes, str]] = {}  # .gch path -> (its entry's key, its SHA-256)
+
+
+def _header_key(plan_key: bytes) -> bytes:
+    return _core.typed_key("torch-pch-digest", [("schema", _SCHEMA), ("build", plan_key.hex())])
+
+
+def _defer(plan: _Plan) -> bool:
+    """Whether a precompiled header's build can be left until a compile
+    needs it: its small entry is there and its manifest holds."""
+    if not plan.output.endswith(".gch") or os.path.exists(plan.output):
+        return False
+    found = _integration.decode(_STORE.get(_header_key(plan.key), host_code=True))
+    if found is None:
+        return False
+    meta = found[0]
+    digest = meta.get("sha256")
+    if not isinstance(digest, str) or not _manifest_holds(meta):
+        return False
+    with _memo_lock:
+        _deferred[plan.output] = (plan.key, digest)
+    return True
+
+
+def _place_deferred(paths: List[str]) -> bool:
+    """Places the deferred headers a compile names; False when one cannot be
+    (the compile then runs with whatever is there, under a new plan)."""
+    ok = True
+    for path in paths:
+        with _memo_lock:
+            entry = _deferred.pop(path, None)
+        if entry is None or os.path.exists(path):
+            continue
+        found = _integration.decode(_STORE.get(entry[0], host_code=True))
+        data = dict(found[1]).get("output") if found is not None else None
+        if not isinstance(data, bytes) or not data:
+            ok = False
+            continue
+        try:
+            _place(path, data)
+        except OSError:
+            ok = False
+    return ok
+
+
 def _store(plan: _Plan, depfile: Optional[str]) -> None:
     deps: List[str] = []
     if depfile is not None:
@@ -623,15 +686,26 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
         return
     if not data:
         return
-    _STORE.put(plan.key, {"kind": "torch-cpp", "output": os.path.basename(plan.output), "deps": records,
-                          "probes": [[p, e] for p, e in sorted(probes.items())]}, [("output", data)])
+    meta = {"kind": "torch-cpp", "output": os.path.basename(plan.output), "deps": records,
+            "probes": [[p, e] for p, e in sorted(probes.items())]}
+    _STORE.put(plan.key, meta, [("output", data)])
+    if plan.output.endswith(".gch"):
+        meta = dict(meta, kind="torch-pch-digest", sha256=hashlib.sha256(data).hexdigest())
+        _STORE.put(_header_key(plan.key), meta, [])
     _count("cpp_stored")
+
+
+def _caches_forced_off() -> bool:
+    """torch's own switch for every cache (TORCHINDUCTOR_FORCE_DISABLE_CACHES)."""
+    from torch._inductor import config  # type: ignore[import-not-found, unused-ignore]
+
+    return bool(getattr(config, "force_disable_caches", False))
 
 
 def _cached_build(original):
     def build(self) -> None:
         try:
-            plan = _plan(self) if _code_readable() else None
+            plan = _plan(self) if _code_readable() and not _caches_forced_off() else None
         except Exception:
             _STORE.get_state().errors += 1
             plan = None
@@ -639,11 +713,26 @@ def _cached_build(original):
             _count("cpp_not_cached")
             return original(self)
         try:
+            if _defer(plan):
+                _count("cpp_deferred")
+                return None
             if _serve(plan):
                 _count("cpp_served")
                 return None
         except Exception:
             _STORE.get_state().errors += 1
+        if plan.pending:
+            # A compile names a header left for later: place it, and key the
+            # compile by what is there now.
+            placed = _place_deferred(plan.pending)
+            try:
+                plan = _plan(self) if placed else None
+            except Exception:
+                _STORE.get_state().errors += 1
+                plan = None
+            if plan is None:
+                _count("cpp_not_cached")
+                return original(self)
         depfile = None
         if plan.language:
             fd, depfile = tempfile.mkstemp(prefix="progcache-torch-", suffix=".d")
@@ -653,15 +742,16 @@ def _cached_build(original):
             self.get_command_line = lambda: f"{command} -MD -MF {shlex.quote(depfile)}"
         plan.started_ns = time.time_ns()
         try:
-            original(self)
-        finally:
-            if depfile is not None:
-                del self.get_command_line
-        _count("cpp_compiled")
-        try:
-            _store(plan, depfile)
-        except Exception:
-            _STORE.get_state().errors += 1
+            try:
+                original(self)
+            finally:
+                if depfile is not None:
+                    del self.get_command_line
+            _count("cpp_compiled")
+            try:
+                _store(plan, depfile)
+            except Exception:
+                _STORE.get_state().errors += 1
         finally:
             if depfile is not None:
                 try:
