@@ -606,15 +606,16 @@ def _header_key(plan_key: bytes) -> bytes:
 
 def _defer(plan: _Plan) -> bool:
     """Whether a precompiled header's build can be left until a compile
-    needs it: its small entry is there and its manifest holds."""
+    needs it: its small entry is there and its manifest holds (a compile
+    that uses a precompiled header lists none of the header's own
+    dependencies, so the kernels' manifests do not cover them)."""
     if not plan.output.endswith(".gch") or os.path.exists(plan.output):
         return False
     found = _integration.decode(_STORE.get(_header_key(plan.key), host_code=True))
     if found is None:
         return False
-    meta = found[0]
-    digest = meta.get("sha256")
-    if not isinstance(digest, str) or not _manifest_holds(meta):
+    digest = found[0].get("sha256")
+    if not isinstance(digest, str) or not _manifest_holds(found[0]):
         return False
     with _memo_lock:
         _deferred[plan.output] = (plan.key, digest)
@@ -632,7 +633,7 @@ def _place_deferred(paths: List[str]) -> bool:
             continue
         found = _integration.decode(_STORE.get(entry[0], host_code=True))
         data = dict(found[1]).get("output") if found is not None else None
-        if not isinstance(data, bytes) or not data:
+        if not isinstance(data, bytes) or not data or not _manifest_holds(found[0]):
             ok = False
             continue
         try:
@@ -724,9 +725,9 @@ def _cached_build(original):
         if plan.pending:
             # A compile names a header left for later: place it, and key the
             # compile by what is there now.
-            placed = _place_deferred(plan.pending)
+            _place_deferred(plan.pending)
             try:
-                plan = _plan(self) if placed else None
+                plan = _plan(self)  # the headers placed, or keyed as absent
             except Exception:
                 _STORE.get_state().errors += 1
                 plan = None

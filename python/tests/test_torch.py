@@ -198,6 +198,18 @@ def test_an_unsigned_redis_is_not_read_and_a_signed_one_serves_another_root(tmp_
     got = b.run()
     assert served(got), got
     assert got["output"] == first["output"]
+    # Planted: a writer without the key stores its own entries in the signed
+    # Redis (a wider model, compiled first there); a reader with the key
+    # rejects them (their signatures do not verify) and compiles.
+    intruder = Machine(tmp_path, "intruder", PROGCACHE_REMOTE=redis_url)
+    cold(intruder)
+    intruder_wide = intruder.run(model="mlp-wide")
+    c = Machine(tmp_path, "c", dirs=str(tmp_path / "dirs-intruder"), PROGCACHE_REMOTE=redis_url,
+                PROGCACHE_HMAC_KEY_FILE=str(key))
+    intruder.wipe()
+    got = c.run(model="mlp-wide")
+    assert got["inductor"].get("fxgraph_cache_miss") == 1 and got["progcache"]["cpp_served"] == 0, got
+    assert got["output"] == intruder_wide["output"] and got["matches_eager"]
 
 
 def test_a_group_root_without_a_key_is_not_read(tmp_path):
@@ -226,6 +238,25 @@ def test_a_dead_redis_and_an_unusable_root_cost_a_miss(tmp_path):
     got = bad.run()
     assert got["matches_eager"] and got["inductor"].get("fxgraph_cache_miss") == 1
     assert sum("not used" in w for w in got["warnings"] + [got["stderr"]]) == 1, got
+
+
+def test_a_full_disk_never_fails_a_compile(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root to mount a small tmpfs")
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        m = Machine(tmp_path, root=str(small / "root"))
+        first = m.run()  # most entries do not fit
+        assert first["matches_eager"] and first["progcache"]["cpp_compiled"] > 0
+        m.wipe()
+        again = m.run()  # what fitted is served, the rest compiled
+        assert again["matches_eager"] and again["output"] == first["output"]
+    finally:
+        subprocess.run(["umount", "-l", str(small)], capture_output=True)
 
 
 # ----------------------------------------------------------- in this process
