@@ -44,6 +44,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -207,6 +208,7 @@ class _Plan:
     search: List[str]  # include directories, every kind, in order
     language: bool  # whether anything is preprocessed (a depfile is expected)
     pending: List[str] = field(default_factory=list)  # deferred precompiled headers it names
+    blind: bool = False  # keyed without the paths of its input and output (-E -P)
     started_ns: int = 0
 
 
@@ -234,7 +236,7 @@ def _digest(path: str) -> Optional[str]:
         st = os.stat(path)
     except OSError:
         return None
-    if not os.path.isfile(path):
+    if not stat.S_ISREG(st.st_mode):
         return None
     ident = _stat_id(st)
     with _memo_lock:
@@ -378,8 +380,13 @@ def _plan(builder: Any) -> Optional[_Plan]:
     if compiler is None:
         return None
     identity, system_dirs, lib_dirs = compiler
-    fields: List[Tuple[str, Any]] = [("schema", _SCHEMA), ("torch", _torch_identity()), ("compiler", identity),
-                                     ("argv", "\0".join(argv))]
+    fields: List[Tuple[str, Any]] = [("schema", _SCHEMA), ("torch", _torch_identity()), ("compiler", identity)]
+    # Preprocessing alone without line markers (-E -P: torch's check of its
+    # precompiled header, run by every process) writes nothing of where its
+    # input and output are: keyed without those paths (which torch draws at
+    # random), when nothing it reads could spell them (_path_blind).
+    preprocess = "-E" in argv and "-P" in argv
+    named: List[str] = []  # the input and output paths as written
     output: Optional[str] = None
     sources: List[Tuple[str, str]] = []
     includes: List[str] = []
@@ -397,6 +404,7 @@ def _plan(builder: Any) -> Optional[_Plan]:
             if output is not None:
                 return None
             output = nxt
+            named.append(nxt)
             i += 2
             continue
         if a in ("-D", "-U", "-x") and nxt is not None:
@@ -435,7 +443,9 @@ def _plan(builder: Any) -> Optional[_Plan]:
             link_dirs.append(os.path.normpath(a[2:]))
         elif a.startswith("-l") and len(a) > 2:
             libraries.append(a[2:])
-        elif a in ("-E", "-M", "-MM", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-save-temps", "-nostdinc",
+        elif a in ("-E", "-P") and preprocess:
+            pass
+        elif a in ("-M", "-MM", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-save-temps", "-nostdinc",
                    "-nostdinc++") or a.startswith(("-B", "--sysroot", "-specs", "-iquote", "-idirafter", "-imacros",
                                                    "-iprefix", "-iwithprefix", "-imultilib", "-fplugin",
                                                    "-fprofile-use", "-fauto-profile", "-fdebug-prefix-map",
@@ -457,6 +467,7 @@ def _plan(builder: Any) -> Optional[_Plan]:
             if d is None:
                 return None
             sources.append((a, d))
+            named.append(a)
             if a.endswith(_SOURCE_SUFFIXES):
                 language = True
         i += 1
@@ -467,16 +478,48 @@ def _plan(builder: Any) -> Optional[_Plan]:
         if ident is None:
             return None
         fields.append(("library", f"{name}={ident}"))
-    fields.append(("sources", "\n".join(f"{p} {d}" for p, d in sources)))
-    fields.append(("environment", "\n".join(f"{v}={os.environ.get(v, '')}" for v in _GCC_VARIABLES)))
     from torch._inductor.cpp_builder import _BUILD_TEMP_DIR  # type: ignore[import-not-found, unused-ignore]
 
     cwd = os.path.join(builder._output_dir, f"{builder._name}_{_BUILD_TEMP_DIR}")
-    fields.append(("cwd", cwd))
+    blind = preprocess and len(sources) == 1 and _path_blind(sources[0][0], includes + isystem)
+    if preprocess and not blind:
+        return None
+    if blind:
+        fields.append(("argv", "\0".join("<named>" if a in named else a for a in argv)))
+        fields.append(("sources", "\n".join(d for _, d in sources)))
+    else:
+        fields.append(("argv", "\0".join(argv)))
+        fields.append(("sources", "\n".join(f"{p} {d}" for p, d in sources)))
+        fields.append(("cwd", cwd))
+    fields.append(("environment", "\n".join(f"{v}={os.environ.get(v, '')}" for v in _GCC_VARIABLES)))
     if native:
         fields.append(("cpu", _cpu()))
     return _Plan(key=_core.typed_key("torch-cpp", fields), output=output, cwd=cwd, sources=sources,
-                 search=includes + isystem + system_dirs, language=language, pending=pending)
+                 search=includes + isystem + system_dirs, language=language, pending=pending, blind=blind)
+
+
+# What, in a file the preprocessor reads, writes a path or a time into its
+# output: a path-blind key needs none of the first in any file read; no
+# output is stored when any file read holds one of the second (it would
+# differ in a compile now).
+_PATH_WORDS = (b"__FILE__", b"__BASE_FILE__", b"__FILE_NAME__")
+_TIME_WORDS = (b"__DATE__", b"__TIME__", b"__TIMESTAMP__")
+
+
+def _path_blind(source: str, dirs: List[str]) -> bool:
+    """Whether preprocessing ``source`` (-E -P) could not depend on where it
+    is: no quoted include (found beside it), no path macro, absolute include
+    directories only."""
+    if not all(os.path.isabs(d) for d in dirs):
+        return False
+    try:
+        with open(source, "rb") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return not any(w in text for w in _PATH_WORDS) and not any(
+        m.group(2) == b'"' for m in _INCLUDE_RE.finditer(text)) and not any(
+        m.group(2) == b'"' for m in _HAS_INCLUDE_RE.finditer(text))
 
 
 def _parse_depfile(text: str) -> List[str]:
@@ -508,7 +551,7 @@ def _parse_depfile(text: str) -> List[str]:
     return words
 
 
-def _probes(files: List[str], search: List[str]) -> Optional[Dict[str, bool]]:
+def _probes(files: List[str], search: List[str], blind: bool = False) -> Optional[Dict[str, bool]]:
     """For every include operand of every file read (#include, #include_next,
     __has_include, in any branch), whether each place it could be found
     exists: the directory of the including file for quoted names, then every
@@ -520,6 +563,8 @@ def _probes(files: List[str], search: List[str]) -> Optional[Dict[str, bool]]:
             with open(f, "rb") as fh:
                 text = fh.read()
         except OSError:
+            return None
+        if any(w in text for w in _TIME_WORDS) or (blind and b"__BASE_FILE__" in text):
             return None
         operands = [(m.group(2), m.group(3)) for m in _INCLUDE_RE.finditer(text)]
         operands += [(m.group(2), m.group(3)) for m in _HAS_INCLUDE_RE.finditer(text)]
@@ -632,8 +677,11 @@ def _place_deferred(paths: List[str]) -> bool:
         if entry is None or os.path.exists(path):
             continue
         found = _integration.decode(_STORE.get(entry[0], host_code=True))
-        data = dict(found[1]).get("output") if found is not None else None
-        if not isinstance(data, bytes) or not data or not _manifest_holds(found[0]):
+        if found is None or not _manifest_holds(found[0]):
+            ok = False
+            continue
+        data = dict(found[1]).get("output")
+        if not isinstance(data, bytes) or not data:
             ok = False
             continue
         try:
@@ -677,7 +725,7 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
         if d != "absent" and _digest(p) != d:
             return
     probes = _probes([p for p, _ in plan.sources if p.endswith(_SOURCE_SUFFIXES) or os.path.exists(p + ".gch")]
-                     + [r[0] for r in records], plan.search) if plan.language else {}
+                     + [r[0] for r in records], plan.search, plan.blind) if plan.language else {}
     if probes is None:
         return
     try:

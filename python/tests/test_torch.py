@@ -375,3 +375,41 @@ def test_a_cpp_build_with_an_option_it_cannot_key_is_not_cached(cpp_tree, monkey
     assert _build(tmp_path, includes)[0] is False
     assert _build(tmp_path, includes)[0] is False
     assert pt.stats()["cpp_not_cached"] == before + 2
+
+
+def _preprocess(tmp_path, name, text, includes):
+    """Preprocesses ``text`` as torch checks its precompiled header (-E -P),
+    from a directory of its own; returns (served?, output bytes)."""
+    from torch._inductor.cpp_builder import CppBuilder, CppOptions
+    d = tmp_path / name
+    d.mkdir()
+    (d / "header.hpp").write_text(text)
+    before = pt.stats()["cpp_served"]
+    b = CppBuilder(name=str(d / "header"), sources=str(d / "header.hpp"),
+                   BuildOption=CppOptions(preprocessing=True, extra_flags=[f"-I{i}" for i in includes]))
+    b.build()
+    with open(b.get_target_file_path(), "rb") as f:
+        return pt.stats()["cpp_served"] > before, f.read()
+
+
+def test_preprocessing_from_a_random_directory_is_served_where_its_output_cannot_name_it(cpp_tree):
+    tmp_path, includes = cpp_tree
+    text = "#include <value.h>\nint v = VALUE;\n"
+    assert _preprocess(tmp_path, "p1", text, includes)[0] is False
+    served_now, data = _preprocess(tmp_path, "p2", text, includes)
+    assert served_now and b"int v = 2;" in data
+    pt.disable()
+    try:
+        assert _preprocess(tmp_path, "oracle", text, includes)[1] == data
+    finally:
+        assert pt.enable()
+    # An input that spells its own path is never keyed without it.
+    before = pt.stats()["cpp_not_cached"]
+    named = "#include <value.h>\nconst char* f = __FILE__;\n"
+    assert _preprocess(tmp_path, "p3", named, includes)[0] is False
+    assert _preprocess(tmp_path, "p4", named, includes)[0] is False
+    assert pt.stats()["cpp_not_cached"] == before + 2
+    # A header with a time in it: nothing stored, every run preprocesses.
+    (includes[1] / "value.h").write_text('#define VALUE 2\nconst char* when = __TIME__;\n')
+    assert _preprocess(tmp_path, "p5", text, includes)[0] is False
+    assert _preprocess(tmp_path, "p6", text, includes)[0] is False
