@@ -207,14 +207,17 @@ class StoreState:
                 return None
         return found
 
-    def put(self, key: bytes, meta: dict, artifacts: List[tuple]) -> None:
+    def put(self, key: bytes, meta: dict, artifacts: List[tuple]) -> bool:
+        """Stores an entry; whether it was (never raises)."""
         st = self.get_state()
         if st.store is None:
-            return
+            return False
         try:
             st.store.put_entry(key, json.dumps(meta, sort_keys=True), artifacts)
         except Exception:  # the compile succeeded; a failed store costs only a later miss
             st.errors += 1
+            return False
+        return True
 
 
 def decode(found) -> Optional[tuple]:

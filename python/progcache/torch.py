@@ -118,8 +118,21 @@ def supported() -> Optional[str]:
 # --------------------------------------------------------------- Inductor objects
 
 
+def _codegen_identity() -> str:
+    """What Inductor's generated CPU code depends on that torch's own keys
+    leave out (they are local to a machine; progcache's are not): the vector
+    instruction set it picks (its width is written into the code), the
+    vector length and thread count settings, the thread count itself."""
+    from torch._inductor import config  # type: ignore[import-not-found, unused-ignore]
+    from torch._inductor.cpu_vec_isa import pick_vec_isa  # type: ignore[import-not-found, unused-ignore]
+
+    return (f"isa={pick_vec_isa()} simdlen={config.cpp.simdlen} threads={config.cpp.threads} "
+            f"num_threads={torch.get_num_threads()} ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '')}")
+
+
 def _object_key(key: str) -> bytes:
-    return _core.typed_key("torch-object", [("schema", _SCHEMA), ("torch", _torch_identity()), ("key", key)])
+    return _core.typed_key("torch-object", [("schema", _SCHEMA), ("torch", _torch_identity()),
+                                            ("codegen", _codegen_identity()), ("key", key)])
 
 
 def _code_readable() -> bool:
@@ -187,7 +200,7 @@ _SETTINGS = (("torch._inductor.config", "fx_graph_remote_cache"), ("torch._induc
 
 # Variables g++ reads that decide what it finds or writes.
 _GCC_VARIABLES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
-                  "SOURCE_DATE_EPOCH", "PATH", "LD_LIBRARY_PATH")
+                  "SOURCE_DATE_EPOCH", "PATH", "LD_LIBRARY_PATH", "LD_RUN_PATH", "LDEMULATION", "GNUTARGET")
 # Variables under which a build is not cached: they add outputs.
 _REFUSING_VARIABLES = ("DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES", "GCC_COMPARE_DEBUG")
 # Options that are flags alone (the whole word decides them).
@@ -320,12 +333,21 @@ def _learn_compiler(word: str) -> Optional[tuple]:
         if line.startswith("End of search list."):
             break
         if inside and line.startswith(" "):
-            dirs.append(os.path.normpath(line.strip()))
+            dirs.append(line.strip())
     libs: List[str] = []
     for line in search.splitlines():
         if line.startswith("libraries: ="):
-            libs = [os.path.normpath(p) for p in line[len("libraries: ="):].split(":") if p]
+            libs = [p for p in line[len("libraries: ="):].split(":") if p]
+    # What the driver links without being asked: start files, the C and C++
+    # runtimes, OpenMP's.
+    for name in _IMPLICIT_LINK_INPUTS:
+        found = next((os.path.join(d, name) for d in libs if os.path.exists(os.path.join(d, name))), None)
+        idents.append(f"{name}={_program_identity(found) if found else 'absent'}")
     return ("\n".join(str(i) for i in idents) + "\n" + version, dirs, libs)
+
+
+_IMPLICIT_LINK_INPUTS = ("crt1.o", "crti.o", "crtn.o", "crtbeginS.o", "crtendS.o", "libc.so", "libc_nonshared.a",
+                         "libm.so", "libstdc++.so", "libgcc_s.so", "libgcc.a", "libgomp.so", "specs")
 
 
 def _cpu() -> str:
@@ -432,15 +454,15 @@ def _plan(builder: Any) -> Optional[_Plan]:
             i += 2
             continue
         if a in ("-I", "-isystem", "-L") and nxt is not None:
-            (includes if a == "-I" else isystem if a == "-isystem" else link_dirs).append(os.path.normpath(nxt))
+            (includes if a == "-I" else isystem if a == "-isystem" else link_dirs).append(nxt)
             i += 2
             continue
         if a.startswith("-I") and len(a) > 2:
-            includes.append(os.path.normpath(a[2:]))
+            includes.append(a[2:])
         elif a.startswith("-isystem") and len(a) > 8:
-            isystem.append(os.path.normpath(a[8:]))
+            isystem.append(a[8:])
         elif a.startswith("-L") and len(a) > 2:
-            link_dirs.append(os.path.normpath(a[2:]))
+            link_dirs.append(a[2:])
         elif a.startswith("-l") and len(a) > 2:
             libraries.append(a[2:])
         elif a in ("-E", "-P") and preprocess:
@@ -450,10 +472,12 @@ def _plan(builder: Any) -> Optional[_Plan]:
                                                    "-iprefix", "-iwithprefix", "-imultilib", "-fplugin",
                                                    "-fprofile-use", "-fauto-profile", "-fdebug-prefix-map",
                                                    "-ffile-prefix-map", "-fmacro-prefix-map", "-Wp,", "-Wa,",
-                                                   "-Xlinker", "-Xassembler", "-Xpreprocessor", "-T", "@")):
+                                                   "-Xlinker", "-Xassembler", "-Xpreprocessor", "-T", "@",
+                                                   "-fuse-ld", "-m32", "-mx32", "-m16", "-wrapper",
+                                                   "-print", "-dumpdir", "-dumpbase", "--param")):
             return None  # inputs or outputs this module does not key, or preprocessing alone
         elif a.startswith("-Wl,"):
-            if "@" in a or "script" in a or "=" in a:
+            if not _safe_linker_options(a[4:].split(",")):
                 return None
         elif a in _FLAG_WORDS or a.startswith(_FLAG_PREFIXES):
             if a in ("-march=native", "-mtune=native", "-mcpu=native"):
@@ -468,7 +492,7 @@ def _plan(builder: Any) -> Optional[_Plan]:
                 return None
             sources.append((a, d))
             named.append(a)
-            if a.endswith(_SOURCE_SUFFIXES):
+            if not a.endswith((".o", ".a", ".so", ".lo")):
                 language = True
         i += 1
     if output is None or not sources:
@@ -520,6 +544,28 @@ def _path_blind(source: str, dirs: List[str]) -> bool:
     return not any(w in text for w in _PATH_WORDS) and not any(
         m.group(2) == b'"' for m in _INCLUDE_RE.finditer(text)) and not any(
         m.group(2) == b'"' for m in _HAS_INCLUDE_RE.finditer(text))
+
+
+# Linker options (-Wl,) that name no file: anything else is not cached.
+_LINKER_WORDS = {"--as-needed", "--no-as-needed", "--enable-new-dtags", "--disable-new-dtags", "-O1", "-O2",
+                 "--gc-sections", "--no-undefined", "-Bsymbolic", "-Bsymbolic-functions", "--build-id"}
+_LINKER_Z = {"now", "lazy", "relro", "norelro", "noexecstack", "origin", "defs", "nodelete", "text"}
+
+
+def _safe_linker_options(parts: List[str]) -> bool:
+    i = 0
+    while i < len(parts):
+        w = parts[i]
+        if w in ("-rpath", "-R") and i + 1 < len(parts):
+            i += 2  # a run-time search path: a string in the output, keyed with the command line
+            continue
+        if w == "-z" and i + 1 < len(parts) and parts[i + 1] in _LINKER_Z:
+            i += 2
+            continue
+        if w not in _LINKER_WORDS:
+            return False
+        i += 1
+    return True
 
 
 def _parse_depfile(text: str) -> List[str]:
@@ -577,7 +623,7 @@ def _probes(files: List[str], search: List[str], blind: bool = False) -> Optiona
                 places = ([os.path.join(here, name)] if quote == b'"' else []) + [os.path.join(d, name) for d in search]
             for p in places:
                 if p not in out:
-                    out[p] = os.path.lexists(p)
+                    out[p] = os.path.isfile(p)
     return out
 
 
@@ -587,10 +633,12 @@ def _manifest_holds(meta: dict) -> bool:
     if not isinstance(deps, list) or not isinstance(probes, list):
         return False
     for item in deps:
-        if not (isinstance(item, list) and len(item) == 2) or _digest(item[0]) != item[1]:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)) \
+                or _digest(item[0]) != item[1]:
             return False
     for item in probes:
-        if not (isinstance(item, list) and len(item) == 2) or os.path.lexists(item[0]) != item[1]:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)) \
+                or os.path.isfile(item[0]) != item[1]:
             return False
     return True
 
@@ -642,14 +690,18 @@ def _serve(plan: _Plan) -> bool:
 # placed only when a compile that names it runs; until then the kernels that
 # name it are keyed by the bytes it will have (its SHA-256, kept in a small
 # entry of its own beside the header's).
-_deferred: Dict[str, Tuple[bytes, str]] = {}  # .gch path -> (its entry's key, its SHA-256)
+# .gch path -> (its entry's key, its SHA-256, its builder)
+_deferred: Dict[str, Tuple[bytes, str, Any]] = {}
+# Slack for file times: a file system may stamp a write with a clock that lags
+# the one read before a compile by up to a tick.
+_CLOCK_SLACK_NS = 50_000_000
 
 
 def _header_key(plan_key: bytes) -> bytes:
     return _core.typed_key("torch-pch-digest", [("schema", _SCHEMA), ("build", plan_key.hex())])
 
 
-def _defer(plan: _Plan) -> bool:
+def _defer(plan: _Plan, builder: Any) -> bool:
     """Whether a precompiled header's build can be left until a compile
     needs it: its small entry is there and its manifest holds (a compile
     that uses a precompiled header lists none of the header's own
@@ -663,32 +715,66 @@ def _defer(plan: _Plan) -> bool:
     if not isinstance(digest, str) or not _manifest_holds(found[0]):
         return False
     with _memo_lock:
-        _deferred[plan.output] = (plan.key, digest)
+        _deferred[plan.output] = (plan.key, digest, builder)
     return True
 
 
-def _place_deferred(paths: List[str]) -> bool:
-    """Places the deferred headers a compile names; False when one cannot be
-    (the compile then runs with whatever is there, under a new plan)."""
-    ok = True
+def _header_lock(header: str):
+    """torch's own lock for a precompiled header it builds (held while the
+    header is written), or None for a header elsewhere."""
+    from torch._inductor import codecache  # type: ignore[import-not-found, unused-ignore]
+    from torch.utils._filelock import FileLock  # type: ignore[import-not-found, unused-ignore]
+
+    lock_dir = getattr(codecache, "_HEADER_LOCK_DIR", None)
+    header_dir = getattr(codecache, "_HEADER_DIR", None)
+    if not lock_dir or os.path.dirname(header) != header_dir or not header.endswith(".h"):
+        return None
+    os.makedirs(lock_dir, exist_ok=True)
+    return FileLock(os.path.join(lock_dir, os.path.basename(header)[:-2] + ".lock"),
+                    timeout=getattr(codecache, "LOCK_TIMEOUT", 600))
+
+
+def _place_deferred(paths: List[str], build) -> None:
+    """Places the deferred headers a compile names, under torch's lock for
+    each; one that cannot be placed from the store (evicted, its manifest
+    no longer holding) is built as torch would have built it."""
     for path in paths:
         with _memo_lock:
             entry = _deferred.pop(path, None)
-        if entry is None or os.path.exists(path):
+        if entry is None:
             continue
-        found = _integration.decode(_STORE.get(entry[0], host_code=True))
-        if found is None or not _manifest_holds(found[0]):
-            ok = False
-            continue
-        data = dict(found[1]).get("output")
-        if not isinstance(data, bytes) or not data:
-            ok = False
-            continue
-        try:
-            _place(path, data)
-        except OSError:
-            ok = False
-    return ok
+        lock = _header_lock(path[:-4])
+        with lock if lock is not None else _no_lock():
+            if os.path.exists(path):
+                continue
+            found = _integration.decode(_STORE.get(entry[0], host_code=True))
+            data = dict(found[1]).get("output") if found is not None else None
+            if found is not None and isinstance(data, bytes) and data and _manifest_holds(found[0]):
+                try:
+                    _place(path, data)
+                    continue
+                except OSError:
+                    _STORE.get_state().errors += 1
+            build(entry[2], defer=False)
+
+
+class _no_lock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _wait_for_headers(sources: List[Tuple[str, str]]) -> None:
+    """Waits out another process writing a precompiled header this compile
+    reads (torch writes one under its lock, in place)."""
+    for p, _ in sources:
+        if p.endswith(".gch"):
+            lock = _header_lock(p[:-4])
+            if lock is not None:
+                with lock:
+                    pass
 
 
 def _store(plan: _Plan, depfile: Optional[str]) -> None:
@@ -713,7 +799,7 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
         except OSError:
             return
         # A header written while the compile ran may not be what it read.
-        if max(st.st_mtime_ns, st.st_ctime_ns) >= plan.started_ns:
+        if max(st.st_mtime_ns, st.st_ctime_ns) >= plan.started_ns - _CLOCK_SLACK_NS:
             return
         d = _digest(p)
         if d is None:
@@ -722,12 +808,17 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
     # The inputs named on the command line were keyed before the compile:
     # unchanged since, or nothing is stored.
     for p, d in plan.sources:
-        if d != "absent" and _digest(p) != d:
+        if (os.path.exists(p) if d == "absent" else _digest(p) != d):
             return
     probes = _probes([p for p, _ in plan.sources if p.endswith(_SOURCE_SUFFIXES) or os.path.exists(p + ".gch")]
                      + [r[0] for r in records], plan.search, plan.blind) if plan.language else {}
     if probes is None:
         return
+    # A place found holding a file must have held it before the compile
+    # began: one created while g++ searched may have been missed by it.
+    for p, present in probes.items():
+        if present and not _older_than(p, plan.started_ns - _CLOCK_SLACK_NS):
+            return
     try:
         with open(plan.output, "rb") as f:
             data = f.read()
@@ -737,11 +828,22 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
         return
     meta = {"kind": "torch-cpp", "output": os.path.basename(plan.output), "deps": records,
             "probes": [[p, e] for p, e in sorted(probes.items())]}
-    _STORE.put(plan.key, meta, [("output", data)])
+    if not _STORE.put(plan.key, meta, [("output", data)]):
+        return
     if plan.output.endswith(".gch"):
         meta = dict(meta, kind="torch-pch-digest", sha256=hashlib.sha256(data).hexdigest())
         _STORE.put(_header_key(plan.key), meta, [])
     _count("cpp_stored")
+
+
+def _older_than(path: str, when_ns: int) -> bool:
+    """Whether a file, and the link that may lead to it, were last changed
+    before ``when_ns``."""
+    try:
+        times = [os.lstat(path), os.stat(path)]
+    except OSError:
+        return False
+    return all(max(t.st_mtime_ns, t.st_ctime_ns) < when_ns for t in times)
 
 
 def _caches_forced_off() -> bool:
@@ -752,7 +854,7 @@ def _caches_forced_off() -> bool:
 
 
 def _cached_build(original):
-    def build(self) -> None:
+    def build(self, defer: bool = True) -> None:
         try:
             plan = _plan(self) if _code_readable() and not _caches_forced_off() else None
         except Exception:
@@ -762,30 +864,33 @@ def _cached_build(original):
             _count("cpp_not_cached")
             return original(self)
         try:
-            if _defer(plan):
+            if defer and _defer(plan, self):
                 _count("cpp_deferred")
                 return None
             if _serve(plan):
                 _count("cpp_served")
                 return None
+            if plan.pending:
+                # A compile names a header left for later: place it (or build
+                # it), and key the compile by what is there now.
+                _place_deferred(plan.pending, build)
+                plan = _plan(self)
+            if plan is not None:
+                _wait_for_headers(plan.sources)
         except Exception:
             _STORE.get_state().errors += 1
-        if plan.pending:
-            # A compile names a header left for later: place it, and key the
-            # compile by what is there now.
-            _place_deferred(plan.pending)
-            try:
-                plan = _plan(self)  # the headers placed, or keyed as absent
-            except Exception:
-                _STORE.get_state().errors += 1
-                plan = None
-            if plan is None:
-                _count("cpp_not_cached")
-                return original(self)
+            plan = None
+        if plan is None:
+            _count("cpp_not_cached")
+            return original(self)
         depfile = None
         if plan.language:
-            fd, depfile = tempfile.mkstemp(prefix="progcache-torch-", suffix=".d")
-            os.close(fd)
+            try:
+                fd, depfile = tempfile.mkstemp(prefix="progcache-torch-", suffix=".d")
+                os.close(fd)
+            except OSError:
+                _count("cpp_not_cached")
+                return original(self)
         command = self.get_command_line()
         if depfile is not None:
             self.get_command_line = lambda: f"{command} -MD -MF {shlex.quote(depfile)}"
@@ -869,8 +974,9 @@ def _install() -> None:
         cls.backend_override_cls = backend
     for module, setting in _SETTINGS:
         mod = importlib.import_module(module)
-        _saved[f"setting:{module}:{setting}"] = getattr(mod, setting)
-        setattr(mod, setting, True)
+        if getattr(mod, setting) is None:  # torch's default: not set by the user (TORCHINDUCTOR_...)
+            _saved[f"setting:{module}:{setting}"] = None
+            setattr(mod, setting, True)
     original = cpp_builder.CppBuilder.build
     if not getattr(original, "_progcache", False):
         _saved["build"] = original
@@ -949,9 +1055,12 @@ def _restore() -> None:
 
 
 def disable() -> None:
-    """Gives torch.compile its own caches back."""
+    """Gives torch.compile its own caches back (and, before Inductor is
+    imported, keeps PROGCACHE_TORCH from turning this module on)."""
     global _enabled
     with _lock:
+        for f in [f for f in sys.meta_path if isinstance(f, _Watch)]:
+            sys.meta_path.remove(f)
         if _enabled:
             _restore()
             _enabled = False

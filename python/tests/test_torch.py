@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -119,6 +120,36 @@ def test_a_new_machine_gets_the_whole_warm_start_and_the_same_libraries(tmp_path
         assert served_libs[path] == data, path
 
 
+def test_a_graph_generated_for_another_instruction_set_is_not_served(tmp_path):
+    # Inductor writes the vector width into its C++; torch's key leaves the
+    # instruction set it picked out (its caches are local to a machine).
+    m = Machine(tmp_path)
+    first = cold(m)
+    m.wipe()
+    other = m.run(env={"ATEN_CPU_CAPABILITY": "default"})
+    assert other["inductor"].get("fxgraph_cache_miss") == 1, other
+    assert other["matches_eager"]
+    m.wipe()
+    assert served(m.run()) and first["matches_eager"]
+
+
+def test_disable_before_inductor_is_imported_holds(tmp_path):
+    code = ("import torch, progcache.torch as pt; pt.disable(); import torch._inductor.codecache; "
+            "from torch._inductor import cpp_builder, config; "
+            "print(getattr(cpp_builder.CppBuilder.build, '_progcache', False), config.fx_graph_remote_cache)")
+    env = Machine(tmp_path).env()
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False", "None"]
+    # A setting the user gave is kept.
+    code = ("import torch, progcache.torch as pt; pt.enable(); from torch._inductor import config; "
+            "print(config.fx_graph_remote_cache)")
+    env["TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE"] = "0"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False"]
+
+
 def test_enable_in_code_works_without_the_variable(tmp_path):
     m = Machine(tmp_path, PROGCACHE_TORCH="0")
     first = m.run(enable=True)
@@ -144,6 +175,15 @@ def test_a_changed_model_shape_or_dtype_compiles_again(tmp_path):
     # And the original is still served.
     m.wipe()
     assert served(m.run())
+    # The precompiled header's entry evicted (the largest entry): a new
+    # kernel's compile gets the header built as torch builds it.
+    biggest = max(entry_files(m.root), key=os.path.getsize)
+    assert os.path.getsize(biggest) > 10 << 20
+    os.unlink(biggest)
+    m.wipe()
+    got = m.run(model="conv")
+    assert got["matches_eager"] and got["progcache"]["cpp_compiled"] > 0
+    assert [p for p in m.libraries() if p.endswith(".gch")]
 
 
 def entry_files(root):
@@ -303,6 +343,9 @@ def _builder(src_dir, out_dir, includes):
 def _build(tmp_path, includes):
     """Builds unit.cpp through progcache.torch's wrapper; returns (served?,
     the library's bytes)."""
+    # A file changed moments before a compile may have been changed during
+    # it, as far as file times can tell: nothing read would be stored.
+    time.sleep(0.1)
     before = pt.stats()["cpp_served"]
     b = _builder(tmp_path / "src", tmp_path / "out", includes)
     target = b.get_target_file_path()
@@ -375,6 +418,69 @@ def test_a_cpp_build_with_an_option_it_cannot_key_is_not_cached(cpp_tree, monkey
     assert _build(tmp_path, includes)[0] is False
     assert _build(tmp_path, includes)[0] is False
     assert pt.stats()["cpp_not_cached"] == before + 2
+    monkeypatch.delenv("DEPENDENCIES_OUTPUT")
+    # A linker option naming a file.
+    obj = tmp_path / "extra.o"
+    (tmp_path / "extra.cpp").write_text('extern "C" int extra() { return 1; }\n')
+    subprocess.run(["g++", "-c", "-fPIC", str(tmp_path / "extra.cpp"), "-o", str(obj)], check=True)
+    from torch._inductor.cpp_builder import CppBuilder, CppOptions
+    for _ in range(2):
+        b = CppBuilder(name="linked", sources=[str(tmp_path / "src" / "unit.cpp")],
+                       BuildOption=CppOptions(extra_flags=[f"-I{d}" for d in includes] + [f"-Wl,{obj}"]),
+                       output_dir=str(tmp_path / "out"))
+        b.build()
+    assert pt.stats()["cpp_not_cached"] == before + 4
+
+
+def test_a_variable_the_linker_reads_is_keyed(cpp_tree, monkeypatch):
+    tmp_path, includes = cpp_tree
+    assert _build(tmp_path, includes)[0] is False
+    assert _build(tmp_path, includes)[0] is True
+    monkeypatch.setenv("LD_RUN_PATH", "/opt/somewhere")
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+    assert b"/opt/somewhere" in data
+
+
+def test_a_header_created_while_gcc_runs_is_never_stored_as_absent(cpp_tree, monkeypatch):
+    tmp_path, includes = cpp_tree
+    first, _ = includes
+    from torch._inductor import cpp_builder
+    real = cpp_builder.run_compile_cmd
+
+    def compile_then_create(cmd, cwd):
+        real(cmd, cwd)
+        if not (first / "value.h").exists():
+            (first / "value.h").write_text("#define VALUE 4\n")  # where g++ looks first
+
+    monkeypatch.setattr(cpp_builder, "run_compile_cmd", compile_then_create)
+    assert _build(tmp_path, includes)[0] is False
+    monkeypatch.setattr(cpp_builder, "run_compile_cmd", real)
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+
+
+def test_a_directory_where_a_header_could_be_is_not_a_header(cpp_tree):
+    tmp_path, includes = cpp_tree
+    first, _ = includes
+    (first / "value.h").mkdir()  # g++ passes over a directory
+    assert _build(tmp_path, includes)[0] is False
+    assert _build(tmp_path, includes)[0] is True
+    (first / "value.h").rmdir()
+    (first / "value.h").write_text("#define VALUE 9\n")
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+
+
+def test_a_dangling_link_where_a_header_could_be_is_not_a_header(cpp_tree):
+    tmp_path, includes = cpp_tree
+    first, _ = includes
+    (first / "extra.h").symlink_to(tmp_path / "later.h")  # a link to nothing
+    assert _build(tmp_path, includes)[0] is False
+    assert _build(tmp_path, includes)[0] is True
+    (tmp_path / "later.h").write_text("#define EXTRA 5\n")  # the link now leads to a header
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
 
 
 def _preprocess(tmp_path, name, text, includes):
@@ -384,6 +490,7 @@ def _preprocess(tmp_path, name, text, includes):
     d = tmp_path / name
     d.mkdir()
     (d / "header.hpp").write_text(text)
+    time.sleep(0.1)
     before = pt.stats()["cpp_served"]
     b = CppBuilder(name=str(d / "header"), sources=str(d / "header.hpp"),
                    BuildOption=CppOptions(preprocessing=True, extra_flags=[f"-I{i}" for i in includes]))
