@@ -38,7 +38,7 @@ install with ``pip install --target`` and ``PYTHONPATH``). What it does
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import hashlib
 import os
 import re
@@ -59,7 +59,7 @@ except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
     raise ImportError("progcache.torch needs PyTorch (PyPI 'torch'): pip install torch. "
                       f"Importing it failed: {_e}") from None
 
-from . import _core, _integration
+from . import _core, _integration, _kernel_dirs
 
 # torch releases whose internals (the remote-cache backend hook and
 # CppBuilder.build) this module was tested against: (major, minor).
@@ -649,20 +649,10 @@ def _place(path: str, data: bytes) -> None:
     mode the linker gives one."""
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".progcache-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, (0o777 if data[:4] == b"\x7fELF" and not path.endswith((".o", ".gch")) else 0o666) & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = (0o777 if data[:4] == b"\x7fELF" and not path.endswith((".o", ".gch")) else 0o666) & ~umask
+    _kernel_dirs.write_atomic(d, os.path.basename(path), data, mode)
 
 
 def _serve(plan: _Plan) -> bool:
@@ -744,7 +734,7 @@ def _place_deferred(paths: List[str], build) -> None:
         if entry is None:
             continue
         lock = _header_lock(path[:-4])
-        with lock if lock is not None else _no_lock():
+        with lock if lock is not None else contextlib.nullcontext():
             if os.path.exists(path):
                 continue
             found = _integration.decode(_STORE.get(entry[0], host_code=True))
@@ -756,14 +746,6 @@ def _place_deferred(paths: List[str], build) -> None:
                 except OSError:
                     _STORE.get_state().errors += 1
             build(entry[2], defer=False)
-
-
-class _no_lock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _wait_for_headers(sources: List[Tuple[str, str]]) -> None:
@@ -855,26 +837,22 @@ def _caches_forced_off() -> bool:
 
 def _cached_build(original):
     def build(self, defer: bool = True) -> None:
+        plan = None
         try:
-            plan = _plan(self) if _code_readable() and not _caches_forced_off() else None
-        except Exception:
-            _STORE.get_state().errors += 1
-            plan = None
-        if plan is None:
-            _count("cpp_not_cached")
-            return original(self)
-        try:
-            if defer and _defer(plan, self):
-                _count("cpp_deferred")
-                return None
-            if _serve(plan):
-                _count("cpp_served")
-                return None
-            if plan.pending:
-                # A compile names a header left for later: place it (or build
-                # it), and key the compile by what is there now.
-                _place_deferred(plan.pending, build)
+            if _code_readable() and not _caches_forced_off():
                 plan = _plan(self)
+            if plan is not None:
+                if defer and _defer(plan, self):
+                    _count("cpp_deferred")
+                    return None
+                if _serve(plan):
+                    _count("cpp_served")
+                    return None
+                if plan.pending:
+                    # A compile names a header left for later: place it (or
+                    # build it), and key the compile by what is there now.
+                    _place_deferred(plan.pending, build)
+                    plan = _plan(self)
             if plan is not None:
                 _wait_for_headers(plan.sources)
         except Exception:
