@@ -17,6 +17,60 @@ from ._kernels import (DEVICE_KERNEL_PATH, EXECUTABLE_PATH, HOST_KERNEL_PATH, KE
 
 _register_with_cuda_core(import_now=False)
 
+# The switches that act through progcache-autoload.pth, and the call that
+# does what each does where that file is not run.
+_SWITCHES = (("PROGCACHE_TRITON_WARM_START", "progcache.triton.enable(warm_start=True)"),
+             ("PROGCACHE_TILELANG", "progcache.tilelang.enable()"),
+             ("PROGCACHE_TORCH", "progcache.torch.enable()"))
+
+
+def _hook_installed() -> bool:
+    """Whether progcache-autoload.pth is in a directory Python runs .pth
+    files from (a site directory)."""
+    import site
+
+    try:
+        dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+    except Exception:  # some embedded Pythons lack these
+        return False
+    import os
+
+    return any(os.path.isfile(os.path.join(d, "progcache-autoload.pth")) for d in dirs)
+
+
+def _check_switches() -> None:
+    """A switch set where Python never ran progcache-autoload.pth (progcache
+    installed with ``pip install --target`` and found through PYTHONPATH, or
+    Python started with -S) does nothing in a process that imports only the
+    framework. This process imports progcache: it arms the same hooks now
+    (they act on the framework if it is imported later, and at once if it
+    already was), and says once what to call where nothing imports progcache."""
+    import sys
+
+    from ._integration import env_flag, warn_once
+
+    wanted = [(var, call) for var, call in _SWITCHES if env_flag(var)]
+    if not wanted or "_progcache_autoload" in sys.modules:
+        return
+    try:
+        import _progcache_autoload  # type: ignore[import-not-found, unused-ignore]
+
+        _progcache_autoload.arm()
+    except Exception:
+        pass
+    if _hook_installed():
+        return  # installed in a site directory: the variable was set after Python started
+    names = ", ".join(var for var, _ in wanted)
+    calls = ", ".join(call for _, call in wanted)
+    warn_once("autoload", "not-run",
+              f"{names} is set, but Python did not run progcache-autoload.pth (progcache is not installed in a "
+              "site directory: pip install --target with PYTHONPATH, or python -S), so in a process that does not "
+              f"import progcache the switch does nothing. Call {calls} before the framework compiles "
+              "(docs/python.md, \"Switches without site directories\").")
+
+
+_check_switches()
+
 
 def __getattr__(name: str):
     # REGISTERED_WITH_CUDA_CORE: True when the caches are registered with
