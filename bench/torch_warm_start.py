@@ -19,6 +19,7 @@ with --json the raw times. Run it with the Python that has torch and
 progcache installed (scripts/test-torch.sh makes .venv-torch):
 
     .venv-torch/bin/python bench/torch_warm_start.py --rounds 5
+    python3 bench/torch_warm_start.py --device cuda --rounds 3   # on a GPU machine
 """
 
 import argparse
@@ -67,19 +68,27 @@ else:
                             torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
     x = torch.randn(8, 3, 32, 32)
 m.eval()
+dev = spec["device"]
+m, x = m.to(dev), x.to(dev)
 t1 = time.perf_counter()
 f = torch.compile(m)
 with torch.no_grad():
-    f(x)
+    y = f(x)
+if dev == "cuda":
+    torch.cuda.synchronize()
 t2 = time.perf_counter()
+with torch.no_grad():
+    correct = torch.allclose(y, m(x), atol=1e-3, rtol=1e-3)
 from torch._dynamo.utils import counters
-print(json.dumps({"first_call": t2 - t1, "import": t1 - t0,
+from torch._inductor import cpu_vec_isa
+print(json.dumps({"first_call": t2 - t1, "import": t1 - t0, "correct": bool(correct),
+                  "isa_picked": cpu_vec_isa.valid_vec_isa_list.cache_info().currsize > 0,
                   "fx_hit": counters["inductor"].get("fxgraph_cache_hit", 0),
                   "fx_miss": counters["inductor"].get("fxgraph_cache_miss", 0)}))
 """
 
 
-def run(model, dirs, root, progcache):
+def run(model, dirs, root, progcache, device):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "TRITON_", "PROGCACHE_"))}
     os.makedirs(os.path.join(dirs, "tmp"), exist_ok=True)
     env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(dirs, "inductor"),
@@ -87,11 +96,28 @@ def run(model, dirs, root, progcache):
                 "PROGCACHE_DIR": root})
     if progcache:
         env["PROGCACHE_TORCH"] = "1"
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"model": model})], env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"model": model, "device": device})], env=env, capture_output=True,
                        text=True, timeout=1800)
     if p.returncode != 0:
         raise SystemExit(f"{model}: the child failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    if not r["correct"]:
+        raise SystemExit(f"{model}: the compiled model's output differs from eager's")
+    if os.environ.get("BENCH_VERBOSE"):
+        print(f"  {model} progcache={progcache} {json.dumps(r)}", file=sys.stderr, flush=True)
+    return r
+
+
+def cold(*args):
+    r = run(*args)
+    assert r["fx_miss"] == 1, r
+    return r["first_call"]
+
+
+def warm(*args):
+    r = run(*args)
+    assert r["fx_hit"] == 1 and r["fx_miss"] == 0, r
+    return r["first_call"]
 
 
 def wipe(dirs):
@@ -102,31 +128,37 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="mlp,transformer,conv")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--fill-once", action="store_true",
+                    help="fill the caches with one cold run of each kind, then time only the two warm starts "
+                         "each round (shorter; for a machine lent for minutes)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     import torch  # noqa: F401 - the version is part of the report
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.rounds} rounds, fresh processes, "
-          "first call of the compiled model (s)")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "no GPU"
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {where}, device {args.device}, {args.rounds} rounds, "
+          "fresh processes, first call of the compiled model (s)")
     rows = {}
     for model in args.models.split(","):
         t = {"cold": [], "cold + progcache": [], "Inductor warm (local)": [], "new machine, progcache": []}
-        for _ in range(args.rounds):
+        if args.fill_once:
+            with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
+                own, dirs, root = (os.path.join(base, n) for n in ("own", "dirs", "root"))
+                t["cold"].append(cold(model, own, root, False, args.device))
+                t["cold + progcache"].append(cold(model, dirs, root, True, args.device))
+                for _ in range(args.rounds):
+                    t["Inductor warm (local)"].append(warm(model, own, root, False, args.device))
+                    wipe(dirs)
+                    t["new machine, progcache"].append(warm(model, dirs, root, True, args.device))
+        for _ in range(0 if args.fill_once else args.rounds):
             with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
                 dirs, root = os.path.join(base, "dirs"), os.path.join(base, "root")
-                r = run(model, dirs, root, False)
-                assert r["fx_miss"] == 1, r
-                t["cold"].append(r["first_call"])
-                r = run(model, dirs, root, False)
-                assert r["fx_hit"] == 1, r
-                t["Inductor warm (local)"].append(r["first_call"])
+                t["cold"].append(cold(model, dirs, root, False, args.device))
+                t["Inductor warm (local)"].append(warm(model, dirs, root, False, args.device))
                 wipe(dirs)
-                r = run(model, dirs, root, True)
-                assert r["fx_miss"] == 1, r
-                t["cold + progcache"].append(r["first_call"])
+                t["cold + progcache"].append(cold(model, dirs, root, True, args.device))
                 wipe(dirs)
-                r = run(model, dirs, root, True)
-                assert r["fx_hit"] == 1, r
-                t["new machine, progcache"].append(r["first_call"])
+                t["new machine, progcache"].append(warm(model, dirs, root, True, args.device))
         rows[model] = t
         med = {k: statistics.median(v) for k, v in t.items()}
         ratio = med["new machine, progcache"] / med["Inductor warm (local)"]

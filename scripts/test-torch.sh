@@ -8,13 +8,15 @@
 #
 # scripts/test.sh runs this with PROGCACHE_WHEEL naming the wheel it built,
 # so the extension is not built twice; alone, it builds and installs ./.
+# Another tested torch (TESTED_TORCH in python/progcache/torch.py), in a venv
+# of its own: TORCH_SPEC="torch==2.11.0" TORCH_VENV=.venv-torch211 bash scripts/test-torch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-venv=.venv-torch
+venv=${TORCH_VENV:-.venv-torch}
 [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
 py="$PWD/$venv/bin/python"
-"$py" -m pip install -q --disable-pip-version-check "torch>=2.15,<2.16" numpy pytest
+"$py" -m pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch>=2.15,<2.16}" numpy pytest
 if [[ -n "${PROGCACHE_WHEEL:-}" ]]; then
   "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$PROGCACHE_WHEEL"
 else

@@ -63,9 +63,9 @@ from . import _core, _integration, _kernel_dirs
 
 # torch releases whose internals (the remote-cache backend hook and
 # CppBuilder.build) this module was tested against: (major, minor).
-TESTED_TORCH = ((2, 15),)
+TESTED_TORCH = ((2, 11), (2, 15))
 
-_SCHEMA = "1"
+_SCHEMA = "2"
 _STORE = _integration.StoreState("torch")
 _lock = threading.Lock()
 _enabled = False
@@ -130,9 +130,30 @@ def _codegen_identity() -> str:
             f"num_threads={torch.get_num_threads()} ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '')}")
 
 
+def _isa_picked() -> bool:
+    """Whether Inductor picked a vector instruction set in this process: it
+    does when it generates C++ for the CPU, and only then. Picking one
+    compiles and loads a probe per instruction set (seconds), so a process
+    that generates only GPU code must not be made to. True where this torch
+    does not say."""
+    from torch._inductor import cpu_vec_isa  # type: ignore[import-not-found, unused-ignore]
+
+    info = getattr(getattr(cpu_vec_isa, "valid_vec_isa_list", None), "cache_info", None)
+    return info is None or info().currsize > 0
+
+
+# An object is stored under torch's key. An object made where Inductor
+# generated CPU code depends on the instruction set picked; it goes under a
+# second key that names it, and the first holds only a mark saying so. A
+# lookup reads the first; only a mark makes it pick an instruction set and
+# read the second. Objects of GPU-only graphs cost one read and no probe.
 def _object_key(key: str) -> bytes:
-    return _core.typed_key("torch-object", [("schema", _SCHEMA), ("torch", _torch_identity()),
-                                            ("codegen", _codegen_identity()), ("key", key)])
+    return _core.typed_key("torch-object", [("schema", _SCHEMA), ("torch", _torch_identity()), ("key", key)])
+
+
+def _cpu_object_key(key: str) -> bytes:
+    return _core.typed_key("torch-object-cpu", [("schema", _SCHEMA), ("torch", _torch_identity()),
+                                                ("codegen", _codegen_identity()), ("key", key)])
 
 
 def _code_readable() -> bool:
@@ -140,31 +161,44 @@ def _code_readable() -> bool:
     return st.store is not None and _STORE.code_allowed(st)
 
 
+def _read_object(store_key: bytes, key: str) -> Optional[Tuple[dict, Optional[bytes]]]:
+    found = _integration.decode(_STORE.get(store_key, host_code=True))
+    if found is None:
+        return None
+    meta, arts = found
+    data = dict(arts).get("value")
+    if meta.get("key") != key or not (isinstance(data, bytes) or meta.get("codegen") == "cpu"):
+        _STORE.get_state().errors += 1
+        return None
+    return meta, data if isinstance(data, bytes) else None
+
+
 def get_object(key: str) -> Optional[bytes]:
     """An Inductor object stored under torch's key, or None. Read only where
     host code may come from: a graph is a pickle, and loading it runs it."""
     if not _code_readable():
         return None
-    found = _integration.decode(_STORE.get(_object_key(key), host_code=True))
-    if found is None:
-        _count("objects_missed")
-        return None
-    meta, arts = found
-    data = dict(arts).get("value")
-    if meta.get("key") != key or not isinstance(data, bytes):
-        _STORE.get_state().errors += 1
+    found = _read_object(_object_key(key), key)
+    if found is not None and found[0].get("codegen") == "cpu":
+        found = _read_object(_cpu_object_key(key), key)
+    if found is None or found[1] is None:
         _count("objects_missed")
         return None
     _count("objects_served")
-    return data
+    return found[1]
 
 
 def put_object(key: str, data: bytes) -> None:
     """Stores an Inductor object (never raises)."""
     if not isinstance(data, bytes) or not _code_readable():
         return
-    _STORE.put(_object_key(key), {"kind": "torch-object", "key": key, "torch": torch.__version__},
-               [("value", data)])
+    meta = {"kind": "torch-object", "key": key, "torch": torch.__version__}
+    if _isa_picked():
+        if not _STORE.put(_cpu_object_key(key), meta, [("value", data)]):
+            return
+        _STORE.put(_object_key(key), dict(meta, codegen="cpu"), [])
+    elif not _STORE.put(_object_key(key), meta, [("value", data)]):
+        return
     _count("objects_stored")
 
 
@@ -228,9 +262,11 @@ class _Plan:
 @dataclass
 class _Memo:
     """What one process learns once: compilers' identities and directories,
-    and file digests by stat identity."""
+    file digests by stat identity, and places seen empty by the identity of
+    the directory that would have to change for them to fill."""
     compilers: Dict[str, Optional[tuple]] = field(default_factory=dict)
     digests: Dict[str, Tuple[tuple, str]] = field(default_factory=dict)
+    absent: Dict[str, Tuple[str, tuple]] = field(default_factory=dict)
     cpu: Optional[str] = None
 
 
@@ -636,11 +672,88 @@ def _manifest_holds(meta: dict) -> bool:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)) \
                 or _digest(item[0]) != item[1]:
             return False
+    dirs: Dict[str, Optional[tuple]] = {}
+    seen: List[Tuple[str, str]] = []
+    absent = _memo.absent
     for item in probes:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)) \
-                or os.path.isfile(item[0]) != item[1]:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
             return False
+        path, present = item
+        if present:
+            if not os.path.isfile(path):
+                return False
+            continue
+        known = absent.get(path)  # the common case, inline: thousands per check
+        if known is not None:
+            ident = dirs.get(known[0], _UNREAD)
+            if (ident if ident is not _UNREAD else _dir_identity(known[0], dirs)) == known[1]:
+                continue
+        if not _still_absent(path, dirs, seen):
+            return False
+    _remember_absent(seen, dirs)
     return True
+
+
+_UNREAD = object()
+
+
+def _dir_identity(path: str, dirs: Dict[str, Optional[tuple]]) -> Optional[tuple]:
+    """A directory's identity (device, inode, modification and change
+    times), or None where the path is not a directory; read once per check."""
+    if path not in dirs:
+        try:
+            st = os.stat(path)
+            dirs[path] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISDIR(st.st_mode) else None
+        except OSError:
+            dirs[path] = None
+    return dirs[path]
+
+
+# A manifest lists every place where a header could have been found and was
+# not: thousands per Inductor kernel, most the same for every kernel. A place
+# can fill only if an entry is added to the deepest directory on its path
+# that exists, and adding one changes that directory's modification and
+# change times (the change time cannot be set back). So once a place has been
+# seen empty, it is known empty while that directory's identity is what it
+# was before the place was looked at: one stat per directory, not per place,
+# in every later check of this process. Directories changed within the clock
+# slack are not trusted (a change in the same clock tick keeps the times),
+# nor places reached through an existing entry that is not a directory (a
+# symbolic link can be made to lead elsewhere without changing it).
+def _still_absent(path: str, dirs: Dict[str, Optional[tuple]], seen: List[Tuple[str, str]]) -> bool:
+    known = _memo.absent.get(path)
+    if known is not None and _dir_identity(known[0], dirs) == known[1]:
+        return True
+    if not os.path.isabs(path):
+        return not os.path.isfile(path)
+    parent, child = os.path.split(path)
+    while _dir_identity(parent, dirs) is None:
+        up, name = os.path.split(parent)
+        if up == parent:
+            return not os.path.isfile(path)
+        parent, child = up, name
+    try:
+        os.lstat(os.path.join(parent, child))
+    except FileNotFoundError:
+        seen.append((path, parent))
+        return True
+    except OSError:
+        pass
+    return not os.path.isfile(path)
+
+
+def _remember_absent(seen: List[Tuple[str, str]], dirs: Dict[str, Optional[tuple]]) -> None:
+    """Remembers the places a check saw empty, by directories whose identity
+    read before the places were looked at is still theirs after."""
+    if not seen:
+        return
+    limit = time.time_ns() - _CLOCK_SLACK_NS
+    after: Dict[str, Optional[tuple]] = {}
+    for path, parent in seen:
+        before = dirs.get(parent)
+        if before is None or max(before[2], before[3]) >= limit or _dir_identity(parent, after) != before:
+            continue
+        _memo.absent[path] = (parent, before)
 
 
 def _place(path: str, data: bytes) -> None:
@@ -961,8 +1074,12 @@ def _install() -> None:
         cpp_builder.CppBuilder.build = _cached_build(original)
     from torch._inductor import cpu_vec_isa  # type: ignore[import-not-found, unused-ignore]
 
-    probe = cpu_vec_isa.VecISA._probe_load
-    if not getattr(probe, "_progcache", False):
+    # torch 2.15 loads each instruction-set probe through this method, and
+    # skips the load where a marker beside the probe says it succeeded
+    # (which a new machine lacks); torch 2.11 loads it inline, in every
+    # process, warm or not, so there is nothing to serve.
+    probe = getattr(cpu_vec_isa.VecISA, "_probe_load", None)
+    if probe is not None and not getattr(probe, "_progcache", False):
         _saved["probe"] = probe
         cpu_vec_isa.VecISA._probe_load = _cached_probe(probe)
     if not os.environ.get("TRITON_CACHE_MANAGER"):

@@ -3,7 +3,9 @@ the CPU (Inductor's C++ code generation), runs it once without gradients, and
 prints one JSON line: the output's bytes (hex) and whether it matches the
 eager model, Inductor's own cache counters, and progcache.torch's counters.
 
-argv[1] is a JSON object: model ("mlp", "mlp-wide", "conv"), batch, dtype
+argv[1] is a JSON object: model ("mlp", "mlp-wide", "conv", or "mm": a
+matrix product alone, which Inductor hands to ATen and generates no kernel
+for, as it generates no CPU code for a GPU-only graph), batch, dtype
 ("float32" or "float64"), enable (call progcache.torch.enable() rather than
 rely on PROGCACHE_TORCH), threads (Inductor's compile threads)."""
 
@@ -26,6 +28,8 @@ if spec.get("threads"):
 
 def model(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
+    if kind == "mm":
+        return torch.nn.Linear(32, 8, bias=False).eval()
     if kind == "conv":
         m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
                                 torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
@@ -56,6 +60,11 @@ out = {
     "warnings": [str(w.message) for w in caught if "progcache" in str(w.message)],
     "enabled": spec.get("enabled"),
 }
+from torch._inductor import cpu_vec_isa  # noqa: E402
+
+# Whether this process picked a vector instruction set (compiling and
+# loading a probe per set): Inductor does when it generates CPU code.
+out["isa_picked"] = cpu_vec_isa.valid_vec_isa_list.cache_info().currsize > 0
 if "progcache.torch" in sys.modules:
     import progcache.torch as pt
 
