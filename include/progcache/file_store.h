@@ -123,7 +123,10 @@ struct PruneReport {
   std::uint64_t bytes_remaining = 0;
 };
 
-// Called with (done, total) during long scans (verify, prune).
+// Called with (done, total) during long scans: verify counts the bytes of
+// the entries read (of the bytes the store's counters hold), list and prune
+// count steps of their own. The last call has done == total; a total of 0
+// means there is nothing to measure.
 using ProgressFn = std::function<void(std::uint64_t, std::uint64_t)>;
 
 enum class Repair { no, yes };

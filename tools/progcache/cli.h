@@ -23,6 +23,7 @@
 #include "progcache/config.h"
 #include "progcache/file_store.h"
 #include "progcache/store.h"
+#include "progress.h"
 
 namespace progcache::cli {
 
@@ -111,7 +112,9 @@ std::string format_time(std::int64_t ns);
 // A duration given to `option` (7d, 12h); a bare number is a usage error, as
 // in ccache (30 what?).
 pc::Result<std::int64_t> parse_age(const std::string& option, const std::string& text);
-pc::ProgressFn progress_bar(const char* label);
+// A progress line on stderr when it is a terminal (tools/progcache/progress.h);
+// an empty function otherwise.
+pc::ProgressFn progress_bar(const char* label, ProgressUnit unit);
 pc::Result<std::string> read_file(const std::string& path);
 pc::Status check_output_path(const std::string& path);
 // An output of any command, written as the user asked and only there: "-"

@@ -213,7 +213,8 @@ int run_verify(const AdminArgs& a, Stores& stores) {
   std::size_t remaining = 0;
   json reports = json::array();
   for (auto& named : stores) {
-    auto report = named.store->verify(a.repair ? pc::Repair::yes : pc::Repair::no, progress_bar("verify"));
+    auto report =
+        named.store->verify(a.repair ? pc::Repair::yes : pc::Repair::no, progress_bar("verify", ProgressUnit::bytes));
     if (!report.ok()) return fail(report.status());
     std::size_t left = 0;
     for (const auto& p : report->problems) left += p.removed ? 0 : 1;
@@ -282,7 +283,7 @@ int run_prune(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
   // Each store is pruned to the size on its own (the root's own store and
   // each companion), as each enforces its cap on its own.
   for (auto& named : stores) {
-    auto report = named.store->prune(max_size, age, progress_bar("prune"));
+    auto report = named.store->prune(max_size, age, progress_bar("prune", ProgressUnit::steps));
     if (!report.ok()) return fail(report.status());
     std::printf("%sremoved %llu entries (%s); %llu entries (%s) remain\n", prefix_of(named).c_str(),
                 static_cast<unsigned long long>(report->removed), pc::format_size(report->bytes_removed).c_str(),

@@ -74,7 +74,7 @@ int run_export(const BundleArgs& a, const pc::Config& cfg) {
   if (const pc::Status st = out.open(a.output, pc::Durability::fsync); !st.ok()) return fail(st);
   pc::BundleWriter writer([&out](std::string_view data) { return out.write(data); });
   if (const pc::Status st = writer.begin(); !st.ok()) return fail(st);
-  const auto progress = progress_bar("export");
+  const auto progress = progress_bar("export", ProgressUnit::entries);
   std::uint64_t skipped = 0;
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     if (progress) progress(i, chosen.size());
@@ -155,7 +155,7 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
   // takes no unsigned or foreign one from a bundle either (its private disk
   // store alone would not ask, trusting what its remote tier verified).
   const pc::EntryCodecOptions trusted{.hmac_key = cfg.hmac_key, .keys = cfg.signing_keys};
-  const auto progress = total != 0 ? progress_bar("import") : pc::ProgressFn();
+  const auto progress = total != 0 ? progress_bar("import", ProgressUnit::bytes) : pc::ProgressFn();
   std::uint64_t imported = 0;
   // What was imported, to tell afterwards how much of it the importing
   // store's cap let stay.

@@ -10,10 +10,12 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "cli.h"
 #include "progcache/remote_store.h"
 #include "progcache/tiered_store.h"
+#include "progress.h"
 
 namespace progcache::cli {
 
@@ -104,16 +106,35 @@ std::string format_time(std::int64_t ns) {
   return buf;
 }
 
-// A progress bar on stderr, only when stderr is a terminal.
-pc::ProgressFn progress_bar(const char* label) {
+// A progress line on stderr, only when stderr is a terminal: as wide as the
+// terminal is now, redrawn at most ten times a second, erased when done.
+pc::ProgressFn progress_bar(const char* label, ProgressUnit unit) {
   if (::isatty(2) == 0) return {};
-  return [label](std::uint64_t done, std::uint64_t total) {
+  struct State {
+    ProgressThrottle throttle;
+    ProgressThrottle::Clock::time_point start = ProgressThrottle::Clock::now();
+    std::size_t drawn = 0;  // the width of what is on the line now
+  };
+  auto state = std::make_shared<State>();
+  char padded[16];
+  std::snprintf(padded, sizeof padded, "%-7s", label);
+  return [state, unit, name = std::string(padded)](std::uint64_t done, std::uint64_t total) {
     if (total == 0) return;
-    const int width = 30;
-    const int filled = static_cast<int>(width * done / total);
-    std::fprintf(stderr, "\r%-7s [%.*s%*s] %3d%%", label, filled, "##############################", width - filled, "",
-                 static_cast<int>(100 * done / total));
-    if (done >= total) std::fprintf(stderr, "\r%*s\r", width + 16, "");
+    const bool last = done >= total;
+    const auto now = ProgressThrottle::Clock::now();
+    if (!state->throttle.should_draw(now, last)) return;
+    if (last) {
+      if (state->drawn != 0) std::fprintf(stderr, "\r%*s\r", static_cast<int>(state->drawn), "");
+      state->drawn = 0;
+    } else {
+      const double elapsed = std::chrono::duration<double>(now - state->start).count();
+      const std::string line = progress_line(name, unit, done, total, elapsed, terminal_columns(2));
+      // Padded over what was there, so a shorter line (a narrowed terminal)
+      // leaves nothing of the last one.
+      std::fprintf(stderr, "\r%-*s", static_cast<int>(std::max(line.size(), state->drawn)), line.c_str());
+      if (line.size() < state->drawn) std::fprintf(stderr, "\r%s", line.c_str());
+      state->drawn = line.size();
+    }
     std::fflush(stderr);
   };
 }

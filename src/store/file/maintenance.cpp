@@ -169,12 +169,16 @@ Result<VerifyReport> FileStoreImpl::verify(Repair repair, const ProgressFn& prog
   PROGCACHE_TRY(check_open());
   VerifyReport report;
   const std::int64_t now = m_env->now_ns();
+  // Progress in bytes read, of what the counters say is held.
+  const auto total = static_cast<std::uint64_t>(std::max<std::int64_t>(m_acct.total_bytes(), 0));
+  std::uint64_t done = 0;
   for (int shard = 0; shard < k_shards; ++shard) {
-    if (progress) progress(shard, k_shards);
+    if (progress) progress(std::min(done, total), total);
     const std::string dir = m_layout.shard_dir(shard);
     auto files = m_env->list_dir(dir);
     if (files.ok()) {
       verify_shard(shard, *files, repair, now, report);
+      done += static_cast<std::uint64_t>(std::max<std::int64_t>(m_acct.shard_bytes(shard), 0));
       continue;
     }
     const Code code = files.status().code();
@@ -195,7 +199,7 @@ Result<VerifyReport> FileStoreImpl::verify(Repair repair, const ProgressFn& prog
     }
     m_acct.reconcile(shard, 0, 0);
   }
-  if (progress) progress(k_shards, k_shards);
+  if (progress) progress(total, total);
   return report;
 }
 
