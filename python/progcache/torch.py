@@ -267,6 +267,7 @@ class _Memo:
     compilers: Dict[str, Optional[tuple]] = field(default_factory=dict)
     digests: Dict[str, Tuple[tuple, str]] = field(default_factory=dict)
     absent: Dict[str, Tuple[str, tuple]] = field(default_factory=dict)
+    local_devices: Optional[Set[int]] = None
     cpu: Optional[str] = None
 
 
@@ -672,11 +673,13 @@ def _manifest_holds(meta: dict) -> bool:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)) \
                 or _digest(item[0]) != item[1]:
             return False
+    started = time.time_ns()
     dirs: Dict[str, Optional[tuple]] = {}
     seen: List[Tuple[str, str]] = []
     absent = _memo.absent
     for item in probes:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], bool)):
             return False
         path, present = item
         if present:
@@ -690,7 +693,7 @@ def _manifest_holds(meta: dict) -> bool:
                 continue
         if not _still_absent(path, dirs, seen):
             return False
-    _remember_absent(seen, dirs)
+    _remember_absent(seen, dirs, started)
     return True
 
 
@@ -704,9 +707,37 @@ def _dir_identity(path: str, dirs: Dict[str, Optional[tuple]]) -> Optional[tuple
         try:
             st = os.stat(path)
             dirs[path] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISDIR(st.st_mode) else None
-        except OSError:
+        except (OSError, ValueError):
             dirs[path] = None
     return dirs[path]
+
+
+# File systems whose directories change their times whenever an entry is
+# added, with times finer than a second. Elsewhere (procfs and sysfs, whose
+# entries come and go with no change; FUSE and network file systems, whose
+# times are the server's or cached; FAT and others with coarse times) no
+# place is remembered empty.
+_LOCAL_FS = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "bcachefs"}
+
+
+def _local_devices() -> Set[int]:
+    """The devices of this machine's mounts of _LOCAL_FS (read once)."""
+    if _memo.local_devices is None:
+        found: Set[int] = set()
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    fields = line.split()
+                    if " - " not in line or len(fields) < 3:
+                        continue
+                    fstype = line.split(" - ", 1)[1].split()[0]
+                    major, _, minor = fields[2].partition(":")
+                    if fstype in _LOCAL_FS and major.isdigit() and minor.isdigit():
+                        found.add(os.makedev(int(major), int(minor)))
+        except OSError:
+            pass
+        _memo.local_devices = found
+    return _memo.local_devices
 
 
 # A manifest lists every place where a header could have been found and was
@@ -737,21 +768,25 @@ def _still_absent(path: str, dirs: Dict[str, Optional[tuple]], seen: List[Tuple[
     except FileNotFoundError:
         seen.append((path, parent))
         return True
-    except OSError:
+    except (OSError, ValueError):
         pass
     return not os.path.isfile(path)
 
 
-def _remember_absent(seen: List[Tuple[str, str]], dirs: Dict[str, Optional[tuple]]) -> None:
-    """Remembers the places a check saw empty, by directories whose identity
-    read before the places were looked at is still theirs after."""
+def _remember_absent(seen: List[Tuple[str, str]], dirs: Dict[str, Optional[tuple]], started: int) -> None:
+    """Remembers the places a check that began at ``started`` saw empty, by
+    directories on local file systems, last changed well before the check
+    began, whose identity read before the places were looked at is still
+    theirs after."""
     if not seen:
         return
-    limit = time.time_ns() - _CLOCK_SLACK_NS
+    limit = started - _DIR_SLACK_NS
+    local = _local_devices()
     after: Dict[str, Optional[tuple]] = {}
     for path, parent in seen:
         before = dirs.get(parent)
-        if before is None or max(before[2], before[3]) >= limit or _dir_identity(parent, after) != before:
+        if before is None or before[0] not in local or max(before[2], before[3]) >= limit \
+                or _dir_identity(parent, after) != before:
             continue
         _memo.absent[path] = (parent, before)
 
@@ -798,6 +833,10 @@ _deferred: Dict[str, Tuple[bytes, str, Any]] = {}
 # Slack for file times: a file system may stamp a write with a clock that lags
 # the one read before a compile by up to a tick.
 _CLOCK_SLACK_NS = 50_000_000
+# A directory is trusted to change its times with every entry added only once
+# it is older than this: a file system with whole-second times (ext4 with
+# small inodes, for one) stamps changes a second apart alike.
+_DIR_SLACK_NS = 2_000_000_000
 
 
 def _header_key(plan_key: bytes) -> bytes:
