@@ -43,7 +43,21 @@ def test_the_wheel_installs_the_command_in_the_environments_bin(tmp_path):
     env = _clean_env(tmp_path)
     version = subprocess.run([path, "--version"], env=env, capture_output=True, text=True)
     assert version.returncode == 0, version.stderr
-    assert version.stdout.startswith("progcache 0.1.0"), version.stdout
+    assert version.stdout.startswith(f"progcache {progcache.__version__}"), version.stdout
+
+
+def test_the_version_comes_from_one_place():
+    # CMakeLists.txt's project(VERSION) is the wheel's version (pyproject.toml
+    # reads it) and the library's (version.h).
+    import importlib.metadata
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "CMakeLists.txt")) as f:
+        declared = re.search(r"project\(progcache VERSION ([0-9.]+)", f.read()).group(1)
+    assert progcache.__version__ == declared
+    try:
+        assert importlib.metadata.version("progcache") == declared
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("progcache is imported from a source tree here, not installed by pip")
 
 
 def test_python_m_progcache_runs_the_command(tmp_path):
@@ -52,7 +66,7 @@ def test_python_m_progcache_runs_the_command(tmp_path):
     m = [sys.executable, "-m", "progcache"]
     version = subprocess.run(m + ["--version"], env=env, capture_output=True, text=True)
     assert version.returncode == 0, version.stderr
-    assert version.stdout.startswith("progcache 0.1.0"), version.stdout
+    assert version.stdout.startswith(f"progcache {progcache.__version__}"), version.stdout
     # Exit status and messages are the command's own.
     bogus = subprocess.run(m + ["bogus"], env=env, capture_output=True, text=True)
     assert bogus.returncode == 2 and "unknown subcommand 'bogus'" in bogus.stderr, bogus.stderr
@@ -66,6 +80,83 @@ def test_python_m_progcache_runs_the_command(tmp_path):
     got = subprocess.run(m + ["--dir", cache, "get", "k", "-o", str(out)], env=env, capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert out.read_bytes() == src.read_bytes()
+
+
+_COPIED = ("libhiredis", "libzstd", "libcrypto")  # linked, and not in the manylinux policy
+
+
+def _copied_libraries():
+    """The directory of the libraries a repaired wheel carries
+    (scripts/wheel.sh), or skip."""
+    d = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(progcache.__file__))), "progcache.libs")
+    # scripts/test.sh installs the wheel scripts/wheel.sh repaired, and says
+    # so: there, a wheel without the libraries is a failure, not a skip.
+    assert os.path.isdir(d) or os.environ.get("PROGCACHE_WHEEL_REPAIRED") != "1", \
+        f"the installed wheel carries no {d}: not repaired by scripts/wheel.sh"
+    if not os.path.isdir(d):
+        pytest.skip("progcache is not installed from a repaired wheel here (scripts/wheel.sh; scripts/test.sh "
+                    "installs one)")
+    return os.path.realpath(d)
+
+
+def _system_copies():
+    """Where the machine's own copies of those libraries are."""
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if name.split(" ")[0].startswith(tuple(f"{b}.so" for b in _COPIED)):
+            found.append(path.strip())
+    return found
+
+
+def test_the_wheel_carries_the_libraries_a_machine_may_lack(tmp_path):
+    libs = _copied_libraries()
+    names = os.listdir(libs)
+    for base in _COPIED:
+        assert any(n.startswith(base + "-") for n in names), names
+    env = _clean_env(tmp_path)
+    # What the extension maps once imported: the wheel's copies.
+    maps = subprocess.run([sys.executable, "-c", "import progcache; print(open('/proc/self/maps').read())"],
+                          env=env, capture_output=True, text=True)
+    assert maps.returncode == 0, maps.stderr
+    for base in _COPIED:
+        mapped = {line.split()[-1] for line in maps.stdout.splitlines() if f"/{base}" in line}
+        assert mapped and all(os.path.dirname(os.path.realpath(m)) == libs for m in mapped), (base, mapped)
+    # The command, the executable itself, resolves them to the same copies.
+    command = _installed_command()
+    ldd = subprocess.run(["ldd", command], capture_output=True, text=True)
+    for base in _COPIED:
+        line = next((x for x in ldd.stdout.splitlines() if x.strip().startswith(base)), "")
+        path = line.partition("=> ")[2].split(" (")[0]
+        assert path and os.path.dirname(os.path.realpath(path)) == libs, (base, ldd.stdout)
+
+
+def test_the_wheel_works_where_the_machine_has_none_of_those_libraries(tmp_path):
+    # The machine's copies hidden in a private mount namespace (each bound
+    # over by an empty file), as on a machine that never had them: importing
+    # progcache, storing and reading through it, and the command all work.
+    _copied_libraries()
+    hidden = _system_copies()
+    if not hidden:
+        pytest.skip("this machine has none of the libraries to hide")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here (unshare -m: {probe.stderr.strip()})")
+    command = _installed_command()
+    cache = str(tmp_path / "cache")
+    (tmp_path / "in").write_bytes(b"\x00bytes\xff")
+    script = " && ".join(
+        [f"mount --bind /dev/null {p}" for p in hidden] +
+        [f"{sys.executable} -c 'import progcache; c = progcache.InMemoryProgramCache(); print(\"imported\")'",
+         f"{command} --dir {cache} put k {tmp_path}/in", f"{command} --dir {cache} get k -o {tmp_path}/out",
+         # The hiding holds: the machine's own copy no longer loads.
+         f"! {sys.executable} -c 'import ctypes; ctypes.CDLL(\"{hidden[0]}\")' 2>/dev/null",
+         "echo hidden-ok"])
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], env=_clean_env(tmp_path), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "imported" in r.stdout and "hidden-ok" in r.stdout, (r.stdout, r.stderr)
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "in").read_bytes()
 
 
 def _nvrtc_wheel():

