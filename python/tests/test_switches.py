@@ -24,8 +24,12 @@ def target(tmp_path_factory):
     autoload module and its .pth side by side in a directory that is not a
     site directory."""
     d = tmp_path_factory.mktemp("target")
-    shutil.copytree(os.path.dirname(progcache.__file__), d / "progcache",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    package = os.path.dirname(os.path.abspath(progcache.__file__))
+    shutil.copytree(package, d / "progcache", ignore=shutil.ignore_patterns("__pycache__"))
+    # A repaired wheel's copied libraries (scripts/wheel.sh) sit beside the package.
+    libs = os.path.join(os.path.dirname(package), "progcache.libs")
+    if os.path.isdir(libs):
+        shutil.copytree(libs, d / "progcache.libs")
     for f in ("_progcache_autoload.py", "progcache-autoload.pth"):
         shutil.copy(os.path.join(AUTOLOAD, f), d / f)
     return str(d)
