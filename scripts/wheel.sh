@@ -38,30 +38,59 @@ else
   "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/raw" ./
   raw=$(echo "$work"/raw/progcache-*.whl)
 fi
-auditwheel repair -w "$work/fixed" "$raw" >/dev/null 2>&1
+if ! log=$(auditwheel repair -w "$work/fixed" "$raw" 2>&1); then
+  echo "$log" >&2
+  echo "wheel.sh: auditwheel repair failed" >&2
+  exit 1
+fi
 fixed=$(echo "$work"/fixed/progcache-*.whl)
+# auditwheel's verdict, on the wheel as it laid it out (the command in
+# progcache.scripts/, run-time path $ORIGIN/../progcache.libs).
+shown=$(auditwheel show "$fixed" 2>&1 | tr -s '\n' ' ' | sed 's/  */ /g')
+echo "$shown"
+if ! grep -q 'consistent with the following platform tag: "manylinux_' <<<"$shown"; then
+  echo "wheel.sh: auditwheel does not find $fixed a manylinux wheel" >&2
+  exit 1
+fi
 python -m wheel unpack -d "$work/tree" "$fixed" >/dev/null
 tree=$(echo "$work"/tree/progcache-*)
 name=$(basename "$tree")  # progcache-<version>
 moved="$tree/progcache.scripts/progcache"
-if [[ -f "$moved" ]]; then
-  pyver=$("$py" -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
-  rpath='$ORIGIN/../lib/'"$pyver"'/site-packages/progcache.libs:$ORIGIN/../lib/'"$pyver"'/dist-packages/progcache.libs'
-  rpath+=':$ORIGIN/../local/lib/'"$pyver"'/dist-packages/progcache.libs:$ORIGIN/../progcache.libs'
-  # Last, where the libraries are inside the wheel itself (<name>.data/scripts/
-  # -> progcache.libs/), so that `auditwheel show` can check the command too.
-  rpath+=':$ORIGIN/../../progcache.libs'
-  patchelf --set-rpath "$rpath" "$moved"
-  mv -f "$moved" "$tree/$name.data/scripts/progcache"
-  rmdir "$tree/progcache.scripts"
+if [[ ! -f "$moved" ]]; then
+  echo "wheel.sh: auditwheel did not put the command in progcache.scripts/ (another auditwheel?)" >&2
+  exit 1
 fi
+# Run-time paths from bin/ to the copies, each inside the install's prefix:
+# this Python's own layout first, then the usual others (lib or lib64,
+# site- or dist-packages, Debian's local/), then --target's.
+rpath=$("$py" - <<'PY'
+import os, sys, sysconfig
+own = os.path.relpath(sysconfig.get_path("platlib"), sysconfig.get_path("scripts"))
+ver = f"python{sys.version_info[0]}.{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+dirs = [own] + [f"../{lib}/{ver}/{kind}" for lib in ("lib", "lib64") for kind in ("site-packages", "dist-packages")]
+dirs += [f"../local/lib/{ver}/dist-packages", ".."]
+out = []
+for d in dirs:
+    d = os.path.normpath(d)
+    if d.startswith("../") or d == "..":
+        entry = "$ORIGIN/" + d + "/progcache.libs"
+        if entry not in out:
+            out.append(entry)
+print(":".join(out))
+PY
+)
+patchelf --set-rpath "$rpath" "$moved"
+# The command needs nothing but the C and C++ runtimes and the copies.
+copies=$(ls "$tree/progcache.libs")
+for lib in $(patchelf --print-needed "$moved"); do
+  case "$lib" in
+    libc.so.*|libm.so.*|libgcc_s.so.*|libstdc++.so.*|ld-linux*|libpthread.so.*|libdl.so.*|librt.so.*) ;;
+    *) grep -qxF "$lib" <<<"$copies" || { echo "wheel.sh: the command needs $lib, not in the wheel" >&2; exit 1; } ;;
+  esac
+done
+mv -f "$moved" "$tree/$name.data/scripts/progcache"
+rmdir "$tree/progcache.scripts"
 mkdir -p "$out"
 python -m wheel pack -d "$out" "$tree" >/dev/null
 wheel=$(ls -t "$out"/progcache-*.whl | head -1)
-shown=$(auditwheel show "$wheel" 2>&1 | tr -s '\n' ' ' | sed 's/  */ /g')
-echo "$shown"
-if ! grep -q 'consistent with the following platform tag: "manylinux_' <<<"$shown"; then
-  echo "wheel.sh: auditwheel does not find $wheel a manylinux wheel" >&2
-  exit 1
-fi
 echo "wheel.sh: $wheel"

@@ -434,7 +434,10 @@ TEST_F(CliTest, ABundleShowsAProgressBarOnATerminalAndNoneOtherwise) {
     std::size_t w = 0, start = 0;
     for (std::size_t i = 0; i <= shown.size(); ++i) {
       if (i == shown.size() || shown[i] == '\r' || shown[i] == '\n') {
-        const std::string segment = shown.substr(start, i - start);
+        std::string segment = shown.substr(start, i - start);
+        for (auto at = segment.find("\x1b[K"); at != std::string::npos; at = segment.find("\x1b[K")) {
+          segment.erase(at, 3);  // erase-to-end-of-line takes no column
+        }
         if (segment.find('%') != std::string::npos) w = std::max(w, segment.size());
         start = i + 1;
       }

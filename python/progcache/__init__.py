@@ -28,9 +28,14 @@ def _hook_installed() -> bool:
     """Whether progcache-autoload.pth is in a directory Python runs .pth
     files from (a site directory)."""
     import site
+    import sys
 
+    if sys.flags.no_site:
+        return False  # python -S: no .pth file was run, wherever it is
     try:
-        dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+        dirs = list(site.getsitepackages())
+        if site.ENABLE_USER_SITE:
+            dirs.append(site.getusersitepackages())
     except Exception:  # some embedded Pythons lack these
         return False
     import os
@@ -62,6 +67,15 @@ def _check_switches() -> None:
         return  # installed in a site directory: the variable was set after Python started
     names = ", ".join(var for var, _ in wanted)
     calls = ", ".join(call for _, call in wanted)
+    try:  # under -W error a warning is an exception: never one out of `import progcache`
+        _say_once(names, calls)
+    except Warning:
+        pass
+
+
+def _say_once(names: str, calls: str) -> None:
+    from ._integration import warn_once
+
     warn_once("autoload", "not-run",
               f"{names} is set, but Python did not run progcache-autoload.pth (progcache is not installed in a "
               "site directory: pip install --target with PYTHONPATH, or python -S), so in a process that does not "

@@ -132,6 +132,24 @@ def test_the_wheel_carries_the_libraries_a_machine_may_lack(tmp_path):
         assert path and os.path.dirname(os.path.realpath(path)) == libs, (base, ldd.stdout)
 
 
+def test_the_commands_run_time_paths_stay_inside_the_install(tmp_path):
+    # Every directory the command searches for its libraries is under the
+    # prefix it was installed in (bin/..): none where another user could put
+    # a library of that name.
+    _copied_libraries()
+    command = _installed_command()
+    out = subprocess.run(["readelf", "-d", command], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("no readelf here")
+    paths = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[(.*)\]", out.stdout)
+    assert paths, out.stdout
+    for entry in paths[0].split(":"):
+        assert entry.startswith("$ORIGIN/../"), entry
+        resolved = os.path.normpath(os.path.join(os.path.dirname(command), entry[len("$ORIGIN/"):]))
+        prefix = os.path.dirname(os.path.dirname(command))
+        assert os.path.commonpath([resolved, prefix]) == prefix, (entry, resolved, prefix)
+
+
 def test_the_wheel_works_where_the_machine_has_none_of_those_libraries(tmp_path):
     # The machine's copies hidden in a private mount namespace (each bound
     # over by an empty file), as on a machine that never had them: importing

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 import pytest
 
@@ -54,6 +53,14 @@ def test_a_switch_python_never_saw_is_said_once_with_the_call_to_make(target):
     assert "PROGCACHE_TORCH" not in lines[0]
 
 
+def test_a_switch_under_w_error_never_fails_the_import(target):
+    p = subprocess.run([sys.executable, "-S", "-W", "error", "-c", "import progcache; print('ok')"],
+                       env={**{k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "PYTHON"))},
+                            "PYTHONPATH": target, "PROGCACHE_TILELANG": "1"},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
 def test_no_switch_no_word(target):
     p = run("import progcache", target)
     assert "progcache-autoload.pth" not in p.stderr, p.stderr
@@ -76,8 +83,8 @@ def test_a_switch_in_a_site_directory_is_not_warned_about():
 def test_the_switch_acts_when_progcache_is_imported_first_and_the_call_acts_always(target):
     # Triton stands for every watched framework: the real one, found through
     # PYTHONPATH like progcache (its site directory is not run as one here).
-    pytest.importorskip("triton", reason="triton is not installed")
-    site_dir = sysconfig.get_paths()["purelib"]
+    triton = pytest.importorskip("triton", reason="triton is not installed")
+    site_dir = os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__)))
     check = "import sys; print('progcache.triton' in sys.modules, 'triton' in sys.modules)"
     # The framework alone: the switch cannot act (said in docs/python.md).
     p = run("import triton; " + check, target, [site_dir], PROGCACHE_TRITON_WARM_START="1")

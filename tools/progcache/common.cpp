@@ -113,7 +113,7 @@ pc::ProgressFn progress_bar(const char* label, ProgressUnit unit) {
   struct State {
     ProgressThrottle throttle;
     ProgressThrottle::Clock::time_point start = ProgressThrottle::Clock::now();
-    std::size_t drawn = 0;  // the width of what is on the line now
+    bool drawn = false;  // whether a line is on the terminal now
   };
   auto state = std::make_shared<State>();
   char padded[16];
@@ -123,17 +123,17 @@ pc::ProgressFn progress_bar(const char* label, ProgressUnit unit) {
     const bool last = done >= total;
     const auto now = ProgressThrottle::Clock::now();
     if (!state->throttle.should_draw(now, last)) return;
+    // Each redraw replaces the line (carriage return, the line, erase to
+    // its end): nothing of a longer earlier line is left, and nothing is
+    // written past the terminal's width when it narrows.
     if (last) {
-      if (state->drawn != 0) std::fprintf(stderr, "\r%*s\r", static_cast<int>(state->drawn), "");
-      state->drawn = 0;
+      if (state->drawn) std::fputs("\r\x1b[K", stderr);
+      state->drawn = false;
     } else {
       const double elapsed = std::chrono::duration<double>(now - state->start).count();
       const std::string line = progress_line(name, unit, done, total, elapsed, terminal_columns(2));
-      // Padded over what was there, so a shorter line (a narrowed terminal)
-      // leaves nothing of the last one.
-      std::fprintf(stderr, "\r%-*s", static_cast<int>(std::max(line.size(), state->drawn)), line.c_str());
-      if (line.size() < state->drawn) std::fprintf(stderr, "\r%s", line.c_str());
-      state->drawn = line.size();
+      std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
+      state->drawn = true;
     }
     std::fflush(stderr);
   };

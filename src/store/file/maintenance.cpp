@@ -169,11 +169,18 @@ Result<VerifyReport> FileStoreImpl::verify(Repair repair, const ProgressFn& prog
   PROGCACHE_TRY(check_open());
   VerifyReport report;
   const std::int64_t now = m_env->now_ns();
-  // Progress in bytes read, of what the counters say is held.
-  const auto total = static_cast<std::uint64_t>(std::max<std::int64_t>(m_acct.total_bytes(), 0));
+  // Progress in bytes: those of the shards read (their counters set to what
+  // the scan found) and, still to read, what the others' counters say.
   std::uint64_t done = 0;
+  const auto left_from = [&](int first) {
+    std::uint64_t left = 0;
+    for (int s = first; s < k_shards; ++s)
+      left += static_cast<std::uint64_t>(std::max<std::int64_t>(m_acct.shard_bytes(s), 0));
+    return left;
+  };
   for (int shard = 0; shard < k_shards; ++shard) {
-    if (progress) progress(std::min(done, total), total);
+    // Never done == total before the end: that call ends the progress line.
+    if (progress) progress(done, done + std::max<std::uint64_t>(left_from(shard), 1));
     const std::string dir = m_layout.shard_dir(shard);
     auto files = m_env->list_dir(dir);
     if (files.ok()) {
@@ -199,7 +206,7 @@ Result<VerifyReport> FileStoreImpl::verify(Repair repair, const ProgressFn& prog
     }
     m_acct.reconcile(shard, 0, 0);
   }
-  if (progress) progress(total, total);
+  if (progress) progress(std::max<std::uint64_t>(done, 1), std::max<std::uint64_t>(done, 1));
   return report;
 }
 
