@@ -57,8 +57,8 @@ class CliTest : public ::testing::Test {
     // `timeout`: a hang fails the test (exit 124) instead of stalling the suite.
     std::string cmd =
         (cwd.empty() ? "" : "cd " + quote(cwd) + " && ") +
-        "timeout 120 env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE PROGCACHE_DIR=" +
-        quote(cache());
+        "timeout 120 env -u PROGCACHE_MAX_SIZE -u PROGCACHE_MAX_ENTRIES -u PROGCACHE_DISABLE XDG_CONFIG_HOME=" +
+        quote(m_tmp.sub("xdg")) + " PROGCACHE_DIR=" + quote(cache());
     for (const auto& e : env) cmd += " " + quote(e);
     cmd += " " + quote(PROGCACHE_CLI_PATH);
     for (const auto& a : args) cmd += " " + quote(a);
@@ -767,10 +767,12 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
         "PROGCACHE_SHARING", "PROGCACHE_REMOTE", "PROGCACHE_REMOTE_PASSWORD_FILE", "PROGCACHE_REMOTE_PASSWORD",
         "PROGCACHE_READONLY", "PROGCACHE_HMAC_KEY_FILE", "PROGCACHE_NVRTC", "PROGCACHE_NVJITLINK", "PROGCACHE_LIBNVVM",
         "PROGCACHE_LIBCUDA", "PROGCACHE_COMPRESSION", "PROGCACHE_REMOTE_COMPRESSION", "PROGCACHE_SIGNING_KEY_FILE",
-        "PROGCACHE_TRUSTED_KEYS_FILE"}) {
+        "PROGCACHE_TRUSTED_KEYS_FILE", "PROGCACHE_TRITON_WARM_START", "PROGCACHE_TILELANG", "PROGCACHE_TORCH"}) {
     EXPECT_EQ(rows.count(name), 1u) << name << " is not listed";
   }
-  EXPECT_EQ(rows.size(), 19u);
+  EXPECT_EQ(rows.size(), 22u);
+  // The Python switches are listed too (read by the interpreter's start hook).
+  EXPECT_EQ(rows["PROGCACHE_TORCH"], std::make_pair(std::string("no"), std::string("default")));
   // Compression: off on disk, zstd level 1 on the wire, unless set.
   EXPECT_EQ(rows["PROGCACHE_COMPRESSION"], std::make_pair(std::string("off"), std::string("default")));
   EXPECT_EQ(rows["PROGCACHE_REMOTE_COMPRESSION"], std::make_pair(std::string("zstd level 1"), std::string("default")));
@@ -915,31 +917,93 @@ TEST_F(CliTest, CcacheClearEmptiesTheStoreOnDisk) {
   EXPECT_EQ(testing::entry_bytes_on_disk(cache()), 0u);
 }
 
-TEST_F(CliTest, CcacheMaxSizeNamesTheSettingAndChangesNothing) {
-  ASSERT_EQ(run({"put", "k", file("v", std::string(3000, 'x'))}).code, 0);
-  const std::uint64_t before = testing::entry_bytes_on_disk(cache());
+TEST_F(CliTest, CcacheMaxSizeSetsTheRootsCapInItsSettingsFile) {
+  const std::string conf = cache() + "/progcache.conf";
   for (const auto& args :
-       std::vector<std::vector<std::string>>{{"-M", "1K"}, {"-M1K"}, {"--max-size", "1K"}, {"--max-size=1K"}}) {
+       std::vector<std::vector<std::string>>{{"-M", "8K"}, {"-M8K"}, {"--max-size", "8K"}, {"--max-size=8K"}}) {
     auto m = run(args);
-    EXPECT_EQ(m.code, 2) << args[0];
-    EXPECT_NE(m.err.find("nothing was changed"), std::string::npos) << m.err;
-    EXPECT_NE(m.err.find("PROGCACHE_MAX_SIZE=1K"), std::string::npos) << m.err;
-    EXPECT_NE(m.err.find("progcache prune --max-size 1K"), std::string::npos) << m.err;
-    EXPECT_EQ(m.out, "");
+    EXPECT_EQ(m.code, 0) << args[0] << ": " << m.err;
+    EXPECT_EQ(m.out, "max_size = 8.0 KiB  (written to " + conf + ")\n") << args[0];
+    EXPECT_EQ(testing::read_all(conf), "max_size = 8K\n");
   }
-  EXPECT_EQ(testing::entry_bytes_on_disk(cache()), before) << "-M removed entries";
-  EXPECT_EQ(run({"get", "k", "-o", m_tmp.sub("o")}).code, 0);
-  // The hint names the root it was given.
-  auto dir = run({"--dir", cache(), "-M", "2G"});
-  EXPECT_NE(dir.err.find("progcache --dir " + cache() + " prune --max-size 2G"), std::string::npos) << dir.err;
-  // A bad size or none at all: a usage error that names it.
+  // Every program that opens the root now keeps it under the cap: what is
+  // on disk, with no variable set.
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(run({"put", "k" + std::to_string(i), file("v", testing::make_payload(3000, i))}).code, 0);
+  }
+  EXPECT_LE(testing::entry_bytes_on_disk(cache()), 8U * 1024);
+  EXPECT_EQ(run({"get", "k7", "-o", m_tmp.sub("o")}).code, 0) << "the newest entry was evicted";
+  auto shown = run({"config"});
+  EXPECT_NE(shown.out.find("PROGCACHE_MAX_SIZE = 8.0 KiB  (" + conf + ":1)"), std::string::npos) << shown.out;
+  // The environment still wins, and -M says so.
+  auto env = run({"-M", "1G"}, {"PROGCACHE_MAX_SIZE=2G"});
+  EXPECT_EQ(env.code, 0) << env.err;
+  EXPECT_NE(env.err.find("PROGCACHE_MAX_SIZE is set in this environment, which wins over the file"), std::string::npos)
+      << env.err;
+  // --dir names the root whose file is written.
+  const std::string other = m_tmp.sub("other");
+  ASSERT_EQ(run({"--dir", other, "-M", "2G"}).code, 0);
+  EXPECT_EQ(testing::read_all(other + "/progcache.conf"), "max_size = 2G\n");
+  // A size without a unit (ccache reads -M 5 as 5 GB), a bad one, none: a
+  // usage error naming it, and the file unchanged.
+  auto bare = run({"-M", "5"});
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_NE(bare.err.find("max_size '5' has no unit: write K, M, G or T (e.g. 5G)"), std::string::npos) << bare.err;
   auto bad = run({"-M", "10Q"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("10Q"), std::string::npos) << bad.err;
-  EXPECT_EQ(bad.err.find("nothing was changed"), std::string::npos) << bad.err;
   auto none = run({"-M"});
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.err.find("-M needs a SIZE"), std::string::npos) << none.err;
+  EXPECT_EQ(testing::read_all(conf), "max_size = 1G\n");
+  // -M 0 is no cap, as in ccache.
+  ASSERT_EQ(run({"-M", "0"}).code, 0);
+  EXPECT_NE(run({"config"}).out.find("PROGCACHE_MAX_SIZE = unlimited  (" + conf + ":1)"), std::string::npos);
+}
+
+TEST_F(CliTest, ConfigSetWritesTheUsersFileAndEveryCommandReadsIt) {
+  const std::string user = m_tmp.sub("xdg/progcache/progcache.conf");
+  const std::string root = m_tmp.sub("from-file");
+  // dir cannot come from a file while PROGCACHE_DIR is set (run() sets it):
+  // an empty variable is an unset one.
+  auto set = run({"config", "set", "dir", root});
+  ASSERT_EQ(set.code, 0) << set.err;
+  EXPECT_EQ(set.out, "dir = " + root + "  (written to " + user + ")\n");
+  EXPECT_EQ(testing::read_all(user), "dir = " + root + "\n");
+  auto put = run({"put", "k", file("v", "from the file's root")}, {"PROGCACHE_DIR="});
+  ASSERT_EQ(put.code, 0) << put.err;
+  EXPECT_EQ(testing::entry_files_on_disk(root), 1U);
+  EXPECT_EQ(testing::entry_files_on_disk(cache()), 0U);
+  // Settings that are not the file's to hold, or unknown: usage errors.
+  for (const auto& args : std::vector<std::vector<std::string>>{{"config", "set", "torch", "1"},
+                                                                 {"config", "set", "remote_password", "pw"},
+                                                                 {"config", "set", "max_sise", "1G"},
+                                                                 {"config", "set", "remote", "redis://h:1", "--root"},
+                                                                 {"config", "set", "compression", "99"}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args[2] << ": " << r.err;
+  }
+  ASSERT_EQ(run({"config", "unset", "dir"}).code, 0);
+  EXPECT_EQ(testing::read_all(user), "");
+}
+
+TEST_F(CliTest, ABadSettingsFileIsAUsageErrorNamingItsLine) {
+  fs::create_directories(m_tmp.sub("xdg/progcache"));
+  const std::string user = file("xdg/progcache/progcache.conf", "max_size = 2G\ncompresion = 3\n");
+  for (const auto& args : std::vector<std::vector<std::string>>{{"stats"}, {"config"}, {"put", "k", user}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args[0];
+    EXPECT_EQ(r.err, "progcache: " + user + ":2: unknown setting 'compresion' (progcache config lists every setting)\n")
+        << args[0];
+  }
+  EXPECT_EQ(testing::entry_files_on_disk(cache()), 0U);
+  testing::write_all(user, "max_size = 2G\n");
+  ::chmod(user.c_str(), 0666);
+  auto open = run({"config"});
+  EXPECT_EQ(open.code, 2);
+  EXPECT_NE(open.err.find("'" + user + "' is writable by other users (mode 0666): not read; make it private"),
+            std::string::npos)
+      << open.err;
 }
 
 TEST_F(CliTest, CcacheVersionAndShowConfig) {

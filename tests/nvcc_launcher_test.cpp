@@ -82,7 +82,8 @@ class NvccLauncherTest : public ::testing::Test {
   // Runs a shell command in work/ with the test's cache and nvcc on PATH.
   Ran sh(const std::string& command, const std::string& env = "") {
     const std::string cmd = "cd " + quote(m_tmp.sub("work")) +
-                            " && timeout 300 env -u PROGCACHE_DISABLE PROGCACHE_DIR=" + quote(m_tmp.sub("cache")) +
+                            " && timeout 300 env -u PROGCACHE_DISABLE XDG_CONFIG_HOME=" + quote(m_tmp.sub("xdg")) +
+                            " PROGCACHE_DIR=" + quote(m_tmp.sub("cache")) +
                             " PATH=" + quote(m_bin + ":/usr/local/bin:/usr/bin:/bin") + " " + env + " " + command +
                             " > ../stdout 2> ../stderr < /dev/null";
     const int status = std::system(cmd.c_str());
@@ -281,6 +282,26 @@ TEST_F(NvccLauncherTest, ADependencyFileAndPtxasReportsAreReplayedOnAHit) {
   EXPECT_EQ(warm.out, cold.out);
   EXPECT_EQ(read("k.d"), depfile);
   EXPECT_TRUE(exists("k.o"));
+}
+
+TEST_F(NvccLauncherTest, ASettingsFileThatCannotBeUsedIsSaidAndTheBuildGoesOnWithTheDefaults) {
+  // A typo in the user's file: the CLI refuses it (exit 2), the launcher
+  // never fails a build for it: it says so, and caches with the defaults.
+  fs::create_directories(m_tmp.sub("xdg/progcache"));
+  const std::string conf = m_tmp.sub("xdg/progcache/progcache.conf");
+  testing::write_all(conf, "max_size = 5\n");
+  const Ran cold = launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin");
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  EXPECT_NE(cold.err.find("progcache: warning: " + conf + ":1: max_size '5' has no unit"), std::string::npos)
+      << cold.err;
+  EXPECT_NE(cold.err.find("the file is ignored"), std::string::npos) << cold.err;
+  EXPECT_GE(stored_entries(), 1U);
+  const std::string compiled = read("k.cubin");
+  fs::remove(m_tmp.sub("work/k.cubin"));
+  const Ran warm = launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin");
+  ASSERT_EQ(warm.code, 0) << warm.err;
+  EXPECT_EQ(nvcc_runs(), 1) << "not served from the cache the defaults name";
+  EXPECT_EQ(read("k.cubin"), compiled);
 }
 
 TEST_F(NvccLauncherTest, CommandsItDoesNotCacheRunNvccUnchangedAndAreCountedByReason) {

@@ -28,9 +28,17 @@
 // end reads each variable the same way, and `settings` lists every row with
 // its source, secrets masked.
 //
-// Command-line flags override the environment; the environment overrides
-// defaults. Thread safety: resolve_config reads the environment; call it
-// before starting threads that set variables.
+// Settings files (progcache.conf; config_file.cpp): one per user
+// (user_config_path()) and one per root (root_config_path()), lines of
+// `name = value` where the name is the variable's, lower case, without
+// PROGCACHE_ (max_size = 20G). Command-line flags override the environment,
+// which overrides the root's file, which overrides the user's file, which
+// overrides the defaults. The root's file holds only what describes the
+// root (its caps, compression, durability): it is shared by every user of a
+// group root, so nothing that decides whom to trust is read from it.
+//
+// Thread safety: resolve_config reads the environment; call it before
+// starting threads that set variables.
 #pragma once
 
 #include <map>
@@ -50,7 +58,7 @@ namespace progcache {
 struct Setting {
   std::string name;    // "PROGCACHE_MAX_SIZE"
   std::string value;   // as shown (secrets are masked)
-  std::string source;  // "default", "environment", "command line", "XDG_CACHE_HOME", ...
+  std::string source;  // "default", "environment", "command line", "<file>:<line>", ...
 };
 
 struct Config {
@@ -88,9 +96,44 @@ struct ConfigOverrides {
   std::optional<std::string> max_size;
   std::optional<std::string> max_entries;
   std::optional<std::string> remote;  // comma-separated URLs
+  // A settings file that cannot be used (unreadable, malformed, writable by
+  // another user): true (the CLI) makes it an error; false (the library,
+  // the launcher) skips the file with a warning in Config::warnings.
+  bool strict_files = false;
 };
 
-// invalid_argument naming the variable and its bad value (PROGCACHE_MAX_SIZE=10Q).
+// Where the settings files are: the user's ($XDG_CONFIG_HOME/progcache/
+// progcache.conf, else ~/.config/progcache/progcache.conf) and a root's
+// (<root>/progcache.conf).
+std::string user_config_path();
+std::string root_config_path(std::string_view root);
+
+// Which settings file `config set` writes.
+enum class ConfigFileScope { automatic, user, root };
+
+// What set_config_value wrote.
+struct ConfigChange {
+  std::string path;      // the file written
+  std::string name;      // the setting's name in files ("max_size")
+  std::string variable;  // and in the environment ("PROGCACHE_MAX_SIZE")
+  std::string shown;     // the new value as `progcache config` shows it ("" when unset)
+};
+
+// Sets `setting` (its file name, max_size, or its variable,
+// PROGCACHE_MAX_SIZE) to `value` in a settings file, or removes it when
+// `value` is nullopt, after checking the value as resolve_config would read
+// it from there. `current` is the configuration resolved now (its root and
+// sharing say which root file, and by which rules). automatic: the root's
+// file for what describes the root, the user's for the rest. The file is
+// judged as a reader judges it, then replaced atomically with its other
+// lines kept; a root that does not exist yet is made by the root's rules.
+// invalid_argument for an unknown setting, a bad value, a setting the file
+// cannot hold, or an existing file that cannot be used.
+Result<ConfigChange> set_config_value(std::string_view setting, const std::optional<std::string>& value,
+                                      ConfigFileScope scope, const Config& current);
+
+// invalid_argument naming the variable and its bad value (PROGCACHE_MAX_SIZE=10Q),
+// or the settings file and line.
 Result<Config> resolve_config(const ConfigOverrides& overrides = {});
 
 // The variables that name a CUDA library's file directly: one row per

@@ -642,6 +642,11 @@ NB_MODULE(_core, m) {
   // returned for use, and masked in `settings`.
   m.def("resolve_config", []() {
     const pc::Config c = unwrap(pc::resolve_config());
+    // A settings file that cannot be used was skipped (defaults apply):
+    // said as a RuntimeWarning, an exception where warnings are errors.
+    for (const auto& w : c.warnings) {
+      if (PyErr_WarnEx(PyExc_RuntimeWarning, ("progcache: " + w).c_str(), 1) != 0) throw nb::python_error();
+    }
     nb::dict d;
     d["dir"] = c.dir;
     d["max_size_bytes"] = c.max_size_bytes ? nb::cast(*c.max_size_bytes) : nb::none();

@@ -5,6 +5,10 @@
 #include <cstdlib>
 #include <sstream>
 
+#include <pwd.h>
+#include <unistd.h>
+
+#include "config_file.h"
 #include "progcache/remote_store.h"
 
 namespace progcache {
@@ -47,17 +51,34 @@ Result<std::string> read_secret(const std::string& path, const char* what) {
   return v;
 }
 
+// Which settings files may hold a setting.
+enum class Scope {
+  env_only,   // read before any file could be (the Python switches), or a secret
+  user_file,  // the user's file
+  any_file,   // describes the root: the root's file too (and wins there)
+};
+
 // One row per setting, in the order `progcache config` lists them (as
 // ccache's config key table): the variable, the command-line flag that
-// overrides it, and how its text is applied. `apply` gets the text (nullopt:
-// not set, use the default), fills the Config and says what to show (secrets
-// never) in `shown`, whose source it may refine.
+// overrides it, which files may hold it, and how its text is applied.
+// `apply` gets the text (nullopt: not set, use the default), fills the
+// Config and says what to show (secrets never) in `shown`, whose source it
+// may refine.
 struct SettingRow {
   std::string_view name;
-  std::optional<std::string> ConfigOverrides::*flag;  // nullptr: environment only
+  std::optional<std::string> ConfigOverrides::*flag;  // nullptr: no flag
   std::string_view flag_name;
+  Scope scope;
   Status (*apply)(Config& c, const std::optional<std::string>& text, Setting& shown);
 };
+
+// The name a setting has in a file: the variable's, lower case, without
+// PROGCACHE_ (PROGCACHE_MAX_SIZE: max_size).
+std::string file_name_of(std::string_view variable) {
+  std::string n(variable.substr(variable.starts_with("PROGCACHE_") ? 10 : 0));
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return n;
+}
 
 Status apply_dir(Config& c, const std::optional<std::string>& text, Setting& shown) {
   if (text) {
@@ -74,6 +95,13 @@ Status apply_dir(Config& c, const std::optional<std::string>& text, Setting& sho
 Status apply_max_size(Config& c, const std::optional<std::string>& text, Setting& shown) {
   if (text) {
     std::optional<std::uint64_t> n;  // unlimited
+    // In a file, a bare number is refused: ccache.conf reads "max_size = 5"
+    // as 5 GB, and a cap of 5 bytes would empty the cache.
+    const bool from_file = shown.source != "environment" && !shown.source.starts_with("command line");
+    if (from_file && *text != "0" && !text->empty() &&
+        std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch) || ch == '.'; })) {
+      return invalid_argument("max_size '" + *text + "' has no unit: write K, M, G or T (e.g. " + *text + "G)");
+    }
     if (*text != "none" && *text != "unlimited") {
       auto parsed = parse_size(*text);
       if (!parsed.ok()) return parsed.status().with_context("PROGCACHE_MAX_SIZE");
@@ -249,23 +277,40 @@ Status apply_library(Config& /*c*/, const std::optional<std::string>& text, Sett
   return {};
 }
 
+// A switch that acts in Python at the interpreter's start, through
+// progcache-autoload.pth, before any settings file could be read: shown
+// here so that `progcache config` lists every switch.
+Status apply_python_switch(Config& /*c*/, const std::optional<std::string>& text, Setting& shown) {
+  shown.value = text && truthy(*text) ? "yes" : "no";
+  return {};
+}
+
 constexpr SettingRow k_rows[] = {
-    {"PROGCACHE_DIR", &ConfigOverrides::dir, "--dir", apply_dir},
-    {"PROGCACHE_MAX_SIZE", &ConfigOverrides::max_size, "--max-size", apply_max_size},
-    {"PROGCACHE_MAX_ENTRIES", &ConfigOverrides::max_entries, "--max-entries", apply_max_entries},
-    {"PROGCACHE_DISABLE", nullptr, "", apply_disable},
-    {"PROGCACHE_DURABILITY", nullptr, "", apply_durability},
-    {"PROGCACHE_COMPRESSION", nullptr, "", apply_compression},
-    {"PROGCACHE_SHARING", nullptr, "", apply_sharing},
-    {"PROGCACHE_REMOTE", &ConfigOverrides::remote, "--remote", apply_remote},
-    {"PROGCACHE_REMOTE_PASSWORD_FILE", nullptr, "", apply_remote_password_file},
-    {"PROGCACHE_REMOTE_PASSWORD", nullptr, "", apply_remote_password},
-    {"PROGCACHE_READONLY", nullptr, "", apply_read_only},
-    {"PROGCACHE_REMOTE_COMPRESSION", nullptr, "", apply_remote_compression},
-    {"PROGCACHE_HMAC_KEY_FILE", nullptr, "", apply_hmac_key_file},
-    {"PROGCACHE_SIGNING_KEY_FILE", nullptr, "", apply_signing_key_file},
-    {"PROGCACHE_TRUSTED_KEYS_FILE", nullptr, "", apply_trusted_keys_file},
+    {"PROGCACHE_DIR", &ConfigOverrides::dir, "--dir", Scope::user_file, apply_dir},
+    {"PROGCACHE_MAX_SIZE", &ConfigOverrides::max_size, "--max-size", Scope::any_file, apply_max_size},
+    {"PROGCACHE_MAX_ENTRIES", &ConfigOverrides::max_entries, "--max-entries", Scope::any_file, apply_max_entries},
+    {"PROGCACHE_DISABLE", nullptr, "", Scope::user_file, apply_disable},
+    {"PROGCACHE_DURABILITY", nullptr, "", Scope::any_file, apply_durability},
+    {"PROGCACHE_COMPRESSION", nullptr, "", Scope::any_file, apply_compression},
+    {"PROGCACHE_SHARING", nullptr, "", Scope::user_file, apply_sharing},
+    {"PROGCACHE_REMOTE", &ConfigOverrides::remote, "--remote", Scope::user_file, apply_remote},
+    {"PROGCACHE_REMOTE_PASSWORD_FILE", nullptr, "", Scope::user_file, apply_remote_password_file},
+    {"PROGCACHE_REMOTE_PASSWORD", nullptr, "", Scope::env_only, apply_remote_password},
+    {"PROGCACHE_READONLY", nullptr, "", Scope::user_file, apply_read_only},
+    {"PROGCACHE_REMOTE_COMPRESSION", nullptr, "", Scope::user_file, apply_remote_compression},
+    {"PROGCACHE_HMAC_KEY_FILE", nullptr, "", Scope::user_file, apply_hmac_key_file},
+    {"PROGCACHE_SIGNING_KEY_FILE", nullptr, "", Scope::user_file, apply_signing_key_file},
+    {"PROGCACHE_TRUSTED_KEYS_FILE", nullptr, "", Scope::user_file, apply_trusted_keys_file},
+    {"PROGCACHE_TRITON_WARM_START", nullptr, "", Scope::env_only, apply_python_switch},
+    {"PROGCACHE_TILELANG", nullptr, "", Scope::env_only, apply_python_switch},
+    {"PROGCACHE_TORCH", nullptr, "", Scope::env_only, apply_python_switch},
 };
+
+// Settings whose value is a path: in a file, absolute or under ~/ (a file
+// is read from any working directory).
+bool is_path_setting(std::string_view name) {
+  return name == "PROGCACHE_DIR" || name.ends_with("_FILE");
+}
 
 constexpr LibraryOverride k_library_overrides[] = {
     {"nvrtc", "PROGCACHE_NVRTC"},
@@ -274,22 +319,180 @@ constexpr LibraryOverride k_library_overrides[] = {
     {"cuda", "PROGCACHE_LIBCUDA"},
 };
 
+// Why `row` cannot be set in a file of `scope`, or "".
+std::string refused_in(std::string_view variable, Scope row_scope, bool root_file) {
+  if (row_scope == Scope::env_only) {
+    if (variable == "PROGCACHE_REMOTE_PASSWORD") {
+      return "a password is not kept in a settings file: put it in a file of its own named by "
+             "remote_password_file";
+    }
+    if (variable.starts_with("PROGCACHE_NV") || variable.starts_with("PROGCACHE_LIB")) {
+      return "a library's file is named in the environment only (" + std::string(variable) + ")";
+    }
+    return "it acts when Python starts, before a settings file is read: set " + std::string(variable) +
+           "=1 in the environment";
+  }
+  if (root_file && row_scope != Scope::any_file) {
+    return "a root's file holds only what describes the root (max_size, max_entries, compression, durability); "
+           "every user of the root reads it, so put this in your own file (" +
+           user_config_path() + ")";
+  }
+  return {};
+}
+
+// The settings files one resolution reads.
+struct Files {
+  std::optional<config_file::File> user;
+  std::optional<config_file::File> root;
+};
+
+// A file that cannot be used: an error for the CLI, else skipped with a
+// warning.
+Status file_problem(Config& c, const ConfigOverrides& o, const Status& st) {
+  if (o.strict_files) return st;
+  c.warnings.push_back(st.message() + " (the file is ignored: defaults and the environment apply)");
+  return {};
+}
+
+// Checks every line of `f` names a setting its scope may hold.
+Status check_names(const config_file::File& f, bool root_file) {
+  for (const auto& line : f.lines) {
+    const SettingRow* row = nullptr;
+    for (const auto& r : k_rows) {
+      if (file_name_of(r.name) == line.name) row = &r;
+    }
+    std::string_view library;
+    for (const auto& lib : k_library_overrides) {
+      if (file_name_of(lib.variable) == line.name) library = lib.variable;
+    }
+    if (row == nullptr && library.empty()) {
+      return invalid_argument(f.where(line) + ": unknown setting '" + line.name +
+                              "' (progcache config lists every setting)");
+    }
+    const std::string why =
+        row == nullptr ? refused_in(library, Scope::env_only, root_file) : refused_in(row->name, row->scope, root_file);
+    if (!why.empty()) return invalid_argument(f.where(line) + ": " + line.name + " cannot be set here: " + why);
+    if (row != nullptr && is_path_setting(row->name) && !line.value.starts_with('/') &&
+        !line.value.starts_with("~/")) {
+      return invalid_argument(f.where(line) + ": " + line.name + " '" + line.value +
+                              "' is not an absolute path (or one under ~/)");
+    }
+  }
+  return {};
+}
+
+std::string expand_home(const std::string& value) {
+  if (!value.starts_with("~/")) return value;
+  const char* home = std::getenv("HOME");
+  return join_path(home != nullptr ? home : "", value.substr(2));
+}
+
+// Loads one settings file, checked; a problem is an error or a warning.
+Status load_file(Config& c, const ConfigOverrides& o, const std::string& path, config_file::Rules rules,
+                 std::optional<config_file::File>& out) {
+  auto loaded = config_file::load(path, rules);
+  Status st = loaded.ok() ? Status() : loaded.status();
+  if (st.ok() && *loaded) st = check_names(**loaded, rules != config_file::Rules::user);
+  if (!st.ok()) return file_problem(c, o, st);
+  out = std::move(*loaded);
+  return {};
+}
+
 // Runs one row: the flag wins over the environment, which wins over the
-// default.
-Status apply_row(Config& c, const ConfigOverrides& overrides, std::string_view name,
+// root's file, which wins over the user's, which wins over the default. A
+// value from a file that does not apply names the file and line in
+// `bad_file` too.
+Status apply_row(Config& c, const ConfigOverrides& overrides, const Files& files, std::string_view name,
                  std::optional<std::string> ConfigOverrides::*flag, std::string_view flag_name,
-                 Status (*apply)(Config&, const std::optional<std::string>&, Setting&)) {
+                 Status (*apply)(Config&, const std::optional<std::string>&, Setting&), std::string* bad_file) {
   Setting shown{std::string(name), "", "default"};
   std::optional<std::string> text;
+  std::string file_where;
   if (flag != nullptr && (overrides.*flag).has_value()) {
     text = overrides.*flag;
     shown.source = "command line (" + std::string(flag_name) + ")";
   } else if ((text = env(name))) {
     shown.source = "environment";
+  } else {
+    const std::string key = file_name_of(name);
+    for (const auto* f : {&files.root, &files.user}) {
+      if (!*f) continue;
+      if (const auto* line = (*f)->find(key)) {
+        text = is_path_setting(name) ? expand_home(line->value) : line->value;
+        shown.source = file_where = (*f)->where(*line);
+        if (bad_file != nullptr) *bad_file = (*f)->path;
+        break;
+      }
+    }
   }
-  PROGCACHE_TRY(apply(c, text, shown));
+  Status st = apply(c, text, shown);
+  if (!st.ok() && !file_where.empty()) return invalid_argument(file_where + ": " + st.message());
+  if (bad_file != nullptr) bad_file->clear();
+  PROGCACHE_TRY(st);
   c.settings.push_back(std::move(shown));
   return {};
+}
+
+// The rules a root's file is judged by: a group root's members may all
+// write it, as they may write everything else in the root.
+config_file::Rules root_rules(const Files& files) {
+  std::optional<std::string> sharing = env("PROGCACHE_SHARING");
+  if (!sharing && files.user) {
+    if (const auto* line = files.user->find("sharing")) sharing = line->value;
+  }
+  return sharing == "group" ? config_file::Rules::group_root : config_file::Rules::root;
+}
+
+// One resolution; a file in `skip` is not read (a lenient resolution that
+// found one of its values unusable starts again without it).
+Result<Config> resolve_once(const ConfigOverrides& overrides, const std::vector<std::string>& skip, Files* files_out,
+                            std::string* bad_file) {
+  Config c;
+  Files files;
+  const auto skipped = [&](const std::string& path) { return std::find(skip.begin(), skip.end(), path) != skip.end(); };
+  if (!skipped(user_config_path())) {
+    PROGCACHE_TRY(load_file(c, overrides, user_config_path(), config_file::Rules::user, files.user));
+  }
+  bool root_read = false;
+  for (const auto& row : k_rows) {
+    if (!root_read && row.name != "PROGCACHE_DIR") {
+      // The root is known once PROGCACHE_DIR is resolved; its file is read
+      // before any setting it may hold.
+      if (!skipped(root_config_path(c.dir))) {
+        PROGCACHE_TRY(load_file(c, overrides, root_config_path(c.dir), root_rules(files), files.root));
+      }
+      root_read = true;
+    }
+    PROGCACHE_TRY(apply_row(c, overrides, files, row.name, row.flag, row.flag_name, row.apply, bad_file));
+  }
+  if (!c.hmac_key.empty() && c.signing_keys != nullptr) {
+    return invalid_argument(
+        "PROGCACHE_HMAC_KEY_FILE and PROGCACHE_SIGNING_KEY_FILE/PROGCACHE_TRUSTED_KEYS_FILE are both set: entries are "
+        "signed one way, so set one (Ed25519 lets readers verify without being able to sign)");
+  }
+  for (const auto& o : k_library_overrides) {
+    PROGCACHE_TRY(apply_row(c, overrides, files, o.variable, nullptr, "", apply_library, nullptr));
+  }
+  if (files_out != nullptr) *files_out = std::move(files);
+  return c;
+}
+
+Result<Config> resolve(const ConfigOverrides& overrides, Files* files_out) {
+  std::vector<std::string> skip;
+  std::vector<std::string> warnings;
+  while (true) {
+    std::string bad_file;
+    auto c = resolve_once(overrides, skip, files_out, &bad_file);
+    if (c.ok()) {
+      c->warnings.insert(c->warnings.begin(), warnings.begin(), warnings.end());
+      return c;
+    }
+    // Lenient: a file with a value that does not apply is skipped whole,
+    // as a file that does not parse is (at most two files: this ends).
+    if (overrides.strict_files || bad_file.empty() || skip.size() >= 2) return c;
+    skip.push_back(bad_file);
+    warnings.push_back(c.status().message() + " (the file is ignored: defaults and the environment apply)");
+  }
 }
 
 }  // namespace
@@ -337,17 +540,86 @@ RemoteStoreOptions Config::remote_store_options() const {
 }
 
 Result<Config> resolve_config(const ConfigOverrides& overrides) {
-  Config c;
-  for (const auto& row : k_rows) PROGCACHE_TRY(apply_row(c, overrides, row.name, row.flag, row.flag_name, row.apply));
-  if (!c.hmac_key.empty() && c.signing_keys != nullptr) {
-    return invalid_argument(
-        "PROGCACHE_HMAC_KEY_FILE and PROGCACHE_SIGNING_KEY_FILE/PROGCACHE_TRUSTED_KEYS_FILE are both set: entries are "
-        "signed one way, so set one (Ed25519 lets readers verify without being able to sign)");
+  return resolve(overrides, nullptr);
+}
+
+std::string user_config_path() {
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x == '/') {
+    return join_path(join_path(x, "progcache"), "progcache.conf");
   }
-  for (const auto& o : k_library_overrides) {
-    PROGCACHE_TRY(apply_row(c, overrides, o.variable, nullptr, "", apply_library));
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0') {
+    if (const struct passwd* pw = ::getpwuid(::geteuid()); pw != nullptr) home = pw->pw_dir;
   }
-  return c;
+  return join_path(join_path(join_path(home != nullptr ? home : "/", ".config"), "progcache"), "progcache.conf");
+}
+
+std::string root_config_path(std::string_view root) {
+  return join_path(root, "progcache.conf");
+}
+
+Result<ConfigChange> set_config_value(std::string_view setting, const std::optional<std::string>& value,
+                                      ConfigFileScope scope, const Config& current) {
+  const SettingRow* row = nullptr;
+  for (const auto& r : k_rows) {
+    if (r.name == setting || file_name_of(r.name) == setting) row = &r;
+  }
+  for (const auto& lib : k_library_overrides) {
+    if (lib.variable == setting || file_name_of(lib.variable) == setting) {
+      return invalid_argument(file_name_of(lib.variable) + " cannot be set in a settings file: " +
+                              refused_in(lib.variable, Scope::env_only, false));
+    }
+  }
+  if (row == nullptr) {
+    return invalid_argument("unknown setting '" + std::string(setting) + "' (progcache config lists every setting)");
+  }
+  ConfigChange change;
+  change.name = file_name_of(row->name);
+  change.variable = row->name;
+  const bool to_root =
+      scope == ConfigFileScope::root || (scope == ConfigFileScope::automatic && row->scope == Scope::any_file);
+  if (const std::string why = refused_in(row->name, row->scope, to_root); !why.empty()) {
+    return invalid_argument(change.name + " cannot be set in " + (to_root ? "a root's" : "a settings") +
+                            " file: " + why);
+  }
+  change.path = to_root ? root_config_path(current.dir) : user_config_path();
+  // The file as it is now, judged as a reader judges it: a file that cannot
+  // be used is an error here, never overwritten blind.
+  ConfigOverrides strict;
+  strict.strict_files = true;
+  Config scratch = current;
+  std::optional<config_file::File> existing;
+  PROGCACHE_TRY(load_file(scratch, strict, change.path,
+                          !to_root                            ? config_file::Rules::user
+                          : current.sharing == Sharing::group ? config_file::Rules::group_root
+                                                              : config_file::Rules::root,
+                          existing));
+  if (value) {
+    // The value is checked as it will be read: from this file.
+    if (value->empty()) return invalid_argument(change.name + ": an empty value (config unset restores the default)");
+    if (value->find('\n') != std::string::npos || value->find('\0') != std::string::npos) {
+      return invalid_argument(change.name + ": a value is one line");
+    }
+    if (is_path_setting(row->name) && !value->starts_with('/') && !value->starts_with("~/")) {
+      return invalid_argument(change.name + " '" + *value + "' is not an absolute path (or one under ~/)");
+    }
+    Setting shown{std::string(row->name), "", change.path};
+    const std::optional<std::string> text = is_path_setting(row->name) ? expand_home(*value) : *value;
+    // A value that cannot be read (a key file missing) is a usage error.
+    if (Status st = row->apply(scratch, text, shown); !st.ok()) return invalid_argument(st.message());
+    change.shown = shown.value;
+  }
+  const std::string text = config_file::rewrite(existing ? existing->text : std::string(), change.name, value);
+  if (to_root) {
+    // The root is made (or judged) by its own rules before a file is put
+    // in it; its file takes the mode its entries take.
+    PROGCACHE_ASSIGN_OR_RETURN(auto store, FileStore::open(current.file_store_options()));
+    const unsigned perms = current.sharing == Sharing::group ? 0660U : 0600U;
+    PROGCACHE_TRY(config_file::replace(change.path, text, perms, false));
+  } else {
+    PROGCACHE_TRY(config_file::replace(change.path, text, 0600U, true));
+  }
+  return change;
 }
 
 }  // namespace progcache

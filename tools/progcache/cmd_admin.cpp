@@ -27,7 +27,30 @@ struct AdminArgs {
   bool repair = false;
   std::string prune_size;
   std::string prune_age;
+  // config set NAME VALUE / config unset NAME
+  std::string setting;
+  std::string value;
+  bool to_user = false;
+  bool to_root = false;
 };
+
+// config set / unset: one line of a settings file, as ccache -o. The value
+// is checked as it will be read; the file is replaced whole or not at all.
+int run_config_set(const AdminArgs& a, const pc::Config& cfg, bool unset) {
+  const auto scope =
+      a.to_user ? pc::ConfigFileScope::user : (a.to_root ? pc::ConfigFileScope::root : pc::ConfigFileScope::automatic);
+  auto change = pc::set_config_value(a.setting, unset ? std::nullopt : std::optional<std::string>(a.value), scope, cfg);
+  if (!change.ok()) return fail(change.status());
+  if (unset) {
+    std::cout << change->name << " removed from " << change->path << "\n";
+  } else {
+    std::cout << change->name << " = " << change->shown << "  (written to " << change->path << ")\n";
+  }
+  if (const char* v = std::getenv(change->variable.c_str()); v != nullptr && *v != '\0') {
+    std::cerr << "progcache: note: " << change->variable << " is set in this environment, which wins over the file\n";
+  }
+  return k_exit_ok;
+}
 
 int run_config(const AdminArgs& a, const pc::Config& cfg) {
   if (a.json) {
@@ -35,6 +58,13 @@ int run_config(const AdminArgs& a, const pc::Config& cfg) {
     for (const auto& s : cfg.settings) j.push_back({{"name", s.name}, {"value", s.value}, {"source", s.source}});
     std::cout << j.dump(2) << "\n";
   } else {
+    const auto file_line = [](const char* what, const std::string& path) {
+      struct stat st {};
+      std::cout << "# " << what << " settings file: " << path << (::stat(path.c_str(), &st) == 0 ? "" : " (none)")
+                << "\n";
+    };
+    file_line("user", pc::user_config_path());
+    file_line("root", pc::root_config_path(cfg.dir));
     for (const auto& s : cfg.settings) std::cout << s.name << " = " << s.value << "  (" << s.source << ")\n";
   }
   return k_exit_ok;
@@ -346,9 +376,24 @@ void add_admin_commands(CLI::App& app, std::vector<Command>& out) {
   auto* clear = app.add_subcommand("clear", "Remove every entry");
   out.push_back({clear, on_disk_stores([](Stores& s, const pc::Config&) { return run_clear(s); })});
 
-  auto* config = app.add_subcommand("config", "Show each resolved setting and where it came from");
+  auto* config = app.add_subcommand(
+      "config",
+      "Show each resolved setting and where it came from; set or unset one in a settings file\n"
+      "(the root's file for max_size, max_entries, compression and durability, the user's for the rest)");
   config->add_flag("--json", a->json, "JSON output");
-  out.push_back({config, [a](const pc::Config& cfg, const std::vector<std::string>&) { return run_config(*a, cfg); }});
+  auto* set = config->add_subcommand("set", "Write NAME = VALUE to a settings file (as ccache -o)");
+  set->add_option("NAME", a->setting, "Setting (max_size or PROGCACHE_MAX_SIZE)")->required();
+  set->add_option("VALUE", a->value, "Value, checked as it will be read")->required();
+  auto* unset = config->add_subcommand("unset", "Remove NAME from a settings file (the default, or another file, applies)");
+  unset->add_option("NAME", a->setting, "Setting")->required();
+  for (auto* sub : {set, unset}) {
+    auto* user = sub->add_flag("--user", a->to_user, "The user's file, even for a setting of the root");
+    sub->add_flag("--root", a->to_root, "The root's file")->excludes(user);
+  }
+  out.push_back({config, [a, set, unset](const pc::Config& cfg, const std::vector<std::string>&) {
+                   if (set->parsed() || unset->parsed()) return run_config_set(*a, cfg, unset->parsed());
+                   return run_config(*a, cfg);
+                 }});
 }
 
 }  // namespace progcache::cli

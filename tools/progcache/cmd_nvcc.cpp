@@ -857,6 +857,8 @@ class Launcher {
       std::fprintf(stderr, "progcache: not caching (%s)\n", plain(cfg.status()).c_str());
       exec_nvcc(m_nvcc, m_args);
     }
+    // A settings file that cannot be used is skipped (defaults apply), and said.
+    for (const auto& w : cfg->warnings) std::fprintf(stderr, "progcache: warning: %s\n", w.c_str());
     if (cfg->disabled) exec_nvcc(m_nvcc, m_args);  // PROGCACHE_DISABLE: as if no launcher were set
     // The root is judged before anything in it is read or written: a root
     // the file store refuses gets no counters, only nvcc.

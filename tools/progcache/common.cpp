@@ -54,6 +54,7 @@ pc::Result<pc::Config> load_config(const Globals& g) {
   if (g.have_dir) o.dir = g.dir;
   if (!g.max_size.empty()) o.max_size = g.max_size;
   if (!g.remote.empty()) o.remote = g.remote;
+  o.strict_files = true;  // a settings file that cannot be used: exit 2, naming it
   auto c = pc::resolve_config(o);
   if (c.ok()) {
     for (const auto& w : c->warnings) std::cerr << "progcache: warning: " << w << "\n";

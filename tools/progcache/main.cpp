@@ -51,12 +51,13 @@ std::optional<std::string> unknown_subcommand(int argc, char** argv, const CLI::
 }
 
 // ccache's operator flags, as a ccache user types them (ccache -s, -z, -C,
-// -p, -V, or the long spellings), each run as the progcache command it names.
-// -M takes a SIZE and is answered apart (ccache_max_size).
+// -p, -V, -M SIZE, or the long spellings), each run as the progcache command
+// it names.
 struct CcacheFlag {
   char letter;
   std::string_view long_name;
-  std::vector<std::string> words;  // the progcache command; empty for -M
+  std::vector<std::string> words;  // the progcache command (-M's value follows them)
+  bool takes_value = false;
 };
 
 constexpr const char* k_ccache_known = "; of ccache's options, progcache knows -s, -z, -C, -M, -V and -p";
@@ -64,16 +65,17 @@ constexpr const char* k_ccache_known = "; of ccache's options, progcache knows -
 const std::vector<CcacheFlag>& ccache_flags() {
   static const std::vector<CcacheFlag> flags = {
       {'s', "--show-stats", {"stats"}},   {'z', "--zero-stats", {"stats", "--zero"}}, {'C', "--clear", {"clear"}},
-      {'p', "--show-config", {"config"}}, {'V', "--version", {"--version"}},          {'M', "--max-size", {}},
+      {'p', "--show-config", {"config"}}, {'V', "--version", {"--version"}},
+      {'M', "--max-size", {"config", "set", "max_size"}, true},
   };
   return flags;
 }
 
 // What the ccache flags of a command line ask for, in their order: each a
-// whole command line of progcache's own words, or a cap given to -M.
+// whole command line of progcache's own words.
 struct CcacheStep {
   std::vector<std::string> argv;
-  std::optional<std::string> max_size;  // -M SIZE, answered by ccache_max_size
+  bool closed = false;  // ends in a value (-M SIZE): no more words are its
 };
 struct CcachePlan {
   std::vector<CcacheStep> steps;
@@ -107,13 +109,12 @@ std::optional<CcachePlan> ccache_plan(int argc, char** argv) {
   CcachePlan plan;
   const auto add = [&](const CcacheFlag& f, const std::optional<std::string>& value) {
     CcacheStep step;
-    if (f.words.empty()) {
-      step.max_size = value.value_or("");
-      step.argv = globals;  // kept for the hint, which names them
-    } else {
-      step.argv = {argv[0]};
-      step.argv.insert(step.argv.end(), globals.begin(), globals.end());
-      step.argv.insert(step.argv.end(), f.words.begin(), f.words.end());
+    step.argv = {argv[0]};
+    step.argv.insert(step.argv.end(), globals.begin(), globals.end());
+    step.argv.insert(step.argv.end(), f.words.begin(), f.words.end());
+    if (f.takes_value) {
+      step.argv.push_back(value.value_or(""));
+      step.closed = true;
     }
     plan.steps.push_back(std::move(step));
   };
@@ -131,7 +132,7 @@ std::optional<CcachePlan> ccache_plan(int argc, char** argv) {
         if (plan.steps.empty()) plan.error = "unknown option '" + a + "'" + k_ccache_known;
         break;
       }
-      if (!f->words.empty()) {
+      if (!f->takes_value) {
         if (name != a) plan.error = "'" + a + "' takes no value";
         add(*f, std::nullopt);
       } else if (name != a) {
@@ -155,7 +156,7 @@ std::optional<CcachePlan> ccache_plan(int argc, char** argv) {
         plan.error = std::string("unknown option '-") + a[k] + "' in '" + a + "'" + k_ccache_known;
         break;
       }
-      if (!f->words.empty()) {
+      if (!f->takes_value) {
         add(*f, std::nullopt);
       } else if (k + 1 < a.size()) {
         add(*f, a.substr(k + 1));
@@ -169,37 +170,12 @@ std::optional<CcachePlan> ccache_plan(int argc, char** argv) {
   }
   if (plan.steps.empty() && plan.error.empty()) return std::nullopt;
   // The words after the flags are the last command's (-s --json).
-  if (!plan.steps.empty() && !plan.steps.back().max_size) {
+  if (!plan.steps.empty() && !plan.steps.back().closed) {
     for (; i < argc; ++i) plan.steps.back().argv.emplace_back(argv[i]);
   } else if (i < argc && plan.error.empty()) {
     plan.error = std::string("unexpected '") + argv[i] + "' after -M SIZE";
   }
   return plan;
-}
-
-// ccache -M stores a cap in ccache.conf; progcache keeps its settings in the
-// environment, which no command can change for the programs that read it.
-// So -M says which setting holds the cap and how to trim to it now, and
-// changes nothing (a usage error, so that no script takes it as done).
-int ccache_max_size(const CcacheStep& step) {
-  const std::string& text = *step.max_size;
-  if (text != "0" && text != "none" && text != "unlimited") {
-    auto n = pc::parse_size(text);
-    if (!n.ok()) {
-      std::cerr << "progcache: -M: " << plain(n.status()) << "\n";
-      return k_exit_usage;
-    }
-  }
-  std::string globals;
-  for (const auto& g : step.argv) globals += " " + g;
-  std::cerr << "progcache: -M: progcache reads its cap from the environment and keeps no settings file, so "
-               "nothing was changed.\n"
-               "  To cap the cache at "
-            << text << ", set PROGCACHE_MAX_SIZE=" << text
-            << " where the programs that use it run (the CLI, the nvcc launcher, Python).\n"
-               "  To trim the cache to that size now: progcache"
-            << globals << " prune --max-size " << text << "\n";
-  return k_exit_usage;
 }
 
 int run(int argc, char** argv);
@@ -212,17 +188,12 @@ int run_ccache_plan(const CcachePlan& plan) {
     return k_exit_usage;
   }
   for (const auto& step : plan.steps) {
-    int rc = k_exit_ok;
-    if (step.max_size) {
-      rc = ccache_max_size(step);
-    } else {
-      std::vector<std::string> words = step.argv;
-      std::vector<char*> args;
-      args.reserve(words.size() + 1);
-      for (auto& w : words) args.push_back(w.data());
-      args.push_back(nullptr);
-      rc = run(static_cast<int>(words.size()), args.data());
-    }
+    std::vector<std::string> words = step.argv;
+    std::vector<char*> args;
+    args.reserve(words.size() + 1);
+    for (auto& w : words) args.push_back(w.data());
+    args.push_back(nullptr);
+    const int rc = run(static_cast<int>(words.size()), args.data());
     if (rc != k_exit_ok) return rc;
   }
   return k_exit_ok;
@@ -257,8 +228,8 @@ int run(int argc, char** argv) {
   add_nvcc_command(app, commands);
   // After the subcommands, which would inherit it.
   app.footer(
-      "ccache's flags work too: -s (stats), -z (stats --zero), -C (clear), -p (config), -V (--version);\n"
-      "-M SIZE changes nothing: the cap is PROGCACHE_MAX_SIZE, and prune --max-size SIZE trims to a size now.");
+      "ccache's flags work too: -s (stats), -z (stats --zero), -C (clear), -p (config), -V (--version),\n"
+      "-M SIZE (config set max_size SIZE: the cap, in the root's settings file).");
 
   app.allow_extras();  // only commands that take extras accept any: checked below
   if (auto word = unknown_subcommand(argc, argv, app)) {
