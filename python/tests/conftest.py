@@ -9,8 +9,10 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _private_cache_root(tmp_path, monkeypatch):
-    """Every test gets its own default cache root."""
+    """Every test gets its own default cache root, and its own (empty)
+    settings directory: no user's progcache.conf is read."""
     monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "default-root"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("PROGCACHE_REMOTE", raising=False)
     monkeypatch.delenv("PROGCACHE_HMAC_KEY_FILE", raising=False)
     monkeypatch.delenv("PROGCACHE_SIGNING_KEY_FILE", raising=False)

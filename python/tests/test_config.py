@@ -76,6 +76,42 @@ def test_a_bad_setting_is_an_error_naming_the_variable(tmp_path, monkeypatch):
         FileStreamProgramCache(tmp_path / "b")
 
 
+def _settings_file(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def test_settings_files_reach_the_python_caches(tmp_path, monkeypatch):
+    """The user's file and the root's file are read by the library, as by
+    the CLI: the root's cap wins over the user's, the environment over both."""
+    user = _settings_file(tmp_path / "xdg-config" / "progcache" / "progcache.conf", "compression = 4\nmax_size = 5M\n")
+    root = _settings_file(tmp_path / "default-root" / "progcache.conf", "max_size = 3M\n")
+    cfg = progcache._core.resolve_config()
+    assert cfg["compression_level"] == 4 and cfg["sources"]["PROGCACHE_COMPRESSION"] == f"{user}:1"
+    assert cfg["max_size_bytes"] == 3 * 1024 * 1024 and cfg["sources"]["PROGCACHE_MAX_SIZE"] == f"{root}:1"
+    assert FileStreamProgramCache(tmp_path / "a").max_size_bytes == 3 * 1024 * 1024
+    monkeypatch.setenv("PROGCACHE_MAX_SIZE", "1M")
+    assert FileStreamProgramCache(tmp_path / "b").max_size_bytes == 1024 * 1024
+
+
+def test_a_settings_file_that_cannot_be_used_is_a_warning_and_the_defaults(tmp_path):
+    """A typo in a settings file never takes the cache down from Python: one
+    warning naming the file and line, then the defaults."""
+    user = _settings_file(tmp_path / "xdg-config" / "progcache" / "progcache.conf", "compression = 4\nmax_size = 5\n")
+    with pytest.warns(RuntimeWarning, match=f"{user}:2: max_size '5' has no unit"):
+        cache = FileStreamProgramCache(tmp_path / "a")
+    assert cache.max_size_bytes is None  # as if no file: cuda.core's default
+    cache["k"] = b"still a cache"
+    assert cache["k"] == b"still a cache"
+    with pytest.warns(RuntimeWarning, match="the file is ignored"):
+        assert progcache._core.resolve_config()["compression_level"] == 0
+    user.chmod(0o666)
+    with pytest.warns(RuntimeWarning, match="is writable by other users"):
+        progcache._core.resolve_config()
+
+
 def test_hmac_key_bytes_are_used_as_they_are(tmp_path, monkeypatch):
     """A key file holding non-ASCII bytes signs entries the CLI can read."""
     key_file = tmp_path / "k.key"
