@@ -646,6 +646,78 @@ TEST_F(FileStoreTest, WithFewEntriesEvictionIsLeastRecentlyUsedAcrossShards) {
   EXPECT_FALSE(present(oldest_survivor + 1));
 }
 
+TEST_F(FileStoreTest, OneCapBoundsEveryStoreOfTheRootAndEvictsTheOldestAcrossThem) {
+  // The root's own store holds eight old entries; a companion store of the
+  // same root then takes eight new ones. One cap of 100 KiB for both: what
+  // is on disk in the two together stays under it, and what goes is the
+  // oldest, whichever store holds it.
+  const std::string root = m_tmp.sub("cache");
+  const FileStoreOptions o{.root = root, .max_size_bytes = 100 * 1024, .cap_root = root, .recency_granularity_ns = 0};
+  auto own = open_store(o);
+  FileStoreOptions t = o;
+  t.root = root + "/triton";
+  auto triton = open_store(t);
+  const std::int64_t now_s = Env::posix()->now_ns() / 1'000'000'000;
+  const std::string payload(10000, 'p');
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(own->put(make_key(i, i), make_entry(payload + std::to_string(i))).ok());
+    set_times(own->entry_path(make_key(i, i)), now_s - 1000 + i);
+  }
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(triton->put(make_key(100 + i, i), make_entry(payload + std::to_string(i))).ok());
+    set_times(triton->entry_path(make_key(100 + i, i)), now_s - 500 + i);
+  }
+  EXPECT_LE(entry_bytes_on_disk(root) + entry_bytes_on_disk(root + "/triton"), 100U * 1024);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_TRUE(fs::exists(triton->entry_path(make_key(100 + i, i)))) << "a new entry went before an old one: " << i;
+  }
+  int own_left = 0, newest_gone = -1, oldest_left = 8;
+  for (int i = 0; i < 8; ++i) {
+    if (fs::exists(own->entry_path(make_key(i, i)))) {
+      ++own_left;
+      oldest_left = std::min(oldest_left, i);
+    } else {
+      newest_gone = i;
+    }
+  }
+  EXPECT_LT(own_left, 8);
+  EXPECT_LT(newest_gone, oldest_left) << "an old entry outlived a newer one of its store";
+  // A store opened alone (no cap root) keeps its own cap, as before.
+  FileStoreOptions alone = t;
+  alone.root = m_tmp.sub("alone");
+  alone.cap_root.clear();
+  auto lone = open_store(alone);
+  ASSERT_TRUE(lone->put(make_key(999, 1), make_entry(payload)).ok());
+  EXPECT_EQ(entry_files_on_disk(m_tmp.sub("alone")), 1U);
+}
+
+TEST_F(FileStoreTest, PruneBoundsEveryStoreOfTheRootTogether) {
+  const std::string root = m_tmp.sub("cache");
+  const FileStoreOptions o{.root = root, .max_size_bytes = std::nullopt, .cap_root = root, .recency_granularity_ns = 0};
+  auto own = open_store(o);
+  FileStoreOptions n = o;
+  n.root = root + "/nvcc";
+  auto nvcc = open_store(n);
+  const std::int64_t now_s = Env::posix()->now_ns() / 1'000'000'000;
+  const std::string payload(10000, 'p');
+  // Ages interleaved: even i in the root's store, odd i in nvcc's.
+  for (int i = 0; i < 10; ++i) {
+    FileStore* s = i % 2 == 0 ? own.get() : nvcc.get();
+    ASSERT_TRUE(s->put(make_key(i, i), make_entry(payload)).ok());
+    set_times(s->entry_path(make_key(i, i)), now_s - 1000 + i);
+  }
+  auto report = nvcc->prune(30 * 1024, std::nullopt, {});
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  EXPECT_EQ(report->stores, 2U);
+  const std::uint64_t left = entry_bytes_on_disk(root) + entry_bytes_on_disk(root + "/nvcc");
+  EXPECT_LE(left, 30U * 1024);
+  EXPECT_EQ(report->bytes_remaining, left);
+  for (int i = 0; i < 10; ++i) {
+    FileStore* s = i % 2 == 0 ? own.get() : nvcc.get();
+    EXPECT_EQ(fs::exists(s->entry_path(make_key(i, i))), i >= 7) << i;
+  }
+}
+
 TEST_F(FileStoreTest, ANewEntryNeverEvictsItself) {
   // A cap of one entry: each put must evict the previous entry, never the
   // one it wrote, in whichever shards the two land.

@@ -59,6 +59,13 @@ struct FileStoreOptions {
   std::optional<std::uint64_t> max_size_bytes = k_default_max_size;
   // Entry-count cap; nullopt (default): unbounded.
   std::optional<std::uint64_t> max_entries;
+  // When set, the caps bound every store of this cache root together (one
+  // cap per root): the root's own store (<cap_root>/v1) and each companion
+  // store (<cap_root>/<subdir>, companion_stores()) that exists. The
+  // totals are the stores' shared counters added (O(1) per check); a trim
+  // removes the least recently used entries across them, and prune()
+  // prunes them all. Config::file_store_options() sets it to the root.
+  std::string cap_root;
   Durability durability = Durability::none;
   Sharing sharing = Sharing::private_only;
   // Signing (HMAC-SHA256) of entries; empty key: unsigned.
@@ -121,6 +128,7 @@ struct PruneReport {
   std::uint64_t bytes_removed = 0;
   std::uint64_t remaining = 0;
   std::uint64_t bytes_remaining = 0;
+  std::uint64_t stores = 1;  // the stores pruned together (a cap per root: every store of the root)
 };
 
 // Called with (done, total) during long scans: verify counts the bytes of

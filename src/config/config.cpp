@@ -517,6 +517,7 @@ bool truthy(std::string_view value) {
 FileStoreOptions Config::file_store_options() const {
   FileStoreOptions o;
   o.root = dir;
+  o.cap_root = dir;  // one cap for every store of the root
   o.max_size_bytes = max_size_bytes;
   o.max_entries = max_entries;
   o.durability = durability;

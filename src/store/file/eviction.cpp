@@ -19,6 +19,9 @@ constexpr double k_low_water = 0.9;
 // older half of each: constant work per put, LRU within a shard, and across
 // shards as close to LRU as the keys are uniform (they are digests).
 constexpr std::int64_t k_exact_lru_entries = 4096;
+// How often a store with a cap per root looks for stores of its root that
+// appeared since (a companion made by another program).
+constexpr std::int64_t k_peer_recheck_ns = 1'000'000'000;
 
 // Moves `path` to the fresh quarantine name `q`: false when nothing was
 // there. The one first step of every removal, so a removal is atomic and a
@@ -99,22 +102,61 @@ void FileStoreImpl::count_eviction(int shard, const FileInfo& removed) {
   m_acct.count(Event::eviction);
 }
 
+FileStoreImpl::Totals FileStoreImpl::totals() const {
+  Totals t{m_acct.total_bytes(), m_acct.total_count()};
+  MutexLock lock(m_peer_mu);
+  for (const auto& p : m_peers) {
+    t.bytes += p->m_acct.total_bytes();
+    t.count += p->m_acct.total_count();
+  }
+  return t;
+}
+
 bool FileStoreImpl::over(double fraction) const {
-  if (m_opt.max_size_bytes &&
-      static_cast<double>(m_acct.total_bytes()) > fraction * static_cast<double>(*m_opt.max_size_bytes)) {
+  const Totals t = totals();
+  if (m_opt.max_size_bytes && static_cast<double>(t.bytes) > fraction * static_cast<double>(*m_opt.max_size_bytes)) {
     return true;
   }
-  return m_opt.max_entries &&
-         static_cast<double>(m_acct.total_count()) > fraction * static_cast<double>(*m_opt.max_entries);
+  return m_opt.max_entries && static_cast<double>(t.count) > fraction * static_cast<double>(*m_opt.max_entries);
 }
 
 bool FileStoreImpl::over_entries_more() const {
-  const double b = static_cast<double>(m_acct.total_bytes()) / static_cast<double>(*m_opt.max_size_bytes);
-  const double c = static_cast<double>(m_acct.total_count()) / static_cast<double>(*m_opt.max_entries);
+  const Totals t = totals();
+  const double b = static_cast<double>(t.bytes) / static_cast<double>(*m_opt.max_size_bytes);
+  const double c = static_cast<double>(t.count) / static_cast<double>(*m_opt.max_entries);
   return c > b;
 }
 
+void FileStoreImpl::refresh_peers(bool now) {
+  if (m_opt.cap_root.empty()) return;
+  MutexLock lock(m_peer_mu);
+  const std::int64_t t = m_env->now_ns();
+  if (!now && m_peers_checked_ns != 0 && t - m_peers_checked_ns < k_peer_recheck_ns) return;
+  m_peers_checked_ns = t;
+  std::vector<std::string> dirs{m_opt.cap_root};
+  for (const auto& c : companion_stores()) dirs.push_back(join_path(m_opt.cap_root, c.subdir));
+  for (const auto& dir : dirs) {
+    if (dir == m_layout.root()) continue;
+    if (std::any_of(m_peers.begin(), m_peers.end(), [&](const auto& p) { return p->root() == dir; })) continue;
+    // Only a store that exists: looking makes nothing.
+    if (!m_env->lstat(Layout(dir).accounting_path()).ok()) continue;
+    FileStoreOptions o = m_opt;
+    o.root = dir;
+    o.cap_root.clear();
+    auto peer = std::make_unique<FileStoreImpl>(std::move(o), dir);
+    if (peer->init().ok()) m_peers.push_back(std::move(peer));
+  }
+}
+
+std::vector<FileStoreImpl*> FileStoreImpl::cap_stores() {
+  std::vector<FileStoreImpl*> out{this};
+  MutexLock lock(m_peer_mu);
+  for (const auto& p : m_peers) out.push_back(p.get());
+  return out;
+}
+
 void FileStoreImpl::maybe_trim(const Written& written) {
+  refresh_peers(false);
   // The re-check after unlocking closes a race: a put that found the lock
   // held just before the holder finished would otherwise leave the store
   // over its cap until the next put.
@@ -136,62 +178,88 @@ void FileStoreImpl::maybe_trim(const Written& written) {
 }
 
 // Requires the eviction lock. Removes least recently used entries until the
-// totals are under the low-water mark, never `written`. Small stores: every
-// shard scanned, exact LRU order. Large stores: shards visited fullest
-// first, in each the least recently used (at most half the shard per
-// visit); work per put stays constant as the store grows: a scan of S files
-// removes up to S/2 of them.
+// totals are under the low-water mark, never `written`. Under a cap per
+// root the entries of every store of the root compete (each peer whose own
+// eviction lock is free now; one held is being trimmed by another process).
+// Small roots: every shard scanned, exact LRU order. Large ones: each round
+// visits the fullest shard left of each store and removes the least recently
+// used half of what those shards hold together; work per put stays constant
+// as the root grows (a scan of S files removes up to S/2 of them), LRU
+// within a shard, and across shards and stores as close to LRU as keys are
+// uniform (they are digests: a shard is a sample of its store).
 void FileStoreImpl::trim_to_low_water(const Written& written) {
+  std::vector<FileStoreImpl*> stores{this};
+  for (FileStoreImpl* peer : cap_stores()) {
+    if (peer == this) continue;
+    auto got = m_env->lock(peer->m_evict_fd, LockKind::exclusive, LockWait::try_only);
+    if (got.ok() && *got) stores.push_back(peer);
+  }
+  struct Candidate {
+    FileStoreImpl* store;
+    int shard;
+    ScannedFile file;
+  };
   bool progress = false;
-  const auto evict = [&](int shard, const ScannedFile& f) {
-    if (shard == written.shard && f.name == written.name) return;
-    auto removed = remove_if_same(shard, join_path(m_layout.shard_dir(shard), f.name), f.info);
+  const auto evict = [&](const Candidate& c) {
+    if (c.store == this && c.shard == written.shard && c.file.name == written.name) return;
+    auto removed = c.store->remove_if_same(c.shard, join_path(c.store->m_layout.shard_dir(c.shard), c.file.name),
+                                           c.file.info);
     if (removed.ok() && *removed) {
       progress = true;
-      count_eviction(shard, f.info);
+      c.store->count_eviction(c.shard, c.file.info);
     }
   };
   const std::int64_t now = m_env->now_ns();
-  const auto older = [now](const ScannedFile& a, const ScannedFile& b) {
-    return last_used(a.info, now) < last_used(b.info, now);
+  const auto older = [now](const Candidate& a, const Candidate& b) {
+    return last_used(a.file.info, now) < last_used(b.file.info, now);
   };
-  if (m_acct.total_count() <= k_exact_lru_entries) {
-    std::vector<std::pair<int, ScannedFile>> all;
-    for (int shard = 0; shard < k_shards; ++shard) {
-      // Counts are exact: a shard counted empty holds nothing (a damaged
-      // counter is not zero, so its shard is visited and healed).
-      if (m_acct.shard_count(shard) == 0 && m_acct.shard_bytes(shard) == 0) continue;
-      // Swept too: a dead writer's temp is charged until it is removed, so
-      // a store over its cap by such temps is brought back by this trim.
-      auto files = scan_shard(shard, Reconcile::gross);
-      if (!files.ok()) continue;
-      for (auto& f : *files) all.emplace_back(shard, std::move(f));
+  const auto scan = [](FileStoreImpl* store, int shard, std::vector<Candidate>& into) {
+    // Swept too: a dead writer's temp is charged until it is removed, so
+    // a store over its cap by such temps is brought back by this trim.
+    auto files = store->scan_shard(shard, Reconcile::gross);
+    if (!files.ok()) return;
+    for (auto& f : *files) into.push_back({store, shard, std::move(f)});
+  };
+  if (totals().count <= k_exact_lru_entries) {
+    std::vector<Candidate> all;
+    for (FileStoreImpl* store : stores) {
+      for (int shard = 0; shard < k_shards; ++shard) {
+        // Counts are exact: a shard counted empty holds nothing (a damaged
+        // counter is not zero, so its shard is visited and healed).
+        if (store->m_acct.shard_count(shard) == 0 && store->m_acct.shard_bytes(shard) == 0) continue;
+        scan(store, shard, all);
+      }
     }
-    std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return older(a.second, b.second); });
-    for (std::size_t i = 0; i < all.size() && over(k_low_water); ++i) evict(all[i].first, all[i].second);
+    std::sort(all.begin(), all.end(), older);
+    for (std::size_t i = 0; i < all.size() && over(k_low_water); ++i) evict(all[i]);
   } else {
     const bool by_count = m_opt.max_entries.has_value() && (!m_opt.max_size_bytes || over_entries_more());
-    std::array<bool, k_shards> visited{};
+    std::vector<std::array<bool, k_shards>> visited(stores.size());
     for (int round = 0; round < k_shards && over(k_low_water); ++round) {
-      int best = -1;
-      std::int64_t best_v = 0;
-      for (int i = 0; i < k_shards; ++i) {
-        if (visited[i]) continue;
-        const std::int64_t v = by_count ? m_acct.shard_count(i) : m_acct.shard_bytes(i);
-        if (best < 0 || v > best_v) {
-          best = i;
-          best_v = v;
+      std::vector<Candidate> sample;
+      for (std::size_t s = 0; s < stores.size(); ++s) {
+        const Accounting& acct = stores[s]->m_acct;
+        int best = -1;
+        std::int64_t best_v = 0;
+        for (int i = 0; i < k_shards; ++i) {
+          if (visited[s][i]) continue;
+          const std::int64_t v = by_count ? acct.shard_count(i) : acct.shard_bytes(i);
+          if (best < 0 || v > best_v) {
+            best = i;
+            best_v = v;
+          }
         }
+        if (best < 0 || best_v == 0) continue;
+        visited[s][best] = true;
+        scan(stores[s], best, sample);
       }
-      if (best < 0) break;
-      visited[best] = true;
-      auto files = scan_shard(best, Reconcile::gross);
-      if (!files.ok() || files->empty()) continue;
-      std::sort(files->begin(), files->end(), older);
-      const std::size_t limit = std::max<std::size_t>(1, files->size() / 2);
-      for (std::size_t i = 0; i < limit && over(k_low_water); ++i) evict(best, (*files)[i]);
+      if (sample.empty()) break;
+      std::sort(sample.begin(), sample.end(), older);
+      const std::size_t limit = std::max<std::size_t>(1, sample.size() / 2);
+      for (std::size_t i = 0; i < limit && over(k_low_water); ++i) evict(sample[i]);
     }
   }
+  for (std::size_t s = 1; s < stores.size(); ++s) m_env->unlock(stores[s]->m_evict_fd).ignore();
   m_trim_progress = progress;
 }
 

@@ -450,6 +450,12 @@ Result<std::unique_ptr<FileStore>> FileStore::open(FileStoreOptions options) {
   auto abs = std::filesystem::absolute(root, ec);
   if (!ec) root = abs.lexically_normal().string();
   if (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (!options.cap_root.empty()) {
+    // Spelled as the stores' roots are, so that each is known by its name.
+    auto cap = std::filesystem::absolute(options.cap_root, ec);
+    if (!ec) options.cap_root = cap.lexically_normal().string();
+    if (options.cap_root.size() > 1 && options.cap_root.back() == '/') options.cap_root.pop_back();
+  }
   if (options.max_size_bytes && *options.max_size_bytes == 0) {
     return invalid_argument("file store max_size_bytes must be positive (or unbounded)");
   }

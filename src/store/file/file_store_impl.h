@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -109,8 +110,20 @@ class FileStoreImpl final : public FileStore {
 
   // eviction.cpp
   static std::int64_t last_used(const FileInfo& info, std::int64_t now);
+  // The totals the caps bound: this store's, plus its peers' under a cap
+  // per root.
+  struct Totals {
+    std::int64_t bytes = 0;
+    std::int64_t count = 0;
+  };
+  [[nodiscard]] Totals totals() const;
   [[nodiscard]] bool over(double fraction) const;
   [[nodiscard]] bool over_entries_more() const;
+  // Opens the stores of the cap's root that exist and are not open yet (at
+  // most once a second unless `now`); every store of the root but this one.
+  void refresh_peers(bool now);
+  // This store and each peer, for a trim or a prune across the root.
+  std::vector<FileStoreImpl*> cap_stores();
   void maybe_trim(const Written& written);
   void trim_to_low_water(const Written& written) PROGCACHE_REQUIRES(m_trim_mu);
   Result<bool> take_out(int shard, const std::string& path);
@@ -151,6 +164,11 @@ class FileStoreImpl final : public FileStore {
   // Set by a trim that removed something; read after it under the same lock.
   bool m_trim_progress PROGCACHE_GUARDED_BY(m_trim_mu) = false;
   std::atomic<bool> m_closed{false};
+  // The other stores of the cap's root (options.cap_root), opened as they
+  // appear; each is opened without a cap root of its own.
+  mutable Mutex m_peer_mu;
+  std::vector<std::unique_ptr<FileStoreImpl>> m_peers PROGCACHE_GUARDED_BY(m_peer_mu);
+  std::int64_t m_peers_checked_ns PROGCACHE_GUARDED_BY(m_peer_mu) = 0;
 };
 
 }  // namespace progcache::file_store

@@ -282,43 +282,51 @@ void FileStoreImpl::verify_shard(int shard, const std::vector<DirEntry>& files, 
   m_acct.reconcile(shard, bytes, count);
 }
 
+// Under a cap per root, prunes every store of the root together: the least
+// recently used entries of all of them go first.
 Result<PruneReport> FileStoreImpl::prune(std::optional<std::uint64_t> max_size,
                                          std::optional<std::int64_t> older_than_ns, const ProgressFn& progress) {
   PROGCACHE_TRY(check_open());
+  refresh_peers(true);
+  const std::vector<FileStoreImpl*> stores = cap_stores();
   struct Item {
+    FileStoreImpl* store;
     int shard;
     ScannedFile file;
   };
   std::vector<Item> items;
-  for (int shard = 0; shard < k_shards; ++shard) {
-    if (progress) progress(shard, std::uint64_t{2} * k_shards);
-    auto files = scan_shard(shard, Reconcile::gross);
-    if (!files.ok()) return files.status();
-    for (auto& f : *files) items.push_back({shard, std::move(f)});
+  const std::uint64_t scan_steps = std::uint64_t{k_shards} * stores.size();
+  for (std::size_t s = 0; s < stores.size(); ++s) {
+    for (int shard = 0; shard < k_shards; ++shard) {
+      if (progress) progress(s * k_shards + shard, 2 * scan_steps);
+      auto files = stores[s]->scan_shard(shard, Reconcile::gross);
+      if (!files.ok()) return files.status();
+      for (auto& f : *files) items.push_back({stores[s], shard, std::move(f)});
+    }
   }
   const std::int64_t now = m_env->now_ns();
   std::sort(items.begin(), items.end(),
             [now](const Item& a, const Item& b) { return last_used(a.file.info, now) < last_used(b.file.info, now); });
   PruneReport report;
+  report.stores = stores.size();
   std::uint64_t total = 0;
   for (const auto& it : items) total += it.file.info.size;
   for (std::size_t i = 0; i < items.size(); ++i) {
-    if (progress && i % 64 == 0) {
-      progress(k_shards + (std::uint64_t{k_shards} * i) / items.size(), std::uint64_t{2} * k_shards);
-    }
+    if (progress && i % 64 == 0) progress(scan_steps + (scan_steps * i) / items.size(), 2 * scan_steps);
     const auto& it = items[i];
     const bool too_old = older_than_ns && now - last_used(it.file.info, now) > *older_than_ns;
     const bool too_big = max_size && total > *max_size;
     if (!too_old && !too_big) continue;
-    auto removed = remove_if_same(it.shard, join_path(m_layout.shard_dir(it.shard), it.file.name), it.file.info);
+    auto removed = it.store->remove_if_same(it.shard, join_path(it.store->m_layout.shard_dir(it.shard), it.file.name),
+                                            it.file.info);
     if (removed.ok() && *removed) {
       total -= it.file.info.size;
       ++report.removed;
       report.bytes_removed += it.file.info.size;
-      count_eviction(it.shard, it.file.info);
+      it.store->count_eviction(it.shard, it.file.info);
     }
   }
-  if (progress) progress(std::uint64_t{2} * k_shards, std::uint64_t{2} * k_shards);
+  if (progress) progress(2 * scan_steps, 2 * scan_steps);
   report.remaining = items.size() - report.removed;
   report.bytes_remaining = total;
   return report;
