@@ -737,7 +737,9 @@ TEST_F(CliTest, CompanionStoresAreSeenByEveryAdminCommand) {
   put_kernel();
   auto prune = run({"prune", "--max-size", "1K"});
   ASSERT_EQ(prune.code, 0) << prune.err;
-  EXPECT_NE(prune.out.find("kernels: removed 1 entries"), std::string::npos) << prune.out;
+  // The root's entry and the kernel: one prune for the root's stores.
+  EXPECT_NE(prune.out.find("removed 2 entries"), std::string::npos) << prune.out;
+  EXPECT_NE(prune.out.find("remain in 2 stores"), std::string::npos) << prune.out;
   EXPECT_EQ(kernel_entries(), 0u);
 
   put_kernel();
@@ -959,6 +961,34 @@ TEST_F(CliTest, CcacheMaxSizeSetsTheRootsCapInItsSettingsFile) {
   // -M 0 is no cap, as in ccache.
   ASSERT_EQ(run({"-M", "0"}).code, 0);
   EXPECT_NE(run({"config"}).out.find("PROGCACHE_MAX_SIZE = unlimited  (" + conf + ":1)"), std::string::npos);
+}
+
+TEST_F(CliTest, OneCapBoundsEveryStoreOfTheRoot) {
+  // A companion store (as Python's KernelCache makes) holds five old
+  // entries; the root's cap is then set to 40 KiB and the CLI puts five new
+  // ones: the two stores together stay under the cap, the old ones go first.
+  const std::string kernels_root = cache() + "/kernels";
+  {
+    auto kernels = FileStore::open({.root = kernels_root, .max_size_bytes = std::nullopt});
+    ASSERT_TRUE(kernels.ok()) << kernels.status().to_string();
+    for (int i = 0; i < 5; ++i) {
+      const Key k = testing::make_key(500 + i);
+      ASSERT_TRUE((*kernels)->put(k, testing::make_entry(testing::make_payload(10000, i))).ok());
+      struct timespec old[2] = {{1000000000 + i, 0}, {1000000000 + i, 0}};
+      ASSERT_EQ(::utimensat(AT_FDCWD, (*kernels)->entry_path(k).c_str(), old, AT_SYMLINK_NOFOLLOW), 0);
+    }
+  }
+  ASSERT_EQ(run({"-M", "40K"}).code, 0);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(run({"put", "new" + std::to_string(i), file("v", testing::make_payload(10000, 10 + i))}).code, 0);
+  }
+  EXPECT_LE(testing::entry_bytes_on_disk(cache()) + testing::entry_bytes_on_disk(kernels_root), 40U * 1024);
+  EXPECT_EQ(testing::entry_files_on_disk(kernels_root), 0U) << "old entries outlived new ones";
+  EXPECT_EQ(run({"get", "new4", "-o", m_tmp.sub("o")}).code, 0);
+  // prune --max-size bounds both together too.
+  auto prune = run({"prune", "--max-size", "15K"});
+  ASSERT_EQ(prune.code, 0) << prune.err;
+  EXPECT_LE(testing::entry_bytes_on_disk(cache()) + testing::entry_bytes_on_disk(kernels_root), 15U * 1024);
 }
 
 TEST_F(CliTest, ConfigSetWritesTheUsersFileAndEveryCommandReadsIt) {

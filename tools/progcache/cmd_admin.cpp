@@ -310,15 +310,18 @@ int run_prune(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     age = *d;
     if (a.prune_size.empty()) max_size.reset();
   }
-  // Each store is pruned to the size on its own (the root's own store and
-  // each companion), as each enforces its cap on its own.
-  for (auto& named : stores) {
-    auto report = named.store->prune(max_size, age, progress_bar("prune", ProgressUnit::steps));
-    if (!report.ok()) return fail(report.status());
-    std::printf("%sremoved %llu entries (%s); %llu entries (%s) remain\n", prefix_of(named).c_str(),
-                static_cast<unsigned long long>(report->removed), pc::format_size(report->bytes_removed).c_str(),
-                static_cast<unsigned long long>(report->remaining), pc::format_size(report->bytes_remaining).c_str());
+  if (stores.empty()) {
+    std::printf("removed 0 entries (0 B); 0 entries (0 B) remain\n");
+    return k_exit_ok;
   }
+  // One cap per root: the root's store prunes every store of the root
+  // together, least recently used first across them.
+  auto report = stores.front().store->prune(max_size, age, progress_bar("prune", ProgressUnit::steps));
+  if (!report.ok()) return fail(report.status());
+  std::printf("removed %llu entries (%s); %llu entries (%s) remain in %llu store%s\n",
+              static_cast<unsigned long long>(report->removed), pc::format_size(report->bytes_removed).c_str(),
+              static_cast<unsigned long long>(report->remaining), pc::format_size(report->bytes_remaining).c_str(),
+              static_cast<unsigned long long>(report->stores), report->stores == 1 ? "" : "s");
   return k_exit_ok;
 }
 
