@@ -56,11 +56,13 @@ def _value(value: Any) -> bytes:
                     f"with .code), not {type(value).__name__}")
 
 
-def _config() -> dict:
+def _config(root: Optional[str] = None) -> dict:
     """The configuration as the library resolves it for every front end (the
     CLI's variables, parser and errors: ValueError naming a bad variable).
-    Read at each cache's construction."""
-    return _core.resolve_config()
+    Read at each cache's construction. ``root``: a cache directory of the
+    caller's own, resolved as the CLI's ``--dir`` (its settings file, not
+    the configured root's)."""
+    return _core.resolve_config(root)
 
 
 # "Not given": the configuration decides (cuda.core's default where the
@@ -257,8 +259,10 @@ class FileStreamProgramCache(_StoreCache):
     def __init__(self, path: Union[str, os.PathLike, None] = None, *, max_size_bytes: Optional[int] = _UNSET,
                  durability: Optional[str] = None, sharing: Optional[str] = None) -> None:
         super().__init__()
-        cfg = _config()
-        root = os.fspath(path) if path is not None else cfg["dir"]
+        # A directory of the caller's own is resolved as the CLI's --dir:
+        # its own settings file (progcache.conf there), not the root's.
+        cfg = _config(os.fspath(path) if path is not None else None)
+        root = cfg["dir"]
         self.path = root
         if durability is None:
             durability = "fsync" if cfg["fsync"] else "none"
@@ -271,12 +275,24 @@ class FileStreamProgramCache(_StoreCache):
             return
         self._bind(_core.open_file_store(root, cap, cfg["max_entries"], durability == "fsync", cfg["hmac_key"],
                                          sharing, compression=cfg["compression_level"],
-                                         signing_keys=cfg["signing_keys"]))
+                                         signing_keys=cfg["signing_keys"], cap_root=cap_root(root, cfg)))
+
+
+def cap_root(path: Union[str, os.PathLike], cfg: dict) -> str:
+    """The configured root when ``path`` is it or one of its companion
+    stores: every store of a root shares one cap (the library adds their
+    counters and evicts across them). "" for a directory of its own."""
+    root = os.path.abspath(cfg["dir"])
+    p = os.path.abspath(os.fspath(path))
+    if p == root or any(p == os.path.join(root, sub) for sub in _core.COMPANION_STORES.values()):
+        return root
+    return ""
 
 
 def _configured_cap(value: Any, cfg: dict) -> Optional[int]:
-    """An explicit cap (None: none); not given: PROGCACHE_MAX_SIZE when the
-    environment sets it, else none (cuda.core's default)."""
+    """An explicit cap (None: none); not given: the configured one when the
+    environment or a settings file sets it, else none (cuda.core's
+    default)."""
     if value is _UNSET:
         return cfg["max_size_bytes"] if cfg["sources"].get("PROGCACHE_MAX_SIZE") != "default" else None
     return _cap(value)

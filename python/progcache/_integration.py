@@ -92,7 +92,7 @@ class StoreState:
                                        cfg["hmac_key"], cfg["sharing"], cfg["max_entries"], cfg["fsync"],
                                        cfg["remote_password"], compression=cfg["compression_level"],
                                        remote_compression=cfg["remote_compression_level"],
-                                       signing_keys=cfg["signing_keys"])
+                                       signing_keys=cfg["signing_keys"], cap_root=cfg["dir"])
 
     def _unusable(self, why: str) -> State:
         warn_once(self._companion, "unusable", f"the cache is not used ({why}); compiling as without progcache")

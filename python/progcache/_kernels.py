@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from . import _core, _integration
-from ._caches import _cap, _config, _sharing
+from ._caches import _cap, _config, _sharing, cap_root
 
 
 # ---------------------------------------------------------------- typed values
@@ -145,7 +145,8 @@ class CubinCache:
         try:
             self._disk = _core.open_file_store(self.cache_dir, cfg["max_size_bytes"], cfg["max_entries"],
                                                cfg["fsync"], cfg["hmac_key"], _sharing(sharing, cfg),
-                                               compression=cfg["compression_level"], signing_keys=cfg["signing_keys"])
+                                               compression=cfg["compression_level"], signing_keys=cfg["signing_keys"],
+                                               cap_root=cap_root(self.cache_dir, cfg))
         except (OSError, RuntimeError) as e:
             if not configured:
                 raise  # a directory the caller named: theirs to fix
@@ -323,7 +324,8 @@ class KernelCache:
                 self._store = _core.open_file_store(
                     self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
                     cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing,
-                    compression=cfg["compression_level"], signing_keys=cfg["signing_keys"])
+                    compression=cfg["compression_level"], signing_keys=cfg["signing_keys"],
+                    cap_root=cap_root(self.cache_dir, cfg))
             except (OSError, RuntimeError) as e:
                 if not configured:
                     raise  # a directory the caller named: theirs to fix

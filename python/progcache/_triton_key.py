@@ -80,7 +80,7 @@ def _open_store():
     # The local disk only: a manifest of stat identities means nothing on
     # another machine.
     return _core.open_file_store(root, cfg["max_size_bytes"], cfg["max_entries"], cfg["fsync"], cfg["hmac_key"],
-                                 cfg["sharing"], signing_keys=cfg["signing_keys"])
+                                 cfg["sharing"], signing_keys=cfg["signing_keys"], cap_root=cfg["dir"])
 
 
 def _memo_key(cache_module) -> bytes:

@@ -427,9 +427,10 @@ std::shared_ptr<const pc::SigningKeys> keys_of(const KeysHandle* h) {
 std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optional<std::uint64_t> max_size,
                                              std::optional<std::uint64_t> max_entries, bool fsync,
                                              const nb::bytes& hmac_key, const std::string& sharing, int compression,
-                                             const KeysHandle* signing_keys) {
+                                             const KeysHandle* signing_keys, const std::string& cap_root) {
   pc::FileStoreOptions o;
   o.root = root;
+  o.cap_root = cap_root;
   o.max_size_bytes = max_size;
   o.sharing = sharing_of(sharing);
   o.max_entries = max_entries;
@@ -631,7 +632,8 @@ NB_MODULE(_core, m) {
       });
   m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
         nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = nb::bytes(""),
-        nb::arg("sharing") = "private", nb::arg("compression") = 0, nb::arg("signing_keys").none() = nb::none());
+        nb::arg("sharing") = "private", nb::arg("compression") = 0, nb::arg("signing_keys").none() = nb::none(),
+        nb::arg("cap_root") = "");
   m.attr("DEFAULT_MAX_SIZE") = pc::k_default_max_size;
   m.def("default_cache_root", []() { return pc::default_cache_root(); });
   m.def(
@@ -640,8 +642,12 @@ NB_MODULE(_core, m) {
   // The library's configuration, resolved from the environment by the same
   // code as the CLI's (ValueError naming a bad variable). Secrets are
   // returned for use, and masked in `settings`.
-  m.def("resolve_config", []() {
-    const pc::Config c = unwrap(pc::resolve_config());
+  m.def(
+      "resolve_config",
+      [](std::optional<std::string> dir) {
+    pc::ConfigOverrides o;
+    o.dir = std::move(dir);  // as the CLI's --dir: that root, and its settings file
+    const pc::Config c = unwrap(pc::resolve_config(o));
     // A settings file that cannot be used was skipped (defaults apply):
     // said as a RuntimeWarning, an exception where warnings are errors.
     for (const auto& w : c.warnings) {
@@ -680,7 +686,8 @@ NB_MODULE(_core, m) {
     host["remote_reason"] = t.remote_reason;
     d["host_code"] = host;
     return d;
-  });
+      },
+      nb::arg("dir").none() = nb::none());
   m.def(
       "classify_artifact",
       [](const std::string& name, const nb::bytes& data) {
@@ -727,7 +734,7 @@ NB_MODULE(_core, m) {
       [](std::optional<std::uint64_t> memory_bytes, const std::string& root, std::optional<std::uint64_t> max_size,
          const std::vector<std::string>& urls, bool read_only, const nb::bytes& hmac_key, const std::string& sharing,
          std::optional<std::uint64_t> max_entries, bool fsync, const std::string& password, int compression,
-         int remote_compression, const KeysHandle* signing_keys) {
+         int remote_compression, const KeysHandle* signing_keys, const std::string& cap_root) {
         pc::TieredStoreOptions o;
         // The remote first: a URL this build cannot serve fails before the
         // cache directory is touched.
@@ -738,6 +745,7 @@ NB_MODULE(_core, m) {
           o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
         pc::FileStoreOptions fo;
         fo.root = root;
+        fo.cap_root = cap_root;  // the cache root whose stores share the cap ("" : this store alone)
         fo.max_size_bytes = max_size;  // None: no cap
         fo.max_entries = max_entries;
         fo.durability = fsync ? pc::Durability::fsync : pc::Durability::none;
@@ -753,7 +761,8 @@ NB_MODULE(_core, m) {
       nb::arg("memory_bytes").none(), nb::arg("root"), nb::arg("max_size_bytes").none(), nb::arg("urls"),
       nb::arg("read_only") = false, nb::arg("hmac_key") = nb::bytes(""), nb::arg("sharing") = "private",
       nb::arg("max_entries").none() = nb::none(), nb::arg("fsync") = false, nb::arg("password") = "",
-      nb::arg("compression") = 0, nb::arg("remote_compression") = 0, nb::arg("signing_keys").none() = nb::none());
+      nb::arg("compression") = 0, nb::arg("remote_compression") = 0, nb::arg("signing_keys").none() = nb::none(),
+      nb::arg("cap_root") = "");
 
   // The key of one program, through the same library function compile()
   // uses (pc::program_key): the compiler identity, the program name and the

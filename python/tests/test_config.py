@@ -91,9 +91,16 @@ def test_settings_files_reach_the_python_caches(tmp_path, monkeypatch):
     cfg = progcache._core.resolve_config()
     assert cfg["compression_level"] == 4 and cfg["sources"]["PROGCACHE_COMPRESSION"] == f"{user}:1"
     assert cfg["max_size_bytes"] == 3 * 1024 * 1024 and cfg["sources"]["PROGCACHE_MAX_SIZE"] == f"{root}:1"
-    assert FileStreamProgramCache(tmp_path / "a").max_size_bytes == 3 * 1024 * 1024
+    assert FileStreamProgramCache().max_size_bytes == 3 * 1024 * 1024
+    # A cache in a directory of its own reads that directory's file, as
+    # `progcache --dir` does, and the user's file otherwise: never the
+    # configured root's.
+    assert FileStreamProgramCache(tmp_path / "a").max_size_bytes == 5 * 1024 * 1024
+    _settings_file(tmp_path / "b" / "progcache.conf", "max_size = 2M\n")
+    (tmp_path / "b").chmod(0o700)
+    assert FileStreamProgramCache(tmp_path / "b").max_size_bytes == 2 * 1024 * 1024
     monkeypatch.setenv("PROGCACHE_MAX_SIZE", "1M")
-    assert FileStreamProgramCache(tmp_path / "b").max_size_bytes == 1024 * 1024
+    assert FileStreamProgramCache(tmp_path / "c").max_size_bytes == 1024 * 1024
 
 
 def test_a_settings_file_that_cannot_be_used_is_a_warning_and_the_defaults(tmp_path):
@@ -277,3 +284,33 @@ def test_ed25519_entries_are_read_with_the_public_key_alone(tmp_path, monkeypatc
     monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(tmp_path / "ci.pem"))
     with pytest.raises(ValueError, match="both set"):
         progcache._core.resolve_config()
+
+
+def _entry_bytes(store_dir):
+    return sum(p.stat().st_size for p in (store_dir / "v1").rglob("*") if p.is_file() and len(p.name) == 62)
+
+
+def test_one_cap_bounds_every_store_of_the_root(tmp_path, monkeypatch):
+    """The cuda.core-style cache of the root and pyptx's CubinCache (a
+    companion store of the same root) share one cap: old entries of one go
+    before new ones of the other, and the bytes on disk of both stay under it."""
+    import os
+
+    from progcache import CacheEntry, CacheKey, CubinCache
+
+    root = tmp_path / "default-root"
+    monkeypatch.setenv("PROGCACHE_MAX_SIZE", "60K")
+    monkeypatch.delenv("PYPTX_CACHE_DIR", raising=False)
+    programs = FileStreamProgramCache()
+    for i in range(4):
+        programs[f"old{i}"] = os.urandom(10000)
+    for p in (root / "v1").rglob("*"):
+        if p.is_file() and len(p.name) == 62:
+            os.utime(p, (1_000_000_000, 1_000_000_000))  # used long ago
+    cubins = CubinCache()
+    for i in range(5):
+        key = CacheKey(f"k{i}")
+        cubins.put(CacheEntry(key=key, ptx_source="", cubin_bytes=os.urandom(10000)))
+    assert _entry_bytes(root) + _entry_bytes(root / "pyptx") <= 60 * 1024
+    assert _entry_bytes(root) == 0, "the root's old entries outlived newer ones of its companion"
+    assert CubinCache().get(CacheKey("k4")) is not None
