@@ -1027,6 +1027,21 @@ TEST_F(CliTest, ABadSettingsFileIsAUsageErrorNamingItsLine) {
         << args[0];
   }
   EXPECT_EQ(testing::entry_files_on_disk(cache()), 0U);
+  // config set repairs a bad value (the file's other lines kept); the
+  // other commands then read the file again.
+  testing::write_all(user, "readonly = yes\nmax_size = 5\n");
+  EXPECT_EQ(run({"stats"}).code, 2);
+  auto repair = run({"config", "set", "max_size", "5G", "--user"});
+  EXPECT_EQ(repair.code, 0) << repair.err;
+  EXPECT_EQ(testing::read_all(user), "readonly = yes\nmax_size = 5G\n");
+  EXPECT_EQ(run({"stats"}).code, 0);
+  // Control characters a file holds never reach the terminal.
+  testing::write_all(user, "max_size = 5G\x1b[2J\n");
+  auto escaped = run({"config"});
+  EXPECT_EQ(escaped.code, 2);
+  EXPECT_EQ(escaped.err.find('\x1b'), std::string::npos) << escaped.err;
+  // An empty --dir would be the working directory: refused.
+  EXPECT_EQ(run({"--dir", "", "-M", "1G"}).code, 2);
   testing::write_all(user, "max_size = 2G\n");
   ::chmod(user.c_str(), 0666);
   auto open = run({"config"});

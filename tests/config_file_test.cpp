@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -84,7 +85,8 @@ class ConfigFileTest : public ::testing::Test {
     auto lenient = resolve_config();
     EXPECT_TRUE(lenient.ok()) << lenient.status().to_string();
     if (lenient.ok()) {
-      EXPECT_EQ(lenient->warnings.size(), 1u);
+      EXPECT_GE(lenient->warnings.size(), 1u);
+      EXPECT_EQ(lenient->skipped_files.size(), 1u);
       EXPECT_EQ(lenient->max_size_bytes, k_default_max_size);
     }
     return r.status().message();
@@ -140,7 +142,18 @@ TEST_F(ConfigFileTest, PathsInAFileAreAbsoluteOrUnderHome) {
 TEST_F(ConfigFileTest, BadFilesAreNamedWithTheirLine) {
   const std::string path = user_file("max_size = 2G\n\nnonsense\n");
   std::string m = refused();
-  EXPECT_NE(m.find(path + ":3: 'nonsense' is not 'name = value'"), std::string::npos) << m;
+  EXPECT_NE(m.find(path + ":3: the line is not 'name = value'"), std::string::npos) << m;
+  // The line itself is not repeated (it may hold a password).
+  user_file("remote redis://user:s3cret@host\n");
+  m = refused();
+  EXPECT_EQ(m.find("s3cret"), std::string::npos) << m;
+  user_file("readonly = enabled\n");
+  m = refused();
+  EXPECT_NE(m.find(path + ":1: readonly 'enabled' is not yes or no"), std::string::npos) << m;
+  user_file("remote = redis://user:s3cret@127.0.0.1:1\n");
+  m = refused();
+  EXPECT_NE(m.find("a URL with a password is not kept in a settings file"), std::string::npos) << m;
+  EXPECT_EQ(m.find("s3cret"), std::string::npos) << m;
   user_file("max_sise = 2G\n");
   m = refused();
   EXPECT_NE(m.find(path + ":1: unknown setting 'max_sise'"), std::string::npos) << m;
@@ -224,6 +237,47 @@ TEST_F(ConfigFileTest, AGroupRootsFileMayBeGroupWritableButNotWorldWritable) {
   EXPECT_EQ(c->max_size_bytes, 2ULL << 30);
   ::chmod(path.c_str(), 0662);
   EXPECT_NE(refused().find("writable by every user (mode 0662)"), std::string::npos);
+  // Skipped in a group root, the cache is off: the file could have named keys.
+  auto lenient = resolve_config();
+  ASSERT_TRUE(lenient.ok());
+  EXPECT_TRUE(lenient->disabled);
+}
+
+TEST_F(ConfigFileTest, ASkippedFileTurnsTheCacheOffWhereItCouldHaveNamedWhomToTrust) {
+  // The user's file names the key entries of the remote tier are checked
+  // with; a typo makes the library skip the file. With the remote tier set
+  // in the environment, its defaults would read unsigned entries: the cache
+  // is off instead, and says why.
+  testing::write_all(m_tmp.sub("hmac.key"), "0123456789abcdef0123456789");
+  user_file("hmac_key_file = " + m_tmp.sub("hmac.key") + "\nreadonly = yes\nmax_sise = 5G\n");
+  {
+    EnvVar remote("PROGCACHE_REMOTE", "redis://127.0.0.1:1");
+    auto c = resolve_config();
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_TRUE(c->disabled);
+    EXPECT_TRUE(c->hmac_key.empty());
+    EXPECT_NE(c->warnings.back().find("the cache is off until the settings file is fixed"), std::string::npos);
+    EXPECT_EQ(shown(*c, "PROGCACHE_DISABLE").value, "yes");
+  }
+  // With neither a remote tier nor a group root, the defaults are safe.
+  auto c = resolve_config();
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->disabled);
+  // Fixed, the file applies again.
+  user_file("hmac_key_file = " + m_tmp.sub("hmac.key") + "\nreadonly = yes\n");
+  EnvVar remote("PROGCACHE_REMOTE", "redis://127.0.0.1:1");
+  auto fixed = resolve_config();
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_FALSE(fixed->disabled);
+  EXPECT_TRUE(fixed->read_only);
+  EXPECT_FALSE(fixed->hmac_key.empty());
+}
+
+TEST_F(ConfigFileTest, ARelativeHomeNeverMakesTheUsersFileRelative) {
+  EnvVar xdg("XDG_CONFIG_HOME", std::nullopt);
+  EnvVar home("HOME", ".");
+  EXPECT_EQ(user_config_path().front(), '/') << user_config_path();
+  EXPECT_EQ(user_config_path().find("/./"), std::string::npos) << user_config_path();
 }
 
 TEST_F(ConfigFileTest, SetRewritesOneLineAtomicallyAndKeepsTheRest) {
@@ -272,14 +326,68 @@ TEST_F(ConfigFileTest, SetRewritesOneLineAtomicallyAndKeepsTheRest) {
   EXPECT_EQ(files, 1u);
 }
 
-TEST_F(ConfigFileTest, SetRefusesToOverwriteAFileItWouldNotRead) {
-  const std::string user = user_file("max_size = 2G\ngarbage\n");
+TEST_F(ConfigFileTest, SetRepairsABadValueButNeverRewritesAFileItDoesNotTrust) {
+  const std::string user = user_file("# mine\r\nreadonly = yes\r\nremote_compression = 5\r\nmax_size = 5\r\n");
   auto cfg = resolve_config();  // lenient: the file skipped
   ASSERT_TRUE(cfg.ok());
-  auto change = set_config_value("remote_compression", "3", ConfigFileScope::automatic, *cfg);
-  ASSERT_FALSE(change.ok());
-  EXPECT_NE(change.status().message().find(user + ":2:"), std::string::npos) << change.status().to_string();
-  EXPECT_EQ(testing::read_all(user), "max_size = 2G\ngarbage\n");
+  ASSERT_EQ(cfg->skipped_files.size(), 1u);
+  auto change = set_config_value("max_size", " 5G ", ConfigFileScope::user, *cfg);
+  ASSERT_TRUE(change.ok()) << change.status().to_string();
+  // Trimmed as it will be read; the file's line ends kept.
+  EXPECT_EQ(testing::read_all(user), "# mine\r\nreadonly = yes\r\nremote_compression = 5\r\nmax_size = 5G\r\n");
+  ConfigOverrides strict;
+  strict.strict_files = true;
+  auto now = resolve_config(strict);
+  ASSERT_TRUE(now.ok()) << now.status().to_string();
+  EXPECT_EQ(now->max_size_bytes, 5ULL << 30);
+  ::chmod(user.c_str(), 0666);
+  auto refused_change = set_config_value("remote_compression", "3", ConfigFileScope::automatic, *cfg);
+  ASSERT_FALSE(refused_change.ok());
+  EXPECT_NE(refused_change.status().message().find("writable by other users"), std::string::npos);
+  EXPECT_EQ(testing::read_all(user), "# mine\r\nreadonly = yes\r\nremote_compression = 5\r\nmax_size = 5G\r\n");
+}
+
+TEST_F(ConfigFileTest, UnsetOfWhatIsNotSetWritesNothingAndALinkedFileIsWrittenWhereItLeads) {
+  auto cfg = resolve_config();
+  ASSERT_TRUE(cfg.ok());
+  auto none = set_config_value("max_size", std::nullopt, ConfigFileScope::automatic, *cfg);
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_FALSE(none->changed);
+  EXPECT_FALSE(std::filesystem::exists(cfg->dir)) << "unset made the root";
+  EXPECT_FALSE(std::filesystem::exists(user_config_path()));
+  // A dotfiles repository's file, linked: the link stays, the file changes.
+  testing::write_all(m_tmp.sub("dotfiles.conf"), "readonly = no\n");
+  ::chmod(m_tmp.sub("dotfiles.conf").c_str(), 0600);
+  std::filesystem::create_directories(m_tmp.sub("xdg/progcache"));
+  std::filesystem::create_symlink(m_tmp.sub("dotfiles.conf"), user_config_path());
+  ASSERT_TRUE(set_config_value("readonly", "yes", ConfigFileScope::automatic, *cfg).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(user_config_path()));
+  EXPECT_EQ(testing::read_all(m_tmp.sub("dotfiles.conf")), "readonly = yes\n");
+  // A yes/no setting takes only yes or no.
+  EXPECT_FALSE(set_config_value("readonly", "enabled", ConfigFileScope::automatic, *cfg).ok());
+}
+
+TEST_F(ConfigFileTest, SetsAtOnceKeepEveryLine) {
+  // Six processes' worth of `config set` at once, each a different line:
+  // none is lost (each read, change and replace holds the directory's lock).
+  auto cfg = resolve_config();
+  ASSERT_TRUE(cfg.ok());
+  const std::vector<std::pair<std::string, std::string>> sets = {
+      {"readonly", "yes"},    {"remote_compression", "4"}, {"compression", "3"},
+      {"max_entries", "100"}, {"durability", "fsync"},     {"max_size", "3G"}};
+  for (int round = 0; round < 10; ++round) {
+    std::filesystem::remove(user_config_path());
+    std::vector<std::thread> threads;
+    for (const auto& [name, value] : sets) {
+      threads.emplace_back([&cfg, name = name, value = value] {
+        EXPECT_TRUE(set_config_value(name, value, ConfigFileScope::user, *cfg).ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+    auto f = config_file::load(user_config_path(), config_file::Rules::user);
+    ASSERT_TRUE(f.ok() && *f);
+    EXPECT_EQ((*f)->lines.size(), sets.size()) << testing::read_all(user_config_path());
+  }
 }
 
 TEST(ConfigFileRewrite, ReplacesInPlaceAppendsAndRemoves) {

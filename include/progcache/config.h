@@ -81,8 +81,14 @@ struct Config {
   std::string remote_password;  // for URLs that carry none
   bool read_only = false;
   std::vector<Setting> settings;
-  // Things the user should hear about (a password on the command line).
+  // Things the user should hear about (a password on the command line, a
+  // settings file skipped).
   std::vector<std::string> warnings;
+  // Settings files that could not be used and were skipped (lenient
+  // resolution only). With a remote tier or a group root in use, the cache
+  // is then disabled: the file may have named the keys entries are checked
+  // with.
+  std::vector<std::string> skipped_files;
 
   // FileStoreOptions for this configuration.
   [[nodiscard]] FileStoreOptions file_store_options() const;
@@ -117,6 +123,8 @@ struct ConfigChange {
   std::string name;      // the setting's name in files ("max_size")
   std::string variable;  // and in the environment ("PROGCACHE_MAX_SIZE")
   std::string shown;     // the new value as `progcache config` shows it ("" when unset)
+  bool changed = true;   // false: unset of a setting the file did not hold (nothing written)
+  std::string overridden_by;  // "<file>:<line>" of a file that wins over the line written, or ""
 };
 
 // Sets `setting` (its file name, max_size, or its variable,

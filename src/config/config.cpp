@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <sstream>
 
+#include <limits.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config_file.h"
@@ -49,6 +51,12 @@ Result<std::string> read_secret(const std::string& path, const char* what) {
   std::string v = std::move(*text);
   while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
   return v;
+}
+
+// Whether `shown` names a settings file (or `config set`) as the source:
+// there a value is checked strictly (a typo is said, never read as "no").
+bool from_file(const Setting& shown) {
+  return shown.source != "environment" && shown.source != "default" && !shown.source.starts_with("command line");
 }
 
 // Which settings files may hold a setting.
@@ -97,8 +105,8 @@ Status apply_max_size(Config& c, const std::optional<std::string>& text, Setting
     std::optional<std::uint64_t> n;  // unlimited
     // In a file, a bare number is refused: ccache.conf reads "max_size = 5"
     // as 5 GB, and a cap of 5 bytes would empty the cache.
-    const bool from_file = shown.source != "environment" && !shown.source.starts_with("command line");
-    if (from_file && *text != "0" && !text->empty() &&
+    auto zero = parse_size(*text);
+    if (from_file(shown) && !(zero.ok() && *zero == 0) && !text->empty() &&
         std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch) || ch == '.'; })) {
       return invalid_argument("max_size '" + *text + "' has no unit: write K, M, G or T (e.g. " + *text + "G)");
     }
@@ -153,7 +161,20 @@ Status apply_remote_compression(Config& c, const std::optional<std::string>& tex
   return parse_level("PROGCACHE_REMOTE_COMPRESSION", text, c.remote_compression_level, shown);
 }
 
+// A yes/no setting. In a file only the words for yes and no are accepted;
+// the environment keeps its rule (any other word is no).
+Status check_bool(const char* name, const std::optional<std::string>& text, const Setting& shown) {
+  if (!text || !from_file(shown)) return {};
+  std::string v = *text;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  for (const char* w : {"1", "0", "true", "false", "yes", "no", "on", "off"}) {
+    if (v == w) return {};
+  }
+  return invalid_argument(std::string(name) + " '" + *text + "' is not yes or no (use yes/no, true/false, on/off or 1/0)");
+}
+
 Status apply_disable(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  PROGCACHE_TRY(check_bool("disable", text, shown));
   c.disabled = text && truthy(*text);
   shown.value = c.disabled ? "yes" : "no";
   return {};
@@ -178,6 +199,10 @@ Status apply_remote(Config& c, const std::optional<std::string>& text, Setting& 
       auto checked = check_remote_url(url);
       if (!checked.ok()) return checked.status().with_context("PROGCACHE_REMOTE");
       list += (list.empty() ? "" : ",") + checked->shown;
+      if (checked->has_password && from_file(shown)) {
+        return invalid_argument("remote: a URL with a password is not kept in a settings file: put the password in a "
+                                "file of its own named by remote_password_file");
+      }
       if (checked->has_password && shown.source.starts_with("command line")) {
         c.warnings.push_back(
             "the password in --remote is visible to every local user (ps, /proc); "
@@ -217,6 +242,7 @@ Status apply_remote_password(Config& c, const std::optional<std::string>& text, 
 }
 
 Status apply_read_only(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  PROGCACHE_TRY(check_bool("readonly", text, shown));
   c.read_only = text && truthy(*text);
   shown.value = c.read_only ? "yes" : "no";
   return {};
@@ -348,9 +374,10 @@ struct Files {
 
 // A file that cannot be used: an error for the CLI, else skipped with a
 // warning.
-Status file_problem(Config& c, const ConfigOverrides& o, const Status& st) {
+Status file_problem(Config& c, const ConfigOverrides& o, const std::string& path, const Status& st) {
   if (o.strict_files) return st;
   c.warnings.push_back(st.message() + " (the file is ignored: defaults and the environment apply)");
+  c.skipped_files.push_back(path);
   return {};
 }
 
@@ -381,10 +408,25 @@ Status check_names(const config_file::File& f, bool root_file) {
   return {};
 }
 
+// The user's home directory: $HOME when it is absolute, else the password
+// database's (a relative HOME would make every path below it relative to
+// the working directory, where a checked-out tree could plant files).
+std::string home_dir() {
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') return home;
+  if (const struct passwd* pw = ::getpwuid(::geteuid()); pw != nullptr && pw->pw_dir != nullptr && *pw->pw_dir == '/') {
+    return pw->pw_dir;
+  }
+  return "/";
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
 std::string expand_home(const std::string& value) {
   if (!value.starts_with("~/")) return value;
-  const char* home = std::getenv("HOME");
-  return join_path(home != nullptr ? home : "", value.substr(2));
+  return join_path(home_dir(), value.substr(2));
 }
 
 // Loads one settings file, checked; a problem is an error or a warning.
@@ -392,8 +434,9 @@ Status load_file(Config& c, const ConfigOverrides& o, const std::string& path, c
                  std::optional<config_file::File>& out) {
   auto loaded = config_file::load(path, rules);
   Status st = loaded.ok() ? Status() : loaded.status();
+  if (st.ok() && *loaded) st = (*loaded)->problem;
   if (st.ok() && *loaded) st = check_names(**loaded, rules != config_file::Rules::user);
-  if (!st.ok()) return file_problem(c, o, st);
+  if (!st.ok()) return file_problem(c, o, path, st);
   out = std::move(*loaded);
   return {};
 }
@@ -485,6 +528,20 @@ Result<Config> resolve(const ConfigOverrides& overrides, Files* files_out) {
     auto c = resolve_once(overrides, skip, files_out, &bad_file);
     if (c.ok()) {
       c->warnings.insert(c->warnings.begin(), warnings.begin(), warnings.end());
+      c->skipped_files.insert(c->skipped_files.begin(), skip.begin(), skip.end());
+      // A skipped file may have named the keys that entries from shared
+      // places are checked with, or readonly: with a remote tier or a
+      // group root in use, its defaults would trust what the file did not.
+      // Failing closed: the cache is off until the file is fixed.
+      if (!c->skipped_files.empty() && !c->disabled && (!c->remote_urls.empty() || c->sharing == Sharing::group)) {
+        c->disabled = true;
+        c->warnings.push_back(
+            "the cache is off until the settings file is fixed: it may name the keys that a remote tier or a group "
+            "root's entries are checked with");
+        for (auto& s : c->settings) {
+          if (s.name == "PROGCACHE_DISABLE") s = {s.name, "yes", "a settings file that cannot be used"};
+        }
+      }
       return c;
     }
     // Lenient: a file with a value that does not apply is skipped whole,
@@ -548,11 +605,7 @@ std::string user_config_path() {
   if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x == '/') {
     return join_path(join_path(x, "progcache"), "progcache.conf");
   }
-  const char* home = std::getenv("HOME");
-  if (home == nullptr || *home == '\0') {
-    if (const struct passwd* pw = ::getpwuid(::geteuid()); pw != nullptr) home = pw->pw_dir;
-  }
-  return join_path(join_path(join_path(home != nullptr ? home : "/", ".config"), "progcache"), "progcache.conf");
+  return join_path(join_path(join_path(home_dir(), ".config"), "progcache"), "progcache.conf");
 }
 
 std::string root_config_path(std::string_view root) {
@@ -584,41 +637,80 @@ Result<ConfigChange> set_config_value(std::string_view setting, const std::optio
                             " file: " + why);
   }
   change.path = to_root ? root_config_path(current.dir) : user_config_path();
-  // The file as it is now, judged as a reader judges it: a file that cannot
-  // be used is an error here, never overwritten blind.
-  ConfigOverrides strict;
-  strict.strict_files = true;
+  const config_file::Rules rules = !to_root                            ? config_file::Rules::user
+                                   : current.sharing == Sharing::group ? config_file::Rules::group_root
+                                                                       : config_file::Rules::root;
+  // A value is read trimmed: it is checked and written as it will be read.
+  std::optional<std::string> wanted = value;
+  if (wanted) {
+    const auto first = wanted->find_first_not_of(" \t");
+    const auto last = wanted->find_last_not_of(" \t");
+    wanted = first == std::string::npos ? std::string() : wanted->substr(first, last - first + 1);
+  }
   Config scratch = current;
-  std::optional<config_file::File> existing;
-  PROGCACHE_TRY(load_file(scratch, strict, change.path,
-                          !to_root                            ? config_file::Rules::user
-                          : current.sharing == Sharing::group ? config_file::Rules::group_root
-                                                              : config_file::Rules::root,
-                          existing));
-  if (value) {
+  if (wanted) {
     // The value is checked as it will be read: from this file.
-    if (value->empty()) return invalid_argument(change.name + ": an empty value (config unset restores the default)");
-    if (value->find('\n') != std::string::npos || value->find('\0') != std::string::npos) {
+    if (wanted->empty()) return invalid_argument(change.name + ": an empty value (config unset restores the default)");
+    if (wanted->find_first_of(std::string("\n\r\0", 3)) != std::string::npos) {
       return invalid_argument(change.name + ": a value is one line");
     }
-    if (is_path_setting(row->name) && !value->starts_with('/') && !value->starts_with("~/")) {
-      return invalid_argument(change.name + " '" + *value + "' is not an absolute path (or one under ~/)");
+    if (is_path_setting(row->name) && !wanted->starts_with('/') && !wanted->starts_with("~/")) {
+      return invalid_argument(change.name + " '" + *wanted + "' is not an absolute path (or one under ~/)");
     }
     Setting shown{std::string(row->name), "", change.path};
-    const std::optional<std::string> text = is_path_setting(row->name) ? expand_home(*value) : *value;
+    const std::optional<std::string> text = is_path_setting(row->name) ? expand_home(*wanted) : *wanted;
     // A value that cannot be read (a key file missing) is a usage error.
     if (Status st = row->apply(scratch, text, shown); !st.ok()) return invalid_argument(st.message());
     change.shown = shown.value;
   }
-  const std::string text = config_file::rewrite(existing ? existing->text : std::string(), change.name, value);
+  // A user's file that is a link (kept in a dotfiles repository) is
+  // written where it leads, so the link stays.
+  std::string target = change.path;
+  if (!to_root) {
+    struct stat st {};
+    char resolved[PATH_MAX];
+    if (::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && ::realpath(target.c_str(), resolved) != nullptr) {
+      target = resolved;
+    }
+  }
+  if (to_root && !wanted && !file_exists(change.path)) {
+    change.changed = false;  // nothing to remove, and no root made to say so
+    return change;
+  }
   if (to_root) {
     // The root is made (or judged) by its own rules before a file is put
-    // in it; its file takes the mode its entries take.
+    // in it.
     PROGCACHE_ASSIGN_OR_RETURN(auto store, FileStore::open(current.file_store_options()));
-    const unsigned perms = current.sharing == Sharing::group ? 0660U : 0600U;
-    PROGCACHE_TRY(config_file::replace(change.path, text, perms, false));
+  }
+  // Read, changed and replaced under a lock on the directory: two runs at
+  // once each keep the other's line.
+  if (!to_root && wanted) PROGCACHE_TRY(config_file::make_private_dirs(target.substr(0, target.rfind('/'))));
+  config_file::DirLock lock(to_root ? change.path : target);
+  // The file as it is now, judged as a reader judges it: a file that cannot
+  // be trusted is an error here, never overwritten blind. One with a line
+  // that does not parse is rewritten (this is how it is repaired).
+  auto existing = config_file::load(change.path, rules);
+  if (!existing.ok()) return existing.status();
+  const bool has_line = *existing && (*existing)->find(change.name) != nullptr;
+  if (!wanted && !has_line) {
+    change.changed = false;
+    return change;
+  }
+  const std::string text = config_file::rewrite(*existing ? (*existing)->text : std::string(), change.name, wanted);
+  if (to_root) {
+    // The root's file takes the mode its entries take.
+    PROGCACHE_TRY(config_file::replace(change.path, text, current.sharing == Sharing::group ? 0660U : 0600U, false));
   } else {
-    PROGCACHE_TRY(config_file::replace(change.path, text, 0600U, true));
+    PROGCACHE_TRY(config_file::replace(target, text, 0600U, true));
+  }
+  // What still wins over the line written: the root's file over the user's.
+  if (!to_root && row->scope == Scope::any_file) {
+    auto root_file = config_file::load(root_config_path(current.dir), current.sharing == Sharing::group
+                                                                          ? config_file::Rules::group_root
+                                                                          : config_file::Rules::root);
+    if (root_file.ok() && *root_file) {
+      if (const auto* line = (*root_file)->find(change.name)) change.overridden_by = (*root_file)->where(*line);
+    }
   }
   return change;
 }

@@ -1,6 +1,8 @@
 #include "config_file.h"
 
 #include <fcntl.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +18,10 @@ namespace progcache::config_file {
 namespace {
 
 constexpr std::size_t k_max_file_bytes = 64 * 1024;
+// Temp files of `replace`, beside the file they replace.
+constexpr std::string_view k_conf_temp_prefix = ".progcache.conf.tmp.";
+// A temp file older than this was left by a killed run.
+constexpr std::int64_t k_stale_temp_s = 3600;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
@@ -76,6 +82,7 @@ Result<std::string> read_fd(int fd, const std::string& path) {
 
 Status parse(File& f) {
   std::string_view rest = f.text;
+  if (rest.starts_with("\xEF\xBB\xBF")) rest.remove_prefix(3);  // a UTF-8 byte order mark, as editors write
   int number = 0;
   while (!rest.empty()) {
     ++number;
@@ -88,7 +95,9 @@ Status parse(File& f) {
     if (line.find('\0') != std::string_view::npos) return invalid_argument(at() + "a NUL byte in the line");
     const std::size_t eq = line.find('=');
     if (eq == std::string_view::npos) {
-      return invalid_argument(at() + "'" + std::string(line) + "' is not 'name = value' (e.g. max_size = 20G)");
+      // The line is not repeated: it may hold a secret or bytes that drive
+      // a terminal.
+      return invalid_argument(at() + "the line is not 'name = value' (e.g. max_size = 20G)");
     }
     const std::string_view name = trim(line.substr(0, eq));
     const std::string_view value = trim(line.substr(eq + 1));
@@ -147,11 +156,12 @@ Result<std::optional<File>> load(const std::string& path, Rules rules) {
   File f;
   f.path = path;
   PROGCACHE_ASSIGN_OR_RETURN(f.text, read_fd(fd, path));
-  PROGCACHE_TRY(parse(f));
+  f.problem = parse(f);
   return std::optional<File>(std::move(f));
 }
 
 std::string rewrite(std::string_view text, std::string_view name, const std::optional<std::string>& value) {
+  const std::string_view eol = text.find("\r\n") != std::string_view::npos ? "\r\n" : "\n";
   std::string out;
   bool placed = false;
   std::string_view rest = text;
@@ -167,27 +177,68 @@ std::string rewrite(std::string_view text, std::string_view name, const std::opt
       out.append(raw);
       out += '\n';
     } else if (value && !placed) {
-      out += std::string(name) + " = " + *value + "\n";
+      out += std::string(name) + " = " + *value;
+      out += eol;
       placed = true;
     }
   }
-  if (value && !placed) out += std::string(name) + " = " + *value + "\n";
+  if (value && !placed) {
+    out += std::string(name) + " = " + *value;
+    out += eol;
+  }
   return out;
 }
 
-Status replace(const std::string& path, std::string_view text, unsigned perms, bool make_dir) {
-  const std::string dir = path.substr(0, path.rfind('/'));
-  if (make_dir && !dir.empty()) {
-    // One level at a time, as mkdir -p, private.
-    for (std::size_t i = 1; i <= dir.size(); ++i) {
-      if (i != dir.size() && dir[i] != '/') continue;
-      const std::string part = dir.substr(0, i);
-      if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
-        return errno_status(errno, "cannot make the settings directory", part);
-      }
+Status make_private_dirs(const std::string& dir) {
+  // One level at a time, as mkdir -p.
+  for (std::size_t i = 1; i <= dir.size(); ++i) {
+    if (i != dir.size() && dir[i] != '/') continue;
+    const std::string part = dir.substr(0, i);
+    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+      return errno_status(errno, "cannot make the settings directory", part);
     }
   }
-  const std::string tmp = temp_path_beside(path);
+  return {};
+}
+
+DirLock::DirLock(const std::string& file_path) {
+  const std::string dir = file_path.substr(0, file_path.rfind('/'));
+  m_fd = ::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (m_fd >= 0) {
+    while (::flock(m_fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+}
+
+DirLock::~DirLock() {
+  if (m_fd >= 0) ::close(m_fd);
+}
+
+namespace {
+
+// Removes temp files of `replace` that a killed run left in `dir`.
+void sweep_temps(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  const std::int64_t now = ::time(nullptr);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (!name.starts_with(k_conf_temp_prefix)) continue;
+    const std::string p = join_path(dir, name);
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && now - st.st_mtime > k_stale_temp_s) {
+      ::unlink(p.c_str());
+    }
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
+Status replace(const std::string& path, std::string_view text, unsigned perms, bool make_dir) {
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (make_dir) PROGCACHE_TRY(make_private_dirs(dir));
+  const std::string tmp = temp_path_beside(path, k_conf_temp_prefix);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, perms);
   if (fd < 0) return errno_status(errno, "cannot write settings file", tmp);
   Status st;
@@ -204,8 +255,17 @@ Status replace(const std::string& path, std::string_view text, unsigned perms, b
   if (st.ok() && ::fsync(fd) != 0) st = errno_status(errno, "cannot write settings file", tmp);
   if (::close(fd) != 0 && st.ok()) st = errno_status(errno, "cannot write settings file", tmp);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = errno_status(errno, "cannot replace", path);
-  if (!st.ok()) ::unlink(tmp.c_str());
-  return st;
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  // The rename itself made durable, as the file's bytes were.
+  if (const int dfd = ::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  sweep_temps(dir.empty() ? "/" : dir);
+  return {};
 }
 
 }  // namespace progcache::config_file

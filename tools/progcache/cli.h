@@ -102,7 +102,9 @@ int fail(const pc::Status& st);
 pc::Result<pc::Key> parse_key(const std::string& text, bool as_string);
 // Adds the --string flag that makes KEY always a hashed string.
 void add_string_flag(CLI::App* sub, bool& string_key);
-pc::Result<pc::Config> load_config(const Globals& g);
+// The configuration for a command; `strict_files`: a settings file that
+// cannot be used is an error (exit 2) rather than skipped with a warning.
+pc::Result<pc::Config> load_config(const Globals& g, bool strict_files = true);
 pc::Result<std::unique_ptr<pc::FileStore>> open_store(const pc::Config& c);
 // Whether the configured cache directory exists (nothing is made by asking).
 bool cache_dir_exists(const pc::Config& c);

@@ -41,10 +41,16 @@ int run_config_set(const AdminArgs& a, const pc::Config& cfg, bool unset) {
       a.to_user ? pc::ConfigFileScope::user : (a.to_root ? pc::ConfigFileScope::root : pc::ConfigFileScope::automatic);
   auto change = pc::set_config_value(a.setting, unset ? std::nullopt : std::optional<std::string>(a.value), scope, cfg);
   if (!change.ok()) return fail(change.status());
-  if (unset) {
+  if (unset && !change->changed) {
+    std::cout << change->name << " is not set in " << change->path << "\n";
+  } else if (unset) {
     std::cout << change->name << " removed from " << change->path << "\n";
   } else {
     std::cout << change->name << " = " << change->shown << "  (written to " << change->path << ")\n";
+  }
+  if (!change->overridden_by.empty()) {
+    std::cerr << "progcache: note: " << change->overridden_by << " sets " << change->name
+              << " for this root, which wins over the user's file\n";
   }
   if (const char* v = std::getenv(change->variable.c_str()); v != nullptr && *v != '\0') {
     std::cerr << "progcache: note: " << change->variable << " is set in this environment, which wins over the file\n";

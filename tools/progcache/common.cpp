@@ -24,7 +24,9 @@ namespace progcache::cli {
 // word, and decides only the exit code. A status without a message (none
 // should have one) says what its code means, in words.
 std::string plain(const pc::Status& st) {
-  if (!st.message().empty()) return st.message();
+  // Messages may quote a file's text (a settings file, an entry's name):
+  // control characters are shown as '?', never sent to the terminal.
+  if (!st.message().empty()) return printable(st.message());
   std::string words(pc::code_name(st.code()));
   std::replace(words.begin(), words.end(), '_', ' ');
   return words;
@@ -49,12 +51,12 @@ pc::Result<pc::Key> parse_key(const std::string& text, bool as_string) {
   return *k;
 }
 
-pc::Result<pc::Config> load_config(const Globals& g) {
+pc::Result<pc::Config> load_config(const Globals& g, bool strict_files) {
   pc::ConfigOverrides o;
   if (g.have_dir) o.dir = g.dir;
   if (!g.max_size.empty()) o.max_size = g.max_size;
   if (!g.remote.empty()) o.remote = g.remote;
-  o.strict_files = true;  // a settings file that cannot be used: exit 2, naming it
+  o.strict_files = strict_files;  // a settings file that cannot be used: exit 2, naming it
   auto c = pc::resolve_config(o);
   if (c.ok()) {
     for (const auto& w : c->warnings) std::cerr << "progcache: warning: " << w << "\n";

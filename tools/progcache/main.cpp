@@ -255,7 +255,15 @@ int run(int argc, char** argv) {
     return code == 0 ? k_exit_ok : k_exit_usage;
   }
 
-  auto cfg = load_config(g);
+  if (g.have_dir && g.dir.empty()) {
+    std::cerr << "progcache: --dir needs a directory (an empty one would be the working directory)\n";
+    return k_exit_usage;
+  }
+  // `config set` and `config unset` are how a settings file is repaired:
+  // a file with a bad line does not stop them (one that cannot be trusted
+  // still does, in set_config_value).
+  const bool repairing = chosen->sub->get_name() == "config" && !chosen->sub->get_subcommands().empty();
+  auto cfg = load_config(g, /*strict_files=*/!repairing);
   if (!cfg.ok()) return fail(cfg.status());
   return chosen->run(*cfg, extras);
 }
