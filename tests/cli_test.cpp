@@ -1168,8 +1168,14 @@ TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughRemote) {
   ASSERT_EQ(stats.code, 0);
   auto js = nlohmann::json::parse(stats.out);
   EXPECT_EQ(js["remote"][0]["entries"], 1);
+  // Prometheus carries the remote tier too, its URL as shown elsewhere.
+  auto prom = run({"stats", "--format", "prometheus"}, {"PROGCACHE_REMOTE=" + url});
+  ASSERT_EQ(prom.code, 0) << prom.err;
+  const std::string shown_url = js["remote"][0]["url"].get<std::string>();
+  EXPECT_NE(prom.out.find("progcache_remote_up{url=\"" + shown_url + "\"} 1\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("progcache_remote_entries{url=\"" + shown_url + "\"} 1\n"), std::string::npos) << prom.out;
   auto config = run({"config", "--remote", url});
-  for (const auto& text : {stats.out, stats.err, config.out, config.err, get.err}) {
+  for (const auto& text : {stats.out, stats.err, config.out, config.err, get.err, prom.out}) {
     EXPECT_EQ(text.find("cli-secret-pw"), std::string::npos) << text;
   }
   EXPECT_NE(config.out.find(":***@127.0.0.1"), std::string::npos) << config.out;

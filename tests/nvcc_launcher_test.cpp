@@ -284,6 +284,40 @@ TEST_F(NvccLauncherTest, ADependencyFileAndPtxasReportsAreReplayedOnAHit) {
   EXPECT_TRUE(exists("k.o"));
 }
 
+TEST_F(NvccLauncherTest, TheRootsHeadlineCountsEachLauncherLookupOnceAndZeroClearsTheLaunchersCounters) {
+  // One miss, then two hits, and one lookup of the root's own store: the
+  // root's headline is 2 hits and 2 misses in text, JSON and Prometheus
+  // alike (a launcher lookup reads a manifest and a result from its store:
+  // its own count stands for both).
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin").code, 0);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  const Ran miss = sh(cli() + " get no-such-key -o " + quote(m_tmp.sub("o")));
+  EXPECT_EQ(miss.code, 1);
+  const Ran js = sh(cli() + " stats --json");
+  ASSERT_EQ(js.code, 0) << js.err;
+  const auto root = nlohmann::json::parse(js.out)["root"];
+  EXPECT_EQ(root["hits"], 2) << root.dump();
+  EXPECT_EQ(root["misses"], 2) << root.dump();
+  EXPECT_EQ(root["hit_rate"], 0.5);
+  const Ran text = sh(cli() + " stats");
+  EXPECT_NE(text.out.find("all lookups       2 hits, 2 misses: hit rate 50.0 %"), std::string::npos) << text.out;
+  const Ran prom = sh(cli() + " stats --format prometheus");
+  EXPECT_NE(prom.out.find("\nprogcache_root_hits_total 2\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("\nprogcache_root_misses_total 2\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("\nprogcache_nvcc_launcher_hits_total 2\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("\nprogcache_nvcc_launcher_misses_total 1\n"), std::string::npos) << prom.out;
+  // stats -z zeroes everything, the launcher's counters included.
+  ASSERT_EQ(sh(cli() + " stats -z").code, 0);
+  const auto zeroed = nlohmann::json::parse(sh(cli() + " stats --json").out);
+  EXPECT_EQ(zeroed["root"]["hits"], 0) << zeroed.dump();
+  EXPECT_EQ(zeroed["root"]["misses"], 0);
+  EXPECT_EQ(launcher_stats().value("hits", 0), 0);
+  // And counting starts again from zero.
+  ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin").code, 0);
+  EXPECT_EQ(launcher_stats().value("hits", 0), 1);
+}
+
 TEST_F(NvccLauncherTest, ASettingsFileThatCannotBeUsedIsSaidAndTheBuildGoesOnWithTheDefaults) {
   // A typo in the user's file: the CLI refuses it (exit 2), the launcher
   // never fails a build for it: it says so, and caches with the defaults.

@@ -73,6 +73,9 @@ bool is_masquerade(std::string_view argv0);
 int run_launcher(int argc, char** argv);
 // The launcher's counters in `root`, or null when it never ran there.
 json launcher_stats_json(const std::string& root);
+// Zeroes the launcher's counters of `root` (stats --zero), under the same
+// trust rules as counting.
+void zero_launcher_stats(const std::string& root, const pc::Config& cfg);
 
 // ---- cmd_compile.cpp, shared with explain
 
@@ -167,6 +170,8 @@ pc::Result<Stores> open_stores(const pc::Config& cfg);
 std::string printable(std::string s);
 // StoreStats as JSON and as aligned text, from store_stat_fields().
 json stats_json(const pc::StoreStats& s);
-void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg);
+// One store's statistics, a line per field (the cap is the root's, shown
+// once above the stores).
+void print_stats_text(const pc::StoreStats& s);
 
 }  // namespace progcache::cli

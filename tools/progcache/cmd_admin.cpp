@@ -187,14 +187,126 @@ void print_launcher_stats(const json& j) {
   }
 }
 
+// The root as one cache: what every store holds (one cap bounds them
+// together), and the lookups its users made: each store's, with the nvcc
+// launcher's own hits and misses in place of its store's (one launcher
+// lookup reads a manifest, then a result: two store lookups).
+struct RootSummary {
+  std::uint64_t entries = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  [[nodiscard]] double hit_rate() const {
+    return hits + misses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
+  }
+};
+
+RootSummary root_summary(const Stores& stores, const json& launcher) {
+  RootSummary r;
+  for (const auto& named : stores) {
+    const pc::StoreStats st = named.store->host_stats();
+    r.entries += st.entries;
+    r.bytes += st.bytes_stored;
+    if (named.name == "nvcc") continue;
+    r.hits += st.hits;
+    r.misses += st.misses;
+  }
+  if (launcher.is_object()) {
+    for (const auto& [field, into] : {std::pair{"hits", &r.hits}, std::pair{"misses", &r.misses}}) {
+      if (launcher.contains(field) && launcher[field].is_number_unsigned()) *into += launcher[field].get<std::uint64_t>();
+    }
+  }
+  return r;
+}
+
+json root_json(const RootSummary& r, const pc::Config& cfg) {
+  return {{"entries", r.entries},
+          {"bytes_stored", r.bytes},
+          {"max_size_bytes", cfg.max_size_bytes ? json(*cfg.max_size_bytes) : json(nullptr)},
+          {"max_entries", cfg.max_entries ? json(*cfg.max_entries) : json(nullptr)},
+          {"hits", r.hits},
+          {"misses", r.misses},
+          {"hit_rate", r.hit_rate()}};
+}
+
+// The launcher's counters and the remote tiers in Prometheus's format, as
+// the text and JSON show them.
+void print_prometheus_root(const RootSummary& r, const json& launcher, const json& remote) {
+  std::printf("# HELP progcache_root_entries entries of every store of the root\n# TYPE progcache_root_entries gauge\n"
+              "progcache_root_entries %llu\n",
+              static_cast<unsigned long long>(r.entries));
+  std::printf("# HELP progcache_root_bytes_stored bytes of every store of the root (one cap bounds them)\n"
+              "# TYPE progcache_root_bytes_stored gauge\nprogcache_root_bytes_stored %llu\n",
+              static_cast<unsigned long long>(r.bytes));
+  std::printf("# HELP progcache_root_hits_total lookups served (every store; the nvcc launcher's own count)\n"
+              "# TYPE progcache_root_hits_total counter\nprogcache_root_hits_total %llu\n",
+              static_cast<unsigned long long>(r.hits));
+  std::printf("# HELP progcache_root_misses_total lookups missed (every store; the nvcc launcher's own count)\n"
+              "# TYPE progcache_root_misses_total counter\nprogcache_root_misses_total %llu\n",
+              static_cast<unsigned long long>(r.misses));
+  std::printf("# HELP progcache_root_hit_rate hits / (hits + misses) of the root\n# TYPE progcache_root_hit_rate gauge\n"
+              "progcache_root_hit_rate %.6g\n",
+              r.hit_rate());
+  if (launcher.is_object()) {
+    for (const char* field : {"hits", "misses", "compile_failed"}) {
+      const std::uint64_t v = launcher.contains(field) && launcher[field].is_number_unsigned()
+                                  ? launcher[field].get<std::uint64_t>()
+                                  : 0;
+      std::printf("# HELP progcache_nvcc_launcher_%s_total the nvcc launcher's %s\n"
+                  "# TYPE progcache_nvcc_launcher_%s_total counter\nprogcache_nvcc_launcher_%s_total %llu\n",
+                  field, field, field, field, static_cast<unsigned long long>(v));
+    }
+    for (const char* group : {"uncacheable", "not_stored"}) {
+      std::printf("# HELP progcache_nvcc_launcher_%s_total commands the nvcc launcher ran uncached, by reason\n"
+                  "# TYPE progcache_nvcc_launcher_%s_total counter\n",
+                  group, group);
+      if (!launcher.contains(group) || !launcher[group].is_object()) continue;
+      for (const auto& [why, count] : launcher[group].items()) {
+        if (!count.is_number_unsigned()) continue;
+        std::string label = printable(why);
+        std::replace(label.begin(), label.end(), '"', '\'');
+        std::replace(label.begin(), label.end(), '\\', '/');
+        std::printf("progcache_nvcc_launcher_%s_total{reason=\"%s\"} %llu\n", group, label.c_str(),
+                    static_cast<unsigned long long>(count.get<std::uint64_t>()));
+      }
+    }
+  }
+  if (!remote.empty()) {
+    std::printf("# HELP progcache_remote_up whether the remote tier answered\n# TYPE progcache_remote_up gauge\n");
+    for (const auto& t : remote) std::printf("progcache_remote_up{url=\"%s\"} %d\n", t["url"].get<std::string>().c_str(), t["reachable"].get<bool>() ? 1 : 0);
+    std::printf("# HELP progcache_remote_entries entries the remote tier holds\n# TYPE progcache_remote_entries gauge\n");
+    for (const auto& t : remote) {
+      if (t["entries"].is_number()) {
+        std::printf("progcache_remote_entries{url=\"%s\"} %llu\n", t["url"].get<std::string>().c_str(),
+                    static_cast<unsigned long long>(t["entries"].get<std::uint64_t>()));
+      }
+    }
+    std::printf("# HELP progcache_remote_bytes_stored bytes the remote tier holds\n"
+                "# TYPE progcache_remote_bytes_stored gauge\n");
+    for (const auto& t : remote) {
+      if (t["bytes_stored"].is_number()) {
+        std::printf("progcache_remote_bytes_stored{url=\"%s\"} %llu\n", t["url"].get<std::string>().c_str(),
+                    static_cast<unsigned long long>(t["bytes_stored"].get<std::uint64_t>()));
+      }
+    }
+  }
+}
+
 int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
   if (a.zero) {
     for (auto& named : stores) named.store->zero_stats();
+    // Everything: the launcher's counters too.
+    if (!stores.empty()) zero_launcher_stats(stores.front().store->root(), cfg);
     std::printf("statistics zeroed%s\n", stores.empty() ? " (the cache directory does not exist)" : "");
     return k_exit_ok;
   }
+  const json launcher = stores.empty() ? json(nullptr) : launcher_stats_json(stores.front().store->root());
+  const RootSummary summary = root_summary(stores, launcher);
   if (a.format == "prometheus") {
+    auto remote = remote_summary(cfg);
+    if (!remote.ok()) return fail(remote.status());
     print_prometheus(stores);
+    print_prometheus_root(summary, launcher, *remote);
     return k_exit_ok;
   }
   // No cache directory yet: all zeros, and it is not made.
@@ -218,17 +330,31 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
       companions.push_back(c);
     }
     j["companions"] = companions;
-    j["nvcc_launcher"] = exists ? launcher_stats_json(root) : json(nullptr);
+    j["nvcc_launcher"] = launcher;
+    j["root"] = root_json(summary, cfg);
     std::cout << j.dump(2) << "\n";
     return k_exit_ok;
   }
   std::printf("%-17s %s%s\n", "cache directory", root.c_str(), exists ? "" : " (does not exist yet)");
-  print_stats_text(s, cfg);
+  // The headline: the root as one cache, then each store and tier under it.
+  std::string held = std::to_string(summary.entries) + " entries, " + pc::format_size(summary.bytes);
+  if (cfg.max_size_bytes) held += " of " + pc::format_size(*cfg.max_size_bytes);
+  if (cfg.max_entries) held += " (at most " + std::to_string(*cfg.max_entries) + " entries)";
+  std::printf("%-17s %s\n", "all stores", held.c_str());
+  if (summary.hits + summary.misses == 0) {
+    std::printf("%-17s no lookups yet\n", "all lookups");
+  } else {
+    std::printf("%-17s %llu hits, %llu misses: hit rate %.1f %%\n", "all lookups",
+                static_cast<unsigned long long>(summary.hits), static_cast<unsigned long long>(summary.misses),
+                100.0 * summary.hit_rate());
+  }
+  std::printf("\n%-17s %s\n", "programs store", root.c_str());
+  print_stats_text(s);
   for (std::size_t i = 1; i < stores.size(); ++i) {
     std::printf("\n%-17s %s\n", (stores[i].name + " store").c_str(), stores[i].store->root().c_str());
-    print_stats_text(stores[i].store->host_stats(), cfg);
+    print_stats_text(stores[i].store->host_stats());
   }
-  if (exists) print_launcher_stats(launcher_stats_json(root));
+  if (exists) print_launcher_stats(launcher);
   for (const auto& r : *remote) {
     if (r["reachable"] && r["entries"].is_null()) {
       std::printf("remote %s: reachable (%s)\n", r["url"].get<std::string>().c_str(),

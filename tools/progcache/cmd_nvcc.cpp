@@ -652,36 +652,41 @@ bool trusted_stats_file(const struct stat& st, const StatsFile& where) {
   return (st.st_uid == ::geteuid() || st.st_gid == where.group) && (st.st_mode & 002) == 0;
 }
 
-// Adds one to a counter in <root>/nvcc/launcher-stats.json, under an
-// advisory lock waited on for a bounded time. Best effort: a counter that
+// Opens the counters file and takes its advisory lock, waited on for a
+// bounded time; -1 when it cannot be used. Best effort: a counter that
 // cannot be kept costs nothing, and never a wait on someone else's file.
-void count(const StatsFile& where, const std::string& counter, const std::string& reason = {}) {
+int open_counters(const StatsFile& where) {
   const bool group = where.sharing == pc::Sharing::group;
   const int fd = ::open(where.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
                         group ? 0660 : 0600);
-  if (fd < 0) return;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  if (fd < 0) return -1;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !trusted_stats_file(st, where)) return;
+  if (::fstat(fd, &st) != 0 || !trusted_stats_file(st, where)) {
+    ::close(fd);
+    return -1;
+  }
   // Group members count in one file: it must stay writable by the group
   // whatever the umask of whoever made it.
   if (group && st.st_uid == ::geteuid() && (st.st_mode & 0660) != 0660) (void)::fchmod(fd, 0660);
   // Another process holds the lock only for a read and a write; one that
   // holds it longer (stopped, or holding it on purpose) costs this count.
-  bool locked = false;
-  for (int attempt = 0; attempt < 50 && !locked; ++attempt) {
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      locked = true;
-    } else if (errno == EWOULDBLOCK || errno == EINTR) {
-      ::usleep(2000);
-    } else {
-      return;
-    }
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    ::usleep(2000);
   }
-  if (!locked) return;
+  ::close(fd);
+  return -1;
+}
+
+// Adds one to a counter in <root>/nvcc/launcher-stats.json.
+void count(const StatsFile& where, const std::string& counter, const std::string& reason = {}) {
+  const int fd = open_counters(where);
+  if (fd < 0) return;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   std::string text;
   std::array<char, 4096> buf{};
   ssize_t n = 0;
@@ -1127,6 +1132,21 @@ int run_launcher(int argc, char** argv) {
     return 127;
   }
   return Launcher(*nvcc, std::move(args)).run();
+}
+
+void zero_launcher_stats(const std::string& root, const pc::Config& cfg) {
+  StatsFile where;
+  where.path = pc::join_path(pc::join_path(root, std::string(k_store)), std::string(k_stats_file));
+  where.sharing = cfg.sharing;
+  if (struct stat st{}; ::stat(pc::join_path(root, std::string(k_store)).c_str(), &st) == 0) {
+    where.group = st.st_gid;
+  } else {
+    return;  // the launcher never ran here: nothing to zero, nothing made
+  }
+  const int fd = open_counters(where);
+  if (fd < 0) return;
+  if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, "{}", 2, 0);
+  ::close(fd);
 }
 
 json launcher_stats_json(const std::string& root) {

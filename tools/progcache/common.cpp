@@ -331,19 +331,13 @@ std::string format_duration(std::uint64_t ns) {
 
 }  // namespace
 
-void print_stats_text(const pc::StoreStats& s, const pc::Config& cfg) {
+void print_stats_text(const pc::StoreStats& s) {
   for (const auto& f : pc::store_stat_fields()) {
     const std::uint64_t v = s.*f.member;
     std::string shown = f.unit == pc::StatField::Unit::bytes         ? pc::format_size(v)
                         : f.unit == pc::StatField::Unit::nanoseconds ? format_duration(v)
                                                                      : std::to_string(v);
     if (f.unit == pc::StatField::Unit::nanoseconds && v == 0) shown = "-";
-    if (f.member == &pc::StoreStats::entries && cfg.max_entries) {
-      shown += " (cap " + std::to_string(*cfg.max_entries) + ")";
-    }
-    if (f.member == &pc::StoreStats::bytes_stored && cfg.max_size_bytes) {
-      shown += " (cap " + pc::format_size(*cfg.max_size_bytes) + ")";
-    }
     std::printf("%-17s %s\n", f.label, shown.c_str());
     if (f.member == &pc::StoreStats::misses) {
       if (s.hits + s.misses == 0)
