@@ -82,6 +82,12 @@ class Store {
   virtual Result<std::uint64_t> count() = 0;
   virtual Result<std::uint64_t> size_bytes() = 0;
   virtual StoreStats stats() = 0;
+  // Counts a lookup the caller answered from its own copy of an entry of
+  // this store (Triton's materialised kernel directory): a hit, so that the
+  // statistics count every served lookup wherever it was answered. A disk
+  // store counts it host-wide; a tiered store in its own and its local
+  // tier's counters. Others ignore it.
+  virtual void count_copy_hit() {}
   virtual Status close() = 0;
   // "memory", "file", "remote", "tiered": for messages and stats.
   [[nodiscard]] virtual std::string name() const = 0;

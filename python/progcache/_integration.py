@@ -207,6 +207,30 @@ class StoreState:
                 return None
         return found
 
+    def count_copy_hit(self) -> None:
+        """Counts a lookup answered from a copy this integration keeps (a
+        materialised kernel directory) as the hit it is."""
+        st = self.get_state()
+        try:
+            if st.store is not None:
+                st.store.count_copy_hit()
+        except Exception:  # counting never fails a lookup
+            st.errors += 1
+
+    def recheck(self, key: bytes, *, host_code: bool = False):
+        """A look again after a counted miss (under the compile lock): the
+        entry if the local disk holds one now, else None without counting
+        a second miss (one compile, one miss)."""
+        st = self.get_state()
+        try:
+            store = self._code_store(st) if host_code else st.store
+            if store is None or not store.disk_has(key):
+                return None
+        except Exception:
+            st.errors += 1
+            return None
+        return self.get(key, host_code=host_code)
+
     def put(self, key: bytes, meta: dict, artifacts: List[tuple]) -> bool:
         """Stores an entry; whether it was (never raises)."""
         st = self.get_state()

@@ -409,12 +409,19 @@ class KernelCache:
         """Threads of this process share one build (the library's flight
         table); a thread that waited looks in the store, where the leader's
         result now is, and takes the leader's own otherwise."""
-        result, led = self._flights.run(key, lambda: load() or self._build_locked(key, load, build))
+        result, led = self._flights.run(key, lambda: self._look_again(key, load) or self._build_locked(key, load, build))
         if not led and reload:
             hit = load()
             if hit is not None:
                 return hit
         return result
+
+    def _look_again(self, key: str, load: Callable[[], Any]) -> Any:
+        """A load after this call's counted miss: only where the disk holds
+        the entry now, so a build counts one miss, not one per look."""
+        if self._store is not None and not self._store.disk_has(key.encode()):
+            return None
+        return load()
 
     def _build_locked(self, key: str, load: Callable[[], Any], build: Callable[[], Any]) -> Any:
         """Builds under the library's per-key lock file, so processes of the
@@ -429,7 +436,7 @@ class KernelCache:
             # Look again under the lock, waited or not: a process that
             # stored the key between this one's miss and its lock leaves no
             # wait behind (seen as a second build of one key by 4 processes).
-            hit = load()
+            hit = self._look_again(key, load)
             if hit is not None:
                 return hit
             return build()

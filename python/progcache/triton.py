@@ -248,8 +248,10 @@ class CacheManager(_tcache.CacheManager, metaclass=abc.ABCMeta):
         if self._disabled or not _safe_name(filename):
             return None
         paths = self._local_group(filename)
-        if paths is None:
-            paths = self._stored_group(filename)
+        if paths is not None:
+            _STORE.count_copy_hit()  # served from the materialised copy: a hit all the same
+            return paths
+        paths = self._stored_group(filename)
         if paths is not None:
             return paths
         # A miss: this process compiles. Others that miss the same key now
@@ -265,7 +267,13 @@ class CacheManager(_tcache.CacheManager, metaclass=abc.ABCMeta):
             return None
         # Look again under the lock, waited or not: a process that stored the
         # group between this one's miss and its lock leaves no wait behind.
-        paths = self._local_group(filename) or self._stored_group(filename)
+        # The miss was counted once already: a look that finds nothing now
+        # counts nothing more.
+        paths = self._local_group(filename)
+        if paths is not None:
+            _STORE.count_copy_hit()
+        else:
+            paths = self._stored_group(filename, again=True)
         if paths is not None:
             lock.release()
             return paths
@@ -373,8 +381,9 @@ class CacheManager(_tcache.CacheManager, metaclass=abc.ABCMeta):
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
-    def _stored_group(self, filename: str) -> Optional[Dict[str, str]]:
-        found = _get(_entry_key("group", self.key, filename))
+    def _stored_group(self, filename: str, again: bool = False) -> Optional[Dict[str, str]]:
+        key = _entry_key("group", self.key, filename)
+        found = _STORE.recheck(key) if again else _get(key)
         if found is None:
             return None
         meta, arts = self._decode(found, "group", filename)

@@ -3,6 +3,7 @@
 // this file only moves bytes across the boundary, releasing the GIL around
 // disk, network and compiler work.
 #include <nanobind/nanobind.h>
+#include <sys/stat.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -246,6 +247,19 @@ class StoreHandle {
   bool erase(const nb::bytes& key) {
     const pc::Key k = pc::key_from_user(view_of(key));
     return unwrap(released([&](pc::Store& s) { return s.erase(k); }));
+  }
+
+  // A lookup the caller answered from its own copy of an entry (Store::
+  // count_copy_hit).
+  void count_copy_hit() { store()->count_copy_hit(); }
+
+  // Whether the local disk tier holds a file for `key`, looked at without
+  // counting a lookup (a look again under a lock, after a counted miss).
+  // True when there is no disk tier: the caller then looks up as usual.
+  bool disk_has(const nb::bytes& key) {
+    if (m_disk == nullptr) return true;
+    struct stat st {};
+    return ::lstat(m_disk->entry_path(pc::key_from_user(view_of(key))).c_str(), &st) == 0;
   }
 
   void clear() {
@@ -615,6 +629,8 @@ NB_MODULE(_core, m) {
       .def("get_entry", &StoreHandle::get_entry)
       .def("put_entry", &StoreHandle::put_entry)
       .def("erase", &StoreHandle::erase)
+      .def("count_copy_hit", &StoreHandle::count_copy_hit)
+      .def("disk_has", &StoreHandle::disk_has, nb::arg("key"))
       .def("clear", &StoreHandle::clear)
       .def("count", &StoreHandle::count)
       .def("size_bytes", &StoreHandle::size_bytes)

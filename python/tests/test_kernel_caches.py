@@ -94,8 +94,11 @@ def test_kernel_cache_compiles_once_then_loads(tmp_path):
     kc = KernelCache(tmp_path / "kc")
     first = kc.cached(build_kernel, 7, dtype="f16")
     assert not first.from_cache and kc.builds == 1
+    # One build, one miss (the look again under the build lock counts none).
+    assert (kc._store.stats()["misses"], kc._store.stats()["hits"]) == (1, 0)
     again = kc.cached(build_kernel, 7, dtype="f16")
     assert again.from_cache and kc.builds == 1
+    assert (kc._store.stats()["misses"], kc._store.stats()["hits"]) == (1, 1)
     assert again.artifacts == {"kernel.cubin": b"\x7fELF\x07", "host.cu": b"// 7 f16"}
     assert again.metadata == {"n": 7, "dtype": "f16"}
     assert kc.cached(build_kernel, 8, dtype="f16").from_cache is False

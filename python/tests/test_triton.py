@@ -80,6 +80,8 @@ def files_of(result):
 def test_a_kernel_compiled_in_one_process_is_served_to_the_next_without_a_compile(tmp_path):
     first = Env(tmp_path, "a").run([k("softmax")])
     assert first["compiles"] == 1
+    # One compile, one miss (the look again under the compile lock counts none).
+    assert first["stats"]["misses"] == 1 and first["stats"]["hits"] == 0, first["stats"]
     assert len(store_entries(str(tmp_path / "root-a"))) == 1  # the whole group: one entry
     # Another process with an empty TRITON_CACHE_DIR and the same progcache root.
     second = Env(tmp_path, "b", root=str(tmp_path / "root-a")).run([k("softmax")])
@@ -91,10 +93,18 @@ def test_a_kernel_compiled_in_one_process_is_served_to_the_next_without_a_compil
     assert st["get_samples"] >= 1 and st["get_p99_ns"] >= st["get_p50_ns"] > 0
     assert second["kernels"][0]["dir"].startswith(str(tmp_path / "triton-b"))
     assert files_of(second) == files_of(first)
-    # A third process, same TRITON_CACHE_DIR: answered by the materialised copy.
+    # A third process, same TRITON_CACHE_DIR: answered by the materialised
+    # copy, and counted as the hit it is (no bytes read from the store).
     third = Env(tmp_path, "b", root=str(tmp_path / "root-a")).run([k("softmax")])
-    assert third["compiles"] == 0 and third["stats"]["hits"] == 0, third["stats"]
+    assert third["compiles"] == 0 and third["stats"]["hits"] == 1 and third["stats"]["misses"] == 0, third["stats"]
     assert files_of(third) == files_of(first)
+    # The root's statistics, as `progcache stats` shows them: three processes
+    # served or compiled one kernel each, one miss and two hits.
+    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(HERE, "..", "..", "build", "progcache"))
+    if os.access(cli, os.X_OK):
+        shown = json.loads(subprocess.run([cli, "--dir", str(tmp_path / "root-a"), "stats", "--json"],
+                                          capture_output=True, text=True, check=True).stdout)
+        assert (shown["root"]["hits"], shown["root"]["misses"]) == (2, 1), shown["root"]
 
 
 def test_selected_through_tritons_knobs_it_serves_the_next_process(tmp_path):

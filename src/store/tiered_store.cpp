@@ -152,6 +152,11 @@ class Tiered final : public TieredStore {
     return s;
   }
 
+  void count_copy_hit() override {
+    ++m_hits;
+    if (Store* l = local()) l->count_copy_hit();
+  }
+
   std::vector<TierStats> tier_stats() override {
     std::vector<TierStats> out;
     for (Store* t : m_tiers) out.push_back({t->name(), t->stats()});

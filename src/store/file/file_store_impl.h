@@ -59,6 +59,7 @@ class FileStoreImpl final : public FileStore {
   Result<std::uint64_t> count() override;
   Result<std::uint64_t> size_bytes() override;
   StoreStats stats() override;
+  void count_copy_hit() override { m_acct.count(Event::hit); }
   Status close() override;
   [[nodiscard]] std::string name() const override { return "file"; }
 
