@@ -764,12 +764,28 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
                                       .out);
   std::map<std::string, std::pair<std::string, std::string>> rows;
   for (const auto& s : js) rows[s["name"]] = {s["value"], s["source"]};
-  for (const char* name :
-       {"PROGCACHE_DIR", "PROGCACHE_MAX_SIZE", "PROGCACHE_MAX_ENTRIES", "PROGCACHE_DISABLE", "PROGCACHE_DURABILITY",
-        "PROGCACHE_SHARING", "PROGCACHE_REMOTE", "PROGCACHE_REMOTE_PASSWORD_FILE", "PROGCACHE_REMOTE_PASSWORD",
-        "PROGCACHE_READONLY", "PROGCACHE_HMAC_KEY_FILE", "PROGCACHE_NVRTC", "PROGCACHE_NVJITLINK", "PROGCACHE_LIBNVVM",
-        "PROGCACHE_LIBCUDA", "PROGCACHE_COMPRESSION", "PROGCACHE_REMOTE_COMPRESSION", "PROGCACHE_SIGNING_KEY_FILE",
-        "PROGCACHE_TRUSTED_KEYS_FILE", "PROGCACHE_TRITON_WARM_START", "PROGCACHE_TILELANG", "PROGCACHE_TORCH"}) {
+  for (const char* name : {"PROGCACHE_DIR",
+                           "PROGCACHE_MAX_SIZE",
+                           "PROGCACHE_MAX_ENTRIES",
+                           "PROGCACHE_DISABLE",
+                           "PROGCACHE_DURABILITY",
+                           "PROGCACHE_SHARING",
+                           "PROGCACHE_REMOTE",
+                           "PROGCACHE_REMOTE_PASSWORD_FILE",
+                           "PROGCACHE_REMOTE_PASSWORD",
+                           "PROGCACHE_READONLY",
+                           "PROGCACHE_HMAC_KEY_FILE",
+                           "PROGCACHE_NVRTC",
+                           "PROGCACHE_NVJITLINK",
+                           "PROGCACHE_LIBNVVM",
+                           "PROGCACHE_LIBCUDA",
+                           "PROGCACHE_COMPRESSION",
+                           "PROGCACHE_REMOTE_COMPRESSION",
+                           "PROGCACHE_SIGNING_KEY_FILE",
+                           "PROGCACHE_TRUSTED_KEYS_FILE",
+                           "PROGCACHE_TRITON_WARM_START",
+                           "PROGCACHE_TILELANG",
+                           "PROGCACHE_TORCH"}) {
     EXPECT_EQ(rows.count(name), 1u) << name << " is not listed";
   }
   EXPECT_EQ(rows.size(), 22u);
@@ -1006,10 +1022,10 @@ TEST_F(CliTest, ConfigSetWritesTheUsersFileAndEveryCommandReadsIt) {
   EXPECT_EQ(testing::entry_files_on_disk(cache()), 0U);
   // Settings that are not the file's to hold, or unknown: usage errors.
   for (const auto& args : std::vector<std::vector<std::string>>{{"config", "set", "torch", "1"},
-                                                                 {"config", "set", "remote_password", "pw"},
-                                                                 {"config", "set", "max_sise", "1G"},
-                                                                 {"config", "set", "remote", "redis://h:1", "--root"},
-                                                                 {"config", "set", "compression", "99"}}) {
+                                                                {"config", "set", "remote_password", "pw"},
+                                                                {"config", "set", "max_sise", "1G"},
+                                                                {"config", "set", "remote", "redis://h:1", "--root"},
+                                                                {"config", "set", "compression", "99"}}) {
     auto r = run(args);
     EXPECT_EQ(r.code, 2) << args[2] << ": " << r.err;
   }

@@ -1,14 +1,14 @@
 // Settings files (progcache.conf): precedence, what each file may hold, the
 // trust of each file, bad input, and `config set`'s atomic rewrite.
+#include "config/config_file.h"
+
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <thread>
 
-#include <gtest/gtest.h>
-
-#include "config/config_file.h"
 #include "progcache/config.h"
 #include "testing/test_util.h"
 
@@ -305,10 +305,17 @@ TEST_F(ConfigFileTest, SetRewritesOneLineAtomicallyAndKeepsTheRest) {
   EXPECT_EQ(now->max_size_bytes, 20ULL << 30);
   EXPECT_EQ(now->remote_compression_level, 7);
   // A bad value changes nothing.
-  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
-           {"max_size", "20"}, {"max_size", "20Q"}, {"compression", "99"}, {"durability", "always"},
-           {"max_sise", "1G"}, {"hmac_key_file", "/no/such/key"}, {"hmac_key_file", "relative.key"},
-           {"remote_password", "x"}, {"nvrtc", "/x.so"}, {"compression", "1\nmax_size = 1K"}}) {
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"max_size", "20"},
+                                                        {"max_size", "20Q"},
+                                                        {"compression", "99"},
+                                                        {"durability", "always"},
+                                                        {"max_sise", "1G"},
+                                                        {"hmac_key_file", "/no/such/key"},
+                                                        {"hmac_key_file", "relative.key"},
+                                                        {"remote_password", "x"},
+                                                        {"nvrtc", "/x.so"},
+                                                        {"compression", "1\nmax_size = 1K"}}) {
     auto bad = set_config_value(name, value, ConfigFileScope::automatic, *cfg);
     EXPECT_FALSE(bad.ok()) << name << " = " << value;
     EXPECT_EQ(bad.status().code(), Code::invalid_argument) << bad.status().to_string();
@@ -372,9 +379,9 @@ TEST_F(ConfigFileTest, SetsAtOnceKeepEveryLine) {
   // none is lost (each read, change and replace holds the directory's lock).
   auto cfg = resolve_config();
   ASSERT_TRUE(cfg.ok());
-  const std::vector<std::pair<std::string, std::string>> sets = {
-      {"readonly", "yes"},    {"remote_compression", "4"}, {"compression", "3"},
-      {"max_entries", "100"}, {"durability", "fsync"},     {"max_size", "3G"}};
+  const std::vector<std::pair<std::string, std::string>> sets = {{"readonly", "yes"},     {"remote_compression", "4"},
+                                                                 {"compression", "3"},    {"max_entries", "100"},
+                                                                 {"durability", "fsync"}, {"max_size", "3G"}};
   for (int round = 0; round < 10; ++round) {
     std::filesystem::remove(user_config_path());
     std::vector<std::thread> threads;

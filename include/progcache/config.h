@@ -119,11 +119,11 @@ enum class ConfigFileScope { automatic, user, root };
 
 // What set_config_value wrote.
 struct ConfigChange {
-  std::string path;      // the file written
-  std::string name;      // the setting's name in files ("max_size")
-  std::string variable;  // and in the environment ("PROGCACHE_MAX_SIZE")
-  std::string shown;     // the new value as `progcache config` shows it ("" when unset)
-  bool changed = true;   // false: unset of a setting the file did not hold (nothing written)
+  std::string path;           // the file written
+  std::string name;           // the setting's name in files ("max_size")
+  std::string variable;       // and in the environment ("PROGCACHE_MAX_SIZE")
+  std::string shown;          // the new value as `progcache config` shows it ("" when unset)
+  bool changed = true;        // false: unset of a setting the file did not hold (nothing written)
   std::string overridden_by;  // "<file>:<line>" of a file that wins over the line written, or ""
 };
 

@@ -3,7 +3,6 @@
 // this file only moves bytes across the boundary, releasing the GIL around
 // disk, network and compiler work.
 #include <nanobind/nanobind.h>
-#include <sys/stat.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -11,6 +10,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <mutex>
@@ -661,47 +661,47 @@ NB_MODULE(_core, m) {
   m.def(
       "resolve_config",
       [](std::optional<std::string> dir) {
-    pc::ConfigOverrides o;
-    o.dir = std::move(dir);  // as the CLI's --dir: that root, and its settings file
-    const pc::Config c = unwrap(pc::resolve_config(o));
-    // A settings file that cannot be used was skipped (defaults apply):
-    // said as a RuntimeWarning, an exception where warnings are errors.
-    for (const auto& w : c.warnings) {
-      if (PyErr_WarnEx(PyExc_RuntimeWarning, ("progcache: " + w).c_str(), 1) != 0) throw nb::python_error();
-    }
-    nb::dict d;
-    d["dir"] = c.dir;
-    d["max_size_bytes"] = c.max_size_bytes ? nb::cast(*c.max_size_bytes) : nb::none();
-    d["max_entries"] = c.max_entries ? nb::cast(*c.max_entries) : nb::none();
-    d["disabled"] = c.disabled;
-    d["fsync"] = c.durability == pc::Durability::fsync;
-    d["sharing"] = c.sharing == pc::Sharing::group ? "group" : "private";
-    d["hmac_key"] = nb::bytes(c.hmac_key.data(), c.hmac_key.size());
-    d["signing_keys"] = c.signing_keys ? nb::cast(KeysHandle{c.signing_keys}) : nb::none();
-    d["compression_level"] = c.compression_level;
-    d["remote_compression_level"] = c.remote_compression_level;
-    d["remote_urls"] = c.remote_urls;
-    d["remote_password"] = c.remote_password;
-    d["read_only"] = c.read_only;
-    nb::dict sources;
-    nb::list settings;
-    for (const auto& s : c.settings) {
-      sources[s.name.c_str()] = s.source;
-      settings.append(nb::make_tuple(s.name, s.value, s.source));
-    }
-    d["sources"] = sources;
-    d["settings"] = settings;
-    d["warnings"] = c.warnings;
-    // The library's rule for host code (trust.h), applied once here so
-    // every Python integration asks the same rule.
-    const pc::CodeTrust t = pc::host_code_trust(c);
-    nb::dict host;
-    host["disk"] = t.disk;
-    host["remote"] = t.remote;
-    host["disk_reason"] = t.disk_reason;
-    host["remote_reason"] = t.remote_reason;
-    d["host_code"] = host;
-    return d;
+        pc::ConfigOverrides o;
+        o.dir = std::move(dir);  // as the CLI's --dir: that root, and its settings file
+        const pc::Config c = unwrap(pc::resolve_config(o));
+        // A settings file that cannot be used was skipped (defaults apply):
+        // said as a RuntimeWarning, an exception where warnings are errors.
+        for (const auto& w : c.warnings) {
+          if (PyErr_WarnEx(PyExc_RuntimeWarning, ("progcache: " + w).c_str(), 1) != 0) throw nb::python_error();
+        }
+        nb::dict d;
+        d["dir"] = c.dir;
+        d["max_size_bytes"] = c.max_size_bytes ? nb::cast(*c.max_size_bytes) : nb::none();
+        d["max_entries"] = c.max_entries ? nb::cast(*c.max_entries) : nb::none();
+        d["disabled"] = c.disabled;
+        d["fsync"] = c.durability == pc::Durability::fsync;
+        d["sharing"] = c.sharing == pc::Sharing::group ? "group" : "private";
+        d["hmac_key"] = nb::bytes(c.hmac_key.data(), c.hmac_key.size());
+        d["signing_keys"] = c.signing_keys ? nb::cast(KeysHandle{c.signing_keys}) : nb::none();
+        d["compression_level"] = c.compression_level;
+        d["remote_compression_level"] = c.remote_compression_level;
+        d["remote_urls"] = c.remote_urls;
+        d["remote_password"] = c.remote_password;
+        d["read_only"] = c.read_only;
+        nb::dict sources;
+        nb::list settings;
+        for (const auto& s : c.settings) {
+          sources[s.name.c_str()] = s.source;
+          settings.append(nb::make_tuple(s.name, s.value, s.source));
+        }
+        d["sources"] = sources;
+        d["settings"] = settings;
+        d["warnings"] = c.warnings;
+        // The library's rule for host code (trust.h), applied once here so
+        // every Python integration asks the same rule.
+        const pc::CodeTrust t = pc::host_code_trust(c);
+        nb::dict host;
+        host["disk"] = t.disk;
+        host["remote"] = t.remote;
+        host["disk_reason"] = t.disk_reason;
+        host["remote_reason"] = t.remote_reason;
+        d["host_code"] = host;
+        return d;
       },
       nb::arg("dir").none() = nb::none());
   m.def(
@@ -761,7 +761,7 @@ NB_MODULE(_core, m) {
           o.memory = unwrap(pc::make_memory_store({.max_size_bytes = memory_bytes}));
         pc::FileStoreOptions fo;
         fo.root = root;
-        fo.cap_root = cap_root;  // the cache root whose stores share the cap ("" : this store alone)
+        fo.cap_root = cap_root;        // the cache root whose stores share the cap ("" : this store alone)
         fo.max_size_bytes = max_size;  // None: no cap
         fo.max_entries = max_entries;
         fo.durability = fsync ? pc::Durability::fsync : pc::Durability::none;

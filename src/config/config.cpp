@@ -1,14 +1,14 @@
 #include "progcache/config.h"
 
-#include <algorithm>
-#include <cctype>
-#include <cstdlib>
-#include <sstream>
-
 #include <limits.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <sstream>
 
 #include "config_file.h"
 #include "progcache/remote_store.h"
@@ -170,7 +170,8 @@ Status check_bool(const char* name, const std::optional<std::string>& text, cons
   for (const char* w : {"1", "0", "true", "false", "yes", "no", "on", "off"}) {
     if (v == w) return {};
   }
-  return invalid_argument(std::string(name) + " '" + *text + "' is not yes or no (use yes/no, true/false, on/off or 1/0)");
+  return invalid_argument(std::string(name) + " '" + *text +
+                          "' is not yes or no (use yes/no, true/false, on/off or 1/0)");
 }
 
 Status apply_disable(Config& c, const std::optional<std::string>& text, Setting& shown) {
@@ -200,8 +201,9 @@ Status apply_remote(Config& c, const std::optional<std::string>& text, Setting& 
       if (!checked.ok()) return checked.status().with_context("PROGCACHE_REMOTE");
       list += (list.empty() ? "" : ",") + checked->shown;
       if (checked->has_password && from_file(shown)) {
-        return invalid_argument("remote: a URL with a password is not kept in a settings file: put the password in a "
-                                "file of its own named by remote_password_file");
+        return invalid_argument(
+            "remote: a URL with a password is not kept in a settings file: put the password in a "
+            "file of its own named by remote_password_file");
       }
       if (checked->has_password && shown.source.starts_with("command line")) {
         c.warnings.push_back(
@@ -399,8 +401,7 @@ Status check_names(const config_file::File& f, bool root_file) {
     const std::string why =
         row == nullptr ? refused_in(library, Scope::env_only, root_file) : refused_in(row->name, row->scope, root_file);
     if (!why.empty()) return invalid_argument(f.where(line) + ": " + line.name + " cannot be set here: " + why);
-    if (row != nullptr && is_path_setting(row->name) && !line.value.starts_with('/') &&
-        !line.value.starts_with("~/")) {
+    if (row != nullptr && is_path_setting(row->name) && !line.value.starts_with('/') && !line.value.starts_with("~/")) {
       return invalid_argument(f.where(line) + ": " + line.name + " '" + line.value +
                               "' is not an absolute path (or one under ~/)");
     }
@@ -620,8 +621,8 @@ Result<ConfigChange> set_config_value(std::string_view setting, const std::optio
   }
   for (const auto& lib : k_library_overrides) {
     if (lib.variable == setting || file_name_of(lib.variable) == setting) {
-      return invalid_argument(file_name_of(lib.variable) + " cannot be set in a settings file: " +
-                              refused_in(lib.variable, Scope::env_only, false));
+      return invalid_argument(file_name_of(lib.variable) +
+                              " cannot be set in a settings file: " + refused_in(lib.variable, Scope::env_only, false));
     }
   }
   if (row == nullptr) {

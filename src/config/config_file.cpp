@@ -1,7 +1,7 @@
 #include "config_file.h"
 
-#include <fcntl.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@ namespace progcache::config_file {
 
 namespace {
 
-constexpr std::size_t k_max_file_bytes = 64 * 1024;
+constexpr std::size_t k_max_file_bytes = std::size_t{64} * 1024;
 // Temp files of `replace`, beside the file they replace.
 constexpr std::string_view k_conf_temp_prefix = ".progcache.conf.tmp.";
 // A temp file older than this was left by a killed run.
@@ -138,7 +138,8 @@ Result<std::optional<File>> load(const std::string& path, Rules rules) {
     const int err = errno;
     struct stat link {};
     if (err == ELOOP && rules != Rules::user && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
-      return invalid_argument("settings file '" + path + "' is a symbolic link: not read (a root's file must be the "
+      return invalid_argument("settings file '" + path +
+                              "' is a symbolic link: not read (a root's file must be the "
                               "file itself)");
     }
     // No file, or no directory to hold one (the root is a file, a loop of
@@ -171,8 +172,8 @@ std::string rewrite(std::string_view text, std::string_view name, const std::opt
     rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
     const std::string_view line = trim(raw);
     const std::size_t eq = line.find('=');
-    const bool ours = !line.empty() && line.front() != '#' && eq != std::string_view::npos &&
-                      trim(line.substr(0, eq)) == name;
+    const bool ours =
+        !line.empty() && line.front() != '#' && eq != std::string_view::npos && trim(line.substr(0, eq)) == name;
     if (!ours) {
       out.append(raw);
       out += '\n';

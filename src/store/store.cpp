@@ -109,9 +109,8 @@ Result<std::uint64_t> parse_size(std::string_view text) {
   unsigned shift = 0;
   bool known = false;
   constexpr std::pair<std::string_view, unsigned> k_units[] = {
-      {"", 0},     {"b", 0},   {"k", 10},  {"kb", 10}, {"ki", 10},  {"kib", 10}, {"m", 20},
-      {"mb", 20},  {"mi", 20}, {"mib", 20}, {"g", 30}, {"gb", 30},  {"gi", 30},  {"gib", 30},
-      {"t", 40},   {"tb", 40}, {"ti", 40},  {"tib", 40}};
+      {"", 0},     {"b", 0},  {"k", 10},  {"kb", 10}, {"ki", 10},  {"kib", 10}, {"m", 20},  {"mb", 20}, {"mi", 20},
+      {"mib", 20}, {"g", 30}, {"gb", 30}, {"gi", 30}, {"gib", 30}, {"t", 40},   {"tb", 40}, {"ti", 40}, {"tib", 40}};
   for (const auto& [u, sh] : k_units) {
     if (iequals(unit, u)) {
       shift = sh;

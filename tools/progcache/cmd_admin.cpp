@@ -213,7 +213,8 @@ RootSummary root_summary(const Stores& stores, const json& launcher) {
   }
   if (launcher.is_object()) {
     for (const auto& [field, into] : {std::pair{"hits", &r.hits}, std::pair{"misses", &r.misses}}) {
-      if (launcher.contains(field) && launcher[field].is_number_unsigned()) *into += launcher[field].get<std::uint64_t>();
+      if (launcher.contains(field) && launcher[field].is_number_unsigned())
+        *into += launcher[field].get<std::uint64_t>();
     }
   }
   return r;
@@ -232,34 +233,40 @@ json root_json(const RootSummary& r, const pc::Config& cfg) {
 // The launcher's counters and the remote tiers in Prometheus's format, as
 // the text and JSON show them.
 void print_prometheus_root(const RootSummary& r, const json& launcher, const json& remote) {
-  std::printf("# HELP progcache_root_entries entries of every store of the root\n# TYPE progcache_root_entries gauge\n"
-              "progcache_root_entries %llu\n",
-              static_cast<unsigned long long>(r.entries));
-  std::printf("# HELP progcache_root_bytes_stored bytes of every store of the root (one cap bounds them)\n"
-              "# TYPE progcache_root_bytes_stored gauge\nprogcache_root_bytes_stored %llu\n",
-              static_cast<unsigned long long>(r.bytes));
-  std::printf("# HELP progcache_root_hits_total lookups served (every store; the nvcc launcher's own count)\n"
-              "# TYPE progcache_root_hits_total counter\nprogcache_root_hits_total %llu\n",
-              static_cast<unsigned long long>(r.hits));
-  std::printf("# HELP progcache_root_misses_total lookups missed (every store; the nvcc launcher's own count)\n"
-              "# TYPE progcache_root_misses_total counter\nprogcache_root_misses_total %llu\n",
-              static_cast<unsigned long long>(r.misses));
-  std::printf("# HELP progcache_root_hit_rate hits / (hits + misses) of the root\n# TYPE progcache_root_hit_rate gauge\n"
-              "progcache_root_hit_rate %.6g\n",
-              r.hit_rate());
+  std::printf(
+      "# HELP progcache_root_entries entries of every store of the root\n# TYPE progcache_root_entries gauge\n"
+      "progcache_root_entries %llu\n",
+      static_cast<unsigned long long>(r.entries));
+  std::printf(
+      "# HELP progcache_root_bytes_stored bytes of every store of the root (one cap bounds them)\n"
+      "# TYPE progcache_root_bytes_stored gauge\nprogcache_root_bytes_stored %llu\n",
+      static_cast<unsigned long long>(r.bytes));
+  std::printf(
+      "# HELP progcache_root_hits_total lookups served (every store; the nvcc launcher's own count)\n"
+      "# TYPE progcache_root_hits_total counter\nprogcache_root_hits_total %llu\n",
+      static_cast<unsigned long long>(r.hits));
+  std::printf(
+      "# HELP progcache_root_misses_total lookups missed (every store; the nvcc launcher's own count)\n"
+      "# TYPE progcache_root_misses_total counter\nprogcache_root_misses_total %llu\n",
+      static_cast<unsigned long long>(r.misses));
+  std::printf(
+      "# HELP progcache_root_hit_rate hits / (hits + misses) of the root\n# TYPE progcache_root_hit_rate gauge\n"
+      "progcache_root_hit_rate %.6g\n",
+      r.hit_rate());
   if (launcher.is_object()) {
     for (const char* field : {"hits", "misses", "compile_failed"}) {
-      const std::uint64_t v = launcher.contains(field) && launcher[field].is_number_unsigned()
-                                  ? launcher[field].get<std::uint64_t>()
-                                  : 0;
-      std::printf("# HELP progcache_nvcc_launcher_%s_total the nvcc launcher's %s\n"
-                  "# TYPE progcache_nvcc_launcher_%s_total counter\nprogcache_nvcc_launcher_%s_total %llu\n",
-                  field, field, field, field, static_cast<unsigned long long>(v));
+      const std::uint64_t v =
+          launcher.contains(field) && launcher[field].is_number_unsigned() ? launcher[field].get<std::uint64_t>() : 0;
+      std::printf(
+          "# HELP progcache_nvcc_launcher_%s_total the nvcc launcher's %s\n"
+          "# TYPE progcache_nvcc_launcher_%s_total counter\nprogcache_nvcc_launcher_%s_total %llu\n",
+          field, field, field, field, static_cast<unsigned long long>(v));
     }
     for (const char* group : {"uncacheable", "not_stored"}) {
-      std::printf("# HELP progcache_nvcc_launcher_%s_total commands the nvcc launcher ran uncached, by reason\n"
-                  "# TYPE progcache_nvcc_launcher_%s_total counter\n",
-                  group, group);
+      std::printf(
+          "# HELP progcache_nvcc_launcher_%s_total commands the nvcc launcher ran uncached, by reason\n"
+          "# TYPE progcache_nvcc_launcher_%s_total counter\n",
+          group, group);
       if (!launcher.contains(group) || !launcher[group].is_object()) continue;
       for (const auto& [why, count] : launcher[group].items()) {
         if (!count.is_number_unsigned()) continue;
@@ -273,16 +280,20 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
   }
   if (!remote.empty()) {
     std::printf("# HELP progcache_remote_up whether the remote tier answered\n# TYPE progcache_remote_up gauge\n");
-    for (const auto& t : remote) std::printf("progcache_remote_up{url=\"%s\"} %d\n", t["url"].get<std::string>().c_str(), t["reachable"].get<bool>() ? 1 : 0);
-    std::printf("# HELP progcache_remote_entries entries the remote tier holds\n# TYPE progcache_remote_entries gauge\n");
+    for (const auto& t : remote)
+      std::printf("progcache_remote_up{url=\"%s\"} %d\n", t["url"].get<std::string>().c_str(),
+                  t["reachable"].get<bool>() ? 1 : 0);
+    std::printf(
+        "# HELP progcache_remote_entries entries the remote tier holds\n# TYPE progcache_remote_entries gauge\n");
     for (const auto& t : remote) {
       if (t["entries"].is_number()) {
         std::printf("progcache_remote_entries{url=\"%s\"} %llu\n", t["url"].get<std::string>().c_str(),
                     static_cast<unsigned long long>(t["entries"].get<std::uint64_t>()));
       }
     }
-    std::printf("# HELP progcache_remote_bytes_stored bytes the remote tier holds\n"
-                "# TYPE progcache_remote_bytes_stored gauge\n");
+    std::printf(
+        "# HELP progcache_remote_bytes_stored bytes the remote tier holds\n"
+        "# TYPE progcache_remote_bytes_stored gauge\n");
     for (const auto& t : remote) {
       if (t["bytes_stored"].is_number()) {
         std::printf("progcache_remote_bytes_stored{url=\"%s\"} %llu\n", t["url"].get<std::string>().c_str(),
@@ -519,7 +530,8 @@ void add_admin_commands(CLI::App& app, std::vector<Command>& out) {
   auto* set = config->add_subcommand("set", "Write NAME = VALUE to a settings file (as ccache -o)");
   set->add_option("NAME", a->setting, "Setting (max_size or PROGCACHE_MAX_SIZE)")->required();
   set->add_option("VALUE", a->value, "Value, checked as it will be read")->required();
-  auto* unset = config->add_subcommand("unset", "Remove NAME from a settings file (the default, or another file, applies)");
+  auto* unset =
+      config->add_subcommand("unset", "Remove NAME from a settings file (the default, or another file, applies)");
   unset->add_option("NAME", a->setting, "Setting")->required();
   for (auto* sub : {set, unset}) {
     auto* user = sub->add_flag("--user", a->to_user, "The user's file, even for a setting of the root");

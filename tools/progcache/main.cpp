@@ -64,9 +64,9 @@ constexpr const char* k_ccache_known = "; of ccache's options, progcache knows -
 
 const std::vector<CcacheFlag>& ccache_flags() {
   static const std::vector<CcacheFlag> flags = {
-      {'s', "--show-stats", {"stats"}},   {'z', "--zero-stats", {"stats", "--zero"}}, {'C', "--clear", {"clear"}},
-      {'p', "--show-config", {"config"}}, {'V', "--version", {"--version"}},
-      {'M', "--max-size", {"config", "set", "max_size"}, true},
+      {'s', "--show-stats", {"stats"}},  {'z', "--zero-stats", {"stats", "--zero"}},
+      {'C', "--clear", {"clear"}},       {'p', "--show-config", {"config"}},
+      {'V', "--version", {"--version"}}, {'M', "--max-size", {"config", "set", "max_size"}, true},
   };
   return flags;
 }

@@ -202,8 +202,8 @@ void FileStoreImpl::trim_to_low_water(const Written& written) {
   bool progress = false;
   const auto evict = [&](const Candidate& c) {
     if (c.store == this && c.shard == written.shard && c.file.name == written.name) return;
-    auto removed = c.store->remove_if_same(c.shard, join_path(c.store->m_layout.shard_dir(c.shard), c.file.name),
-                                           c.file.info);
+    auto removed =
+        c.store->remove_if_same(c.shard, join_path(c.store->m_layout.shard_dir(c.shard), c.file.name), c.file.info);
     if (removed.ok() && *removed) {
       progress = true;
       c.store->count_eviction(c.shard, c.file.info);

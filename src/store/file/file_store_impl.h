@@ -12,8 +12,8 @@
 #pragma once
 
 #include <array>
-#include <memory>
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
