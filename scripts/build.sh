@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds progcache into build/ (or $PROGCACHE_BUILD_DIR).
+# PROGCACHE_BUILD_TARGET names the one target to build (the README's first
+# command builds only the CLI its main job runs); unset, everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${PROGCACHE_BUILD_DIR:-build}"
@@ -14,4 +16,6 @@ if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
   cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" "$@"
 fi
-cmake --build "$build_dir" -j "${PROGCACHE_JOBS:-2}"
+targets=()
+[[ -n "${PROGCACHE_BUILD_TARGET:-}" ]] && targets=(--target "$PROGCACHE_BUILD_TARGET")
+cmake --build "$build_dir" -j "${PROGCACHE_JOBS:-2}" "${targets[@]}"

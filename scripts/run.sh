@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/build.sh
+# The main job runs the CLI alone: only it is built (the tests, benchmarks
+# and Python module are the second command's).
+PROGCACHE_BUILD_TARGET=progcache_cli bash scripts/build.sh
 python3 scripts/main_job.py --progcache "${PROGCACHE_BUILD_DIR:-build}/progcache" "$@"

@@ -16,4 +16,6 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "tilelang>=0.1.15,<0.2" pytest
 "$venv/bin/python" -m pip install -q --disable-pip-version-check ./
-exec "$venv/bin/python" -m pytest -q python/tests/test_tilelang.py "$@"
+"$venv/bin/python" -m pytest -q python/tests/test_tilelang.py "$@"
+# The docs' blocks that need tilelang, run as written (tests/doc_snippets.py).
+python3 tests/doc_snippets.py --python "$PWD/$venv/bin/python" --only tilelang

@@ -25,5 +25,6 @@ fi
 # From another directory, so that the installed package (with its autoload
 # .pth, which turns PROGCACHE_TORCH on in Inductor's compile workers) is the
 # one imported, not python/progcache.
-cd python/tests
-exec "$py" -m pytest -q test_torch.py "$@"
+(cd python/tests && "$py" -m pytest -q test_torch.py "$@")
+# The docs' blocks that need torch, run as written (tests/doc_snippets.py).
+python3 tests/doc_snippets.py --python "$py" --only torch

@@ -66,6 +66,12 @@ case "$build_dir" in /*) cli="$build_dir/progcache" ;; *) cli="$PWD/$build_dir/p
 mark "pip install"
 PROGCACHE_WHEEL_REPAIRED=1 PROGCACHE_CLI="$cli" "$py" -m pytest -q python/tests
 mark pytest
+# Every shell and Python block of the README and docs/, run as written, as a
+# newcomer would after the two commands (those needing a GPU, a server not
+# started here, torch or tilelang say so and are skipped; torch's run in
+# scripts/test-torch.sh, tilelang's in scripts/test-tilelang.sh).
+python3 tests/doc_snippets.py --python "$py"
+mark "doc snippets"
 # progcache.torch against the real torch from PyPI (CPU: Inductor's C++
 # code generation), in its own environment (.venv-torch: torch and its CUDA
 # wheels are about 5.3 GB): scripts/test-torch.sh, given the wheel above.

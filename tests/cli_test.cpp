@@ -1456,7 +1456,7 @@ TEST_F(CliTest, LsLongShowsEachEntrysKindAndProgramName) {
   const Key group = KeyBuilder("cli-test").add_string("group", "add").finish();
   const Key planted = KeyBuilder("cli-test").add_string("group", "planted").finish();
   ASSERT_TRUE((*triton)
-                  ->put(group, Entry(R"({"kind":"triton-group","name":"add_kernel"})",
+                  ->put(group, Entry(R"({"kind":"group","name":"add_kernel.json"})",
                                      {{"add_kernel.cubin", Bytes::copy_of(std::string(100, 'c'))}}))
                   .ok());
   ASSERT_TRUE((*triton)->put(planted, Entry(R"({"kind":"x","name":"evil\u001b[2Jname"})", {})).ok());
@@ -1464,10 +1464,22 @@ TEST_F(CliTest, LsLongShowsEachEntrysKindAndProgramName) {
   const Key big = KeyBuilder("cli-test").add_string("group", "big").finish();
   ASSERT_TRUE(
       (*triton)
-          ->put(big, Entry(R"({"pad":")" + std::string(10000, 'p') + R"(","kind":"triton-group","name":"big_kernel"})",
+          ->put(big, Entry(R"({"pad":")" + std::string(10000, 'p') + R"(","kind":"group","name":"big_kernel.json"})",
                            {{"big.cubin", Bytes::copy_of(std::string(100, 'c'))}}))
           .ok());
   triton->reset();
+  // The nvcc launcher's and pyptx's entries, as they store them.
+  auto nvcc = FileStore::open({.root = cache() + "/nvcc"});
+  ASSERT_TRUE(nvcc.ok());
+  const Key nvcc_key = KeyBuilder("cli-test").add_string("nvcc", "k").finish();
+  ASSERT_TRUE((*nvcc)->put(nvcc_key, Entry(R"({"kind":"nvcc-cubin","name":"k.cu"})", {{"out", Bytes::copy_of("c")}})).ok());
+  nvcc->reset();
+  auto pyptx = FileStore::open({.root = cache() + "/pyptx"});
+  ASSERT_TRUE(pyptx.ok());
+  const Key pyptx_key = KeyBuilder("cli-test").add_string("pyptx", "f").finish();
+  ASSERT_TRUE(
+      (*pyptx)->put(pyptx_key, Entry(R"({"fn_id":"matmul","arch":"sm_90","metadata":{}})", {{"c", Bytes::copy_of("c")}})).ok());
+  pyptx->reset();
   ASSERT_EQ(run({"put", "bare", file("p", "program bytes")}).code, 0);
   std::string compiled;
   if (have_nvrtc()) {
@@ -1484,28 +1496,36 @@ TEST_F(CliTest, LsLongShowsEachEntrysKindAndProgramName) {
     const auto at = ls.out.find(k.hex());
     return at == std::string::npos ? std::string() : ls.out.substr(at, ls.out.find('\n', at) - at);
   };
+  // Each in words a person recognises: a Triton kernel by its function,
+  // an nvcc output by its kind and source, a pyptx cubin by function and
+  // architecture.
   const std::string group_line = line_of(group);
-  EXPECT_NE(group_line.find("triton"), std::string::npos) << ls.out;
-  EXPECT_NE(group_line.find("triton-group"), std::string::npos) << ls.out;
-  EXPECT_NE(group_line.find("add_kernel"), std::string::npos) << ls.out;
+  EXPECT_NE(group_line.find("triton kernel"), std::string::npos) << ls.out;
+  EXPECT_EQ(group_line.substr(group_line.size() - 11), " add_kernel") << group_line;
+  EXPECT_NE(line_of(nvcc_key).find("nvcc cubin"), std::string::npos) << ls.out;
+  EXPECT_NE(line_of(nvcc_key).find(" k.cu"), std::string::npos) << ls.out;
+  EXPECT_NE(line_of(pyptx_key).find("pyptx cubin"), std::string::npos) << ls.out;
+  EXPECT_NE(line_of(pyptx_key).find("matmul (sm_90)"), std::string::npos) << ls.out;
   EXPECT_EQ(ls.out.find('\x1b'), std::string::npos) << "a stored name reached the terminal unescaped";
   EXPECT_NE(line_of(planted).find("evil?[2Jname"), std::string::npos) << ls.out;
   EXPECT_NE(line_of(big).find("big_kernel"), std::string::npos) << ls.out;
-  // An entry without a name or kind (put of raw bytes) shows '-'.
+  // An entry without metadata (put of raw bytes, cuda.core's caches) is
+  // "bytes", with no name.
   const std::string bare_line = line_of(key_from_user("bare"));
   ASSERT_FALSE(bare_line.empty()) << ls.out;
   EXPECT_EQ(bare_line.substr(bare_line.size() - 2), " -") << bare_line;
+  EXPECT_NE(bare_line.find("bytes"), std::string::npos) << bare_line;
 
   auto js = nlohmann::json::parse(run({"ls", "--json"}).out);
   int checked = 0;
   for (const auto& e : js) {
     if (e["key"] == group.hex()) {
-      EXPECT_EQ(e["kind"], "triton-group");
+      EXPECT_EQ(e["kind"], "triton kernel");
       EXPECT_EQ(e["name"], "add_kernel");
       EXPECT_EQ(e["store"], "triton");
       ++checked;
     } else if (e["key"] == key_from_user("bare").hex()) {
-      EXPECT_TRUE(e["kind"].is_null()) << e.dump();
+      EXPECT_EQ(e["kind"], "bytes") << e.dump();
       EXPECT_TRUE(e["name"].is_null()) << e.dump();
       ++checked;
     } else if (!compiled.empty() && e["store"] == "programs") {

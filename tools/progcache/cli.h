@@ -73,6 +73,10 @@ bool is_masquerade(std::string_view argv0);
 int run_launcher(int argc, char** argv);
 // The launcher's counters in `root`, or null when it never ran there.
 json launcher_stats_json(const std::string& root);
+// What an entry is and its name, in words a person recognises, from the
+// kind and name its writer recorded and the store it is in (cmd_admin.cpp):
+// what `ls --long` shows and `export --name` matches.
+std::pair<std::string, std::string> describe_entry(const std::string& store, std::string kind, std::string name);
 // Zeroes the launcher's counters of `root` (stats --zero), under the same
 // trust rules as counting.
 void zero_launcher_stats(const std::string& root, const pc::Config& cfg);

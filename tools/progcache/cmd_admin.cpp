@@ -76,6 +76,41 @@ int run_config(const AdminArgs& a, const pc::Config& cfg) {
   return k_exit_ok;
 }
 
+// What an entry is, in words a person recognises, from the kind and name
+// its writer recorded: ("triton kernel", "add") for Triton's "group" named
+// "add.json", ("nvcc cubin", "k.cu") for the launcher's "nvcc-cubin".
+// Entries with no metadata (cuda.core's caches and `put` store bytes only)
+// are "bytes".
+}  // namespace
+
+std::pair<std::string, std::string> describe_entry(const std::string& store, std::string kind, std::string name) {
+  const auto strip = [](std::string& s, std::string_view suffix) {
+    if (s.ends_with(suffix)) s.resize(s.size() - suffix.size());
+  };
+  if (store == "triton") {
+    if (kind == "group") {
+      strip(name, ".json");
+      return {"triton kernel", name};
+    }
+    if (kind == "file" || kind == "remote-file") return {"triton file", name};
+  }
+  if (kind.starts_with("nvcc-")) {
+    kind[4] = ' ';
+    return {kind, name};
+  }
+  static const std::pair<std::string_view, std::string_view> k_words[] = {
+      {"tilelang-kernel", "tilelang kernel"}, {"tilelang-compilers", "tilelang compilers"},
+      {"torch-object", "torch object"},       {"torch-cpp", "torch C++ library"},
+      {"torch-isa-probe", "torch probe"},     {"pyptx-cubin", "pyptx cubin"}};
+  for (const auto& [from, to] : k_words) {
+    if (kind == from) return {std::string(to), name};
+  }
+  if (kind.empty()) kind = store == "kernels" ? "kernel" : "bytes";
+  return {kind, name};
+}
+
+namespace {
+
 int run_ls(const AdminArgs& a, Stores& stores) {
   json j = json::array();
   if (a.long_format && !a.json)
@@ -85,18 +120,19 @@ int run_ls(const AdminArgs& a, Stores& stores) {
     auto entries = store->list();
     if (!entries.ok()) return fail(entries.status());
     for (const auto& e : *entries) {
+      const auto [kind, label] = describe_entry(name, e.kind, e.name);
       if (a.json) {
         j.push_back({{"key", e.key.hex()},
                      {"size", e.size},
                      {"created", format_time(e.created_unix_ns)},
                      {"last_used", format_time(e.last_used_ns)},
                      {"store", name},
-                     {"kind", e.kind.empty() ? json(nullptr) : json(e.kind)},
-                     {"name", e.name.empty() ? json(nullptr) : json(e.name)}});
+                     {"kind", kind},
+                     {"name", label.empty() ? json(nullptr) : json(label)}});
       } else if (a.long_format) {
         std::printf("%s  %9s  %-20s  %-20s  %-8s  %-14s  %s\n", e.key.hex().c_str(), pc::format_size(e.size).c_str(),
                     format_time(e.created_unix_ns).c_str(), format_time(e.last_used_ns).c_str(), name.c_str(),
-                    e.kind.empty() ? "-" : printable(e.kind).c_str(), e.name.empty() ? "-" : printable(e.name).c_str());
+                    printable(kind).c_str(), label.empty() ? "-" : printable(label).c_str());
       } else if (name == "programs") {
         // Bare keys are the root's own, so they can be fed to get and rm;
         // companions' entries are listed with --long and --json.

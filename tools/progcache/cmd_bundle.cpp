@@ -55,8 +55,9 @@ int run_export(const BundleArgs& a, const pc::Config& cfg) {
     if (!entries.ok()) return fail(entries.status());
     for (const auto& e : *entries) {
       if (since_ns && e.created_unix_ns < now - *since_ns) continue;
-      if (!a.name_glob.empty() && (e.name.empty() || ::fnmatch(a.name_glob.c_str(), e.name.c_str(), 0) != 0)) {
-        continue;
+      if (!a.name_glob.empty()) {
+        const std::string shown = describe_entry(named.name, e.kind, e.name).second;
+        if (shown.empty() || ::fnmatch(a.name_glob.c_str(), shown.c_str(), 0) != 0) continue;
       }
       chosen.push_back({&named, e.key, e.last_used_ns});
     }

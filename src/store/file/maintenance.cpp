@@ -138,6 +138,11 @@ void FileStoreImpl::peek_entry(FileEntryInfo& e) {
     };
     e.name = field("name");
     e.kind = field("kind");
+    // pyptx's CubinCache names its entries by function and architecture.
+    if (e.name.empty() && !field("fn_id").empty()) {
+      e.name = field("fn_id") + (field("arch").empty() ? "" : " (" + field("arch") + ")");
+      if (e.kind.empty()) e.kind = "pyptx-cubin";
+    }
   }();
   m_env->close_file(*fd).ignore();
 }
