@@ -8,7 +8,8 @@ link to the checkout's, so `examples/kernels/saxpy.cu` and `build/progcache`
 resolve, while what the block writes stays in the mirror), with HOME a fresh
 directory (so ~/.cache/progcache is the block's own), and with the Python
 given by --python first on PATH (`python` is the environment progcache was
-installed into). Shell blocks run under `bash -e -o pipefail`.
+installed into). Shell blocks run under `bash -e -o pipefail`, Python blocks
+from a file of their own.
 
 A block that cannot run here says so in an HTML comment on the line before it
 (a blank line between is allowed):
@@ -98,7 +99,12 @@ def run(block, python, timeout):
         if block.language == "sh":
             cmd = ["bash", "-e", "-o", "pipefail", "-c", block.text]
         else:
-            cmd = [python, "-c", block.text]
+            # From a file, as a newcomer pastes it: tilelang reads a kernel's
+            # source back (inspect), which `python -c` has not.
+            script = os.path.join(tmp, "snippet.py")
+            with open(script, "w", encoding="utf-8") as f:
+                f.write(block.text)
+            cmd = [python, script]
         p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
         return p.returncode, p.stdout, p.stderr
 
@@ -118,11 +124,11 @@ def main():
     for path in files:
         for b in blocks_of(path):
             needs = b.mark[1] if b.mark and b.mark[0] == "needs" else None
+            if args.only and needs not in args.only:
+                continue
             if b.mark and b.mark[0] == "skip":
                 print(f"skip {b.where()}: {b.mark[1]}")
                 skipped += 1
-                continue
-            if args.only and needs not in args.only:
                 continue
             if needs and needs not in args.with_ + args.only:
                 print(f"skip {b.where()}: needs {needs} (run with --with {needs})")
