@@ -1188,8 +1188,13 @@ TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughRemote) {
   auto prom = run({"stats", "--format", "prometheus"}, {"PROGCACHE_REMOTE=" + url});
   ASSERT_EQ(prom.code, 0) << prom.err;
   const std::string shown_url = js["remote"][0]["url"].get<std::string>();
-  EXPECT_NE(prom.out.find("progcache_remote_up{url=\"" + shown_url + "\"} 1\n"), std::string::npos) << prom.out;
-  EXPECT_NE(prom.out.find("progcache_remote_entries{url=\"" + shown_url + "\"} 1\n"), std::string::npos) << prom.out;
+  EXPECT_NE(prom.out.find("progcache_remote_up{url=\"" + shown_url + "\",tier=\"0\"} 1\n"), std::string::npos)
+      << prom.out;
+  EXPECT_NE(prom.out.find("progcache_remote_entries{url=\"" + shown_url + "\",tier=\"0\"} 1\n"), std::string::npos)
+      << prom.out;
+  // A URL holding a quote and a backslash is escaped as the format says.
+  auto odd = run({"stats", "--format", "prometheus"}, {"PROGCACHE_REMOTE=redis://a\"b\\c:1/0"});
+  EXPECT_NE(odd.out.find("progcache_remote_up{url=\"redis://a\\\"b\\\\c:1"), std::string::npos) << odd.out;
   auto config = run({"config", "--remote", url});
   for (const auto& text : {stats.out, stats.err, config.out, config.err, get.err, prom.out}) {
     EXPECT_EQ(text.find("cli-secret-pw"), std::string::npos) << text;
@@ -1472,13 +1477,16 @@ TEST_F(CliTest, LsLongShowsEachEntrysKindAndProgramName) {
   auto nvcc = FileStore::open({.root = cache() + "/nvcc"});
   ASSERT_TRUE(nvcc.ok());
   const Key nvcc_key = KeyBuilder("cli-test").add_string("nvcc", "k").finish();
-  ASSERT_TRUE((*nvcc)->put(nvcc_key, Entry(R"({"kind":"nvcc-cubin","name":"k.cu"})", {{"out", Bytes::copy_of("c")}})).ok());
+  ASSERT_TRUE(
+      (*nvcc)->put(nvcc_key, Entry(R"({"kind":"nvcc-cubin","name":"k.cu"})", {{"out", Bytes::copy_of("c")}})).ok());
   nvcc->reset();
   auto pyptx = FileStore::open({.root = cache() + "/pyptx"});
   ASSERT_TRUE(pyptx.ok());
   const Key pyptx_key = KeyBuilder("cli-test").add_string("pyptx", "f").finish();
   ASSERT_TRUE(
-      (*pyptx)->put(pyptx_key, Entry(R"({"fn_id":"matmul","arch":"sm_90","metadata":{}})", {{"c", Bytes::copy_of("c")}})).ok());
+      (*pyptx)
+          ->put(pyptx_key, Entry(R"({"fn_id":"matmul","arch":"sm_90","metadata":{}})", {{"c", Bytes::copy_of("c")}}))
+          .ok());
   pyptx->reset();
   ASSERT_EQ(run({"put", "bare", file("p", "program bytes")}).code, 0);
   std::string compiled;

@@ -105,7 +105,12 @@ def run(block, python, timeout):
             with open(script, "w", encoding="utf-8") as f:
                 f.write(block.text)
             cmd = [python, script]
-        p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+        try:
+            p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            def text(b):
+                return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+            return 124, text(e.stdout), f"{text(e.stderr)}\n(killed after {timeout:.0f} s)"
         return p.returncode, p.stdout, p.stderr
 
 

@@ -308,5 +308,40 @@ TEST(FileStoreMultiProcess, AnAccountingLockHeldByAnotherProcessNeverHangsAnOpen
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+TEST(FileStoreMultiProcess, AnUninitialisedPeerHeldLockedNeverDelaysAPutUnderACapPerRoot) {
+  // Another store of the root whose accounting file was made but never
+  // initialised, its lock held (any member of a group root can do this):
+  // a store capped with its root never waits on it; it is not counted.
+  testing::TempDir tmp;
+  const std::string root = tmp.sub("root");
+  FileStoreOptions o;
+  o.root = root;
+  o.cap_root = root;
+  o.max_size_bytes = 1 << 20;
+  { ASSERT_TRUE(FileStore::open(o).ok()); }
+  fs::create_directories(root + "/torch/v1");
+  fs::permissions(root + "/torch", fs::perms::owner_all);
+  fs::permissions(root + "/torch/v1", fs::perms::owner_all);
+  const std::string acct = root + "/torch/v1/accounting";
+  const int holder = ::open(acct.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Far less than the accounting lock's 20 s deadline, which a put
+    // waited out before.
+    ::alarm(8);
+    auto s = open_or_die(o);
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i) ok = s->put(make_key(10 + i), testing::make_entry("new")).ok();
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(holder);
+  ASSERT_TRUE(WIFEXITED(status)) << "the put waited on the peer (killed by signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 }  // namespace
 }  // namespace progcache

@@ -718,6 +718,42 @@ TEST_F(FileStoreTest, PruneBoundsEveryStoreOfTheRootTogether) {
   }
 }
 
+TEST_F(FileStoreTest, ACompanionThatIsALinkIsNeverCountedOrTrimmedAndARemadeOneIsFound) {
+  // root/kernels is a link back to the root, root/torch a link into another
+  // root: neither is one of this root's stores. The other root's entries
+  // survive, the cap is not halved by counting the root twice.
+  const std::string root = m_tmp.sub("cache");
+  const std::string other = m_tmp.sub("other");
+  const std::string payload(10000, 'p');
+  auto elsewhere = open_store({.root = other, .max_size_bytes = std::nullopt});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(elsewhere->put(make_key(200 + i), make_entry(payload)).ok());
+  const FileStoreOptions o{.root = root, .max_size_bytes = 60 * 1024, .cap_root = root, .recency_granularity_ns = 0};
+  auto own = open_store(o);
+  fs::create_directory_symlink(root, root + "/kernels");
+  fs::create_directory_symlink(other, root + "/torch");
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(own->put(make_key(i, i), make_entry(payload)).ok());
+  EXPECT_EQ(entry_files_on_disk(other), 5U) << "another root's entries were trimmed through a link";
+  EXPECT_EQ(entry_files_on_disk(root), 5U) << "the root counted twice (through a link to itself) halved the cap";
+  auto report = own->prune(std::uint64_t{0}, std::nullopt, {});
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->stores, 1U);
+  EXPECT_EQ(entry_files_on_disk(other), 5U);
+  // A companion removed and made again under a running store is the new
+  // one (its accounting file is another file): counted, trimmed.
+  fs::remove(root + "/torch");
+  FileStoreOptions t = o;
+  t.root = root + "/triton";
+  auto triton = open_store(t);
+  ASSERT_TRUE(triton->put(make_key(300), make_entry(payload)).ok());
+  triton.reset();
+  fs::remove_all(root + "/triton");
+  auto remade = open_store(t);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(remade->put(make_key(400 + i), make_entry(payload)).ok());
+  remade.reset();
+  ASSERT_TRUE(own->prune(30 * 1024, std::nullopt, {}).ok());
+  EXPECT_LE(entry_bytes_on_disk(root) + entry_bytes_on_disk(root + "/triton"), 30U * 1024);
+}
+
 TEST_F(FileStoreTest, ANewEntryNeverEvictsItself) {
   // A cap of one entry: each put must evict the previous entry, never the
   // one it wrote, in whichever shards the two land.

@@ -66,6 +66,10 @@ struct FileStoreOptions {
   // removes the least recently used entries across them, and prune()
   // prunes them all. Config::file_store_options() sets it to the root.
   std::string cap_root;
+  // Whether lookups count as hits and misses in the host's statistics.
+  // False for a memo an integration keeps beside its entries (Triton's
+  // warm-start memo of triton_key()): its lookups are no program's.
+  bool count_lookups = true;
   Durability durability = Durability::none;
   Sharing sharing = Sharing::private_only;
   // Signing (HMAC-SHA256) of entries; empty key: unsigned.

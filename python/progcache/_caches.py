@@ -275,7 +275,10 @@ class FileStreamProgramCache(_StoreCache):
             return
         self._bind(_core.open_file_store(root, cap, cfg["max_entries"], durability == "fsync", cfg["hmac_key"],
                                          sharing, compression=cfg["compression_level"],
-                                         signing_keys=cfg["signing_keys"], cap_root=cap_root(root, cfg)))
+                                         signing_keys=cfg["signing_keys"],
+                                         # A cap of the caller's own bounds this cache alone; the
+                                         # configured one, every store of the root together.
+                                         cap_root=cap_root(root, cfg) if max_size_bytes is _UNSET else ""))
 
 
 def cap_root(path: Union[str, os.PathLike], cfg: dict) -> str:

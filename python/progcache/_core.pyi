@@ -83,7 +83,8 @@ class SigningKeys(metaclass=_nb_type):
 
 def open_file_store(root: str, max_size_bytes: Optional[int], max_entries: Optional[int], fsync: bool = ...,
                     hmac_key: bytes = ..., sharing: str = ..., compression: int = ...,
-                    signing_keys: Optional[SigningKeys] = ..., cap_root: str = ...) -> Store: ...
+                    signing_keys: Optional[SigningKeys] = ..., cap_root: str = ...,
+                    count_lookups: bool = ...) -> Store: ...
 def open_remote_store(urls: Sequence[str], read_only: bool = ..., hmac_key: bytes = ..., password: str = ...,
                       compression: int = ..., signing_keys: Optional[SigningKeys] = ...) -> Store: ...
 def open_tiered_store(memory_bytes: Optional[int], root: str, max_size_bytes: Optional[int], urls: Sequence[str],

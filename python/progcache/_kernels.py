@@ -325,7 +325,8 @@ class KernelCache:
                     self.cache_dir, cfg["max_size_bytes"] if max_size_bytes is None else _cap(max_size_bytes),
                     cfg["max_entries"], cfg["fsync"], cfg["hmac_key"], self._sharing,
                     compression=cfg["compression_level"], signing_keys=cfg["signing_keys"],
-                    cap_root=cap_root(self.cache_dir, cfg))
+                    # A cap of the caller's own bounds this cache alone.
+                    cap_root=cap_root(self.cache_dir, cfg) if max_size_bytes is None else "")
             except (OSError, RuntimeError) as e:
                 if not configured:
                     raise  # a directory the caller named: theirs to fix

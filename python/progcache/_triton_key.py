@@ -80,7 +80,8 @@ def _open_store():
     # The local disk only: a manifest of stat identities means nothing on
     # another machine.
     return _core.open_file_store(root, cfg["max_size_bytes"], cfg["max_entries"], cfg["fsync"], cfg["hmac_key"],
-                                 cfg["sharing"], signing_keys=cfg["signing_keys"], cap_root=cfg["dir"])
+                                 cfg["sharing"], signing_keys=cfg["signing_keys"], cap_root=cfg["dir"],
+                                 count_lookups=False)  # a memo's lookups are no kernel's
 
 
 def _memo_key(cache_module) -> bytes:
@@ -130,7 +131,8 @@ def memoised_key(cache_module, original: Callable[[], str]) -> str:
         # nothing to check later, so nothing is memoised.
         if manifest and all(ident is not None for _, ident in manifest):
             try:
-                store.put_entry(mkey, json.dumps({"schema": _SCHEMA, "manifest": manifest}),
+                store.put_entry(mkey, json.dumps({"schema": _SCHEMA, "kind": "triton-key-memo", "name": "triton_key()",
+                                                  "manifest": manifest}),
                                 [("key", key.encode("utf-8"))])
             except Exception:
                 pass
@@ -174,7 +176,9 @@ class _VersionMemo:
         out = real(args, *rest, **kwargs)
         if store is not None and isinstance(out, bytes) and _ident(tool) == ident:
             try:
-                store.put_entry(mkey, json.dumps({"schema": _SCHEMA, "manifest": [[tool, ident]]}),
+                store.put_entry(mkey, json.dumps({"schema": _SCHEMA, "kind": "triton-tool-memo",
+                                                  "name": " ".join(os.path.basename(a) for a in args),
+                                                  "manifest": [[tool, ident]]}),
                                 [("output", out)])
             except Exception:
                 pass

@@ -441,10 +441,12 @@ std::shared_ptr<const pc::SigningKeys> keys_of(const KeysHandle* h) {
 std::unique_ptr<StoreHandle> open_file_store(const std::string& root, std::optional<std::uint64_t> max_size,
                                              std::optional<std::uint64_t> max_entries, bool fsync,
                                              const nb::bytes& hmac_key, const std::string& sharing, int compression,
-                                             const KeysHandle* signing_keys, const std::string& cap_root) {
+                                             const KeysHandle* signing_keys, const std::string& cap_root,
+                                             bool count_lookups) {
   pc::FileStoreOptions o;
   o.root = root;
   o.cap_root = cap_root;
+  o.count_lookups = count_lookups;
   o.max_size_bytes = max_size;
   o.sharing = sharing_of(sharing);
   o.max_entries = max_entries;
@@ -649,7 +651,7 @@ NB_MODULE(_core, m) {
   m.def("open_file_store", &open_file_store, nb::arg("root"), nb::arg("max_size_bytes").none(),
         nb::arg("max_entries").none(), nb::arg("fsync") = false, nb::arg("hmac_key") = nb::bytes(""),
         nb::arg("sharing") = "private", nb::arg("compression") = 0, nb::arg("signing_keys").none() = nb::none(),
-        nb::arg("cap_root") = "");
+        nb::arg("cap_root") = "", nb::arg("count_lookups") = true);
   m.attr("DEFAULT_MAX_SIZE") = pc::k_default_max_size;
   m.def("default_cache_root", []() { return pc::default_cache_root(); });
   m.def(

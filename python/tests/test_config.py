@@ -314,3 +314,23 @@ def test_one_cap_bounds_every_store_of_the_root(tmp_path, monkeypatch):
     assert _entry_bytes(root) + _entry_bytes(root / "pyptx") <= 60 * 1024
     assert _entry_bytes(root) == 0, "the root's old entries outlived newer ones of its companion"
     assert CubinCache().get(CacheKey("k4")) is not None
+
+
+def test_a_cap_of_a_caches_own_bounds_that_cache_alone(tmp_path, monkeypatch):
+    """FileStreamProgramCache(max_size_bytes=...) at the root caps its own
+    entries; the root's other stores keep theirs (the configured cap is the
+    one every store shares)."""
+    import os
+
+    from progcache import CacheEntry, CacheKey, CubinCache
+
+    root = tmp_path / "default-root"
+    monkeypatch.delenv("PYPTX_CACHE_DIR", raising=False)
+    cubins = CubinCache()
+    for i in range(3):
+        cubins.put(CacheEntry(key=CacheKey(f"k{i}"), ptx_source="", cubin_bytes=os.urandom(10000)))
+    small = FileStreamProgramCache(max_size_bytes=20_000)
+    for i in range(5):
+        small[f"p{i}"] = os.urandom(5000)
+    assert _entry_bytes(root) <= 20_000
+    assert _entry_bytes(root / "pyptx") >= 30_000, "a cache's own cap evicted another store's entries"

@@ -97,6 +97,7 @@ def test_a_kernel_compiled_in_one_process_is_served_to_the_next_without_a_compil
     # copy, and counted as the hit it is (no bytes read from the store).
     third = Env(tmp_path, "b", root=str(tmp_path / "root-a")).run([k("softmax")])
     assert third["compiles"] == 0 and third["stats"]["hits"] == 1 and third["stats"]["misses"] == 0, third["stats"]
+    assert third["stats"]["bytes_read"] == 0, third["stats"]  # nothing read from the store
     assert files_of(third) == files_of(first)
     # The root's statistics, as `progcache stats` shows them: three processes
     # served or compiled one kernel each, one miss and two hits.
@@ -370,6 +371,13 @@ def test_the_warm_start_variable_alone_spares_even_the_first_compile_hashing_tri
         assert second["libtriton_reads"] == 0  # the memo answered triton_key(); libtriton.so was not hashed
     else:
         assert second["libtriton_reads"] >= 1  # the control: without the variable Triton hashes it again
+    # The memo's lookups are no kernel's: the root counts one miss and one
+    # hit for one kernel compiled and then served, memo or not.
+    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(HERE, "..", "..", "build", "progcache"))
+    if os.access(cli, os.X_OK):
+        shown = json.loads(subprocess.run([cli, "--dir", env.root, "stats", "--json"], capture_output=True, text=True,
+                                          check=True).stdout)
+        assert (shown["root"]["hits"], shown["root"]["misses"]) == (1, 1), shown["root"]
 
 
 def test_the_warm_start_variable_costs_nothing_to_a_process_without_triton(tmp_path):

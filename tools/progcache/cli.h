@@ -72,7 +72,7 @@ bool is_masquerade(std::string_view argv0);
 // the cache; returns the exit status nvcc's own run would have.
 int run_launcher(int argc, char** argv);
 // The launcher's counters in `root`, or null when it never ran there.
-json launcher_stats_json(const std::string& root);
+json launcher_stats_json(const std::string& root, pc::Sharing sharing);
 // What an entry is and its name, in words a person recognises, from the
 // kind and name its writer recorded and the store it is in (cmd_admin.cpp):
 // what `ls --long` shows and `export --name` matches.

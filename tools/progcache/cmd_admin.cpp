@@ -101,7 +101,8 @@ std::pair<std::string, std::string> describe_entry(const std::string& store, std
   static const std::pair<std::string_view, std::string_view> k_words[] = {
       {"tilelang-kernel", "tilelang kernel"}, {"tilelang-compilers", "tilelang compilers"},
       {"torch-object", "torch object"},       {"torch-cpp", "torch C++ library"},
-      {"torch-isa-probe", "torch probe"},     {"pyptx-cubin", "pyptx cubin"}};
+      {"torch-isa-probe", "torch probe"},     {"pyptx-cubin", "pyptx cubin"},
+      {"triton-key-memo", "triton memo"},     {"triton-tool-memo", "triton memo"}};
   for (const auto& [from, to] : k_words) {
     if (kind == from) return {std::string(to), name};
   }
@@ -175,6 +176,25 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
   return remote;
 }
 
+// A label value in Prometheus's text format: backslash, double quote and
+// line feed escaped as it says; other control characters shown as '?'.
+std::string prom_label(const std::string& value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      out += '?';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // The stats of every store of the root in Prometheus's text format: one
 // sample per store (label store="programs", or the companion's name) for each
 // field of store_stat_fields(), durations in seconds, plus the hit rate.
@@ -193,15 +213,16 @@ void print_prometheus(const Stores& stores) {
     for (const auto& [store, st] : rows) {
       const std::uint64_t v = st.*f.member;
       if (f.unit == pc::StatField::Unit::nanoseconds) {
-        std::printf("%s{store=\"%s\"} %.9g\n", name.c_str(), store.c_str(), static_cast<double>(v) / 1e9);
+        std::printf("%s{store=\"%s\"} %.9g\n", name.c_str(), prom_label(store).c_str(), static_cast<double>(v) / 1e9);
       } else {
-        std::printf("%s{store=\"%s\"} %llu\n", name.c_str(), store.c_str(), static_cast<unsigned long long>(v));
+        std::printf("%s{store=\"%s\"} %llu\n", name.c_str(), prom_label(store).c_str(),
+                    static_cast<unsigned long long>(v));
       }
     }
   }
   std::printf("# HELP progcache_hit_rate hits / (hits + misses) (host-wide)\n# TYPE progcache_hit_rate gauge\n");
   for (const auto& [store, st] : rows) {
-    std::printf("progcache_hit_rate{store=\"%s\"} %.6g\n", store.c_str(), pc::hit_rate(st));
+    std::printf("progcache_hit_rate{store=\"%s\"} %.6g\n", prom_label(store).c_str(), pc::hit_rate(st));
   }
 }
 
@@ -269,26 +290,18 @@ json root_json(const RootSummary& r, const pc::Config& cfg) {
 // The launcher's counters and the remote tiers in Prometheus's format, as
 // the text and JSON show them.
 void print_prometheus_root(const RootSummary& r, const json& launcher, const json& remote) {
-  std::printf(
-      "# HELP progcache_root_entries entries of every store of the root\n# TYPE progcache_root_entries gauge\n"
-      "progcache_root_entries %llu\n",
-      static_cast<unsigned long long>(r.entries));
-  std::printf(
-      "# HELP progcache_root_bytes_stored bytes of every store of the root (one cap bounds them)\n"
-      "# TYPE progcache_root_bytes_stored gauge\nprogcache_root_bytes_stored %llu\n",
-      static_cast<unsigned long long>(r.bytes));
-  std::printf(
-      "# HELP progcache_root_hits_total lookups served (every store; the nvcc launcher's own count)\n"
-      "# TYPE progcache_root_hits_total counter\nprogcache_root_hits_total %llu\n",
-      static_cast<unsigned long long>(r.hits));
-  std::printf(
-      "# HELP progcache_root_misses_total lookups missed (every store; the nvcc launcher's own count)\n"
-      "# TYPE progcache_root_misses_total counter\nprogcache_root_misses_total %llu\n",
-      static_cast<unsigned long long>(r.misses));
-  std::printf(
-      "# HELP progcache_root_hit_rate hits / (hits + misses) of the root\n# TYPE progcache_root_hit_rate gauge\n"
-      "progcache_root_hit_rate %.6g\n",
-      r.hit_rate());
+  // One sample of a metric with no labels, with its HELP and TYPE lines.
+  const auto one = [](const char* name, const char* type, const char* help, double value) {
+    std::printf("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
+  };
+  const auto count = [](std::uint64_t n) { return static_cast<double>(n); };
+  one("progcache_root_entries", "gauge", "entries of every store of the root", count(r.entries));
+  one("progcache_root_bytes_stored", "gauge", "bytes of every store of the root (one cap bounds them)", count(r.bytes));
+  one("progcache_root_hits_total", "counter", "lookups served (every store; the nvcc launcher's own count)",
+      count(r.hits));
+  one("progcache_root_misses_total", "counter", "lookups missed (every store; the nvcc launcher's own count)",
+      count(r.misses));
+  one("progcache_root_hit_rate", "gauge", "hits / (hits + misses) of the root", r.hit_rate());
   if (launcher.is_object()) {
     for (const char* field : {"hits", "misses", "compile_failed"}) {
       const std::uint64_t v =
@@ -306,36 +319,27 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
       if (!launcher.contains(group) || !launcher[group].is_object()) continue;
       for (const auto& [why, count] : launcher[group].items()) {
         if (!count.is_number_unsigned()) continue;
-        std::string label = printable(why);
-        std::replace(label.begin(), label.end(), '"', '\'');
-        std::replace(label.begin(), label.end(), '\\', '/');
-        std::printf("progcache_nvcc_launcher_%s_total{reason=\"%s\"} %llu\n", group, label.c_str(),
+        std::printf("progcache_nvcc_launcher_%s_total{reason=\"%s\"} %llu\n", group, prom_label(why).c_str(),
                     static_cast<unsigned long long>(count.get<std::uint64_t>()));
       }
     }
   }
   if (!remote.empty()) {
-    std::printf("# HELP progcache_remote_up whether the remote tier answered\n# TYPE progcache_remote_up gauge\n");
-    for (const auto& t : remote)
-      std::printf("progcache_remote_up{url=\"%s\"} %d\n", t["url"].get<std::string>().c_str(),
-                  t["reachable"].get<bool>() ? 1 : 0);
-    std::printf(
-        "# HELP progcache_remote_entries entries the remote tier holds\n# TYPE progcache_remote_entries gauge\n");
-    for (const auto& t : remote) {
-      if (t["entries"].is_number()) {
-        std::printf("progcache_remote_entries{url=\"%s\"} %llu\n", t["url"].get<std::string>().c_str(),
-                    static_cast<unsigned long long>(t["entries"].get<std::uint64_t>()));
+    // One series per configured URL: `tier` (its place in PROGCACHE_REMOTE)
+    // keeps two URLs that are shown alike apart.
+    const auto series = [&](const char* name, const char* type, const char* help, const char* field) {
+      std::printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+      for (std::size_t i = 0; i < remote.size(); ++i) {
+        const json& t = remote[i];
+        const json& v = t[field];
+        if (!v.is_number() && !v.is_boolean()) continue;
+        const unsigned long long n = v.is_boolean() ? (v.get<bool>() ? 1ULL : 0ULL) : v.get<unsigned long long>();
+        std::printf("%s{url=\"%s\",tier=\"%zu\"} %llu\n", name, prom_label(t["url"].get<std::string>()).c_str(), i, n);
       }
-    }
-    std::printf(
-        "# HELP progcache_remote_bytes_stored bytes the remote tier holds\n"
-        "# TYPE progcache_remote_bytes_stored gauge\n");
-    for (const auto& t : remote) {
-      if (t["bytes_stored"].is_number()) {
-        std::printf("progcache_remote_bytes_stored{url=\"%s\"} %llu\n", t["url"].get<std::string>().c_str(),
-                    static_cast<unsigned long long>(t["bytes_stored"].get<std::uint64_t>()));
-      }
-    }
+    };
+    series("progcache_remote_up", "gauge", "whether the remote tier answered", "reachable");
+    series("progcache_remote_entries", "gauge", "entries the remote tier holds", "entries");
+    series("progcache_remote_bytes_stored", "gauge", "bytes the remote tier holds", "bytes_stored");
   }
 }
 
@@ -347,7 +351,7 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     std::printf("statistics zeroed%s\n", stores.empty() ? " (the cache directory does not exist)" : "");
     return k_exit_ok;
   }
-  const json launcher = stores.empty() ? json(nullptr) : launcher_stats_json(stores.front().store->root());
+  const json launcher = stores.empty() ? json(nullptr) : launcher_stats_json(stores.front().store->root(), cfg.sharing);
   const RootSummary summary = root_summary(stores, launcher);
   if (a.format == "prometheus") {
     auto remote = remote_summary(cfg);

@@ -56,8 +56,12 @@ int run_export(const BundleArgs& a, const pc::Config& cfg) {
     for (const auto& e : *entries) {
       if (since_ns && e.created_unix_ns < now - *since_ns) continue;
       if (!a.name_glob.empty()) {
+        // The name `ls --long` shows, or the one the writer recorded.
         const std::string shown = describe_entry(named.name, e.kind, e.name).second;
-        if (shown.empty() || ::fnmatch(a.name_glob.c_str(), shown.c_str(), 0) != 0) continue;
+        const auto matches = [&](const std::string& n) {
+          return !n.empty() && ::fnmatch(a.name_glob.c_str(), n.c_str(), 0) == 0;
+        };
+        if (!matches(shown) && !matches(e.name)) continue;
       }
       chosen.push_back({&named, e.key, e.last_used_ns});
     }

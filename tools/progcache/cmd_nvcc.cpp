@@ -1134,28 +1134,48 @@ int run_launcher(int argc, char** argv) {
   return Launcher(*nvcc, std::move(args)).run();
 }
 
-void zero_launcher_stats(const std::string& root, const pc::Config& cfg) {
+// The counters file of `root`'s nvcc store; nullopt when the store does
+// not exist (the launcher never ran there).
+std::optional<StatsFile> stats_file_of(const std::string& root, pc::Sharing sharing) {
   StatsFile where;
   where.path = pc::join_path(pc::join_path(root, std::string(k_store)), std::string(k_stats_file));
-  where.sharing = cfg.sharing;
-  if (struct stat st{}; ::stat(pc::join_path(root, std::string(k_store)).c_str(), &st) == 0) {
-    where.group = st.st_gid;
-  } else {
-    return;  // the launcher never ran here: nothing to zero, nothing made
-  }
-  const int fd = open_counters(where);
+  where.sharing = sharing;
+  struct stat st {};
+  if (::stat(pc::join_path(root, std::string(k_store)).c_str(), &st) != 0) return std::nullopt;
+  where.group = st.st_gid;
+  return where;
+}
+
+void zero_launcher_stats(const std::string& root, const pc::Config& cfg) {
+  const auto where = stats_file_of(root, cfg.sharing);
+  if (!where) return;  // nothing to zero, nothing made
+  const int fd = open_counters(*where);
   if (fd < 0) return;
   if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, "{}", 2, 0);
   ::close(fd);
 }
 
-json launcher_stats_json(const std::string& root) {
-  // Not read_file: a FIFO planted in a shared root must not hang `stats`.
-  auto text = pc::read_regular_file(pc::Env::posix(),
-                                    pc::join_path(pc::join_path(root, std::string(k_store)), std::string(k_stats_file)),
-                                    1U << 20, pc::OpenMode::read);
-  if (!text.ok()) return nullptr;
-  json j = json::parse(*text, nullptr, false);
+json launcher_stats_json(const std::string& root, pc::Sharing sharing) {
+  // Read only where counting and zeroing would write: a file others could
+  // have written (or a FIFO planted in a shared root, which must not hang
+  // `stats`) is not reported.
+  const auto where = stats_file_of(root, sharing);
+  if (!where) return nullptr;
+  const int fd = ::open(where->path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return nullptr;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !trusted_stats_file(st, *where)) return nullptr;
+  std::string text;
+  std::array<char, 4096> buf{};
+  ssize_t n = 0;
+  while ((n = ::read(fd, buf.data(), buf.size())) > 0 && text.size() < (1U << 20)) {
+    text.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  json j = json::parse(text, nullptr, false);
   return j.is_object() ? j : json(nullptr);
 }
 

@@ -79,6 +79,20 @@ Status Accounting::open(Env* env, const std::string& path, std::uint32_t file_pe
   return st;
 }
 
+Status Accounting::open_initialised(Env* env, const std::string& path, std::uint32_t file_perms) {
+  m_env = env;
+  m_path = path;
+  PROGCACHE_ASSIGN_OR_RETURN(m_fd, m_env->open_file(path, OpenMode::read_write, file_perms));
+  if (map_if_initialised()) return {};
+  return unavailable("the accounting file '" + m_path + "' is not initialised");
+}
+
+std::pair<std::uint64_t, std::uint64_t> Accounting::identity() const {
+  if (m_fd < 0 || m_env == nullptr) return {0, 0};
+  auto info = m_env->fstat(m_fd);
+  return info.ok() ? std::pair{info->dev, info->ino} : std::pair<std::uint64_t, std::uint64_t>{0, 0};
+}
+
 bool Accounting::map_if_initialised() {
   auto info = m_env->fstat(m_fd);
   if (!info.ok() || info->size < k_file_size) return false;

@@ -44,7 +44,14 @@ class Accounting {
   // every page is reserved first: counters written through a mapping of a
   // sparse file on a full disk would be SIGBUS.
   Status open(Env* env, const std::string& path, std::uint32_t file_perms, const Rebuild& rebuild);
+  // Maps a file another store initialised (a peer's under a cap per root),
+  // never initialising, rebuilding or waiting: unavailable when it is not
+  // initialised now.
+  Status open_initialised(Env* env, const std::string& path, std::uint32_t file_perms);
   void close();
+  // The mapped file's device and inode ({0, 0} when not open): which file
+  // this is, whatever path led to it.
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> identity() const;
 
   // Counts one event, for this process and for the host.
   void count(Event e);

@@ -106,8 +106,8 @@ FileStoreImpl::Totals FileStoreImpl::totals() const {
   Totals t{m_acct.total_bytes(), m_acct.total_count()};
   MutexLock lock(m_peer_mu);
   for (const auto& p : m_peers) {
-    t.bytes += p->m_acct.total_bytes();
-    t.count += p->m_acct.total_count();
+    t.bytes += p.store->m_acct.total_bytes();
+    t.count += p.store->m_acct.total_count();
   }
   return t;
 }
@@ -127,31 +127,50 @@ bool FileStoreImpl::over_entries_more() const {
   return c > b;
 }
 
+// The root's other stores: the root's own (<cap_root>/v1) and each companion
+// directory, each only where it is a real directory (never a link, which
+// could lead into another root or back into this one) holding an
+// initialised accounting file, each file once (by device and inode), never
+// this store's own. A peer whose accounting file is gone or was replaced
+// (the store removed, or removed and made again) is dropped, and the store
+// there now is opened in its place. Opening a peer never waits.
 void FileStoreImpl::refresh_peers(bool now) {
   if (m_opt.cap_root.empty()) return;
   MutexLock lock(m_peer_mu);
   const std::int64_t t = m_env->now_ns();
   if (!now && m_peers_checked_ns != 0 && t - m_peers_checked_ns < k_peer_recheck_ns) return;
   m_peers_checked_ns = t;
+  const auto identity_at = [this](const std::string& path) -> std::pair<std::uint64_t, std::uint64_t> {
+    auto info = m_env->lstat(path);
+    return info.ok() && info->is_regular() ? std::pair{info->dev, info->ino}
+                                           : std::pair<std::uint64_t, std::uint64_t>{0, 0};
+  };
+  std::erase_if(m_peers, [&](const Peer& p) { return identity_at(p.store->m_layout.accounting_path()) != p.identity; });
+  const auto own = m_acct.identity();
   std::vector<std::string> dirs{m_opt.cap_root};
   for (const auto& c : companion_stores()) dirs.push_back(join_path(m_opt.cap_root, c.subdir));
   for (const auto& dir : dirs) {
     if (dir == m_layout.root()) continue;
-    if (std::any_of(m_peers.begin(), m_peers.end(), [&](const auto& p) { return p->root() == dir; })) continue;
-    // Only a store that exists: looking makes nothing.
-    if (!m_env->lstat(Layout(dir).accounting_path()).ok()) continue;
+    if (dir != m_opt.cap_root) {
+      auto d = m_env->lstat(dir);
+      if (!d.ok() || !d->is_dir()) continue;  // absent, or a link: not this root's store
+    }
+    const auto id = identity_at(Layout(dir).accounting_path());
+    if (id.second == 0 || id == own) continue;
+    if (std::any_of(m_peers.begin(), m_peers.end(), [&](const Peer& p) { return p.identity == id; })) continue;
     FileStoreOptions o = m_opt;
     o.root = dir;
     o.cap_root.clear();
-    auto peer = std::make_unique<FileStoreImpl>(std::move(o), dir);
-    if (peer->init().ok()) m_peers.push_back(std::move(peer));
+    auto peer = std::make_shared<FileStoreImpl>(std::move(o), dir);
+    if (!peer->init_peer().ok() || peer->m_acct.identity() != id) continue;
+    m_peers.push_back({std::move(peer), id});
   }
 }
 
-std::vector<FileStoreImpl*> FileStoreImpl::cap_stores() {
-  std::vector<FileStoreImpl*> out{this};
+std::vector<std::shared_ptr<FileStoreImpl>> FileStoreImpl::peers() {
+  std::vector<std::shared_ptr<FileStoreImpl>> out;
   MutexLock lock(m_peer_mu);
-  for (const auto& p : m_peers) out.push_back(p.get());
+  for (const auto& p : m_peers) out.push_back(p.store);
   return out;
 }
 
@@ -189,10 +208,10 @@ void FileStoreImpl::maybe_trim(const Written& written) {
 // uniform (they are digests: a shard is a sample of its store).
 void FileStoreImpl::trim_to_low_water(const Written& written) {
   std::vector<FileStoreImpl*> stores{this};
-  for (FileStoreImpl* peer : cap_stores()) {
-    if (peer == this) continue;
+  const std::vector<std::shared_ptr<FileStoreImpl>> held = peers();  // alive for this trim
+  for (const auto& peer : held) {
     auto got = m_env->lock(peer->m_evict_fd, LockKind::exclusive, LockWait::try_only);
-    if (got.ok() && *got) stores.push_back(peer);
+    if (got.ok() && *got) stores.push_back(peer.get());
   }
   struct Candidate {
     FileStoreImpl* store;

@@ -59,6 +59,13 @@ Status FileStoreImpl::init() {
   return {};
 }
 
+Status FileStoreImpl::init_peer() {
+  PROGCACHE_TRY(m_dirs.check_root(m_layout.root()));
+  PROGCACHE_ASSIGN_OR_RETURN(m_evict_fd,
+                             m_env->open_file(m_layout.evict_lock_path(), OpenMode::read_write, m_dirs.file_perms()));
+  return m_acct.open_initialised(m_env, m_layout.accounting_path(), m_dirs.file_perms());
+}
+
 Status FileStoreImpl::check_open() const {
   if (m_closed.load(std::memory_order_relaxed)) {
     return failed_precondition("file store '" + m_layout.root() + "' is closed");
@@ -74,7 +81,7 @@ Status FileStoreImpl::count_error(Status st) {
 Result<std::optional<int>> FileStoreImpl::open_entry(const Key& key, const std::string& path) {
   const int shard = Layout::shard_of(key);
   if (!shard_checked(shard, /*create=*/false)) {
-    m_acct.count(Event::miss);
+    count_lookup(Event::miss);
     return std::optional<int>();
   }
   auto fd = m_env->open_file(path, OpenMode::read, 0);
@@ -87,7 +94,7 @@ Result<std::optional<int>> FileStoreImpl::open_entry(const Key& key, const std::
   } else if (fd.status().code() != Code::not_found) {
     return count_error(fd.status());
   }
-  m_acct.count(Event::miss);
+  count_lookup(Event::miss);
   return std::optional<int>();
 }
 
@@ -163,11 +170,11 @@ Result<std::optional<Entry>> FileStoreImpl::get(const Key& key) {
       remove_if_same(Layout::shard_of(key), path, result->info).status().ignore();
       m_acct.count(result->rejected ? Event::rejected : Event::corrupt);
     }
-    m_acct.count(Event::miss);
+    count_lookup(Event::miss);
     m_acct.finish_get(timer);
     return std::optional<Entry>();
   }
-  m_acct.count(Event::hit);
+  count_lookup(Event::hit);
   m_acct.read(result->info.size);
   m_acct.finish_get(timer);
   return std::move(result->entry);
@@ -196,7 +203,7 @@ Result<bool> FileStoreImpl::get_primary_into(const Key& key, const EntryReader::
   }
   m_env->close_file(*fd).ignore();
   if (read.ok()) {
-    m_acct.count(Event::hit);
+    count_lookup(Event::hit);
     m_acct.read(info->size);
     m_acct.finish_get(timer);
     return true;
@@ -209,7 +216,7 @@ Result<bool> FileStoreImpl::get_primary_into(const Key& key, const EntryReader::
     remove_if_same(Layout::shard_of(key), path, *info).status().ignore();
     m_acct.count(code == Code::permission_denied ? Event::rejected : Event::corrupt);
   }
-  m_acct.count(Event::miss);
+  count_lookup(Event::miss);
   m_acct.finish_get(timer);
   return false;
 }

@@ -47,6 +47,10 @@ class FileStoreImpl final : public FileStore {
   ~FileStoreImpl() override;
 
   Status init();
+  // Opens the store as a peer of another under a cap per root: its root
+  // judged, its accounting mapped only if initialised; nothing made,
+  // rebuilt, swept or waited for.
+  Status init_peer();
 
   // Store
   Result<std::optional<Entry>> get(const Key& key) override;
@@ -93,6 +97,10 @@ class FileStoreImpl final : public FileStore {
 
   // file_store.cpp
   Status check_open() const;
+  // Counts a hit or a miss, unless this store's lookups are not counted.
+  void count_lookup(Event e) {
+    if (m_opt.count_lookups) m_acct.count(e);
+  }
   Status count_error(Status st);
   // Opens `key`'s entry for reading; nullopt (counted as a miss) when there
   // is none, its shard is not one the store trusts, or it is a symlink
@@ -123,8 +131,9 @@ class FileStoreImpl final : public FileStore {
   // Opens the stores of the cap's root that exist and are not open yet (at
   // most once a second unless `now`); every store of the root but this one.
   void refresh_peers(bool now);
-  // This store and each peer, for a trim or a prune across the root.
-  std::vector<FileStoreImpl*> cap_stores();
+  // Each peer, for a trim or a prune across the root (shared: a peer found
+  // gone is dropped by the next refresh, never under a trim that holds it).
+  std::vector<std::shared_ptr<FileStoreImpl>> peers();
   void maybe_trim(const Written& written);
   void trim_to_low_water(const Written& written) PROGCACHE_REQUIRES(m_trim_mu);
   Result<bool> take_out(int shard, const std::string& path);
@@ -168,7 +177,11 @@ class FileStoreImpl final : public FileStore {
   // The other stores of the cap's root (options.cap_root), opened as they
   // appear; each is opened without a cap root of its own.
   mutable Mutex m_peer_mu;
-  std::vector<std::unique_ptr<FileStoreImpl>> m_peers PROGCACHE_GUARDED_BY(m_peer_mu);
+  struct Peer {
+    std::shared_ptr<FileStoreImpl> store;
+    std::pair<std::uint64_t, std::uint64_t> identity;  // its accounting file's device and inode
+  };
+  std::vector<Peer> m_peers PROGCACHE_GUARDED_BY(m_peer_mu);
   std::int64_t m_peers_checked_ns PROGCACHE_GUARDED_BY(m_peer_mu) = 0;
 };
 

@@ -293,7 +293,9 @@ Result<PruneReport> FileStoreImpl::prune(std::optional<std::uint64_t> max_size,
                                          std::optional<std::int64_t> older_than_ns, const ProgressFn& progress) {
   PROGCACHE_TRY(check_open());
   refresh_peers(true);
-  const std::vector<FileStoreImpl*> stores = cap_stores();
+  const std::vector<std::shared_ptr<FileStoreImpl>> held = peers();  // alive for this prune
+  std::vector<FileStoreImpl*> stores{this};
+  for (const auto& p : held) stores.push_back(p.get());
   struct Item {
     FileStoreImpl* store;
     int shard;
