@@ -88,6 +88,11 @@ class Store {
   // store counts it host-wide; a tiered store in its own and its local
   // tier's counters. Others ignore it.
   virtual void count_copy_hit() {}
+  // Takes back the miss of a lookup that was then served after all (the
+  // caller waited for another process's compile of the same key and found
+  // its entry, counted as a hit): one lookup, counted once, as what it
+  // ended as. Never below zero. Others ignore it.
+  virtual void uncount_miss() {}
   virtual Status close() = 0;
   // "memory", "file", "remote", "tiered": for messages and stats.
   [[nodiscard]] virtual std::string name() const = 0;

@@ -217,6 +217,16 @@ class StoreState:
         except Exception:  # counting never fails a lookup
             st.errors += 1
 
+    def uncount_miss(self) -> None:
+        """Takes back the miss of a lookup that was served after all (it
+        waited for another process's compile and found the entry)."""
+        st = self.get_state()
+        try:
+            if st.store is not None:
+                st.store.uncount_miss()
+        except Exception:
+            st.errors += 1
+
     def recheck(self, key: bytes, *, host_code: bool = False):
         """A look again after a counted miss (under the compile lock): the
         entry if the local disk holds one now, else None without counting

@@ -412,17 +412,25 @@ class KernelCache:
         result now is, and takes the leader's own otherwise."""
         result, led = self._flights.run(key, lambda: self._look_again(key, load) or self._build_locked(key, load, build))
         if not led and reload:
-            hit = load()
+            hit = self._look_again(key, load)
             if hit is not None:
                 return hit
         return result
 
     def _look_again(self, key: str, load: Callable[[], Any]) -> Any:
         """A load after this call's counted miss: only where the disk holds
-        the entry now, so a build counts one miss, not one per look."""
+        the entry now, so a build counts one miss, not one per look; found
+        (another process or thread built it meanwhile), the earlier miss is
+        taken back: the call counts once, as the hit it ended as."""
         if self._store is not None and not self._store.disk_has(key.encode()):
             return None
-        return load()
+        hit = load()
+        if hit is not None and self._store is not None:
+            try:
+                self._store.uncount_miss()
+            except Exception:
+                self.errors += 1
+        return hit
 
     def _build_locked(self, key: str, load: Callable[[], Any], build: Callable[[], Any]) -> Any:
         """Builds under the library's per-key lock file, so processes of the

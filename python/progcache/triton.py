@@ -275,6 +275,9 @@ class CacheManager(_tcache.CacheManager, metaclass=abc.ABCMeta):
         else:
             paths = self._stored_group(filename, again=True)
         if paths is not None:
+            # Served after all (another process compiled it meanwhile): the
+            # lookup counts once, as the hit it ended as.
+            _STORE.uncount_miss()
             lock.release()
             return paths
         self._lock = lock

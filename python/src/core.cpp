@@ -253,6 +253,9 @@ class StoreHandle {
   // count_copy_hit).
   void count_copy_hit() { store()->count_copy_hit(); }
 
+  // A lookup that missed, then was served after a wait (Store::uncount_miss).
+  void uncount_miss() { store()->uncount_miss(); }
+
   // Whether the local disk tier holds a file for `key`, looked at without
   // counting a lookup (a look again under a lock, after a counted miss).
   // True when there is no disk tier: the caller then looks up as usual.
@@ -632,6 +635,7 @@ NB_MODULE(_core, m) {
       .def("put_entry", &StoreHandle::put_entry)
       .def("erase", &StoreHandle::erase)
       .def("count_copy_hit", &StoreHandle::count_copy_hit)
+      .def("uncount_miss", &StoreHandle::uncount_miss)
       .def("disk_has", &StoreHandle::disk_has, nb::arg("key"))
       .def("clear", &StoreHandle::clear)
       .def("count", &StoreHandle::count)

@@ -178,6 +178,9 @@ def test_kernel_cache_single_flight_processes(tmp_path):
         p.join()
     assert sum(b for b, _ in results) == 1
     assert len({a for _, a in results}) == 1
+    # One build, one miss; the three that waited for it were served: hits.
+    stats = KernelCache(tmp_path / "kc")._store.stats()
+    assert (stats["misses"], stats["hits"]) == (1, 3), stats
 
 
 def test_kernel_cache_leaves_no_lock_files_and_a_held_lock_only_delays(tmp_path):

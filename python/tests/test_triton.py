@@ -264,6 +264,12 @@ def test_eight_processes_compiling_one_new_kernel_compile_it_once(tmp_path):
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert sum(r["compiles"] for r in results) == 1, [r["compiles"] for r in results]
     assert len({r["kernels"][0]["cubin"] for r in results}) == 1
+    # One compile, one miss; the seven that waited for it were served: hits.
+    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(HERE, "..", "..", "build", "progcache"))
+    if os.access(cli, os.X_OK):
+        shown = json.loads(subprocess.run([cli, "--dir", root, "stats", "--json"], capture_output=True, text=True,
+                                          check=True).stdout)
+        assert (shown["root"]["misses"], shown["root"]["hits"]) == (1, 7), shown["root"]
 
 
 # ---------------------------------------------------------------- remote

@@ -157,6 +157,13 @@ class Tiered final : public TieredStore {
     if (Store* l = local()) l->count_copy_hit();
   }
 
+  void uncount_miss() override {
+    std::uint64_t n = m_misses.load(std::memory_order_relaxed);
+    while (n > 0 && !m_misses.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+    }
+    if (Store* l = local()) l->uncount_miss();
+  }
+
   std::vector<TierStats> tier_stats() override {
     std::vector<TierStats> out;
     for (Store* t : m_tiers) out.push_back({t->name(), t->stats()});

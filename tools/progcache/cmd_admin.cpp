@@ -294,13 +294,14 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
   const auto one = [](const char* name, const char* type, const char* help, double value) {
     std::printf("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
   };
-  const auto count = [](std::uint64_t n) { return static_cast<double>(n); };
-  one("progcache_root_entries", "gauge", "entries of every store of the root", count(r.entries));
-  one("progcache_root_bytes_stored", "gauge", "bytes of every store of the root (one cap bounds them)", count(r.bytes));
+  const auto as_double = [](std::uint64_t n) { return static_cast<double>(n); };
+  one("progcache_root_entries", "gauge", "entries of every store of the root", as_double(r.entries));
+  one("progcache_root_bytes_stored", "gauge", "bytes of every store of the root (one cap bounds them)",
+      as_double(r.bytes));
   one("progcache_root_hits_total", "counter", "lookups served (every store; the nvcc launcher's own count)",
-      count(r.hits));
+      as_double(r.hits));
   one("progcache_root_misses_total", "counter", "lookups missed (every store; the nvcc launcher's own count)",
-      count(r.misses));
+      as_double(r.misses));
   one("progcache_root_hit_rate", "gauge", "hits / (hits + misses) of the root", r.hit_rate());
   if (launcher.is_object()) {
     for (const char* field : {"hits", "misses", "compile_failed"}) {

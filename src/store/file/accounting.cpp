@@ -149,6 +149,19 @@ void Accounting::count(Event e) {
   if (m_map != nullptr) atomic_add(m_map->events[i], 1);
 }
 
+void Accounting::uncount_miss() {
+  const auto i = static_cast<int>(Event::miss);
+  std::uint64_t mine = m_events[i].load(std::memory_order_relaxed);
+  while (mine > 0 && !m_events[i].compare_exchange_weak(mine, mine - 1, std::memory_order_relaxed)) {
+  }
+  if (m_map == nullptr) return;
+  // Not below zero: a `stats --zero` between the miss and now took it already.
+  std::atomic_ref<std::int64_t> host(m_map->events[i]);
+  std::int64_t v = host.load(std::memory_order_relaxed);
+  while (v > 0 && !host.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+  }
+}
+
 void Accounting::read(std::uint64_t n) {
   m_meters.read(n);
   if (m_map != nullptr) atomic_add(m_map->bytes_read, static_cast<std::int64_t>(n));

@@ -55,6 +55,9 @@ class Accounting {
 
   // Counts one event, for this process and for the host.
   void count(Event e);
+  // Takes back one miss counted earlier, for this process and the host (a
+  // lookup served after all: see Store::uncount_miss); never below zero.
+  void uncount_miss();
   // Bytes of a hit served and of a put taken, for this process and the host.
   void read(std::uint64_t n);
   void wrote(std::uint64_t n);

@@ -63,7 +63,10 @@ class FileStoreImpl final : public FileStore {
   Result<std::uint64_t> count() override;
   Result<std::uint64_t> size_bytes() override;
   StoreStats stats() override;
-  void count_copy_hit() override { m_acct.count(Event::hit); }
+  void count_copy_hit() override { count_lookup(Event::hit); }
+  void uncount_miss() override {
+    if (m_opt.count_lookups) m_acct.uncount_miss();
+  }
   Status close() override;
   [[nodiscard]] std::string name() const override { return "file"; }
 
