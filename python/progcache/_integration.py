@@ -80,6 +80,7 @@ class StoreState:
         self._memory_bytes = memory_bytes
         self._remote = remote
         self._lock = threading.Lock()
+        self._lookups = threading.local()  # .missed: this thread's last get() was a counted miss
         self._opened: Optional[State] = None
         self._exit_registered = False
 
@@ -193,6 +194,7 @@ class StoreState:
         other lookup that finds host code (by name or by content) in a store
         that is not trusted with it is a miss."""
         st = self.get_state()
+        self._lookups.missed = False
         try:
             store = self._code_store(st) if host_code else st.store
             if store is None:
@@ -201,6 +203,8 @@ class StoreState:
         except Exception:  # a cache failure is a miss
             st.errors += 1
             return None
+        # The store counted a miss (and nothing else) for this lookup.
+        self._lookups.missed = found is None
         if found is not None and not host_code and self._mixed(st):
             if any(_core.classify_artifact(n, d) == "host" for n, d in found[1]):
                 st.errors += 1
@@ -216,6 +220,12 @@ class StoreState:
                 st.store.count_copy_hit()
         except Exception:  # counting never fails a lookup
             st.errors += 1
+
+    def missed(self) -> bool:
+        """Whether this thread's last get() was a miss the store counted
+        (not an error, not an entry refused after a counted hit): only such
+        a miss is taken back by uncount_miss()."""
+        return bool(getattr(self._lookups, "missed", False))
 
     def uncount_miss(self) -> None:
         """Takes back the miss of a lookup that was served after all (it

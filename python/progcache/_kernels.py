@@ -336,6 +336,7 @@ class KernelCache:
         self._lock_timeout_s = lock_timeout_s
         self._flights = _core.Flights()
         self._memory_lock = threading.Lock()
+        self._lookups = threading.local()  # .missed: this thread's last load was a counted miss
         self._memory: dict = {}  # tilelang kernels this instance loaded or compiled
         self.builds = 0  # builds run by this process (observable in tests)
         self.errors = 0  # failures of the cache that were turned into misses
@@ -350,7 +351,9 @@ class KernelCache:
 
     def _load(self, key: str) -> Optional[CachedKernel]:
         # Anything that is not what cached() writes is a miss, never an exception.
-        decoded = _integration.decode(self._store.get_entry(key.encode()))
+        raw = self._store.get_entry(key.encode())
+        self._lookups.missed = raw is None  # a miss the store counted
+        decoded = _integration.decode(raw)
         if decoded is None:
             return None
         meta, artifacts = decoded
@@ -403,21 +406,32 @@ class KernelCache:
         hit = self._load(key)
         if hit is not None:
             return hit
-        return self._single_flight(key, lambda: self._load(key),
+        return self._single_flight(key, lambda: self._load(key), self._missed(),
                                    lambda: self._build(func, args, kwargs, target, build, key, store=True))
 
-    def _single_flight(self, key: str, load: Callable[[], Any], build: Callable[[], Any], reload: bool = True) -> Any:
+    def _missed(self) -> bool:
+        """Whether this thread's last load was a miss the store counted."""
+        return bool(getattr(self._lookups, "missed", False))
+
+    def _single_flight(self, key: str, load: Callable[[], Any], missed: bool, build: Callable[[], Any],
+                       reload: bool = True) -> Any:
         """Threads of this process share one build (the library's flight
         table); a thread that waited looks in the store, where the leader's
-        result now is, and takes the leader's own otherwise."""
-        result, led = self._flights.run(key, lambda: self._look_again(key, load) or self._build_locked(key, load, build))
+        result now is, and takes the leader's own otherwise. ``missed``: the
+        caller's lookup before this was a miss the store counted (taken back
+        if a look again finds the entry)."""
+        def lead() -> Any:
+            hit = self._look_again(key, load, missed)
+            return hit if hit is not None else self._build_locked(key, load, missed, build)
+
+        result, led = self._flights.run(key, lead)
         if not led and reload:
-            hit = self._look_again(key, load)
+            hit = self._look_again(key, load, missed)
             if hit is not None:
                 return hit
         return result
 
-    def _look_again(self, key: str, load: Callable[[], Any]) -> Any:
+    def _look_again(self, key: str, load: Callable[[], Any], missed: bool) -> Any:
         """A load after this call's counted miss: only where the disk holds
         the entry now, so a build counts one miss, not one per look; found
         (another process or thread built it meanwhile), the earlier miss is
@@ -425,14 +439,14 @@ class KernelCache:
         if self._store is not None and not self._store.disk_has(key.encode()):
             return None
         hit = load()
-        if hit is not None and self._store is not None:
+        if hit is not None and missed and self._store is not None:
             try:
                 self._store.uncount_miss()
             except Exception:
                 self.errors += 1
         return hit
 
-    def _build_locked(self, key: str, load: Callable[[], Any], build: Callable[[], Any]) -> Any:
+    def _build_locked(self, key: str, load: Callable[[], Any], missed: bool, build: Callable[[], Any]) -> Any:
         """Builds under the library's per-key lock file, so processes of the
         host build a key once; a process looks again once it holds the lock. A
         lock that cannot be taken (timeout, unwritable directory) never stops
@@ -445,7 +459,7 @@ class KernelCache:
             # Look again under the lock, waited or not: a process that
             # stored the key between this one's miss and its lock leaves no
             # wait behind (seen as a second build of one key by 4 processes).
-            hit = self._look_again(key, load)
+            hit = self._look_again(key, load, missed)
             if hit is not None:
                 return hit
             return build()

@@ -527,12 +527,15 @@ def _cached_in(kc, func, out_idx, args, *, target, target_host, execution_backen
     if kernel is not None:
         return kernel
     load_args = (ctx, out_idx, pass_configs, compile_flags, func, verbose)
+    missed = [False]  # the first lookup was a miss the store counted
 
     def load():
         try:
             if not _loadable(kc._sharing, kc._signed):
                 return None
-            files = _files_of(kc._store.get_entry(ekey), cache, key)
+            raw = kc._store.get_entry(ekey)
+            missed[0] = raw is None
+            files = _files_of(raw, cache, key)
             if files is None:
                 return None
             d = os.path.join(_private_dir(), uuid.uuid4().hex)
@@ -561,7 +564,8 @@ def _cached_in(kc, func, out_idx, args, *, target, target_host, execution_backen
 
     kernel = load()
     if kernel is None:
-        kernel = kc._single_flight(ekey.hex(), load, build, reload=False)  # waiters share the leader's kernel
+        # Waiters share the leader's kernel.
+        kernel = kc._single_flight(ekey.hex(), load, missed[0], build, reload=False)
     with kc._memory_lock:
         return kc._memory.setdefault(ekey, kernel)
 

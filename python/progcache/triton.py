@@ -254,6 +254,7 @@ class CacheManager(_tcache.CacheManager, metaclass=abc.ABCMeta):
         paths = self._stored_group(filename)
         if paths is not None:
             return paths
+        missed = _STORE.missed()  # the lookup above was a miss the store counted
         # A miss: this process compiles. Others that miss the same key now
         # wait on the lock until put_group (or this manager's end) releases it.
         s = _STORE.get_state()
@@ -277,7 +278,8 @@ class CacheManager(_tcache.CacheManager, metaclass=abc.ABCMeta):
         if paths is not None:
             # Served after all (another process compiled it meanwhile): the
             # lookup counts once, as the hit it ended as.
-            _STORE.uncount_miss()
+            if missed:
+                _STORE.uncount_miss()
             lock.release()
             return paths
         self._lock = lock

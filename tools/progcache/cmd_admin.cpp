@@ -332,7 +332,8 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
       std::printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
       for (std::size_t i = 0; i < remote.size(); ++i) {
         const json& t = remote[i];
-        const json& v = t[field];
+        if (!t.contains(field)) continue;  // an unreachable tier reports no counts
+        const json& v = t.at(field);
         if (!v.is_number() && !v.is_boolean()) continue;
         const unsigned long long n = v.is_boolean() ? (v.get<bool>() ? 1ULL : 0ULL) : v.get<unsigned long long>();
         std::printf("%s{url=\"%s\",tier=\"%zu\"} %llu\n", name, prom_label(t["url"].get<std::string>()).c_str(), i, n);

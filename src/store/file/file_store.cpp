@@ -61,6 +61,13 @@ Status FileStoreImpl::init() {
 
 Status FileStoreImpl::init_peer() {
   PROGCACHE_TRY(m_dirs.check_root(m_layout.root()));
+  // The version directory too, as init() judges it: a link there could lead
+  // into another root.
+  auto dir = m_env->lstat(m_layout.dir());
+  if (!dir.ok()) return dir.status();
+  if (!m_dirs.acceptable(*dir)) {
+    return Status(Code::permission_denied, "'" + m_layout.dir() + "' is not a directory the store trusts");
+  }
   PROGCACHE_ASSIGN_OR_RETURN(m_evict_fd,
                              m_env->open_file(m_layout.evict_lock_path(), OpenMode::read_write, m_dirs.file_perms()));
   return m_acct.open_initialised(m_env, m_layout.accounting_path(), m_dirs.file_perms());
