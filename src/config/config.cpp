@@ -383,17 +383,33 @@ Status file_problem(Config& c, const ConfigOverrides& o, const std::string& path
   return {};
 }
 
+// The setting `name` names (its name in files, or its variable): its row,
+// or the variable of a library override (which has no row), or neither.
+struct NamedSetting {
+  const SettingRow* row = nullptr;
+  std::string_view library;
+};
+NamedSetting find_setting(std::string_view name) {
+  NamedSetting out;
+  for (const auto& r : k_rows) {
+    if (r.name == name || file_name_of(r.name) == name) out.row = &r;
+  }
+  for (const auto& lib : k_library_overrides) {
+    if (lib.variable == name || file_name_of(lib.variable) == name) out.library = lib.variable;
+  }
+  return out;
+}
+
+// A path setting's value as a file may hold it: absolute or under ~/.
+Status check_file_path(const SettingRow& row, const std::string& value, const std::string& what) {
+  if (!is_path_setting(row.name) || value.starts_with('/') || value.starts_with("~/")) return {};
+  return invalid_argument(what + " '" + value + "' is not an absolute path (or one under ~/)");
+}
+
 // Checks every line of `f` names a setting its scope may hold.
 Status check_names(const config_file::File& f, bool root_file) {
   for (const auto& line : f.lines) {
-    const SettingRow* row = nullptr;
-    for (const auto& r : k_rows) {
-      if (file_name_of(r.name) == line.name) row = &r;
-    }
-    std::string_view library;
-    for (const auto& lib : k_library_overrides) {
-      if (file_name_of(lib.variable) == line.name) library = lib.variable;
-    }
+    const auto [row, library] = find_setting(line.name);
     if (row == nullptr && library.empty()) {
       return invalid_argument(f.where(line) + ": unknown setting '" + line.name +
                               "' (progcache config lists every setting)");
@@ -401,10 +417,7 @@ Status check_names(const config_file::File& f, bool root_file) {
     const std::string why =
         row == nullptr ? refused_in(library, Scope::env_only, root_file) : refused_in(row->name, row->scope, root_file);
     if (!why.empty()) return invalid_argument(f.where(line) + ": " + line.name + " cannot be set here: " + why);
-    if (row != nullptr && is_path_setting(row->name) && !line.value.starts_with('/') && !line.value.starts_with("~/")) {
-      return invalid_argument(f.where(line) + ": " + line.name + " '" + line.value +
-                              "' is not an absolute path (or one under ~/)");
-    }
+    if (row != nullptr) PROGCACHE_TRY(check_file_path(*row, line.value, f.where(line) + ": " + line.name));
   }
   return {};
 }
@@ -615,15 +628,10 @@ std::string root_config_path(std::string_view root) {
 
 Result<ConfigChange> set_config_value(std::string_view setting, const std::optional<std::string>& value,
                                       ConfigFileScope scope, const Config& current) {
-  const SettingRow* row = nullptr;
-  for (const auto& r : k_rows) {
-    if (r.name == setting || file_name_of(r.name) == setting) row = &r;
-  }
-  for (const auto& lib : k_library_overrides) {
-    if (lib.variable == setting || file_name_of(lib.variable) == setting) {
-      return invalid_argument(file_name_of(lib.variable) +
-                              " cannot be set in a settings file: " + refused_in(lib.variable, Scope::env_only, false));
-    }
+  const auto [row, library] = find_setting(setting);
+  if (!library.empty()) {
+    return invalid_argument(file_name_of(library) +
+                            " cannot be set in a settings file: " + refused_in(library, Scope::env_only, false));
   }
   if (row == nullptr) {
     return invalid_argument("unknown setting '" + std::string(setting) + "' (progcache config lists every setting)");
@@ -655,9 +663,7 @@ Result<ConfigChange> set_config_value(std::string_view setting, const std::optio
     if (wanted->find_first_of(std::string("\n\r\0", 3)) != std::string::npos) {
       return invalid_argument(change.name + ": a value is one line");
     }
-    if (is_path_setting(row->name) && !wanted->starts_with('/') && !wanted->starts_with("~/")) {
-      return invalid_argument(change.name + " '" + *wanted + "' is not an absolute path (or one under ~/)");
-    }
+    PROGCACHE_TRY(check_file_path(*row, *wanted, change.name));
     Setting shown{std::string(row->name), "", change.path};
     const std::optional<std::string> text = is_path_setting(row->name) ? expand_home(*wanted) : *wanted;
     // A value that cannot be read (a key file missing) is a usage error.

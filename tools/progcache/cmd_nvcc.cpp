@@ -679,6 +679,19 @@ int open_counters(const StatsFile& where) {
   return -1;
 }
 
+// The counters as the open file holds them (at most 1 MiB read); null when
+// they are not a JSON object.
+json read_counters(int fd) {
+  std::string text;
+  std::array<char, 4096> buf{};
+  ssize_t n = 0;
+  while ((n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(text.size()))) > 0 && text.size() < (1U << 20)) {
+    text.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  json j = json::parse(text, nullptr, false);
+  return j.is_object() ? j : json(nullptr);
+}
+
 // Adds one to a counter in <root>/nvcc/launcher-stats.json.
 void count(const StatsFile& where, const std::string& counter, const std::string& reason = {}) {
   const int fd = open_counters(where);
@@ -687,14 +700,8 @@ void count(const StatsFile& where, const std::string& counter, const std::string
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  std::string text;
-  std::array<char, 4096> buf{};
-  ssize_t n = 0;
-  while ((n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(text.size()))) > 0 && text.size() < (1U << 20)) {
-    text.append(buf.data(), static_cast<std::size_t>(n));
-  }
-  json j = json::parse(text, nullptr, false);
-  if (!j.is_object()) j = json::object();
+  json j = read_counters(fd);
+  if (j.is_null()) j = json::object();
   auto bump = [](json& obj, const std::string& k) {
     if (!obj.contains(k) || !obj[k].is_number_unsigned()) obj[k] = 0U;
     obj[k] = obj[k].get<std::uint64_t>() + 1;
@@ -1169,14 +1176,7 @@ json launcher_stats_json(const std::string& root, pc::Sharing sharing) {
   } closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !trusted_stats_file(st, *where)) return nullptr;
-  std::string text;
-  std::array<char, 4096> buf{};
-  ssize_t n = 0;
-  while ((n = ::read(fd, buf.data(), buf.size())) > 0 && text.size() < (1U << 20)) {
-    text.append(buf.data(), static_cast<std::size_t>(n));
-  }
-  json j = json::parse(text, nullptr, false);
-  return j.is_object() ? j : json(nullptr);
+  return read_counters(fd);
 }
 
 void add_nvcc_command(CLI::App& app, std::vector<Command>& out) {
