@@ -100,6 +100,18 @@ TEST(RedisUrl, PasswordsHoldingSeparatorsParseAndNeverLeakIntoErrors) {
   }
 }
 
+// The harness itself: a server whose port another one took first fails at
+// once and is never mistaken for the other (concurrent tests pick ports).
+TEST(RedisHarness, AServerWhosePortIsTakenFailsAtOnceAndIsNotMistakenForTheOther) {
+  REQUIRE_REDIS();
+  RedisServer first;
+  ASSERT_TRUE(first.running());
+  const auto t0 = std::chrono::steady_clock::now();
+  RedisServer second({}, first.port());
+  EXPECT_FALSE(second.running());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+}
+
 TEST(RedisStore, PasswordFromTheOptionsServesUrlsThatCarryNone) {
   REQUIRE_REDIS();
   RedisServer server({"--requirepass", "opt-password"});

@@ -67,13 +67,22 @@ RedisCluster::RedisCluster(int primaries, int replicas_each) {
   for (int i = 0; i < n; ++i) {
     // A node is suspected after 1 s without an answer, so a failover takes
     // seconds, not the default 15.
-    m_nodes.push_back(
-        std::make_unique<RedisServer>(std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-node-timeout",
-                                                               "1000", "--cluster-config-file", "nodes.conf",
-                                                               // A replica syncs at once, not after the default 5 s.
-                                                               "--repl-diskless-sync-delay", "0"},
-                                      free_loopback_port_pair(10000)));
-    if (!m_nodes.back()->running()) return;
+    // A port found free can be taken by a concurrent test before this node
+    // binds it (the client port or the bus port, 10000 above): then the node
+    // exits at once and another pair of ports is tried.
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      auto node =
+          std::make_unique<RedisServer>(std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-node-timeout",
+                                                                 "1000", "--cluster-config-file", "nodes.conf",
+                                                                 // A replica syncs at once, not after the default 5 s.
+                                                                 "--repl-diskless-sync-delay", "0"},
+                                        free_loopback_port_pair(10000));
+      const bool up = node->running();
+      m_nodes.push_back(std::move(node));
+      if (up) break;
+      m_nodes.pop_back();
+    }
+    if (static_cast<int>(m_nodes.size()) != i + 1) return;
     create.push_back("127.0.0.1:" + std::to_string(m_nodes.back()->port()));
   }
   create.insert(create.end(), {"--cluster-replicas", std::to_string(replicas_each), "--cluster-yes"});

@@ -59,20 +59,25 @@ bool RedisServer::start() {
                                    "--protected-mode",
                                    "yes"};
   args.insert(args.end(), m_extra.begin(), m_extra.end());
+  const std::string log = m_dir + "/log";
+  const std::size_t logged_before = read_all(log).size();  // a restart appends to the log
   const pid_t pid = spawn_quiet(std::move(args));
   m_pid = pid;
-  // Ready when it accepts a connection and answers (PING may need AUTH).
-  for (int i = 0; i < 500; ++i) {
-    timeval tv{0, 100000};
-    redisContext* c = redisConnectWithTimeout("127.0.0.1", m_port, tv);
-    if (c != nullptr && c->err == 0) {
-      auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
-      const bool ok = r != nullptr;
-      if (r != nullptr) freeReplyObject(r);
-      redisFree(c);
+  // Ready when this server (not another one that took the port first) says
+  // so in its log and answers a connection. One that exits at once (its port
+  // taken) is seen at once, not after the whole wait.
+  for (int i = 0; i < 1000; ++i) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      m_pid = -1;
+      return false;
+    }
+    if (read_all(log).find("Ready to accept connections", logged_before) != std::string::npos) {
+      timeval tv{0, 100000};
+      redisContext* c = redisConnectWithTimeout("127.0.0.1", m_port, tv);
+      const bool ok = c != nullptr && c->err == 0;
+      if (c != nullptr) redisFree(c);
       if (ok) return true;
-    } else if (c != nullptr) {
-      redisFree(c);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
