@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -48,6 +49,39 @@ TEST(NvccCommandTest, EverySpellingOfAnOptionIsOneCanonicalWord) {
   EXPECT_EQ(md.depfile, "k.d");
   // Values are keyed: another -D is another command.
   EXPECT_NE(parse({"-c", "k.cu", "-DX=2"}).canonical, parse({"-c", "k.cu", "-DX=1"}).canonical);
+}
+
+TEST(NvccCommandTest, TheOutputsNameIsKeyedOnlyWhereWhatIsWrittenNamesIt) {
+  auto keyed_has = [](const Command& c, const std::string& w) {
+    const auto ws = keyed_words(c);
+    return std::find(ws.begin(), ws.end(), w) != ws.end();
+  };
+  const Command plain = parse({"-c", "k.cu", "-o", "a.o", "-MD", "-MF", "a.d", "-MT", "t.o"});
+  EXPECT_FALSE(plain.debug_info);
+  EXPECT_FALSE(keyed_has(plain, "--output-file=a.o"));
+  EXPECT_FALSE(keyed_has(plain, "--dependency-output=a.d"));
+  EXPECT_TRUE(keyed_has(plain, "--dependency-target-name=t.o"));
+  EXPECT_EQ(keyed_words(plain), keyed_words(parse({"-c", "k.cu", "-o", "b.o", "-MD", "-MF", "b.d", "-MT", "t.o"})));
+  // Without -MT the dependency file's target is the -o name.
+  EXPECT_TRUE(keyed_has(parse({"-c", "k.cu", "-o", "a.o", "-MD", "-MF", "a.d"}), "--output-file=a.o"));
+  // Debug information names the place: every spelling, every tool.
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"-g"},
+                                                {"-G"},
+                                                {"--device-debug"},
+                                                {"-lineinfo"},
+                                                {"-src-in-ptx"},
+                                                {"-Xcompiler", "-ggdb"},
+                                                {"-Xptxas", "-g"},
+                                                {"-Xptxas", "--generate-line-info"},
+                                                {"-Xnvlink", "--debug"}}) {
+    std::vector<std::string> args = {"-c", "k.cu", "-o", "a.o"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Command c = parse(args);
+    EXPECT_TRUE(c.uncacheable.empty()) << extra.back() << ": " << c.uncacheable;
+    EXPECT_TRUE(c.debug_info) << extra.back();
+    EXPECT_TRUE(keyed_has(c, "--output-file=a.o")) << extra.back();
+  }
+  EXPECT_FALSE(parse({"-c", "k.cu", "-Xcompiler", "-g0"}).debug_info);
 }
 
 TEST(NvccCommandTest, OutputsTakeNvccsDefaultNamesAndEachModeIsKnown) {

@@ -941,5 +941,111 @@ TEST_F(NvccLauncherTest, TheApparentDirectoryAndTmpdirThatDebugInformationNamesA
   EXPECT_EQ(launcher_stats()["uncacheable"].size(), 1U);
 }
 
+// ---- where the build runs (#2): two build directories of one checkout
+// share entries; what really depends on the place is keyed.
+
+class NvccLauncherPlaceTest : public NvccLauncherTest {
+ protected:
+  // A checkout at `root` (under the test's directory): src/k.cu including
+  // "params.h" from src/inc, and `builds` build directories beside src.
+  void checkout(const std::string& root, const std::string& scale, const std::vector<std::string>& builds) {
+    fs::create_directories(m_tmp.sub(root + "/src/inc"));
+    testing::write_all(m_tmp.sub(root + "/src/k.cu"), read("k.cu"));
+    testing::write_all(m_tmp.sub(root + "/src/inc/params.h"), "#define SCALE " + scale + "\n");
+    for (const auto& b : builds) fs::create_directories(m_tmp.sub(root + "/" + b + "/CMakeFiles/k.dir"));
+  }
+  // Runs the launcher (or, `plain`, nvcc itself) in `dir` (under the test's directory).
+  Ran in(const std::string& dir, const std::string& args, bool plain_nvcc = false) {
+    const std::string program = plain_nvcc ? quote(m_bin + "/nvcc") : cli() + " " + noting_nvcc();
+    return sh("sh -c " + quote("cd " + quote(m_tmp.sub(dir)) + " && exec " + program + " " + args));
+  }
+  // Runs `args` in `dir` until a run is served (a file written in the tick
+  // before a compile is not stored from it); false if none was.
+  bool stored_in(const std::string& dir, const std::string& args) {
+    for (int i = 0; i < 4; ++i) {
+      if (in(dir, args).code != 0) return false;
+      if (i > 0 && nvcc_runs() == 0) return true;
+      nvcc_runs();
+    }
+    return false;
+  }
+  std::string file(const std::string& rel) { return testing::read_all(m_tmp.sub(rel)); }
+};
+
+TEST_F(NvccLauncherPlaceTest, TwoBuildDirectoriesOfOneCheckoutShareEveryEntryAndServeWhatNvccWritesThere) {
+  checkout("ck", "2.0f", {"b1", "b2"});
+  const std::string src = m_tmp.sub("ck/src");
+  // As CMake writes it: absolute source and include paths, the object and
+  // its dependency file relative to the build directory.
+  const std::string object = "-arch=sm_90 -I " + quote(src + "/inc") +
+                             " -MD -MT CMakeFiles/k.dir/k.cu.o -MF CMakeFiles/k.dir/k.cu.o.d -x cu -c " +
+                             quote(src + "/k.cu") + " -o CMakeFiles/k.dir/k.cu.o";
+  const std::string cubin = "-arch=sm_90 -I " + quote(src + "/inc") + " -cubin " + quote(src + "/k.cu");
+  ASSERT_TRUE(stored_in("ck/b1", object));
+  ASSERT_TRUE(stored_in("ck/b1", cubin + " -o k.cubin"));
+  // The second build directory: every command served, nvcc never run.
+  ASSERT_EQ(in("ck/b2", object).code, 0);
+  ASSERT_EQ(in("ck/b2", cubin + " -o k.cubin").code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "a second build directory of the same checkout compiled again";
+  // Another output name is the same compile: served, byte for byte nvcc's.
+  ASSERT_EQ(in("ck/b2", cubin + " -o renamed.cubin").code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "another -o name compiled again";
+  const std::string served_object = file("ck/b2/CMakeFiles/k.dir/k.cu.o");
+  const std::string served_depfile = file("ck/b2/CMakeFiles/k.dir/k.cu.o.d");
+  ASSERT_EQ(in("ck/b2", object, true).code, 0);
+  EXPECT_TRUE(same(mask_temp_names(served_object), mask_temp_names(file("ck/b2/CMakeFiles/k.dir/k.cu.o"))));
+  EXPECT_EQ(served_depfile, file("ck/b2/CMakeFiles/k.dir/k.cu.o.d"));
+  ASSERT_EQ(in("ck/b2", cubin + " -o plain.cubin", true).code, 0);
+  EXPECT_TRUE(same(file("ck/b2/renamed.cubin"), file("ck/b2/plain.cubin")));
+  EXPECT_TRUE(same(file("ck/b2/k.cubin"), file("ck/b2/plain.cubin")));
+}
+
+TEST_F(NvccLauncherPlaceTest, RelativePathsAreResolvedWhereTheCommandRunsNotWhereItWasStored) {
+  // Two checkouts side by side, one command spelled with relative paths:
+  // the same words name other files in each, and each gets its own output.
+  checkout("ck1", "2.0f", {"build"});
+  checkout("ck2", "3.0f", {"build"});
+  checkout("ck3", "2.0f", {"build"});
+  const std::string args = "-arch=sm_90 -I ../src/inc -cubin ../src/k.cu -o k.cubin";
+  ASSERT_TRUE(stored_in("ck1/build", args));
+  // ck2: the header found through -I differs.
+  ASSERT_EQ(in("ck2/build", args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "ck1's output served for ck2's header";
+  ASSERT_EQ(in("ck2/build", args + " -o plain.cubin", true).code, 0);
+  EXPECT_TRUE(same(file("ck2/build/k.cubin"), file("ck2/build/plain.cubin")));
+  // ck3: the same files, and a header beside the source that the quoted
+  // include finds first (a place that was empty in ck1).
+  testing::write_all(m_tmp.sub("ck3/src/params.h"), "#define SCALE 4.0f\n");
+  ASSERT_EQ(in("ck3/build", args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "ck1's output served though a header shadows ck3's";
+  ASSERT_EQ(in("ck3/build", args + " -o plain.cubin", true).code, 0);
+  EXPECT_TRUE(same(file("ck3/build/k.cubin"), file("ck3/build/plain.cubin")));
+}
+
+TEST_F(NvccLauncherPlaceTest, DebugInformationAndADependencyTargetKeepThePlaceAndTheNameInTheKey) {
+  checkout("ck", "2.0f", {"b1", "b2"});
+  const std::string src = m_tmp.sub("ck/src");
+  // -g: the object names the directory it was compiled in.
+  const std::string debug = "-arch=sm_90 -I " + quote(src + "/inc") + " -g -c " + quote(src + "/k.cu") + " -o k.o";
+  ASSERT_TRUE(stored_in("ck/b1", debug));
+  ASSERT_EQ(in("ck/b2", debug).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "an object with debug information served in another directory";
+  EXPECT_NE(file("ck/b2/k.o").find(m_tmp.sub("ck/b2")), std::string::npos) << "the object does not name b2";
+  // The same for the host compiler's and ptxas's own debug words.
+  for (const std::string extra : {"-Xcompiler -g", "-Xptxas -lineinfo", "-lineinfo"}) {
+    const std::string cmd = "-arch=sm_90 -I " + quote(src + "/inc") + " " + extra + " -c " + quote(src + "/k.cu");
+    ASSERT_TRUE(stored_in("ck/b1", cmd + " -o x.o")) << extra;
+    ASSERT_EQ(in("ck/b2", cmd + " -o x.o").code, 0);
+    EXPECT_EQ(nvcc_runs(), 1) << extra << ": served in another directory";
+  }
+  // -MD without -MT: the dependency file's target is the output's name.
+  const std::string cubin = "-arch=sm_90 -I " + quote(src + "/inc") + " -cubin " + quote(src + "/k.cu");
+  ASSERT_TRUE(stored_in("ck/b1", cubin + " -o a.cubin -MD -MF a.d"));
+  ASSERT_EQ(in("ck/b1", cubin + " -o b.cubin -MD -MF b.d").code, 0);
+  const std::string served = file("ck/b1/b.d");
+  ASSERT_EQ(in("ck/b1", cubin + " -o b.cubin -MD -MF b.d", true).code, 0);
+  EXPECT_EQ(served, file("ck/b1/b.d")) << "a dependency file naming another target was served";
+}
+
 }  // namespace
 }  // namespace progcache

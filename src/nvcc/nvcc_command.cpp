@@ -348,6 +348,10 @@ class Parser {
           return refuse("--" + std::string(n) + " '" + *value + "' depends on the GPUs of the machine");
       }
     }
+    if (n == "debug" || n == "device-debug" || n == "generate-line-info" || n == "source-in-ptx") {
+      m_cmd.debug_info = true;
+    }
+    if (n == "dependency-target-name") m_target_named = true;
     if (n == "pre-include") {
       for (auto& f : split_commas(*value)) m_cmd.pre_includes.push_back(std::move(f));
     }
@@ -413,6 +417,7 @@ class Parser {
         continue;
       }
       if (!plain_host_flag(w)) return refuse("host compiler word '" + w + "' may read files the key cannot see");
+      if (w.starts_with("-g") && w != "-g0") m_cmd.debug_info = true;
       // -march=native, -mtune=native, -mcpu=native: decided by the CPU of
       // the machine that compiles, which the key does not hold.
       if (w.ends_with("=native")) return refuse("host compiler word '" + w + "' depends on the machine's CPU");
@@ -424,6 +429,11 @@ class Parser {
   void tool_words(const std::string& tool, const std::vector<std::string>& ws, int depth) {
     for (std::size_t i = 0; i < ws.size() && m_cmd.uncacheable.empty(); ++i) {
       const std::string& w = ws[i];
+      // ptxas's and nvlink's own debug words (-g, --device-debug, -lineinfo).
+      if ((w.starts_with("-g") && w != "-g0") || w.find("debug") != std::string::npos ||
+          w.find("line") != std::string::npos) {
+        m_cmd.debug_info = true;
+      }
       std::optional<std::string> file;
       if (w.starts_with("@")) {
         file = w.substr(1);
@@ -468,6 +478,7 @@ class Parser {
     if (!cuda) return refuse("input '" + m_cmd.input + "' is not CUDA source (.cu)");
     if (m_md != m_mf.has_value()) return refuse(m_md ? "-MD without -MF" : "-MF without -MD");
     if (m_mf) m_cmd.depfile = m_mf;
+    m_cmd.output_name_written = m_mf.has_value() && !m_target_named;
     if (m_output) {
       if (*m_output == "-" || m_output->empty()) return refuse("output to standard output");
       m_cmd.output = *m_output;
@@ -489,6 +500,7 @@ class Parser {
   std::vector<Mode> m_modes;
   std::optional<std::string> m_output;
   bool m_md = false;
+  bool m_target_named = false;  // -MT
   std::optional<std::string> m_mf;
   std::optional<std::string> m_language;
   std::vector<std::string> m_includes, m_system;
@@ -519,6 +531,17 @@ const char* mode_name(Mode m) {
 
 Command parse_command(const std::vector<std::string>& args, const ReadFile& read_file, const EnvFlags& env) {
   return Parser(read_file).run(args, env);
+}
+
+std::vector<std::string> keyed_words(const Command& cmd) {
+  if (cmd.debug_info || cmd.output_name_written) return cmd.canonical;
+  std::vector<std::string> out;
+  out.reserve(cmd.canonical.size());
+  for (const auto& w : cmd.canonical) {
+    if (w.starts_with("--output-file=") || w.starts_with("--dependency-output=")) continue;
+    out.push_back(w);
+  }
+  return out;
 }
 
 Result<std::vector<std::string>> split_env_flags(std::string_view value) {

@@ -54,6 +54,16 @@ struct Command {
   // nvcc's -include files (--pre-include), as given: found in the working
   // directory first, then along the include search.
   std::vector<std::string> pre_includes;
+  // Whether the compile writes where it ran into what it makes: debug
+  // information (-g, -G, -lineinfo, -src-in-ptx, or a debug word for the
+  // host compiler or ptxas) names the working directory, the temporary
+  // files' directory and the output's. Without it the output depends on
+  // none of them, and neither does the key: two build directories of one
+  // checkout share entries.
+  bool debug_info = false;
+  // Whether the output's name is in what the command writes: the
+  // dependency file's target when no -MT names one (nvcc writes the -o name).
+  bool output_name_written = false;
   // -ccbin's value, if given.
   std::optional<std::string> ccbin;
   // Every file read by name from the command line besides the source and
@@ -79,6 +89,11 @@ struct EnvFlags {
   std::optional<std::string> ptxas;
   std::optional<std::string> cudafe;
 };
+
+// The words of `cmd.canonical` the key holds: all of them, less the output
+// file's and the dependency file's names where the output does not depend
+// on them (not `debug_info`, not `output_name_written`).
+std::vector<std::string> keyed_words(const Command& cmd);
 
 // Reads an options file (--options-file): its text, or an error.
 using ReadFile = std::function<Result<std::string>(const std::string& path)>;

@@ -217,7 +217,7 @@ std::optional<std::string> unfollowed_variable(const std::vector<std::string>& n
 
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
   KeyBuilder kb("nvcc-manifest");
-  kb.add_int("launcher-schema", 4);
+  kb.add_int("launcher-schema", 5);
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
@@ -226,24 +226,28 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
     const char* value = std::getenv(v.c_str());
     kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
   }
-  std::error_code ec;
-  const std::string cwd = std::filesystem::current_path(ec).string();
-  kb.add_string("cwd", cwd);
-  // The host compiler writes $PWD into debug information when it names the
-  // working directory (a path through a link to it), and nvcc names its
-  // temporary files under $TMPDIR inside -g objects.
-  // As the host compiler judges it: $PWD names the working directory when
-  // both are one file (two stats on every lookup, not two path walks).
-  const char* pwd = std::getenv("PWD");
-  struct stat here {};
-  struct stat there {};
-  const bool names_cwd = pwd != nullptr && ::stat(".", &here) == 0 && ::stat(pwd, &there) == 0 &&
-                         here.st_dev == there.st_dev && here.st_ino == there.st_ino;
-  kb.add_string("pwd", names_cwd ? pwd : "");
-  const char* tmpdir = std::getenv("TMPDIR");
-  kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
+  // Where the compile runs is in its output only through debug information
+  // (the working directory, $PWD when it names it through another path,
+  // nvcc's temporary files under $TMPDIR). Without it, paths in the key and
+  // the manifest are as the command spells them, resolved against the
+  // working directory at each lookup: two build directories of one checkout
+  // share entries, as with ccache's hash_dir for builds without -g.
+  if (cmd.debug_info) {
+    std::error_code ec;
+    kb.add_string("cwd", std::filesystem::current_path(ec).string());
+    // As the host compiler judges it: $PWD names the working directory
+    // when both are one file.
+    const char* pwd = std::getenv("PWD");
+    struct stat here {};
+    struct stat there {};
+    const bool names_cwd = pwd != nullptr && ::stat(".", &here) == 0 && ::stat(pwd, &there) == 0 &&
+                           here.st_dev == there.st_dev && here.st_ino == there.st_ino;
+    kb.add_string("pwd", names_cwd ? pwd : "");
+    const char* tmpdir = std::getenv("TMPDIR");
+    kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
+  }
   kb.add_string("mode", nv::mode_name(cmd.mode));
-  for (const auto& w : cmd.canonical) kb.add_string("arg", w);
+  for (const auto& w : nv::keyed_words(cmd)) kb.add_string("arg", w);
   // Response and options files of every tool, the host compiler's -include
   // and -imacros: read by name, listed in no dependency output.
   for (const auto& f : cmd.read_files) kb.add_string("read-file", f.path).add_bytes("sha256", f.sha256);
