@@ -778,6 +778,30 @@ TEST_F(NvccLauncherOracleTest, AHeaderAProbeOrAnIncludeDidNotFindIsCompiledAgain
   EXPECT_NE(served.code, 0);
 }
 
+TEST_F(NvccLauncherOracleTest, TwoHeaderVersionsSwitchedBackAndForthAreEachServedAsNvccWritesThem) {
+  // A branch switch (or a generated header) alternating between two texts:
+  // after one compile of each, every switch is served, and each served
+  // cubin is the one nvcc makes of that text.
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  const std::vector<std::string> versions = {"#define SCALE 2.0f\n", "#define SCALE 3.0f\n"};
+  std::vector<std::string> plain_cubins;
+  for (const auto& v : versions) {
+    write("inc/params.h", v);
+    ASSERT_EQ(plain(args + " -o plain.cubin").code, 0);
+    plain_cubins.push_back(read("plain.cubin"));
+    // Stored once its header is past the clock tick of its writing.
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(args).code, 0);
+  }
+  nvcc_runs();
+  for (int round = 0; round < 4; ++round) {
+    const std::size_t i = round % 2;
+    write("inc/params.h", versions[i]);
+    ASSERT_EQ(launch(args).code, 0);
+    EXPECT_EQ(nvcc_runs(), 0) << "switch " << round << " compiled again";
+    EXPECT_TRUE(same(read("k.cubin"), plain_cubins[i])) << "switch " << round << " served another version's cubin";
+  }
+}
+
 TEST_F(NvccLauncherOracleTest, AnOptionsFileNvccSplitsOtherwiseThanAShellIsRefused) {
   write("h.cu", "__global__ void scale(float* x) { x[0] *= HOST_SCALE; }\n");
   write("o.opt", "-DHOST_SCALE=2\n");

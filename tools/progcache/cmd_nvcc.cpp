@@ -52,6 +52,7 @@
 #include "cli.h"
 #include "compile/include_lexer.h"
 #include "compile/scan_files.h"
+#include "nvcc/manifest.h"
 #include "nvcc/nvcc_command.h"
 #include "progcache/key.h"
 #include "progcache/trust.h"
@@ -252,122 +253,6 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // and -imacros: read by name, listed in no dependency output.
   for (const auto& f : cmd.read_files) kb.add_string("read-file", f.path).add_bytes("sha256", f.sha256);
   return kb.finish();
-}
-
-// ---- the manifest
-
-struct Dep {
-  std::string path;
-  dt::FileStamp stamp;
-  bool recent = false;  // changed just before it was recorded: always hashed
-  std::string sha256;   // raw
-};
-struct Manifest {
-  std::vector<Dep> deps;
-  std::vector<std::string> absent;
-  std::vector<std::string> present;  // found by a probe (__has_include, an include in a branch not taken)
-};
-
-// The manifest as text, one record a line (the path last, so it may hold
-// spaces; the dependency file format cannot name a path with a newline):
-//   progcache-nvcc-manifest 1
-//   D <dev> <ino> <size> <mtime ns> <ctime ns> <recent 0|1> <sha256 hex> <path>
-//   A <path that must stay absent>
-//   P <path that must stay present>
-// Text a warm lookup reads with from_chars: a fifth of the JSON parse.
-constexpr std::string_view k_manifest_magic = "progcache-nvcc-manifest 2\n";
-
-std::string encode_manifest(const Manifest& m) {
-  std::string out(k_manifest_magic);
-  for (const auto& d : m.deps) {
-    out += "D " + std::to_string(d.stamp.dev) + " " + std::to_string(d.stamp.ino) + " " + std::to_string(d.stamp.size) +
-           " " + std::to_string(d.stamp.mtime) + " " + std::to_string(d.stamp.ctime) + " " + (d.recent ? "1 " : "0 ") +
-           pc::Key::from_raw(d.sha256)->hex() + " " + d.path + "\n";
-  }
-  for (const auto& a : m.absent) out += "A " + a + "\n";
-  for (const auto& p : m.present) out += "P " + p + "\n";
-  return out;
-}
-
-std::optional<Manifest> decode_manifest(std::string_view text) {
-  if (!text.starts_with(k_manifest_magic)) return std::nullopt;
-  text.remove_prefix(k_manifest_magic.size());
-  Manifest m;
-  while (!text.empty()) {
-    const auto nl = text.find('\n');
-    if (nl == std::string_view::npos) return std::nullopt;  // cut short
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl + 1);
-    if (line.starts_with("A ")) {
-      m.absent.emplace_back(line.substr(2));
-      continue;
-    }
-    if (line.starts_with("P ")) {
-      m.present.emplace_back(line.substr(2));
-      continue;
-    }
-    if (!line.starts_with("D ")) return std::nullopt;
-    line.remove_prefix(2);
-    Dep d;
-    auto number = [&line](auto& out) {
-      const auto r = std::from_chars(line.data(), line.data() + line.size(), out);
-      if (r.ec != std::errc() || r.ptr == line.data() + line.size() || *r.ptr != ' ') return false;
-      line.remove_prefix(static_cast<std::size_t>(r.ptr - line.data()) + 1);
-      return true;
-    };
-    int recent = 0;
-    if (!number(d.stamp.dev) || !number(d.stamp.ino) || !number(d.stamp.size) || !number(d.stamp.mtime) ||
-        !number(d.stamp.ctime) || !number(recent) || line.size() < 66 || line[64] != ' ') {
-      return std::nullopt;
-    }
-    auto digest = pc::Key::from_hex(line.substr(0, 64));
-    if (!digest.ok()) return std::nullopt;
-    d.recent = recent != 0;
-    d.sha256 = std::string(digest->view());
-    d.path = std::string(line.substr(65));
-    m.deps.push_back(std::move(d));
-  }
-  return m;
-}
-
-std::optional<std::string> file_digest(const std::string& path) {
-  auto text = dt::read_regular(path);
-  if (!text.ok()) return std::nullopt;
-  const auto d = pc::sha256(*text);
-  return std::string(pc::as_view(d));
-}
-
-pc::Key result_key(const pc::Key& mkey, const std::vector<std::pair<std::string, std::string>>& files) {
-  KeyBuilder kb("nvcc-result");
-  kb.add_bytes("manifest", mkey.view());
-  for (const auto& [path, digest] : files) kb.add_string("file", path).add_bytes("sha256", digest);
-  return kb.finish();
-}
-
-// The result key the manifest leads to now, or nullopt when a listed file
-// is gone or a place that must stay empty holds a file.
-std::optional<pc::Key> check_manifest(const pc::Key& mkey, const Manifest& m) {
-  std::vector<std::pair<std::string, std::string>> files;
-  for (const auto& d : m.deps) {
-    struct stat st {};
-    if (::stat(d.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-    if (!d.recent && dt::stamp_of(st) == d.stamp) {
-      files.emplace_back(d.path, d.sha256);
-      continue;
-    }
-    auto digest = file_digest(d.path);
-    if (!digest) return std::nullopt;
-    files.emplace_back(d.path, std::move(*digest));
-  }
-  for (const auto& a : m.absent) {
-    struct stat st {};
-    if (::stat(a.c_str(), &st) == 0) return std::nullopt;
-  }
-  for (const auto& p : m.present) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0) return std::nullopt;
-  }
-  return result_key(mkey, files);
 }
 
 // ---- where a header created later would be found first
@@ -952,11 +837,20 @@ class Launcher {
     if (!got.ok() || !got->has_value()) return std::nullopt;
     const pc::Artifact* text = (*got)->find("manifest");
     if (text == nullptr) return std::nullopt;
-    auto m = decode_manifest(text->data.view());
+    auto m = nv::decode_manifest(text->data.view());
     if (!m) return std::nullopt;
-    auto rkey = check_manifest(m_mkey, *m);
-    if (!rkey) return std::nullopt;
-    auto entry = m_store->get(*rkey);
+    std::optional<int> served;
+    nv::serve_first_holding(m_mkey, *m, [&](const pc::Key& rkey) {
+      served = serve_result(rkey);
+      return served.has_value();
+    });
+    return served;
+  }
+
+  // The result under `rkey`, written out: 0, or nullopt when it is not
+  // there or cannot be written (then the next result, or a compile).
+  std::optional<int> serve_result(const pc::Key& rkey) {
+    auto entry = m_store->get(rkey);
     if (!entry.ok() || !entry->has_value()) return std::nullopt;
     const pc::Artifact* output = (*entry)->find("output");
     const pc::Artifact* depfile = (*entry)->find("depfile");
@@ -1026,7 +920,7 @@ class Launcher {
     const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
     places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
     for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
-    Manifest m;
+    nv::ManifestRecord m;
     std::vector<std::pair<std::string, std::string>> files;
     const std::int64_t now = dt::now_ns();
     for (const auto& path : *deps) {
@@ -1052,7 +946,7 @@ class Launcher {
         return not_stored("an input changed while nvcc ran");
       }
       const bool recent = now - std::max(stamp.mtime, stamp.ctime) < dt::k_recent_ns;
-      m.deps.push_back({path, stamp, recent, *digest});
+      m.files.push_back({path, stamp, recent, *digest});
       files.emplace_back(path, *digest);
     }
     m.absent = places.absent();
@@ -1068,16 +962,29 @@ class Launcher {
     if (!ran.out.empty()) artifacts.push_back({"stdout", pc::Bytes::copy_of(ran.out)});
     if (!ran.err.empty()) artifacts.push_back({"stderr", pc::Bytes::copy_of(ran.err)});
     const json meta = {{"kind", std::string("nvcc-") + nv::mode_name(m_cmd.mode)}, {"name", m_cmd.input}};
-    const pc::Key rkey = result_key(m_mkey, files);
+    const pc::Key rkey = nv::result_key(m_mkey, files);
     if (auto st = m_store->put(rkey, pc::Entry(meta.dump(), std::move(artifacts))); !st.ok()) {
       return not_stored("the store refused the entry");
     }
     const json mmeta = {{"kind", "nvcc-manifest"}, {"name", m_cmd.input}};
-    if (auto st = m_store->put(m_mkey, pc::Entry(mmeta.dump(), {{"manifest", pc::Bytes::adopt(encode_manifest(m))}}));
+    if (auto st = m_store->put(
+            m_mkey, pc::Entry(mmeta.dump(),
+                              {{"manifest", pc::Bytes::adopt(nv::encode_manifest(nv::add_result(merge_base(), m)))}}));
         !st.ok()) {
       return not_stored("the store refused the manifest");
     }
     return 0;
+  }
+
+  // The manifest this compile's result joins: the store's as it is now
+  // (another process may have added a result while nvcc ran), or none. One
+  // that cannot be read is replaced.
+  std::optional<nv::Manifest> merge_base() {
+    auto got = m_store->get(m_mkey);
+    if (!got.ok() || !got->has_value()) return std::nullopt;
+    const pc::Artifact* text = (*got)->find("manifest");
+    if (text == nullptr) return std::nullopt;
+    return nv::decode_manifest(text->data.view());
   }
 
   // nvcc succeeded; its result is simply not kept.

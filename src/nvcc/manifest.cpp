@@ -1,0 +1,249 @@
+#include "nvcc/manifest.h"
+
+#include <sys/stat.h>
+
+#include <charconv>
+#include <map>
+
+#include "progcache/hash.h"
+
+namespace progcache::nvcc {
+
+namespace {
+
+// The text, one record a line (paths last, so they may hold spaces; the
+// dependency file format cannot name a path with a newline):
+//   progcache-nvcc-manifest 3
+//   F <dev> <ino> <size> <mtime ns> <ctime ns> <recent 0|1> <sha256 hex> <path>
+//   A <path that must stay absent>
+//   P <path that must stay present>
+//   R <file indexes> <absent indexes> <present indexes>   (comma-separated, '-' for none)
+// Text a warm lookup reads with from_chars: a fifth of a JSON parse.
+constexpr std::string_view k_magic = "progcache-nvcc-manifest 3\n";
+
+void append_indexes(std::string& out, const std::vector<std::uint32_t>& v) {
+  if (v.empty()) {
+    out += '-';
+    return;
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i != 0) out += ',';
+    out += std::to_string(v[i]);
+  }
+}
+
+// Reads "1,2,3" or "-" up to the next space (or the end), each below `bound`.
+bool read_indexes(std::string_view& line, std::uint32_t bound, std::vector<std::uint32_t>& out) {
+  const auto end = line.find(' ');
+  std::string_view field = line.substr(0, end);
+  line.remove_prefix(end == std::string_view::npos ? line.size() : end + 1);
+  if (field == "-") return true;
+  while (!field.empty()) {
+    std::uint32_t v = 0;
+    const auto r = std::from_chars(field.data(), field.data() + field.size(), v);
+    if (r.ec != std::errc() || v >= bound) return false;
+    out.push_back(v);
+    field.remove_prefix(static_cast<std::size_t>(r.ptr - field.data()));
+    if (field.empty()) break;
+    if (field.front() != ',' || field.size() == 1) return false;
+    field.remove_prefix(1);
+  }
+  return true;
+}
+
+bool read_file_line(std::string_view line, ManifestFile& f) {
+  auto number = [&line](auto& out) {
+    const auto r = std::from_chars(line.data(), line.data() + line.size(), out);
+    if (r.ec != std::errc() || r.ptr == line.data() + line.size() || *r.ptr != ' ') return false;
+    line.remove_prefix(static_cast<std::size_t>(r.ptr - line.data()) + 1);
+    return true;
+  };
+  int recent = 0;
+  if (!number(f.stamp.dev) || !number(f.stamp.ino) || !number(f.stamp.size) || !number(f.stamp.mtime) ||
+      !number(f.stamp.ctime) || !number(recent) || line.size() < 66 || line[64] != ' ') {
+    return false;
+  }
+  auto digest = Key::from_hex(line.substr(0, 64));
+  if (!digest.ok()) return false;
+  f.recent = recent != 0;
+  f.sha256 = std::string(digest->view());
+  f.path = std::string(line.substr(65));
+  return !f.path.empty();
+}
+
+}  // namespace
+
+ManifestRecord Manifest::record(std::size_t i) const {
+  ManifestRecord r;
+  for (auto f : results[i].files) r.files.push_back(files[f]);
+  for (auto a : results[i].absent) r.absent.push_back(absent[a]);
+  for (auto p : results[i].present) r.present.push_back(present[p]);
+  return r;
+}
+
+std::string encode_manifest(const Manifest& m) {
+  std::string out(k_magic);
+  for (const auto& f : m.files) {
+    out += "F " + std::to_string(f.stamp.dev) + " " + std::to_string(f.stamp.ino) + " " + std::to_string(f.stamp.size) +
+           " " + std::to_string(f.stamp.mtime) + " " + std::to_string(f.stamp.ctime) + " " + (f.recent ? "1 " : "0 ") +
+           Key::from_raw(f.sha256)->hex() + " " + f.path + "\n";
+  }
+  for (const auto& a : m.absent) out += "A " + a + "\n";
+  for (const auto& p : m.present) out += "P " + p + "\n";
+  for (const auto& r : m.results) {
+    out += "R ";
+    append_indexes(out, r.files);
+    out += ' ';
+    append_indexes(out, r.absent);
+    out += ' ';
+    append_indexes(out, r.present);
+    out += '\n';
+  }
+  return out;
+}
+
+std::optional<Manifest> decode_manifest(std::string_view text) {
+  if (!text.starts_with(k_magic)) return std::nullopt;
+  text.remove_prefix(k_magic.size());
+  Manifest m;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    if (nl == std::string_view::npos) return std::nullopt;  // cut short
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl + 1);
+    if (line.size() < 2 || line[1] != ' ') return std::nullopt;
+    const char tag = line[0];
+    line.remove_prefix(2);
+    // Tables come before the results that index them.
+    if (tag != 'R' && !m.results.empty()) return std::nullopt;
+    if (tag == 'F') {
+      if (!m.absent.empty() || !m.present.empty()) return std::nullopt;
+      ManifestFile f;
+      if (!read_file_line(line, f)) return std::nullopt;
+      m.files.push_back(std::move(f));
+    } else if (tag == 'A') {
+      if (!m.present.empty() || line.empty()) return std::nullopt;
+      m.absent.emplace_back(line);
+    } else if (tag == 'P') {
+      if (line.empty()) return std::nullopt;
+      m.present.emplace_back(line);
+    } else if (tag == 'R') {
+      Manifest::Result r;
+      if (!read_indexes(line, static_cast<std::uint32_t>(m.files.size()), r.files) ||
+          !read_indexes(line, static_cast<std::uint32_t>(m.absent.size()), r.absent) ||
+          !read_indexes(line, static_cast<std::uint32_t>(m.present.size()), r.present) || !line.empty() ||
+          r.files.empty()) {
+        return std::nullopt;
+      }
+      m.results.push_back(std::move(r));
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (m.results.empty()) return std::nullopt;
+  return m;
+}
+
+Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r, std::size_t limit) {
+  // Rebuilt from the records kept, newest first: rows no kept result uses
+  // go, and a file's newest stamp is the one kept.
+  std::vector<ManifestRecord> kept = {r};
+  auto same_result = [](const ManifestRecord& a, const ManifestRecord& b) {
+    if (a.files.size() != b.files.size() || a.absent != b.absent || a.present != b.present) return false;
+    for (std::size_t i = 0; i < a.files.size(); ++i) {
+      if (a.files[i].path != b.files[i].path || a.files[i].sha256 != b.files[i].sha256) return false;
+    }
+    return true;
+  };
+  if (old) {
+    for (std::size_t i = 0; i < old->results.size() && kept.size() < limit; ++i) {
+      ManifestRecord o = old->record(i);
+      if (!same_result(o, r)) kept.push_back(std::move(o));
+    }
+  }
+  Manifest m;
+  std::map<std::pair<std::string, std::string>, std::uint32_t> file_index;
+  std::map<std::string, std::uint32_t> absent_index, present_index;
+  auto index_of = [](std::map<std::string, std::uint32_t>& index, std::vector<std::string>& table,
+                     const std::string& place) {
+    const auto [it, added] = index.try_emplace(place, static_cast<std::uint32_t>(table.size()));
+    if (added) table.push_back(place);
+    return it->second;
+  };
+  for (const auto& rec : kept) {
+    Manifest::Result res;
+    for (const auto& f : rec.files) {
+      const auto [it, added] = file_index.try_emplace({f.path, f.sha256}, static_cast<std::uint32_t>(m.files.size()));
+      if (added) m.files.push_back(f);
+      res.files.push_back(it->second);
+    }
+    for (const auto& a : rec.absent) res.absent.push_back(index_of(absent_index, m.absent, a));
+    for (const auto& p : rec.present) res.present.push_back(index_of(present_index, m.present, p));
+    m.results.push_back(std::move(res));
+  }
+  return m;
+}
+
+Key result_key(const Key& mkey, const std::vector<std::pair<std::string, std::string>>& files) {
+  KeyBuilder kb("nvcc-result");
+  kb.add_bytes("manifest", mkey.view());
+  for (const auto& [path, digest] : files) kb.add_string("file", path).add_bytes("sha256", digest);
+  return kb.finish();
+}
+
+bool serve_first_holding(const Key& mkey, const Manifest& m, const std::function<bool(const Key&)>& serve) {
+  // What each path holds now, looked at once: its digest (nullopt: gone or
+  // unreadable), and whether each place exists.
+  std::map<std::string, std::optional<std::string>> digest_now;
+  auto digest_of = [&](const ManifestFile& f) -> const std::optional<std::string>& {
+    // Keyed by path: two rows of one path (two versions) share one stat,
+    // and the file is hashed at most once.
+    const auto found = digest_now.find(f.path);
+    if (found != digest_now.end()) return found->second;
+    std::optional<std::string> d;
+    struct stat st {};
+    if (::stat(f.path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      // An unchanged stat vouches for the recorded digest of one row only;
+      // the same path under another row is compared by that digest below.
+      if (!f.recent && detail::stamp_of(st) == f.stamp) {
+        d = f.sha256;
+      } else if (auto text = detail::read_regular(f.path); text.ok()) {
+        const auto sum = sha256(*text);
+        d = std::string(as_view(sum));
+      }
+    }
+    return digest_now.emplace(f.path, std::move(d)).first->second;
+  };
+  std::vector<std::optional<bool>> absent_holds(m.absent.size()), present_holds(m.present.size());
+  auto exists = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0;
+  };
+  for (const auto& r : m.results) {
+    std::vector<std::pair<std::string, std::string>> files;
+    bool holds = true;
+    for (auto i : r.files) {
+      const ManifestFile& f = m.files[i];
+      const auto& d = digest_of(f);
+      if (!d || *d != f.sha256) {
+        holds = false;
+        break;
+      }
+      files.emplace_back(f.path, *d);
+    }
+    for (std::size_t k = 0; holds && k < r.absent.size(); ++k) {
+      auto& h = absent_holds[r.absent[k]];
+      if (!h) h = !exists(m.absent[r.absent[k]]);
+      holds = *h;
+    }
+    for (std::size_t k = 0; holds && k < r.present.size(); ++k) {
+      auto& h = present_holds[r.present[k]];
+      if (!h) h = exists(m.present[r.present[k]]);
+      holds = *h;
+    }
+    if (holds && serve(result_key(mkey, files))) return true;
+  }
+  return false;
+}
+
+}  // namespace progcache::nvcc

@@ -1,0 +1,81 @@
+// The nvcc launcher's manifests: for one manifest key (one command in one
+// toolkit and environment), the results of its last compiles, each with
+// what that compile read (every file, with its stat identity and SHA-256)
+// and where a header created later would be found first (places that must
+// stay absent, and places a probe found that must stay present).
+//
+// Several results per manifest (ccache's direct mode keeps them too): a
+// header switched back and forth between two versions (a branch checkout,
+// a generated header) finds each version's result without a compile. Files
+// and places are held once in tables that the results index, so a manifest
+// of several results over mostly the same headers grows by little more than
+// the indexes. The newest results are kept, up to a bound.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "compile/scan_files.h"
+#include "progcache/key.h"
+
+namespace progcache::nvcc {
+
+// A file a compile read.
+struct ManifestFile {
+  std::string path;  // as nvcc's dependency output spells it
+  detail::FileStamp stamp;
+  bool recent = false;  // changed just before it was recorded: hashed on every lookup
+  std::string sha256;   // raw
+};
+
+// What one compile read and where the places are: one result.
+struct ManifestRecord {
+  std::vector<ManifestFile> files;
+  std::vector<std::string> absent;
+  std::vector<std::string> present;
+};
+
+// The most results one manifest keeps (the newest).
+inline constexpr std::size_t k_manifest_results = 16;
+
+struct Manifest {
+  std::vector<ManifestFile> files;
+  std::vector<std::string> absent, present;
+  struct Result {
+    std::vector<std::uint32_t> files, absent, present;  // indexes into the tables
+  };
+  std::vector<Result> results;  // newest first
+
+  // Result `i` as a record.
+  [[nodiscard]] ManifestRecord record(std::size_t i) const;
+};
+
+// The manifest as text (see manifest.cpp); decode gives nullopt for
+// anything that is not one whole manifest of this version.
+std::string encode_manifest(const Manifest& m);
+std::optional<Manifest> decode_manifest(std::string_view text);
+
+// `old` (if any) with `r` as its newest result: an older result that read
+// the same files with the same contents and the same places is replaced;
+// the newest `limit` are kept, and table rows no result uses are dropped.
+Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
+                    std::size_t limit = k_manifest_results);
+
+// The result key of a compile under manifest key `mkey` that read `files`
+// (path, raw SHA-256), in order.
+Key result_key(const Key& mkey, const std::vector<std::pair<std::string, std::string>>& files);
+
+// Tries the results that hold now, newest first: for each whose files are
+// all there (a file whose stat is unchanged is not read again; one whose
+// stat changed is hashed) and whose places are as recorded, calls `serve`
+// with its result key, until `serve` returns true. Each file and place is
+// looked at once per call, whichever results share it. True when one did.
+bool serve_first_holding(const Key& mkey, const Manifest& m, const std::function<bool(const Key&)>& serve);
+
+}  // namespace progcache::nvcc

@@ -1,0 +1,156 @@
+// The nvcc launcher's manifests (src/nvcc/manifest.h): several results per
+// manifest, newest first and bounded, files and places held once; the
+// result that holds now is the one served; anything not a whole manifest
+// is refused.
+#include "nvcc/manifest.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "progcache/hash.h"
+#include "testing/test_util.h"
+
+namespace progcache::nvcc {
+namespace {
+
+std::string digest_of(const std::string& text) {
+  const auto d = sha256(text);
+  return std::string(as_view(d));
+}
+
+// A record of the files at `paths` as they are now.
+ManifestRecord record_now(const std::vector<std::string>& paths, std::vector<std::string> absent = {}) {
+  ManifestRecord r;
+  for (const auto& p : paths) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+    // Written just now: recent, so hashed on every lookup (as the launcher
+    // records a file changed in the last two seconds).
+    r.files.push_back({p, detail::stamp_of(st), true, digest_of(testing::read_all(p))});
+  }
+  r.absent = std::move(absent);
+  return r;
+}
+
+Key mkey() { return KeyBuilder("test-manifest").add_string("command", "nvcc -cubin k.cu").finish(); }
+
+// The result key serve_first_holding offers first, or nullopt.
+std::optional<Key> first_holding(const Manifest& m) {
+  std::optional<Key> got;
+  serve_first_holding(mkey(), m, [&](const Key& k) {
+    got = k;
+    return true;
+  });
+  return got;
+}
+
+Key key_of(const ManifestRecord& r) {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& f : r.files) files.emplace_back(f.path, f.sha256);
+  return result_key(mkey(), files);
+}
+
+TEST(NvccManifest, AHeaderSwitchedBackAndForthFindsEachVersionsResult) {
+  testing::TempDir tmp;
+  const std::string src = tmp.sub("k.cu");
+  const std::string header = tmp.sub("params.h");
+  testing::write_all(src, "#include \"params.h\"\n");
+  testing::write_all(header, "#define SCALE 1\n");
+  const ManifestRecord one = record_now({src, header});
+  testing::write_all(header, "#define SCALE 2\n");
+  const ManifestRecord two = record_now({src, header});
+  const Manifest m = add_result(add_result(std::nullopt, one), two);
+  ASSERT_EQ(m.results.size(), 2U);
+  // The source is held once; the header twice (two contents).
+  EXPECT_EQ(m.files.size(), 3U);
+  auto decoded = decode_manifest(encode_manifest(m));
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(first_holding(*decoded), key_of(two));
+  testing::write_all(header, "#define SCALE 1\n");
+  EXPECT_EQ(first_holding(*decoded), key_of(one)) << "the first version's result was not found again";
+  testing::write_all(header, "#define SCALE 3\n");
+  EXPECT_FALSE(first_holding(*decoded)) << "a result served for a header neither compile read";
+}
+
+TEST(NvccManifest, AResultWhosePlacesChangedIsPassedOverForOneThatHolds) {
+  testing::TempDir tmp;
+  const std::string src = tmp.sub("k.cu");
+  testing::write_all(src, "x\n");
+  const ManifestRecord empty_place = record_now({src}, {tmp.sub("shadow.h")});
+  Manifest m = add_result(std::nullopt, empty_place);
+  testing::write_all(tmp.sub("shadow.h"), "y\n");
+  EXPECT_FALSE(first_holding(m)) << "served though a place that must stay empty holds a file";
+  // When the first result offered is not in the store, the next that holds is tried.
+  const ManifestRecord other = record_now({src});
+  m = add_result(m, other);
+  int offered = 0;
+  EXPECT_FALSE(serve_first_holding(mkey(), m, [&](const Key&) {
+    ++offered;
+    return false;
+  }));
+  EXPECT_EQ(offered, 1);  // only `other` holds
+}
+
+TEST(NvccManifest, ResultsAreBoundedNewestFirstAndTheSameResultIsNotKeptTwice) {
+  testing::TempDir tmp;
+  const std::string header = tmp.sub("h.h");
+  std::optional<Manifest> m;
+  std::vector<ManifestRecord> records;
+  for (int i = 0; i < 20; ++i) {
+    testing::write_all(header, "#define V " + std::to_string(i) + "\n");
+    records.push_back(record_now({header}));
+    m = add_result(m, records.back());
+  }
+  ASSERT_EQ(m->results.size(), k_manifest_results);
+  EXPECT_EQ(m->files.size(), k_manifest_results) << "rows of dropped results were kept";
+  EXPECT_EQ(key_of(m->record(0)), key_of(records.back()));
+  // The same result again moves to the front, once.
+  m = add_result(m, records[10]);
+  EXPECT_EQ(m->results.size(), k_manifest_results);
+  EXPECT_EQ(key_of(m->record(0)), key_of(records[10]));
+  EXPECT_EQ(key_of(m->record(1)), key_of(records.back()));
+}
+
+TEST(NvccManifest, ManyResultsOverTheSameHeadersCostLittleMoreThanOne) {
+  // 200 headers read by every compile, one that changes: sixteen results
+  // hold the 200 rows once and a row and an index line each.
+  testing::TempDir tmp;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 200; ++i) {
+    paths.push_back(tmp.sub("toolkit_include_header_" + std::to_string(i) + ".h"));
+    testing::write_all(paths.back(), "// " + std::to_string(i) + "\n");
+  }
+  const std::string changing = tmp.sub("params.h");
+  paths.push_back(changing);
+  std::optional<Manifest> m;
+  std::size_t one = 0;
+  for (std::size_t i = 0; i < k_manifest_results; ++i) {
+    testing::write_all(changing, "#define V " + std::to_string(i) + "\n");
+    m = add_result(m, record_now(paths));
+    if (i == 0) one = encode_manifest(*m).size();
+  }
+  const std::size_t all = encode_manifest(*m).size();
+  EXPECT_LT(all, one * 2) << one << " bytes for one result, " << all << " for " << k_manifest_results;
+}
+
+TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
+  testing::TempDir tmp;
+  testing::write_all(tmp.sub("a.h"), "a\n");
+  const std::string text = encode_manifest(add_result(std::nullopt, record_now({tmp.sub("a.h")}, {tmp.sub("b.h")})));
+  ASSERT_TRUE(decode_manifest(text));
+  EXPECT_FALSE(decode_manifest(text.substr(0, text.size() - 1))) << "cut short";
+  EXPECT_FALSE(decode_manifest(""));
+  EXPECT_FALSE(decode_manifest("progcache-nvcc-manifest 2\n"));
+  std::string bad_index = text;
+  bad_index.replace(bad_index.rfind("R 0"), 3, "R 7");
+  EXPECT_FALSE(decode_manifest(bad_index)) << "an index past its table";
+  std::string no_result = text.substr(0, text.rfind("R "));
+  EXPECT_FALSE(decode_manifest(no_result)) << "a manifest of no result";
+  EXPECT_FALSE(decode_manifest(text + "Z junk\n"));
+}
+
+}  // namespace
+}  // namespace progcache::nvcc
