@@ -57,7 +57,7 @@ TEST(NvccCommandTest, TheOutputsNameIsKeyedOnlyWhereWhatIsWrittenNamesIt) {
     return std::find(ws.begin(), ws.end(), w) != ws.end();
   };
   const Command plain = parse({"-c", "k.cu", "-o", "a.o", "-MD", "-MF", "a.d", "-MT", "t.o"});
-  EXPECT_FALSE(plain.debug_info);
+  EXPECT_FALSE(plain.place_in_output);
   EXPECT_FALSE(keyed_has(plain, "--output-file=a.o"));
   EXPECT_FALSE(keyed_has(plain, "--dependency-output=a.d"));
   EXPECT_TRUE(keyed_has(plain, "--dependency-target-name=t.o"));
@@ -78,10 +78,28 @@ TEST(NvccCommandTest, TheOutputsNameIsKeyedOnlyWhereWhatIsWrittenNamesIt) {
     args.insert(args.end(), extra.begin(), extra.end());
     const Command c = parse(args);
     EXPECT_TRUE(c.uncacheable.empty()) << extra.back() << ": " << c.uncacheable;
-    EXPECT_TRUE(c.debug_info) << extra.back();
+    EXPECT_TRUE(c.place_in_output) << extra.back();
     EXPECT_TRUE(keyed_has(c, "--output-file=a.o")) << extra.back();
   }
-  EXPECT_FALSE(parse({"-c", "k.cu", "-Xcompiler", "-g0"}).debug_info);
+  EXPECT_FALSE(parse({"-c", "k.cu", "-Xcompiler", "-g0"}).place_in_output);
+  // -objtemp names nvcc's temporary files after the output.
+  EXPECT_TRUE(parse({"-c", "k.cu", "-o", "a.o", "-objtemp"}).place_in_output);
+}
+
+TEST(NvccCommandTest, AToolWordAShellWouldSplitOrExpandIsRefused) {
+  // nvcc hands -X values to the tools through a shell: "-O2 -g" reaches
+  // gcc as two words (one of them -g), "$HOME" as the directory.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"-c", "k.cu", "-Xcompiler", "-O2 -g"},
+                                               {"-c", "k.cu", "-Xcompiler", "-O2 -include x.h"},
+                                               {"-c", "k.cu", "-Xcompiler", "-DHOME=$HOME"},
+                                               {"-c", "k.cu", "-Xcompiler", "-DX='1'"},
+                                               {"-c", "k.cu", "-Xptxas", "-v -O0"},
+                                               {"-c", "k.cu", "-Xptxas", "-O`echo 0`"}}) {
+    const Command c = parse(args);
+    EXPECT_NE(c.uncacheable.find("holds characters a shell reads"), std::string::npos)
+        << args.back() << ": " << c.uncacheable;
+  }
+  EXPECT_TRUE(parse({"-c", "k.cu", "-Xcompiler", "-O2,-fPIC,-Wall", "-Xptxas", "-v,-O3"}).uncacheable.empty());
 }
 
 TEST(NvccCommandTest, OutputsTakeNvccsDefaultNamesAndEachModeIsKnown) {

@@ -1044,6 +1044,15 @@ TEST_F(NvccLauncherPlaceTest, RelativePathsAreResolvedWhereTheCommandRunsNotWher
   EXPECT_EQ(nvcc_runs(), 1) << "ck1's output served though a header shadows ck3's";
   ASSERT_EQ(in("ck3/build", args + " -o plain.cubin", true).code, 0);
   EXPECT_TRUE(same(file("ck3/build/k.cubin"), file("ck3/build/plain.cubin")));
+  // ck4: the same files as ck1, but a relocatable object's module ID is
+  // made from the source's resolved path: compiled again, never ck1's.
+  checkout("ck4", "2.0f", {"build"});
+  const std::string dc = "-arch=sm_90 -I ../src/inc -dc ../src/k.cu -o k.o";
+  ASSERT_TRUE(stored_in("ck1/build", dc));
+  ASSERT_EQ(in("ck4/build", dc).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "ck1's -dc object served for ck4's source";
+  ASSERT_EQ(in("ck4/build", "-arch=sm_90 -I ../src/inc -dc ../src/k.cu -o plain.o", true).code, 0);
+  EXPECT_TRUE(same(mask_temp_names(file("ck4/build/k.o")), mask_temp_names(file("ck4/build/plain.o"))));
 }
 
 TEST_F(NvccLauncherPlaceTest, DebugInformationAndADependencyTargetKeepThePlaceAndTheNameInTheKey) {
@@ -1062,6 +1071,27 @@ TEST_F(NvccLauncherPlaceTest, DebugInformationAndADependencyTargetKeepThePlaceAn
     ASSERT_EQ(in("ck/b2", cmd + " -o x.o").code, 0);
     EXPECT_EQ(nvcc_runs(), 1) << extra << ": served in another directory";
   }
+  // -objtemp: nvcc names its temporary files after the output, and the
+  // object names them.
+  const std::string objtemp = "-arch=sm_90 -I " + quote(src + "/inc") + " -objtemp -c " + quote(src + "/k.cu");
+  fs::create_directories(m_tmp.sub("ck/b1/o1"));
+  fs::create_directories(m_tmp.sub("ck/b1/o2"));
+  ASSERT_TRUE(stored_in("ck/b1", objtemp + " -o o1/x.o"));
+  ASSERT_EQ(in("ck/b1", objtemp + " -o o2/y.o").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "-objtemp: an object naming o1/x.o served for o2/y.o";
+  ASSERT_EQ(in("ck/b1", objtemp + " -o o2/plain.o", true).code, 0);
+  EXPECT_NE(file("ck/b1/o2/y.o").find("y.o.cudafe1"), std::string::npos);
+  // nvcc's temporary directory: a sanitizer's instrumentation names the
+  // stub file under $TMPDIR, with or without debug information.
+  fs::create_directories(m_tmp.sub("t1"));
+  fs::create_directories(m_tmp.sub("t2"));
+  const std::string asan = "-arch=sm_90 -I " + quote(src + "/inc") + " -Xcompiler -fsanitize=address -c " +
+                           quote(src + "/k.cu") + " -o asan.o";
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(asan, "TMPDIR=" + quote(m_tmp.sub("t1"))).code, 0);
+  nvcc_runs();
+  ASSERT_EQ(launch(asan, "TMPDIR=" + quote(m_tmp.sub("t2"))).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "an object naming one TMPDIR served under another";
+  EXPECT_EQ(read("asan.o").find(m_tmp.sub("t1")), std::string::npos) << "the object names the other TMPDIR";
   // -MD without -MT: the dependency file's target is the output's name.
   const std::string cubin = "-arch=sm_90 -I " + quote(src + "/inc") + " -cubin " + quote(src + "/k.cu");
   ASSERT_TRUE(stored_in("ck/b1", cubin + " -o a.cubin -MD -MF a.d"));

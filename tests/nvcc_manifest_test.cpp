@@ -2,14 +2,13 @@
 // manifest, newest first and bounded, files and places held once; the
 // result that holds now is the one served; anything not a whole manifest
 // is refused.
-#include "nvcc/manifest.h"
-
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <string>
 #include <vector>
 
+#include "nvcc/manifest.h"
 #include "progcache/hash.h"
 #include "testing/test_util.h"
 
@@ -21,7 +20,12 @@ std::string digest_of(const std::string& text) {
   return std::string(as_view(d));
 }
 
-// A record of the files at `paths` as they are now.
+Key mkey() {
+  return KeyBuilder("test-manifest").add_string("command", "nvcc -cubin k.cu").finish();
+}
+
+// A record of the files at `paths` as they are now, leading to the result
+// a compile of them is stored under.
 ManifestRecord record_now(const std::vector<std::string>& paths, std::vector<std::string> absent = {}) {
   ManifestRecord r;
   for (const auto& p : paths) {
@@ -32,15 +36,16 @@ ManifestRecord record_now(const std::vector<std::string>& paths, std::vector<std
     r.files.push_back({p, detail::stamp_of(st), true, digest_of(testing::read_all(p))});
   }
   r.absent = std::move(absent);
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& f : r.files) files.emplace_back(f.path, f.sha256);
+  r.result = result_key(mkey(), files);
   return r;
 }
-
-Key mkey() { return KeyBuilder("test-manifest").add_string("command", "nvcc -cubin k.cu").finish(); }
 
 // The result key serve_first_holding offers first, or nullopt.
 std::optional<Key> first_holding(const Manifest& m) {
   std::optional<Key> got;
-  serve_first_holding(mkey(), m, [&](const Key& k) {
+  serve_first_holding(m, [&](const Key& k) {
     got = k;
     return true;
   });
@@ -48,9 +53,7 @@ std::optional<Key> first_holding(const Manifest& m) {
 }
 
 Key key_of(const ManifestRecord& r) {
-  std::vector<std::pair<std::string, std::string>> files;
-  for (const auto& f : r.files) files.emplace_back(f.path, f.sha256);
-  return result_key(mkey(), files);
+  return r.result;
 }
 
 TEST(NvccManifest, AHeaderSwitchedBackAndForthFindsEachVersionsResult) {
@@ -87,7 +90,7 @@ TEST(NvccManifest, AResultWhosePlacesChangedIsPassedOverForOneThatHolds) {
   const ManifestRecord other = record_now({src});
   m = add_result(m, other);
   int offered = 0;
-  EXPECT_FALSE(serve_first_holding(mkey(), m, [&](const Key&) {
+  EXPECT_FALSE(serve_first_holding(m, [&](const Key&) {
     ++offered;
     return false;
   }));
@@ -145,7 +148,7 @@ TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   EXPECT_FALSE(decode_manifest(""));
   EXPECT_FALSE(decode_manifest("progcache-nvcc-manifest 2\n"));
   std::string bad_index = text;
-  bad_index.replace(bad_index.rfind("R 0"), 3, "R 7");
+  bad_index.replace(bad_index.rfind(" 0 0 -"), 6, " 7 0 -");
   EXPECT_FALSE(decode_manifest(bad_index)) << "an index past its table";
   std::string no_result = text.substr(0, text.rfind("R "));
   EXPECT_FALSE(decode_manifest(no_result)) << "a manifest of no result";

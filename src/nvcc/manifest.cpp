@@ -17,7 +17,8 @@ namespace {
 //   F <dev> <ino> <size> <mtime ns> <ctime ns> <recent 0|1> <sha256 hex> <path>
 //   A <path that must stay absent>
 //   P <path that must stay present>
-//   R <file indexes> <absent indexes> <present indexes>   (comma-separated, '-' for none)
+//   R <result key hex> <file indexes> <absent indexes> <present indexes>
+// (indexes comma-separated, '-' for none).
 // Text a warm lookup reads with from_chars: a fifth of a JSON parse.
 constexpr std::string_view k_magic = "progcache-nvcc-manifest 3\n";
 
@@ -78,6 +79,7 @@ ManifestRecord Manifest::record(std::size_t i) const {
   for (auto f : results[i].files) r.files.push_back(files[f]);
   for (auto a : results[i].absent) r.absent.push_back(absent[a]);
   for (auto p : results[i].present) r.present.push_back(present[p]);
+  r.result = results[i].result;
   return r;
 }
 
@@ -91,7 +93,7 @@ std::string encode_manifest(const Manifest& m) {
   for (const auto& a : m.absent) out += "A " + a + "\n";
   for (const auto& p : m.present) out += "P " + p + "\n";
   for (const auto& r : m.results) {
-    out += "R ";
+    out += "R " + r.result.hex() + " ";
     append_indexes(out, r.files);
     out += ' ';
     append_indexes(out, r.absent);
@@ -129,6 +131,11 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
       m.present.emplace_back(line);
     } else if (tag == 'R') {
       Manifest::Result r;
+      if (line.size() < 65 || line[64] != ' ') return std::nullopt;
+      auto key = Key::from_hex(line.substr(0, 64));
+      if (!key.ok()) return std::nullopt;
+      r.result = *key;
+      line.remove_prefix(65);
       if (!read_indexes(line, static_cast<std::uint32_t>(m.files.size()), r.files) ||
           !read_indexes(line, static_cast<std::uint32_t>(m.absent.size()), r.absent) ||
           !read_indexes(line, static_cast<std::uint32_t>(m.present.size()), r.present) || !line.empty() ||
@@ -149,7 +156,9 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
   // go, and a file's newest stamp is the one kept.
   std::vector<ManifestRecord> kept = {r};
   auto same_result = [](const ManifestRecord& a, const ManifestRecord& b) {
-    if (a.files.size() != b.files.size() || a.absent != b.absent || a.present != b.present) return false;
+    if (a.result != b.result || a.files.size() != b.files.size() || a.absent != b.absent || a.present != b.present) {
+      return false;
+    }
     for (std::size_t i = 0; i < a.files.size(); ++i) {
       if (a.files[i].path != b.files[i].path || a.files[i].sha256 != b.files[i].sha256) return false;
     }
@@ -172,6 +181,7 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
   };
   for (const auto& rec : kept) {
     Manifest::Result res;
+    res.result = rec.result;
     for (const auto& f : rec.files) {
       const auto [it, added] = file_index.try_emplace({f.path, f.sha256}, static_cast<std::uint32_t>(m.files.size()));
       if (added) m.files.push_back(f);
@@ -191,7 +201,7 @@ Key result_key(const Key& mkey, const std::vector<std::pair<std::string, std::st
   return kb.finish();
 }
 
-bool serve_first_holding(const Key& mkey, const Manifest& m, const std::function<bool(const Key&)>& serve) {
+bool serve_first_holding(const Manifest& m, const std::function<bool(const Key&)>& serve) {
   // What each path holds now, looked at once: its digest (nullopt: gone or
   // unreadable), and whether each place exists.
   std::map<std::string, std::optional<std::string>> digest_now;
@@ -220,16 +230,11 @@ bool serve_first_holding(const Key& mkey, const Manifest& m, const std::function
     return ::stat(p.c_str(), &st) == 0;
   };
   for (const auto& r : m.results) {
-    std::vector<std::pair<std::string, std::string>> files;
     bool holds = true;
-    for (auto i : r.files) {
-      const ManifestFile& f = m.files[i];
+    for (std::size_t k = 0; holds && k < r.files.size(); ++k) {
+      const ManifestFile& f = m.files[r.files[k]];
       const auto& d = digest_of(f);
-      if (!d || *d != f.sha256) {
-        holds = false;
-        break;
-      }
-      files.emplace_back(f.path, *d);
+      holds = d && *d == f.sha256;
     }
     for (std::size_t k = 0; holds && k < r.absent.size(); ++k) {
       auto& h = absent_holds[r.absent[k]];
@@ -241,7 +246,7 @@ bool serve_first_holding(const Key& mkey, const Manifest& m, const std::function
       if (!h) h = exists(m.present[r.present[k]]);
       holds = *h;
     }
-    if (holds && serve(result_key(mkey, files))) return true;
+    if (holds && serve(r.result)) return true;
   }
   return false;
 }

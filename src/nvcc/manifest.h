@@ -34,11 +34,15 @@ struct ManifestFile {
   std::string sha256;   // raw
 };
 
-// What one compile read and where the places are: one result.
+// What one compile read and where the places are, and the result they
+// lead to: one result. A compile names its result by what it read
+// (result_key); a result found by its preprocessed text (a comment edit)
+// is recorded with the files read now and the result found.
 struct ManifestRecord {
   std::vector<ManifestFile> files;
   std::vector<std::string> absent;
   std::vector<std::string> present;
+  Key result;
 };
 
 // The most results one manifest keeps (the newest).
@@ -48,6 +52,7 @@ struct Manifest {
   std::vector<ManifestFile> files;
   std::vector<std::string> absent, present;
   struct Result {
+    Key result;
     std::vector<std::uint32_t> files, absent, present;  // indexes into the tables
   };
   std::vector<Result> results;  // newest first
@@ -62,7 +67,8 @@ std::string encode_manifest(const Manifest& m);
 std::optional<Manifest> decode_manifest(std::string_view text);
 
 // `old` (if any) with `r` as its newest result: an older result that read
-// the same files with the same contents and the same places is replaced;
+// the same files with the same contents and the same places (and so leads
+// to the same output) is replaced;
 // the newest `limit` are kept, and table rows no result uses are dropped.
 Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
                     std::size_t limit = k_manifest_results);
@@ -71,11 +77,12 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
 // (path, raw SHA-256), in order.
 Key result_key(const Key& mkey, const std::vector<std::pair<std::string, std::string>>& files);
 
-// Tries the results that hold now, newest first: for each whose files are
-// all there (a file whose stat is unchanged is not read again; one whose
-// stat changed is hashed) and whose places are as recorded, calls `serve`
-// with its result key, until `serve` returns true. Each file and place is
-// looked at once per call, whichever results share it. True when one did.
-bool serve_first_holding(const Key& mkey, const Manifest& m, const std::function<bool(const Key&)>& serve);
+// Tries the results that hold now, newest first: for each whose files all
+// hold their recorded contents (a file whose stat is unchanged is not read
+// again; one whose stat changed is hashed) and whose places are as
+// recorded, calls `serve` with its result key, until `serve` returns true.
+// Each file and place is looked at once per call, whichever results share
+// it. True when one did.
+bool serve_first_holding(const Manifest& m, const std::function<bool(const Key&)>& serve);
 
 }  // namespace progcache::nvcc

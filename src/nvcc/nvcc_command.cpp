@@ -188,6 +188,10 @@ constexpr std::string_view k_host_flags[] = {
 // assembler's and the preprocessor's own words, split DWARF (.dwo files).
 constexpr std::string_view k_host_file_prefixes[] = {"-Wa,", "-Wp,", "-gsplit-dwarf"};
 
+// What a POSIX shell reads in a word besides its letters: white space,
+// quotes, escapes, expansions, operators and globs.
+constexpr std::string_view k_shell_chars = " \t\n'\"\\$`;|&<>()*?[]{}~#!";
+
 bool starts_with_any(std::string_view w, std::span<const std::string_view> prefixes) {
   return std::any_of(prefixes.begin(), prefixes.end(), [w](std::string_view p) { return w.starts_with(p); });
 }
@@ -348,8 +352,9 @@ class Parser {
           return refuse("--" + std::string(n) + " '" + *value + "' depends on the GPUs of the machine");
       }
     }
-    if (n == "debug" || n == "device-debug" || n == "generate-line-info" || n == "source-in-ptx") {
-      m_cmd.debug_info = true;
+    if (n == "debug" || n == "device-debug" || n == "generate-line-info" || n == "source-in-ptx" ||
+        n == "objdir-as-tempdir") {
+      m_cmd.place_in_output = true;
     }
     if (n == "dependency-target-name") m_target_named = true;
     if (n == "pre-include") {
@@ -416,8 +421,14 @@ class Parser {
         }
         continue;
       }
+      // nvcc hands these words to the host compiler through a shell, which
+      // splits them at white space and reads quotes and $: what the
+      // compiler gets is then not these words.
+      if (depth == 0 && w.find_first_of(k_shell_chars) != std::string::npos) {
+        return refuse("host compiler word '" + w + "' holds characters a shell reads (nvcc hands it through one)");
+      }
       if (!plain_host_flag(w)) return refuse("host compiler word '" + w + "' may read files the key cannot see");
-      if (w.starts_with("-g") && w != "-g0") m_cmd.debug_info = true;
+      if (w.starts_with("-g") && w != "-g0") m_cmd.place_in_output = true;
       // -march=native, -mtune=native, -mcpu=native: decided by the CPU of
       // the machine that compiles, which the key does not hold.
       if (w.ends_with("=native")) return refuse("host compiler word '" + w + "' depends on the machine's CPU");
@@ -429,10 +440,14 @@ class Parser {
   void tool_words(const std::string& tool, const std::vector<std::string>& ws, int depth) {
     for (std::size_t i = 0; i < ws.size() && m_cmd.uncacheable.empty(); ++i) {
       const std::string& w = ws[i];
+      if (depth == 0 && w.find_first_of(k_shell_chars) != std::string::npos) {
+        return refuse(std::string(tool).append(" word '").append(w).append(
+            "' holds characters a shell reads (nvcc hands it through one)"));
+      }
       // ptxas's and nvlink's own debug words (-g, --device-debug, -lineinfo).
       if ((w.starts_with("-g") && w != "-g0") || w.find("debug") != std::string::npos ||
           w.find("line") != std::string::npos) {
-        m_cmd.debug_info = true;
+        m_cmd.place_in_output = true;
       }
       std::optional<std::string> file;
       if (w.starts_with("@")) {
@@ -534,7 +549,7 @@ Command parse_command(const std::vector<std::string>& args, const ReadFile& read
 }
 
 std::vector<std::string> keyed_words(const Command& cmd) {
-  if (cmd.debug_info || cmd.output_name_written) return cmd.canonical;
+  if (cmd.place_in_output || cmd.output_name_written) return cmd.canonical;
   std::vector<std::string> out;
   out.reserve(cmd.canonical.size());
   for (const auto& w : cmd.canonical) {

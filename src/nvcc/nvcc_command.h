@@ -57,10 +57,12 @@ struct Command {
   // Whether the compile writes where it ran into what it makes: debug
   // information (-g, -G, -lineinfo, -src-in-ptx, or a debug word for the
   // host compiler or ptxas) names the working directory, the temporary
-  // files' directory and the output's. Without it the output depends on
-  // none of them, and neither does the key: two build directories of one
-  // checkout share entries.
-  bool debug_info = false;
+  // files' directory and the output's; -objtemp names the temporary files
+  // after the output. Without either, the output depends on none of them,
+  // and the key holds none of them (TMPDIR excepted: a sanitizer's or a
+  // warning's text can name nvcc's temporary files): two build directories
+  // of one checkout share entries.
+  bool place_in_output = false;
   // Whether the output's name is in what the command writes: the
   // dependency file's target when no -MT names one (nvcc writes the -o name).
   bool output_name_written = false;
@@ -92,7 +94,7 @@ struct EnvFlags {
 
 // The words of `cmd.canonical` the key holds: all of them, less the output
 // file's and the dependency file's names where the output does not depend
-// on them (not `debug_info`, not `output_name_written`).
+// on them (neither `place_in_output` nor `output_name_written`).
 std::vector<std::string> keyed_words(const Command& cmd);
 
 // Reads an options file (--options-file): its text, or an error.

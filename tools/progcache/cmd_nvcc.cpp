@@ -227,13 +227,18 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
     const char* value = std::getenv(v.c_str());
     kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
   }
+  // nvcc hands cudafe++ and cicc the source's resolved path (its real
+  // path, or the name as given when it has none), and the module ID of a
+  // relocatable object (-dc) is made from it: keyed, so one checkout's -dc
+  // object is never served for another checkout's copy of the source.
+  kb.add_string("source-path", real_path(cmd.input));
   // Where the compile runs is in its output only through debug information
-  // (the working directory, $PWD when it names it through another path,
-  // nvcc's temporary files under $TMPDIR). Without it, paths in the key and
-  // the manifest are as the command spells them, resolved against the
-  // working directory at each lookup: two build directories of one checkout
-  // share entries, as with ccache's hash_dir for builds without -g.
-  if (cmd.debug_info) {
+  // or -objtemp (the working directory, $PWD when it names it through
+  // another path). Without them, paths in the key and the manifest are as
+  // the command spells them, resolved against the working directory at each
+  // lookup: two build directories of one checkout share entries, as with
+  // ccache's hash_dir for builds without -g.
+  if (cmd.place_in_output) {
     std::error_code ec;
     kb.add_string("cwd", std::filesystem::current_path(ec).string());
     // As the host compiler judges it: $PWD names the working directory
@@ -244,9 +249,12 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
     const bool names_cwd = pwd != nullptr && ::stat(".", &here) == 0 && ::stat(pwd, &there) == 0 &&
                            here.st_dev == there.st_dev && here.st_ino == there.st_ino;
     kb.add_string("pwd", names_cwd ? pwd : "");
-    const char* tmpdir = std::getenv("TMPDIR");
-    kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
   }
+  // nvcc's temporary files are under $TMPDIR, and more than debug
+  // information names them: a sanitizer's instrumentation (the stub file's
+  // path) and the host compiler's warnings about the files nvcc generates.
+  const char* tmpdir = std::getenv("TMPDIR");
+  kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
   kb.add_string("mode", nv::mode_name(cmd.mode));
   for (const auto& w : nv::keyed_words(cmd)) kb.add_string("arg", w);
   // Response and options files of every tool, the host compiler's -include
@@ -840,7 +848,7 @@ class Launcher {
     auto m = nv::decode_manifest(text->data.view());
     if (!m) return std::nullopt;
     std::optional<int> served;
-    nv::serve_first_holding(m_mkey, *m, [&](const pc::Key& rkey) {
+    nv::serve_first_holding(*m, [&](const pc::Key& rkey) {
       served = serve_result(rkey);
       return served.has_value();
     });
@@ -963,6 +971,7 @@ class Launcher {
     if (!ran.err.empty()) artifacts.push_back({"stderr", pc::Bytes::copy_of(ran.err)});
     const json meta = {{"kind", std::string("nvcc-") + nv::mode_name(m_cmd.mode)}, {"name", m_cmd.input}};
     const pc::Key rkey = nv::result_key(m_mkey, files);
+    m.result = rkey;
     if (auto st = m_store->put(rkey, pc::Entry(meta.dump(), std::move(artifacts))); !st.ok()) {
       return not_stored("the store refused the entry");
     }
