@@ -315,4 +315,56 @@ TEST(NvccCommandTest, AToolWordThatIsNotAnOptionIsRefused) {
 }
 
 }  // namespace
+TEST(NvccCommandTest, ADryRunGivesThePreprocessingStepsAndTheToolsVariables) {
+  // As nvcc 13.0 prints `--dryrun -arch=sm_90 -c a.cu -MD -MF a.d` (cut).
+  const std::string text =
+      "#$ _SPACE_= \n"
+      "#$ PATH=/usr/local/cuda/bin/../nvvm/bin:/usr/local/cuda/bin:/usr/bin\n"
+      "#$ INCLUDES=\"-I/usr/local/cuda/bin/../targets/x86_64-linux/include\"  \n"
+      "#$ SYSTEM_INCLUDES=\"-isystem\" \"/usr/local/cuda/bin/../targets/x86_64-linux/include/cccl\"  \n"
+      "#$ gcc -D__CUDA_ARCH__=900 -D__CUDA_ARCH_LIST__=900 -E -x c++  -DCUDA_DOUBLE_MATH_FUNCTIONS "
+      "\"-I/usr/local/cuda/include\"   \"-isystem\" \"/usr/local/cuda/include/cccl\" -include \"cuda_runtime.h\" "
+      "-m64 \"a.cu\" -o \"/tmp/tmpxft_000069c8_00000000-7_a.cpp1.ii\" \n"
+      "#$ gcc -D__CUDA_ARCH_LIST__=900 -E -x c++ -D__CUDACC__ -MD -MF \"a.d\" -MT a.o -include \"cuda_runtime.h\" "
+      "-m64 \"a.cu\" -o \"/tmp/tmpxft_000069c8_00000000-5_a.cpp4.ii\" \n"
+      "#$ gcc -E -M -x c++ \"a.cu\" -o \"a.d\"\n"
+      "#$ -- Filter Dependencies -- > a.d\n"
+      "#$ \"$CICC_PATH/cicc\" --c++17 -arch compute_90 \"/tmp/tmpxft_000069c8_00000000-7_a.cpp1.ii\" -o x.ptx\n"
+      "#$ ptxas -arch=sm_90 -m64 \"x.ptx\" -o \"x.cubin\" \n";
+  auto d = parse_dryrun(text);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_EQ(d->preprocess.size(), 2U);
+  const std::vector<std::string> device = {"gcc",
+                                           "-D__CUDA_ARCH__=900",
+                                           "-D__CUDA_ARCH_LIST__=900",
+                                           "-E",
+                                           "-x",
+                                           "c++",
+                                           "-DCUDA_DOUBLE_MATH_FUNCTIONS",
+                                           "-I/usr/local/cuda/include",
+                                           "-isystem",
+                                           "/usr/local/cuda/include/cccl",
+                                           "-include",
+                                           "cuda_runtime.h",
+                                           "-m64",
+                                           "a.cu"};
+  EXPECT_EQ(d->preprocess[0], device);
+  // The host step less its dependency options; the -M step is no text.
+  const auto& host = d->preprocess[1];
+  for (const char* gone : {"-MD", "-MF", "a.d", "-MT", "a.o", "-o"}) {
+    EXPECT_EQ(std::find(host.begin(), host.end(), gone), host.end()) << gone;
+  }
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"_SPACE_", ""},
+      {"PATH", "/usr/local/cuda/bin/../nvvm/bin:/usr/local/cuda/bin:/usr/bin"},
+      {"INCLUDES", "-I/usr/local/cuda/bin/../targets/x86_64-linux/include"}};
+  EXPECT_EQ(d->env, env);
+  // What a shell would expand, or no step at all: not read.
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E -DX=$HOME a.cu -o x.ii\n").ok());
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E -DX=\"`id`\" a.cu -o x.ii\n").ok());
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E a.cu\n").ok()) << "a step without -o";
+  EXPECT_FALSE(parse_dryrun("#$ PATH=/usr/bin\n#$ ptxas x.ptx -o x.cubin\n").ok());
+  EXPECT_FALSE(parse_dryrun("#$ PATH=$HOME/bin\n#$ gcc -E a.cu -o x.ii\n").ok());
+}
+
 }  // namespace progcache::nvcc

@@ -69,9 +69,13 @@ class NvccLauncherTest : public ::testing::Test {
           "  const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
           "  if (i < n) x[i] *= SCALE;\n"
           "}\n");
-    // An nvcc that notes each run, so a test sees whether nvcc ran at all.
-    testing::write_all(m_tmp.sub("bin/nvcc"), "#!/bin/sh\necho run >> " + quote(m_tmp.sub("nvcc-runs")) + "\nexec " +
-                                                  quote(m_bin + "/nvcc") + " \"$@\"\n");
+    // An nvcc that notes each run that compiles, so a test sees whether
+    // nvcc compiled at all (the launcher's `--dryrun`, which compiles
+    // nothing, is not noted).
+    testing::write_all(m_tmp.sub("bin/nvcc"), "#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --dryrun ] && exec " +
+                                                  quote(m_bin + "/nvcc") + " \"$@\"; done\necho run >> " +
+                                                  quote(m_tmp.sub("nvcc-runs")) + "\nexec " + quote(m_bin + "/nvcc") +
+                                                  " \"$@\"\n");
     fs::permissions(m_tmp.sub("bin/nvcc"), fs::perms::owner_all);
   }
 
@@ -800,6 +804,79 @@ TEST_F(NvccLauncherOracleTest, TwoHeaderVersionsSwitchedBackAndForthAreEachServe
     EXPECT_EQ(nvcc_runs(), 0) << "switch " << round << " compiled again";
     EXPECT_TRUE(same(read("k.cubin"), plain_cubins[i])) << "switch " << round << " served another version's cubin";
   }
+}
+
+TEST_F(NvccLauncherOracleTest, ACommentEditIsServedByThePreprocessedTextAndARealEditIsCompiled) {
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin";
+  write("inc/params.h", "// version one\n#define SCALE 2.0f\n");
+  auto stored = [&](const std::string& a) {
+    for (int i = 0; i < 4; ++i) {
+      if (launch(a).code != 0) return false;
+      if (i > 0 && nvcc_runs() == 0) return true;
+      nvcc_runs();
+    }
+    return false;
+  };
+  ASSERT_TRUE(stored(args));
+  // A comment edit: nvcc does not run, and the cubin is what it makes now.
+  write("inc/params.h", "// version two, with another comment\n#define SCALE 2.0f\n");
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "a comment edit compiled again";
+  EXPECT_EQ(launcher_stats().value("preprocessed_hits", 0), 1);
+  ASSERT_EQ(plain(args + " -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin")));
+  // Recorded in the manifest: the next run is a direct hit.
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0);
+  EXPECT_EQ(launcher_stats().value("preprocessed_hits", 0), 1) << "the comment edit was not recorded";
+  // A real edit is compiled, and served as nvcc makes it.
+  write("inc/params.h", "// version two, with another comment\n#define SCALE 5.0f\n");
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a real edit was served from the cache";
+  ASSERT_EQ(plain(args + " -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin")));
+
+  // An object, with the comment edited in the source itself.
+  const std::string object = "-arch=sm_90 -I inc -c k.cu -o k.o";
+  ASSERT_TRUE(stored(object));
+  write("k.cu",
+        "#include \"params.h\"  // the scale\n"
+        "__global__ void scale(float* x, int n) {\n"
+        "  const int i = blockIdx.x * blockDim.x + threadIdx.x;  /* the index */\n"
+        "  if (i < n) x[i] *= SCALE;\n"
+        "}\n");
+  ASSERT_EQ(launch(object).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "a comment edit of the source compiled again";
+  ASSERT_EQ(plain(object + " -o plain.o").code, 0);
+  EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o"))));
+}
+
+TEST_F(NvccLauncherOracleTest, WhatTheTextCannotVouchForIsCompiled) {
+  // A result that printed something (a diagnostic may quote the edited
+  // line) is not served by its text.
+  const std::string verbose = "-arch=sm_90 -I inc -Xptxas -v -cubin k.cu -o k.cubin";
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(verbose).code, 0);
+  nvcc_runs();
+  write("inc/params.h", "// edited\n#define SCALE 2.0f\n");
+  const Ran r = launch(verbose);
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a result with diagnostics was served by its text";
+  // A preprocessing step that fails where the compile succeeds (a host
+  // compiler wrapper that refuses the launcher's own files): nvcc compiles,
+  // as without the launcher.
+  testing::write_all(m_tmp.sub("bin/g++"),
+                     "#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in *progcache-nvcc-*.ii) exit 3;; esac; done\n"
+                     "exec /usr/bin/g++ \"$@\"\n");
+  fs::permissions(m_tmp.sub("bin/g++"), fs::perms::owner_all);
+  const std::string wrapped = "-arch=sm_90 -I inc -ccbin " + quote(m_tmp.sub("bin/g++")) + " -cubin k.cu -o w.cubin";
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(wrapped).code, 0);
+  nvcc_runs();
+  write("inc/params.h", "// edited again\n#define SCALE 2.0f\n");
+  const Ran w = launch(wrapped);
+  ASSERT_EQ(w.code, 0) << w.err;
+  EXPECT_EQ(nvcc_runs(), 1);
+  ASSERT_EQ(plain(wrapped + " -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(read("w.cubin"), read("plain.cubin")));
 }
 
 TEST_F(NvccLauncherOracleTest, AnOptionsFileNvccSplitsOtherwiseThanAShellIsRefused) {

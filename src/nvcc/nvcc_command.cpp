@@ -650,6 +650,121 @@ ProfileVariables profile_variables(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// A line of `nvcc --dryrun` split as the shell nvcc runs it would split it:
+// words at white space, "..." (with \" \\ \$ \` escapes) and '...' quoting,
+// a backslash outside quotes. nullopt for what a shell would expand ($, `)
+// or an unterminated quote: the words are then not known here.
+std::optional<std::vector<std::string>> shell_words(std::string_view line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool in_word = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == ' ' || c == '\t') {
+      if (in_word) out.push_back(std::move(cur));
+      cur.clear();
+      in_word = false;
+      continue;
+    }
+    in_word = true;
+    if (c == '$' || c == '`') return std::nullopt;
+    if (c == '\\') {
+      if (++i >= line.size()) return std::nullopt;
+      cur += line[i];
+    } else if (c == '\'') {
+      const auto end = line.find('\'', i + 1);
+      if (end == std::string_view::npos) return std::nullopt;
+      cur.append(line.substr(i + 1, end - i - 1));
+      i = end;
+    } else if (c == '"') {
+      for (++i;; ++i) {
+        if (i >= line.size()) return std::nullopt;
+        const char d = line[i];
+        if (d == '"') break;
+        if (d == '$' || d == '`') return std::nullopt;
+        if (d == '\\' && i + 1 < line.size() &&
+            std::string_view("\"\\$`").find(line[i + 1]) != std::string_view::npos) {
+          cur += line[++i];
+        } else {
+          cur += d;
+        }
+      }
+    } else {
+      cur += c;
+    }
+  }
+  if (in_word) out.push_back(std::move(cur));
+  return out;
+}
+
+bool variable_name(std::string_view n) {
+  if (n.empty() || std::isdigit(static_cast<unsigned char>(n.front())) != 0) return false;
+  return std::all_of(n.begin(), n.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; });
+}
+
+}  // namespace
+
+Result<DryRun> parse_dryrun(std::string_view text) {
+  DryRun out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (!line.starts_with("#$ ")) continue;  // nvcc's own messages
+    line.remove_prefix(3);
+    const auto eq = line.find('=');
+    const auto space = line.find_first_of(" \t");
+    if (eq != std::string_view::npos && (space == std::string_view::npos || eq < space) &&
+        variable_name(line.substr(0, eq))) {
+      // NAME=value: set for the tools when the value is one word (PATH,
+      // LD_LIBRARY_PATH, ...); nvcc's lists of several are its own.
+      auto words = shell_words(line.substr(eq + 1));
+      if (!words) return invalid_argument("a variable nvcc sets cannot be read: " + std::string(line));
+      if (words->size() <= 1) {
+        out.env.emplace_back(std::string(line.substr(0, eq)), words->empty() ? std::string() : words->front());
+      }
+      continue;
+    }
+    // Only the host compiler's -E runs matter: a step with "-E" among its
+    // words (nvcc's other steps and pseudo-steps have none).
+    if (line.find(" -E ") == std::string_view::npos) continue;
+    auto words = shell_words(line);
+    if (!words || words->empty()) {
+      return invalid_argument("a preprocessing step of nvcc --dryrun cannot be split: " + std::string(line));
+    }
+    if (std::find(words->begin(), words->end(), "-E") == words->end()) continue;
+    std::vector<std::string> step;
+    bool output = false;
+    for (std::size_t i = 0; i < words->size(); ++i) {
+      const std::string& w = (*words)[i];
+      // -M and -MM make a dependency list instead of the text: not a
+      // translation unit. Its -o and its dependency options are the launcher's.
+      if (w == "-M" || w == "-MM") {
+        step.clear();
+        break;
+      }
+      if (w == "-o" || w == "-MF" || w == "-MT" || w == "-MQ") {
+        if (i + 1 >= words->size()) return invalid_argument("a preprocessing step ends in '" + w + "'");
+        output = output || w == "-o";
+        ++i;
+        continue;
+      }
+      if (w == "-MD" || w == "-MMD" || w == "-MP") continue;
+      step.push_back(w);
+    }
+    if (step.empty()) continue;
+    if (!output) return invalid_argument("a preprocessing step without -o");
+    out.preprocess.push_back(std::move(step));
+  }
+  if (out.preprocess.empty()) return invalid_argument("nvcc --dryrun shows no preprocessing step");
+  return out;
+}
+
 Result<std::vector<std::string>> parse_depfile(const std::string& text) {
   std::vector<std::string> out;
   std::set<std::string> seen;

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "progcache/status.h"
@@ -128,6 +129,20 @@ struct ProfileVariables {
   std::vector<std::string> replaced;
 };
 ProfileVariables profile_variables(std::string_view text);
+
+// What `nvcc --dryrun` says it would run, as far as the launcher's
+// preprocessed key needs it: the variables nvcc sets for its tools (each
+// `NAME=value` line whose value is one word), and the preprocessing steps
+// (the host compiler's `-E` runs: one for the host code, one per device
+// architecture), each without its `-o` file and dependency options, which
+// the launcher gives its own. invalid_argument for a text it cannot read
+// with certainty: a step holding `$` or a quote it cannot follow, a step
+// without its `-o`, or no preprocessing step at all.
+struct DryRun {
+  std::vector<std::pair<std::string, std::string>> env;
+  std::vector<std::vector<std::string>> preprocess;
+};
+Result<DryRun> parse_dryrun(std::string_view text);
 
 // The files a make-format dependency file names (every prerequisite of
 // every rule, in order, without duplicates; escaped spaces and '$$'

@@ -232,6 +232,8 @@ void print_launcher_stats(const json& j) {
   auto n = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<std::uint64_t>() : 0; };
   std::printf("\nnvcc launcher\n");
   std::printf("  %-15s %llu\n", "hits", static_cast<unsigned long long>(n("hits")));
+  // Of them, served by the preprocessed text (a comment edit, a header rewritten alike).
+  std::printf("  %-15s %llu\n", "  by the text", static_cast<unsigned long long>(n("preprocessed_hits")));
   std::printf("  %-15s %llu\n", "misses", static_cast<unsigned long long>(n("misses")));
   std::printf("  %-15s %llu\n", "compile failed", static_cast<unsigned long long>(n("compile_failed")));
   for (const char* group : {"uncacheable", "not_stored"}) {
@@ -304,7 +306,7 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
       as_double(r.misses));
   one("progcache_root_hit_rate", "gauge", "hits / (hits + misses) of the root", r.hit_rate());
   if (launcher.is_object()) {
-    for (const char* field : {"hits", "misses", "compile_failed"}) {
+    for (const char* field : {"hits", "preprocessed_hits", "misses", "compile_failed"}) {
       const std::uint64_t v =
           launcher.contains(field) && launcher[field].is_number_unsigned() ? launcher[field].get<std::uint64_t>() : 0;
       std::printf(

@@ -47,6 +47,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <variant>
 #include <vector>
 
 #include "cli.h"
@@ -131,6 +133,23 @@ std::optional<std::string> find_program(const std::string& name) {
       const auto id = file_id(cand);
       if (!self || !id || id->dev != self->dev || id->ino != self->ino) return cand;
     }
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return std::nullopt;
+}
+
+// `name` as a shell with PATH=`path` finds it: itself when it has a slash,
+// else the first executable file in a directory of `path` (an empty entry
+// is the working directory).
+std::optional<std::string> find_on(const std::string& name, const std::string& path) {
+  if (name.find('/') != std::string::npos) return executable_file(name) ? std::optional(name) : std::nullopt;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const auto colon = path.find(':', start);
+    const std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (executable_file(candidate)) return candidate;
     if (colon == std::string::npos) break;
     start = colon + 1;
   }
@@ -290,7 +309,7 @@ struct Ran {
 };
 
 Ran run_child(const std::string& program, const std::vector<std::string>& args, bool echo, bool null_stdin,
-              std::int64_t timeout_ns = 0);
+              std::int64_t timeout_ns = 0, const std::vector<std::string>* env = nullptr);
 
 // The host compiler's own directories for <...> includes, in its order, as
 // it prints them (-v), or nullopt when it cannot say.
@@ -634,7 +653,7 @@ void count(const StatsFile& where, const std::string& counter, const std::string
 // the compile returned. `timeout_ns` (0: none) kills a child that runs
 // longer. `null_stdin` gives it /dev/null instead of this process's input.
 Ran run_child(const std::string& program, const std::vector<std::string>& args, bool echo, bool null_stdin,
-              std::int64_t timeout_ns) {
+              std::int64_t timeout_ns, const std::vector<std::string>* env) {
   Ran r;
   std::array<int, 2> out_pipe{-1, -1};
   std::array<int, 2> err_pipe{-1, -1};
@@ -653,8 +672,17 @@ Ran run_child(const std::string& program, const std::vector<std::string>& args, 
     argv.push_back(
         const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
   argv.push_back(nullptr);
+  std::vector<char*> envp;
+  if (env != nullptr) {
+    envp.reserve(env->size() + 1);
+    for (const auto& e : *env)
+      envp.push_back(
+          const_cast<char*>(e.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
+    envp.push_back(nullptr);
+  }
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), environ);
+  const int rc =
+      ::posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), env != nullptr ? envp.data() : environ);
   posix_spawn_file_actions_destroy(&fa);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
@@ -746,11 +774,13 @@ std::int64_t tick_start() {
   return start;
 }
 
-std::optional<std::string> make_temp_depfile() {
+// A new empty file in the temporary directory, named with `suffix` (the
+// host compiler takes a file's kind from it).
+std::optional<std::string> make_temp_file(const std::string& suffix) {
   std::error_code ec;
-  std::string tmpl = (std::filesystem::temp_directory_path(ec) / "progcache-nvcc-XXXXXX.d").string();
+  std::string tmpl = (std::filesystem::temp_directory_path(ec) / ("progcache-nvcc-XXXXXX" + suffix)).string();
   if (ec) return std::nullopt;
-  const int fd = ::mkstemps(tmpl.data(), 2);
+  const int fd = ::mkstemps(tmpl.data(), static_cast<int>(suffix.size()));
   if (fd < 0) return std::nullopt;
   ::close(fd);
   return tmpl;
@@ -835,7 +865,7 @@ class Launcher {
     }
     m_mkey = manifest_key(m_nvcc, m_cmd, m_variables);
     if (auto served = serve()) return *served;
-    return compile();
+    return miss();
   }
 
  private:
@@ -847,6 +877,7 @@ class Launcher {
     if (text == nullptr) return std::nullopt;
     auto m = nv::decode_manifest(text->data.view());
     if (!m) return std::nullopt;
+    m_had_manifest = true;
     std::optional<int> served;
     nv::serve_first_holding(*m, [&](const pc::Key& rkey) {
       served = serve_result(rkey);
@@ -857,7 +888,7 @@ class Launcher {
 
   // The result under `rkey`, written out: 0, or nullopt when it is not
   // there or cannot be written (then the next result, or a compile).
-  std::optional<int> serve_result(const pc::Key& rkey) {
+  std::optional<int> serve_result(const pc::Key& rkey, bool count_hit = true) {
     auto entry = m_store->get(rkey);
     if (!entry.ok() || !entry->has_value()) return std::nullopt;
     const pc::Artifact* output = (*entry)->find("output");
@@ -876,26 +907,214 @@ class Launcher {
     for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
       if (const pc::Artifact* a = (*entry)->find(name)) (void)write_all_to(fd, a->data.view(), name);
     }
-    count(m_stats, "hits");
+    if (count_hit) count(m_stats, "hits");
     return 0;
   }
 
-  int compile() {
+  // A direct miss. The compile's preprocessed text is looked up too, as
+  // ccache's preprocessor mode does: a comment edit, or a header rewritten
+  // with the same text, leaves it as it was, and the result it led to is
+  // served (once the command has a manifest: before, no result of it can
+  // be stored under its text). Without a manifest the text is computed
+  // beside the compile, for the next lookup.
+  int miss() {
+    const std::int64_t start = tick_start();
+    if (m_had_manifest) {
+      auto pre = preprocess(start);
+      if (pre) {
+        if (auto served = serve_preprocessed(*pre, start)) return *served;
+      }
+      return compile(start, pre ? std::optional(*pre) : std::nullopt);
+    }
+    std::optional<Preprocessed> pre;
+    std::thread beside([&] { pre = preprocess(start); });
+    const int status = compile(start, std::nullopt, &beside, &pre);
+    if (beside.joinable()) beside.join();
+    return status;
+  }
+
+  // What the preprocessing steps nvcc would run made of the files now: the
+  // key of that text (under the manifest key) and the files they read.
+  struct Preprocessed {
+    pc::Key key;
+    std::vector<std::string> deps;
+  };
+
+  // Runs `nvcc --dryrun` and each host compiler -E step it lists, as nvcc
+  // would (its variables set), into temporary files; nullopt when any of it
+  // fails or cannot be read with certainty (then only the direct key is
+  // used). Every file read must be unchanged since `start`.
+  std::optional<Preprocessed> preprocess(std::int64_t start) {
+    constexpr std::int64_t k_step_timeout_ns = 600'000'000'000;
+    std::vector<std::string> dry_args = {m_nvcc};
+    dry_args.insert(dry_args.end(), m_args.begin(), m_args.end());
+    dry_args.emplace_back("--dryrun");
+    const Ran dry = run_child(m_nvcc, dry_args, false, true, k_step_timeout_ns);
+    if (dry.status != 0) return std::nullopt;
+    auto plan = nv::parse_dryrun(dry.err);
+    if (!plan.ok()) return std::nullopt;
+    // The environment nvcc's tools get: this one, with nvcc's variables.
+    std::map<std::string, std::string> vars;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    for (const auto& [k, v] : plan->env) vars[k] = v;
+    std::vector<std::string> env;
+    env.reserve(vars.size());
+    for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+    KeyBuilder kb("nvcc-preprocessed");
+    kb.add_bytes("manifest", m_mkey.view());
+    std::vector<std::string> deps;
+    std::set<std::string> seen;
+    for (const auto& step : plan->preprocess) {
+      const auto program = find_on(step.front(), vars["PATH"]);
+      if (!program) return std::nullopt;
+      const auto text_path = make_temp_file(".ii");
+      const auto deps_path = make_temp_file(".d");
+      struct Remover {
+        std::vector<std::string> paths;
+        ~Remover() {
+          for (const auto& p : paths) ::unlink(p.c_str());
+        }
+      } remover;
+      if (text_path) remover.paths.push_back(*text_path);
+      if (deps_path) remover.paths.push_back(*deps_path);
+      if (!text_path || !deps_path) return std::nullopt;
+      std::vector<std::string> argv = step;
+      argv.insert(argv.end(), {"-o", *text_path, "-MD", "-MF", *deps_path});
+      const Ran ran = run_child(*program, argv, false, true, k_step_timeout_ns, &env);
+      if (ran.status != 0) return std::nullopt;
+      auto text = dt::read_regular(*text_path);
+      auto listed = dt::read_regular(*deps_path);
+      if (!text.ok() || !listed.ok()) return std::nullopt;
+      auto files = nv::parse_depfile(*listed);
+      if (!files.ok()) return std::nullopt;
+      for (const auto& w : step) kb.add_string("word", w);
+      const auto sum = pc::sha256(*text);
+      kb.add_bytes("text", pc::as_view(sum));
+      for (auto& f : *files) {
+        if (seen.insert(f).second) deps.push_back(std::move(f));
+      }
+    }
+    // What was read must be what is there: nothing changed since `start`.
+    for (const auto& d : deps) {
+      struct stat st {};
+      if (::stat(d.c_str(), &st) != 0 || dt::stamp_of(st).ctime > start) return std::nullopt;
+    }
+    return Preprocessed{kb.finish(), std::move(deps)};
+  }
+
+  // The result the preprocessed text led to, served, and recorded in the
+  // manifest under the files read now (the next lookup is a direct hit);
+  // nullopt for a miss. A result that printed anything is not served this
+  // way: a diagnostic can quote the source line, which may have changed.
+  std::optional<int> serve_preprocessed(const Preprocessed& pre, std::int64_t start) {
+    auto pointer = m_store->get(pre.key);
+    if (!pointer.ok() || !pointer->has_value()) return std::nullopt;
+    const pc::Artifact* raw = (*pointer)->find("result");
+    if (raw == nullptr) return std::nullopt;
+    auto rkey = pc::Key::from_raw(raw->data.view());
+    if (!rkey.ok()) return std::nullopt;
+    auto entry = m_store->get(*rkey);
+    if (!entry.ok() || !entry->has_value()) return std::nullopt;
+    if ((*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) return std::nullopt;
+    // Recorded before it is served: what is recorded is what was read.
+    auto record = build_record(pre.deps, start);
+    if (auto served = serve_result(*rkey, /*count_hit=*/false); !served) return std::nullopt;
+    count(m_stats, "hits");
+    count(m_stats, "preprocessed_hits");
+    if (auto* rec = std::get_if<nv::ManifestRecord>(&record)) {
+      rec->result = *rkey;
+      (void)put_manifest(*rec);
+    }
+    return 0;
+  }
+
+  // What a compile read, as a manifest record (its result key not yet
+  // set), or why it cannot be recorded: a file changed since `start`, a
+  // probe through a macro, a file whose text the key cannot hold.
+  std::variant<nv::ManifestRecord, std::string> build_record(const std::vector<std::string>& deps, std::int64_t start) {
+    // The search the preprocessor made: the host compiler's own
+    // directories as it prints them, after those of the command and the
+    // environment.
+    const auto hosts = host_compilers(m_cmd);
+    auto system = host_system_dirs(hosts.front());
+    if (!system) return std::string("the host compiler's include directories cannot be read");
+    std::vector<std::string> trusted = {dt::real_or_normal(dt::parent_of(m_bin))};
+    for (const auto& d : *system) trusted.push_back(dt::real_or_normal(d));
+    // The toolkit beside nvcc; through a wrapper, the one whose
+    // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
+    std::string toolkit_bin = m_bin;
+    if (toolkit_dirs(m_bin, "include").empty()) {
+      for (const auto& d : deps) {
+        if (!d.ends_with("/cuda_runtime.h")) continue;
+        toolkit_bin = dt::join(dt::parent_of(dt::parent_of(dt::parent_of(dt::real_or_normal(d)))), "bin");
+        trusted.push_back(dt::parent_of(toolkit_bin));
+        break;
+      }
+    }
+    Places places(search_chain(m_cmd, toolkit_bin, *system), deps, std::move(trusted));
+    const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
+    places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
+    for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
+    nv::ManifestRecord m;
+    const std::int64_t now = dt::now_ns();
+    for (const auto& path : deps) {
+      struct stat st {};
+      if (path.find('\n') != std::string::npos) return std::string("an input's path holds a newline");
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::string("an input vanished");
+      const dt::FileStamp stamp = dt::stamp_of(st);
+      // A change stamps ctime with the time it was made, which no one can set;
+      // mtime can be anything (an archive from a machine whose clock runs
+      // ahead, touch -d): a file whose mtime alone is later was not changed.
+      if (stamp.ctime > start) return std::string("an input changed while nvcc ran");
+      auto text = dt::read_regular(path);
+      if (!text.ok()) return std::string("an input cannot be read");
+      const auto sum = pc::sha256(*text);
+      places.found(path, source_dir);
+      if (auto why = places.probe_file(path, *text)) return *why;
+      if (auto why = unkeyable_content(*text)) return *why;
+      // Stat again: the digest is of the file nvcc read only if nothing
+      // touched it in between.
+      struct stat after {};
+      if (::stat(path.c_str(), &after) != 0 || !(dt::stamp_of(after) == stamp)) {
+        return std::string("an input changed while nvcc ran");
+      }
+      const bool recent = now - std::max(stamp.mtime, stamp.ctime) < dt::k_recent_ns;
+      m.files.push_back({path, stamp, recent, std::string(pc::as_view(sum))});
+    }
+    m.absent = places.absent();
+    m.present = places.present();
+    return m;
+  }
+
+  // Runs nvcc (files unchanged since `start` are what it reads) and stores
+  // what it made: the result under the files it read, the manifest, and,
+  // with `pre` (or the text computed `beside` it), the preprocessed text's
+  // pointer to the result.
+  int compile(std::int64_t start, std::optional<Preprocessed> pre, std::thread* beside = nullptr,
+              std::optional<Preprocessed>* beside_result = nullptr) {
     std::vector<std::string> args = m_args;
     std::optional<std::string> own_depfile;
     if (!m_cmd.depfile) {
-      own_depfile = make_temp_depfile();
+      own_depfile = make_temp_file(".d");
       if (!own_depfile) {
+        if (beside != nullptr) beside->join();
         count(m_stats, "not_stored", "no temporary file for the dependency list");
         exec_nvcc(m_nvcc, m_args);
       }
       args.insert(args.end(), {"-MD", "-MF", *own_depfile});
     }
-    const std::int64_t start = tick_start();
     const Ran ran = run_capturing(m_nvcc, args);
     const std::string depfile_path = own_depfile ? *own_depfile : *m_cmd.depfile;
     auto deps_text = read_back(depfile_path);
     if (own_depfile) ::unlink(own_depfile->c_str());
+    if (beside != nullptr) {
+      beside->join();
+      pre = *beside_result;
+    }
     if (ran.status != 0) {
       count(m_stats, "compile_failed");
       return ran.status;
@@ -905,60 +1124,9 @@ class Launcher {
     if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
     auto deps = nv::parse_depfile(*deps_text);
     if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
-    // The search the preprocessor made: the host compiler's own
-    // directories as it prints them, after those of the command and the
-    // environment.
-    const auto hosts = host_compilers(m_cmd);
-    auto system = host_system_dirs(hosts.front());
-    if (!system) return not_stored("the host compiler's include directories cannot be read");
-    std::vector<std::string> trusted = {dt::real_or_normal(dt::parent_of(m_bin))};
-    for (const auto& d : *system) trusted.push_back(dt::real_or_normal(d));
-    // The toolkit beside nvcc; through a wrapper, the one whose
-    // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
-    std::string toolkit_bin = m_bin;
-    if (toolkit_dirs(m_bin, "include").empty()) {
-      for (const auto& d : *deps) {
-        if (!d.ends_with("/cuda_runtime.h")) continue;
-        toolkit_bin = dt::join(dt::parent_of(dt::parent_of(dt::parent_of(dt::real_or_normal(d)))), "bin");
-        trusted.push_back(dt::parent_of(toolkit_bin));
-        break;
-      }
-    }
-    Places places(search_chain(m_cmd, toolkit_bin, *system), *deps, std::move(trusted));
-    const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
-    places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
-    for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
-    nv::ManifestRecord m;
-    std::vector<std::pair<std::string, std::string>> files;
-    const std::int64_t now = dt::now_ns();
-    for (const auto& path : *deps) {
-      struct stat st {};
-      if (path.find('\n') != std::string::npos) return not_stored("an input's path holds a newline");
-      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return not_stored("an input vanished");
-      const dt::FileStamp stamp = dt::stamp_of(st);
-      // A change stamps ctime with the time it was made, which no one can set;
-      // mtime can be anything (an archive from a machine whose clock runs
-      // ahead, touch -d): a file whose mtime alone is later was not changed.
-      if (stamp.ctime > start) return not_stored("an input changed while nvcc ran");
-      auto text = dt::read_regular(path);
-      if (!text.ok()) return not_stored("an input cannot be read");
-      const auto sum = pc::sha256(*text);
-      const std::optional<std::string> digest = std::string(pc::as_view(sum));
-      places.found(path, source_dir);
-      if (auto why = places.probe_file(path, *text)) return not_stored(*why);
-      if (auto why = unkeyable_content(*text)) return not_stored(*why);
-      // Stat again: the digest is of the file nvcc read only if nothing
-      // touched it in between.
-      struct stat after {};
-      if (::stat(path.c_str(), &after) != 0 || !(dt::stamp_of(after) == stamp)) {
-        return not_stored("an input changed while nvcc ran");
-      }
-      const bool recent = now - std::max(stamp.mtime, stamp.ctime) < dt::k_recent_ns;
-      m.files.push_back({path, stamp, recent, *digest});
-      files.emplace_back(path, *digest);
-    }
-    m.absent = places.absent();
-    m.present = places.present();
+    auto record = build_record(*deps, start);
+    if (auto* why = std::get_if<std::string>(&record)) return not_stored(*why);
+    auto& m = std::get<nv::ManifestRecord>(record);
     auto output = read_back(m_cmd.output);
     if (!output.ok()) return not_stored("the output cannot be read back as a regular file");
     // nvcc (ptxas) can exit 0 having written an empty or cut-short file (a
@@ -970,19 +1138,33 @@ class Launcher {
     if (!ran.out.empty()) artifacts.push_back({"stdout", pc::Bytes::copy_of(ran.out)});
     if (!ran.err.empty()) artifacts.push_back({"stderr", pc::Bytes::copy_of(ran.err)});
     const json meta = {{"kind", std::string("nvcc-") + nv::mode_name(m_cmd.mode)}, {"name", m_cmd.input}};
+    std::vector<std::pair<std::string, std::string>> files;
+    files.reserve(m.files.size());
+    for (const auto& f : m.files) files.emplace_back(f.path, f.sha256);
     const pc::Key rkey = nv::result_key(m_mkey, files);
     m.result = rkey;
     if (auto st = m_store->put(rkey, pc::Entry(meta.dump(), std::move(artifacts))); !st.ok()) {
       return not_stored("the store refused the entry");
     }
-    const json mmeta = {{"kind", "nvcc-manifest"}, {"name", m_cmd.input}};
-    if (auto st = m_store->put(
-            m_mkey, pc::Entry(mmeta.dump(),
-                              {{"manifest", pc::Bytes::adopt(nv::encode_manifest(nv::add_result(merge_base(), m)))}}));
-        !st.ok()) {
-      return not_stored("the store refused the manifest");
+    if (!put_manifest(m).ok()) return not_stored("the store refused the manifest");
+    // The preprocessed text points at this result only when it is the text
+    // nvcc compiled: every file it read unchanged since `start` (checked
+    // when it was made) and among those nvcc read.
+    if (pre && std::all_of(pre->deps.begin(), pre->deps.end(), [&](const std::string& d) {
+          return std::any_of(m.files.begin(), m.files.end(), [&](const nv::ManifestFile& f) { return f.path == d; });
+        })) {
+      const json pmeta = {{"kind", "nvcc-preprocessed"}, {"name", m_cmd.input}};
+      (void)m_store->put(pre->key, pc::Entry(pmeta.dump(), {{"result", pc::Bytes::copy_of(rkey.view())}}));
     }
     return 0;
+  }
+
+  // Adds `record` to the command's manifest as the store holds it now.
+  pc::Status put_manifest(const nv::ManifestRecord& record) {
+    const json mmeta = {{"kind", "nvcc-manifest"}, {"name", m_cmd.input}};
+    return m_store->put(
+        m_mkey, pc::Entry(mmeta.dump(),
+                          {{"manifest", pc::Bytes::adopt(nv::encode_manifest(nv::add_result(merge_base(), record)))}}));
   }
 
   // The manifest this compile's result joins: the store's as it is now
@@ -1037,6 +1219,7 @@ class Launcher {
   std::map<std::string, dt::FileStamp> m_inputs_read;
   std::unique_ptr<pc::FileStore> m_store;
   pc::Key m_mkey;
+  bool m_had_manifest = false;  // the command's manifest was read (a result of it was stored)
 };
 
 }  // namespace
