@@ -826,6 +826,7 @@ class Launcher {
     nv::ProfileVariables profile;
     if (auto text = dt::read_regular(m_bin + "/nvcc.profile"); text.ok()) {
       profile = nv::profile_variables(*text);
+      m_toolkit_nvcc = true;
     } else {
       // nvcc reached through a wrapper (a script that runs the real one):
       // its profile is not known, so the variables a stock profile names
@@ -916,9 +917,13 @@ class Launcher {
   // with the same text, leaves it as it was, and the result it led to is
   // served (once the command has a manifest: before, no result of it can
   // be stored under its text). Without a manifest the text is computed
-  // beside the compile, for the next lookup.
+  // beside the compile, for the next lookup. Only for the toolkit's own
+  // nvcc.
   int miss() {
     const std::int64_t start = tick_start();
+    // Through a wrapper script, what `--dryrun` prints is the wrapper's to
+    // decide, and running it twice may do twice what it does: direct key only.
+    if (!m_toolkit_nvcc) return compile(start, std::nullopt);
     if (m_had_manifest) {
       auto pre = preprocess(start);
       if (pre) {
@@ -1219,6 +1224,7 @@ class Launcher {
   std::map<std::string, dt::FileStamp> m_inputs_read;
   std::unique_ptr<pc::FileStore> m_store;
   pc::Key m_mkey;
+  bool m_toolkit_nvcc = false;  // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
   bool m_had_manifest = false;  // the command's manifest was read (a result of it was stored)
 };
 
