@@ -68,11 +68,8 @@ TEST(NvccCommandTest, TheOutputsNameIsKeyedOnlyWhereWhatIsWrittenNamesIt) {
   for (const std::vector<std::string>& extra : {std::vector<std::string>{"-g"},
                                                 {"-G"},
                                                 {"--device-debug"},
-                                                {"-lineinfo"},
-                                                {"-src-in-ptx"},
                                                 {"-Xcompiler", "-ggdb"},
                                                 {"-Xptxas", "-g"},
-                                                {"-Xptxas", "--generate-line-info"},
                                                 {"-Xnvlink", "--debug"}}) {
     std::vector<std::string> args = {"-c", "k.cu", "-o", "a.o"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -82,6 +79,20 @@ TEST(NvccCommandTest, TheOutputsNameIsKeyedOnlyWhereWhatIsWrittenNamesIt) {
     EXPECT_TRUE(keyed_has(c, "--output-file=a.o")) << extra.back();
   }
   EXPECT_FALSE(parse({"-c", "k.cu", "-Xcompiler", "-g0"}).place_in_output);
+  // Device line information names files by the path they were reached by:
+  // the launcher keys the place when one is relative.
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"-lineinfo"},
+                                                {"-src-in-ptx"},
+                                                {"--generate-line-info"},
+                                                {"-Xptxas", "-lineinfo"},
+                                                {"-Xptxas", "--generate-line-info"}}) {
+    std::vector<std::string> args = {"-c", "k.cu", "-o", "a.o"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Command c = parse(args);
+    EXPECT_TRUE(c.line_info) << extra.back();
+    EXPECT_FALSE(c.place_in_output) << extra.back();
+    EXPECT_FALSE(keyed_has(c, "--output-file=a.o")) << extra.back();
+  }
   // -objtemp names nvcc's temporary files after the output.
   EXPECT_TRUE(parse({"-c", "k.cu", "-o", "a.o", "-objtemp"}).place_in_output);
 }

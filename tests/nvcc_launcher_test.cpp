@@ -1160,12 +1160,28 @@ TEST_F(NvccLauncherPlaceTest, DebugInformationAndADependencyTargetKeepThePlaceAn
   ASSERT_EQ(in("ck/b2", debug).code, 0);
   EXPECT_EQ(nvcc_runs(), 1) << "an object with debug information served in another directory";
   EXPECT_NE(file("ck/b2/k.o").find(m_tmp.sub("ck/b2")), std::string::npos) << "the object does not name b2";
-  // The same for the host compiler's and ptxas's own debug words.
-  for (const std::string extra : {"-Xcompiler -g", "-Xptxas -lineinfo", "-lineinfo"}) {
-    const std::string cmd = "-arch=sm_90 -I " + quote(src + "/inc") + " " + extra + " -c " + quote(src + "/k.cu");
-    ASSERT_TRUE(stored_in("ck/b1", cmd + " -o x.o")) << extra;
-    ASSERT_EQ(in("ck/b2", cmd + " -o x.o").code, 0);
-    EXPECT_EQ(nvcc_runs(), 1) << extra << ": served in another directory";
+  // The same for the host compiler's own debug words.
+  const std::string host_g = "-arch=sm_90 -I " + quote(src + "/inc") + " -Xcompiler -g -c " + quote(src + "/k.cu");
+  ASSERT_TRUE(stored_in("ck/b1", host_g + " -o x.o"));
+  ASSERT_EQ(in("ck/b2", host_g + " -o x.o").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "-Xcompiler -g: served in another directory";
+  // Device line information names each file by the working directory
+  // joined to the path it was reached by: with absolute paths (CMake's) the
+  // cubin is the same in every build directory, and served; with a
+  // relative one it names the directory, and is compiled again.
+  for (const std::string extra : {"-lineinfo", "-Xptxas -lineinfo"}) {
+    const std::string abs = "-arch=sm_90 -I " + quote(src + "/inc") + " " + extra + " -cubin " + quote(src + "/k.cu");
+    ASSERT_TRUE(stored_in("ck/b1", abs + " -o li.cubin")) << extra;
+    ASSERT_EQ(in("ck/b2", abs + " -o li.cubin").code, 0);
+    EXPECT_EQ(nvcc_runs(), 0) << extra << ": absolute paths, yet compiled again";
+    ASSERT_EQ(in("ck/b2", abs + " -o plain-li.cubin", true).code, 0);
+    EXPECT_TRUE(same(file("ck/b2/li.cubin"), file("ck/b2/plain-li.cubin"))) << extra;
+    const std::string rel = "-arch=sm_90 -I ../src/inc " + extra + " -cubin ../src/k.cu";
+    ASSERT_TRUE(stored_in("ck/b1", rel + " -o lr.cubin")) << extra;
+    ASSERT_EQ(in("ck/b2", rel + " -o lr.cubin").code, 0);
+    EXPECT_EQ(nvcc_runs(), 1) << extra << ": a relative path, served in another directory";
+    ASSERT_EQ(in("ck/b2", rel + " -o plain-lr.cubin", true).code, 0);
+    EXPECT_TRUE(same(file("ck/b2/lr.cubin"), file("ck/b2/plain-lr.cubin"))) << extra;
   }
   // -objtemp: nvcc names its temporary files after the output, and the
   // object names them.

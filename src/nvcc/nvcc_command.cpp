@@ -352,8 +352,8 @@ class Parser {
           return refuse("--" + std::string(n) + " '" + *value + "' depends on the GPUs of the machine");
       }
     }
-    if (n == "debug" || n == "device-debug" || n == "generate-line-info" || n == "source-in-ptx" ||
-        n == "objdir-as-tempdir") {
+    if (n == "generate-line-info" || n == "source-in-ptx") m_cmd.line_info = true;
+    if (n == "debug" || n == "device-debug" || n == "objdir-as-tempdir") {
       m_cmd.place_in_output = true;
     }
     if (n == "dependency-target-name") m_target_named = true;
@@ -444,10 +444,12 @@ class Parser {
         return refuse(std::string(tool).append(" word '").append(w).append(
             "' holds characters a shell reads (nvcc hands it through one)"));
       }
-      // ptxas's and nvlink's own debug words (-g, --device-debug, -lineinfo).
-      if ((w.starts_with("-g") && w != "-g0") || w.find("debug") != std::string::npos ||
-          w.find("line") != std::string::npos) {
+      // ptxas's and nvlink's own debug words (-g, --device-debug) and line
+      // information words (-lineinfo, --generate-line-info).
+      if ((w.starts_with("-g") && w != "-g0") || w.find("debug") != std::string::npos) {
         m_cmd.place_in_output = true;
+      } else if (w.find("line") != std::string::npos) {
+        m_cmd.line_info = true;
       }
       std::optional<std::string> file;
       if (w.starts_with("@")) {

@@ -56,14 +56,20 @@ struct Command {
   // directory first, then along the include search.
   std::vector<std::string> pre_includes;
   // Whether the compile writes where it ran into what it makes: debug
-  // information (-g, -G, -lineinfo, -src-in-ptx, or a debug word for the
-  // host compiler or ptxas) names the working directory, the temporary
+  // information (-g, -G, or a debug word for the host compiler or ptxas)
+  // names the working directory, the temporary
   // files' directory and the output's; -objtemp names the temporary files
   // after the output. Without either, the output depends on none of them,
   // and the key holds none of them (TMPDIR excepted: a sanitizer's or a
   // warning's text can name nvcc's temporary files): two build directories
   // of one checkout share entries.
   bool place_in_output = false;
+  // Whether device line information is asked for (-lineinfo, -src-in-ptx,
+  // ptxas's -lineinfo): the PTX names each file by the working directory
+  // joined to the path it was reached by, so the working directory is in
+  // the output only when a path the compile follows is relative (the
+  // launcher decides: it knows the environment's search paths too).
+  bool line_info = false;
   // Whether the output's name is in what the command writes: the
   // dependency file's target when no -MT names one (nvcc writes the -o name).
   bool output_name_written = false;

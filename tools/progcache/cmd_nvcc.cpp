@@ -235,6 +235,26 @@ std::optional<std::string> unfollowed_variable(const std::vector<std::string>& n
   return std::nullopt;
 }
 
+std::vector<std::string> env_dirs(const char* name);
+
+// Whether the compile reaches a file through a relative path: the source,
+// a directory of the command's or of the environment's search paths (an
+// empty entry is the working directory), a file read by name. Device line
+// information names such a file by the working directory joined to it.
+bool follows_a_relative_path(const nv::Command& cmd) {
+  auto relative = [](const std::string& p) { return !p.starts_with("/"); };
+  if (relative(cmd.input)) return true;
+  for (const auto* list : {&cmd.include_dirs, &cmd.system_dirs, &cmd.pre_includes}) {
+    if (std::any_of(list->begin(), list->end(), relative)) return true;
+  }
+  for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+    const auto dirs = env_dirs(v);
+    if (std::any_of(dirs.begin(), dirs.end(), relative)) return true;
+  }
+  return std::any_of(cmd.read_files.begin(), cmd.read_files.end(),
+                     [&](const nv::Command::FileRead& f) { return relative(f.path); });
+}
+
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
   KeyBuilder kb("nvcc-manifest");
   kb.add_int("launcher-schema", 5);
@@ -257,7 +277,7 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // the command spells them, resolved against the working directory at each
   // lookup: two build directories of one checkout share entries, as with
   // ccache's hash_dir for builds without -g.
-  if (cmd.place_in_output) {
+  if (cmd.place_in_output || (cmd.line_info && follows_a_relative_path(cmd))) {
     std::error_code ec;
     kb.add_string("cwd", std::filesystem::current_path(ec).string());
     // As the host compiler judges it: $PWD names the working directory
