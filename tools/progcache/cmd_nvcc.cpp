@@ -988,7 +988,7 @@ class Launcher {
     for (const auto& [k, v] : plan->env) vars[k] = v;
     std::vector<std::string> env;
     env.reserve(vars.size());
-    for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+    for (const auto& [k, v] : vars) env.push_back(std::string(k).append("=").append(v));
     KeyBuilder kb("nvcc-preprocessed");
     kb.add_bytes("manifest", m_mkey.view());
     std::vector<std::string> deps;

@@ -1,0 +1,223 @@
+"""A real CUDA project through progcache and ccache: NVIDIA's cuda-samples.
+
+Builds a subset of cuda-samples' Samples/0_Introduction (CMake, Ninja,
+CUDA_SEPARABLE_COMPILATION on, -lineinfo, as the samples' own CMakeLists
+say) with CMAKE_CUDA_COMPILER_LAUNCHER=progcache and =ccache, each with an
+empty cache of its own, through the cases a team meets:
+
+  cold              an empty cache, a new build directory
+  warm_clean        the build directory removed, configured and built again
+  second_builddir   another build directory of the same checkout
+  second_checkout   a copy of the checkout at another path (ccache with
+                    CCACHE_BASEDIR set to the directory above both; progcache
+                    has no base directory)
+  comment_edit      a comment changed in Common/helper_cuda.h (included by
+                    every sample), the first build directory built again
+  real_edit         a declaration added to the same header, built again
+
+For each: the build step's wall time (configure is CMake's own, the same on
+both sides, and left out), and the hits and misses each tool counts for that
+build alone. After the comment edit, every object progcache served is
+compared with a plain build (no launcher) of the same tree: equal but for
+nvcc's temporary names (tmpxft_<8 hex digits>).
+
+The sample list and the GPU architectures (the samples list nine; two here,
+so that a run takes minutes) are the only changes to the project's files.
+
+    git clone https://github.com/NVIDIA/cuda-samples   # measured at c94ff366
+    python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+SAMPLES = [
+    "asyncAPI",
+    "clock",
+    "fp16ScalarProduct",
+    "matrixMul",
+    "mergeSort",
+    "simpleAWBarrier",
+    "simpleAssert",
+    "simpleAtomicIntrinsics",
+    "simpleCooperativeGroups",
+    "simpleHyperQ",
+    "simpleOccupancy",
+    "simplePrintf",
+    "simpleStreams",
+    "simpleTemplates",
+    "simpleVoteIntrinsics",
+    "vectorAdd",
+]
+HEADER = "Common/helper_cuda.h"
+
+
+def copy_tree(src: str, dst: str, archs: str) -> None:
+    """The project's files the subset needs, with the architectures set."""
+    shutil.copytree(os.path.join(src, "Common"), os.path.join(dst, "Common"))
+    shutil.copytree(os.path.join(src, "cmake"), os.path.join(dst, "cmake"))
+    intro = os.path.join(dst, "Samples", "0_Introduction")
+    for s in SAMPLES:
+        shutil.copytree(os.path.join(src, "Samples", "0_Introduction", s), os.path.join(intro, s))
+        lists = os.path.join(intro, s, "CMakeLists.txt")
+        with open(lists, encoding="utf-8") as f:
+            text = f.read()
+        text = re.sub(r"set\(CMAKE_CUDA_ARCHITECTURES [^)]*\)", f"set(CMAKE_CUDA_ARCHITECTURES {archs})", text)
+        with open(lists, "w", encoding="utf-8") as f:
+            f.write(text)
+    with open(os.path.join(dst, "CMakeLists.txt"), "w", encoding="utf-8") as f:
+        f.write("cmake_minimum_required(VERSION 3.20)\nproject(cuda-samples-subset LANGUAGES C CXX CUDA)\n")
+        for s in SAMPLES:
+            f.write(f"add_subdirectory(Samples/0_Introduction/{s})\n")
+
+
+class Side:
+    """One launcher (progcache or ccache, or none) with its own cache."""
+
+    def __init__(self, name: str, launcher: str | None, work: str, progcache: str) -> None:
+        self.name = name
+        self.launcher = launcher
+        self.progcache = progcache
+        self.env = dict(os.environ)
+        self.env.pop("PROGCACHE_DISABLE", None)
+        self.env["PROGCACHE_DIR"] = os.path.join(work, "cache-progcache")
+        self.env["XDG_CONFIG_HOME"] = os.path.join(work, "xdg")
+        self.env["CCACHE_DIR"] = os.path.join(work, "cache-ccache")
+        self.env["CCACHE_BASEDIR"] = work
+        self.env["CCACHE_MAXSIZE"] = "20G"
+
+    def configure(self, tree: str, build: str) -> None:
+        cmd = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"]
+        if self.launcher:
+            cmd.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={self.launcher}")
+        subprocess.run(cmd, env=self.env, check=True, stdout=subprocess.DEVNULL)
+
+    def zero(self) -> None:
+        if self.name == "progcache":
+            subprocess.run([self.progcache, "stats", "-z"], env=self.env, check=True, stdout=subprocess.DEVNULL)
+        elif self.name == "ccache":
+            subprocess.run(["ccache", "-z"], env=self.env, check=True, stdout=subprocess.DEVNULL)
+
+    def counts(self) -> tuple[int, int]:
+        """Hits and misses since zero()."""
+        if self.name == "progcache":
+            out = subprocess.run(
+                [self.progcache, "stats", "--json"], env=self.env, check=True, capture_output=True, text=True
+            ).stdout
+            launcher = json.loads(out).get("nvcc_launcher") or {}
+            return int(launcher.get("hits", 0)), int(launcher.get("misses", 0))
+        if self.name == "ccache":
+            out = subprocess.run(
+                ["ccache", "--print-stats"], env=self.env, check=True, capture_output=True, text=True
+            ).stdout
+            stats = dict(line.split("\t") for line in out.splitlines() if "\t" in line)
+            hits = int(stats.get("direct_cache_hit", 0)) + int(stats.get("preprocessed_cache_hit", 0))
+            return hits, int(stats.get("cache_miss", 0))
+        return 0, 0
+
+    def build(self, build: str) -> tuple[float, int, int]:
+        self.zero()
+        t0 = time.perf_counter()
+        subprocess.run(["ninja", "-C", build], env=self.env, check=True, stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - t0
+        hits, misses = self.counts()
+        return seconds, hits, misses
+
+
+def edit(tree: str, old: str, new: str) -> None:
+    path = os.path.join(tree, HEADER)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if old not in text:
+        sys.exit(f"{HEADER}: '{old}' not found")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text.replace(old, new, 1))
+
+
+def objects(build: str) -> dict[str, bytes]:
+    """Every CUDA object under `build`, tmpxft names masked."""
+    out = {}
+    for root, _, files in os.walk(build):
+        for name in files:
+            if name.endswith(".cu.o"):
+                with open(os.path.join(root, name), "rb") as f:
+                    data = f.read()
+                out[os.path.relpath(os.path.join(root, name), build)] = re.sub(rb"tmpxft_[0-9a-f]{8}", b"tmpxft_x", data)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", required=True, help="a cuda-samples checkout")
+    ap.add_argument("--progcache", required=True)
+    ap.add_argument("--archs", default="80 90")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if shutil.which("ccache") is None or shutil.which("ninja") is None:
+        sys.exit("ccache and ninja are needed (apt-get install ccache ninja-build)")
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    equal_after_comment = None
+    for name in ("progcache", "ccache"):
+        work = tempfile.mkdtemp(prefix=f"nvcc-project-{name}-")
+        tree_a = os.path.join(work, "checkout-a")
+        tree_c = os.path.join(work, "checkout-c")
+        copy_tree(a.samples, tree_a, a.archs)
+        copy_tree(a.samples, tree_c, a.archs)
+        launcher = os.path.abspath(a.progcache) if name == "progcache" else shutil.which("ccache")
+        side = Side(name, launcher, work, os.path.abspath(a.progcache))
+        rows: dict[str, dict[str, float]] = {}
+
+        def case(label: str, tree: str, build: str, fresh: bool = True) -> None:
+            if fresh:
+                shutil.rmtree(build, ignore_errors=True)
+                side.configure(tree, build)
+            seconds, hits, misses = side.build(build)
+            rows[label] = {"seconds": seconds, "hits": hits, "misses": misses}
+            print(f"{name:9s} {label:16s} {seconds:8.2f} s  hits {hits:3d}  misses {misses:3d}", flush=True)
+
+        b1 = os.path.join(tree_a, "build")
+        case("cold", tree_a, b1)
+        case("warm_clean", tree_a, b1)
+        case("second_builddir", tree_a, os.path.join(tree_a, "build-2"))
+        case("second_checkout", tree_c, os.path.join(tree_c, "build"))
+        edit(tree_a, "Copyright (c) 2022, NVIDIA", "Copyright (c) 2022 NVIDIA")
+        case("comment_edit", tree_a, b1, fresh=False)
+        if name == "progcache":
+            plain = Side("plain", None, work, side.progcache)
+            plain_build = os.path.join(tree_a, "build-plain")
+            plain.configure(tree_a, plain_build)
+            plain.build(plain_build)
+            served, made = objects(b1), objects(plain_build)
+            equal_after_comment = served == made and len(served) > 0
+            print(f"progcache after the comment edit: {len(served)} objects, equal to plain nvcc's: {equal_after_comment}")
+        edit(tree_a, "#define COMMON_HELPER_CUDA_H_\n", "#define COMMON_HELPER_CUDA_H_\nstatic const int bench_edit = 1;\n")
+        case("real_edit", tree_a, b1, fresh=False)
+        results[name] = rows
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print("| case | progcache s | hits/misses | ccache s | hits/misses | time ratio |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for label in results["progcache"]:
+        p, c = results["progcache"][label], results["ccache"][label]
+        ratio = p["seconds"] / c["seconds"] if c["seconds"] > 0 else float("nan")
+        print(
+            f"| {label} | {p['seconds']:.2f} | {p['hits']:.0f}/{p['misses']:.0f} | {c['seconds']:.2f} "
+            f"| {c['hits']:.0f}/{c['misses']:.0f} | {ratio:.2f} |"
+        )
+    print(f"\nobjects served after the comment edit equal to a plain build's: {equal_after_comment}")
+    if a.json:
+        print(json.dumps({"results": results, "equal_after_comment": equal_after_comment}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
