@@ -19,7 +19,8 @@ For each: the build step's wall time (configure is CMake's own, the same on
 both sides, and left out), and the hits and misses each tool counts for that
 build alone. After the comment edit, every object progcache served is
 compared with a plain build (no launcher) of the same tree: equal but for
-nvcc's temporary names (tmpxft_<8 hex digits>).
+nvcc's temporary names (tmpxft_<8 hex digits>); and each side's objects in
+the second checkout are compared with a plain build there.
 
 The sample list and the GPU architectures (the samples list nine; two here,
 so that a run takes minutes) are the only changes to the project's files.
@@ -189,10 +190,20 @@ def main() -> int:
         case("warm_clean", tree_a, b1)
         case("second_builddir", tree_a, os.path.join(tree_a, "build-2"))
         case("second_checkout", tree_c, os.path.join(tree_c, "build"))
+        # What each side put in the second checkout's build against what
+        # plain nvcc makes there (ccache's base directory serves the first
+        # checkout's objects, which name its paths).
+        plain = Side("plain", None, work, side.progcache)
+        plain_c = os.path.join(tree_c, "build-plain")
+        plain.configure(tree_c, plain_c)
+        plain.build(plain_c)
+        got, made = objects(os.path.join(tree_c, "build")), objects(plain_c)
+        differ = sum(1 for k in made if got.get(k) != made[k])
+        rows["second_checkout"]["objects_unlike_plain"] = differ
+        print(f"{name:9s} second checkout: {differ} of {len(made)} objects unlike plain nvcc's there", flush=True)
         edit(tree_a, "Copyright (c) 2022, NVIDIA", "Copyright (c) 2022 NVIDIA")
         case("comment_edit", tree_a, b1, fresh=False)
         if name == "progcache":
-            plain = Side("plain", None, work, side.progcache)
             plain_build = os.path.join(tree_a, "build-plain")
             plain.configure(tree_a, plain_build)
             plain.build(plain_build)
@@ -214,6 +225,9 @@ def main() -> int:
             f"| {c['hits']:.0f}/{c['misses']:.0f} | {ratio:.2f} |"
         )
     print(f"\nobjects served after the comment edit equal to a plain build's: {equal_after_comment}")
+    for name in ("progcache", "ccache"):
+        n = results[name]["second_checkout"].get("objects_unlike_plain")
+        print(f"{name}: second checkout objects unlike plain nvcc's there: {n}")
     if a.json:
         print(json.dumps({"results": results, "equal_after_comment": equal_after_comment}))
     return 0

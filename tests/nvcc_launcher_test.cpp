@@ -8,11 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "progcache/file_store.h"
@@ -896,6 +898,103 @@ TEST_F(NvccLauncherTextTest, WhatTheTextCannotVouchForIsCompiled) {
   write("inc/params.h", "// and again\n#define SCALE 2.0f\n");
   ASSERT_EQ(launch(through).code, 0);
   EXPECT_EQ(nvcc_runs(), 1);
+}
+
+TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {
+  // A directive that prints and leaves nothing in the text (#warning): the
+  // text is not used, and the warning is nvcc's to print.
+  write("w.cu", "#include \"params.h\"\n// a comment line\n__global__ void k(float* x) { x[0] *= SCALE; }\n");
+  const std::string warn = "-arch=sm_90 -I inc -cubin w.cu -o w.cubin";
+  ASSERT_TRUE(stored(warn));
+  write("w.cu", "#include \"params.h\"\n#warning from w.cu\n__global__ void k(float* x) { x[0] *= SCALE; }\n");
+  std::uint64_t misses = counter("misses");
+  const Ran warned = real(warn);
+  ASSERT_EQ(warned.code, 0);
+  EXPECT_EQ(counter("misses"), misses + 1) << "served by a text that hides a #warning";
+  EXPECT_NE(warned.err.find("#warning from w.cu"), std::string::npos) << warned.err;
+  // The headers nvcc's generated files include, through the command's -I:
+  // one created there later is compiled in, never the old object served
+  // (by the direct key or by the text).
+  const std::string object = "-arch=sm_90 -I inc -c k.cu -o k.o";
+  ASSERT_TRUE(stored(object));
+  write("inc/fatbinary_section.h",
+        "#include \"" + m_bin +
+            "/../include/fatbinary_section.h\"\n"
+            "static const char shadow_marker[] __attribute__((used)) = \"SHADOW_MARKER\";\n");
+  misses = counter("misses");
+  ASSERT_EQ(real(object).code, 0);
+  EXPECT_EQ(counter("misses"), misses + 1) << "a header the generated files include was not noticed";
+  EXPECT_NE(read("k.o").find("SHADOW_MARKER"), std::string::npos);
+  fs::remove(m_tmp.sub("work/inc/fatbinary_section.h"));
+  // #pragma once and a copy of a header read already: gcc skips the copy
+  // while its size, time and text match, so nvcc's list omits it. Touched,
+  // it is read, and the output changes.
+  write("inc/a.h", "#pragma once\n#ifdef SEEN\n#define TWICE\n#endif\n#define SEEN\n");
+  ASSERT_EQ(std::system(("cp -p " + quote(m_tmp.sub("work/inc/a.h")) + " " + quote(m_tmp.sub("work/inc/b.h"))).c_str()),
+            0);
+  write("p.cu",
+        "#include \"a.h\"\n#include \"b.h\"\n#ifdef TWICE\n#define V 222\n#else\n#define V 111\n#endif\n"
+        "__global__ void k(int* p) { p[0] = V; }\n");
+  const std::string once = "-arch=sm_90 -I inc -cubin p.cu -o p.cubin";
+  ASSERT_TRUE(stored(once));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_EQ(std::system(("touch " + quote(m_tmp.sub("work/inc/b.h"))).c_str()), 0);
+  ASSERT_EQ(real(once).code, 0);
+  ASSERT_EQ(plain(once + " -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(read("p.cubin"), read("plain.cubin"))) << "the copy skipped by #pragma once was not watched";
+  // Line information and a #line directive naming a relative file: cicc
+  // joins the working directory to it, and the place is not keyed.
+  write("l.cu", "#line 1 \"rel/gen.cu\"\n__global__ void k(int* p) { p[0] = 1; }\n");
+  const std::string lined = "-arch=sm_90 -lineinfo -cubin " + quote(m_tmp.sub("work/l.cu")) + " -o l.cubin";
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(real(lined).code, 0);
+  EXPECT_EQ(launcher_stats()["not_stored"].value(
+                "a #line directive with line information: the name it gives may be relative", 0),
+            2);
+  // The host compiler's -v prints its commands, output names included.
+  const std::string verbose = "-arch=sm_90 -I inc -Xcompiler -v -c k.cu";
+  ASSERT_EQ(real(verbose + " -o first.o").code, 0);
+  ASSERT_EQ(real(verbose + " -o first.o").code, 0);
+  const Ran second = real(verbose + " -o second.o");
+  ASSERT_EQ(second.code, 0);
+  EXPECT_EQ(second.err.find("first.o"), std::string::npos) << "replayed another output's name";
+}
+
+TEST_F(NvccLauncherTextTest, ADirectoryRenamedOrALinkRetargetedWhileTheLauncherReadsIsNeverRecorded) {
+  // A host compiler that lingers after the launcher's own preprocessing
+  // step, so that the swap lands between that step and nvcc's compile.
+  fs::create_directories(m_tmp.sub("bin/cc"));
+  testing::write_all(m_tmp.sub("bin/cc/gcc"),
+                     "#!/bin/sh\n/usr/bin/gcc \"$@\"; rc=$?\n"
+                     "case \"$*\" in *progcache-nvcc-*) sleep 1.5;; esac\nexit $rc\n");
+  fs::permissions(m_tmp.sub("bin/cc/gcc"), fs::perms::owner_all);
+  write("s.cu", "#include \"a.h\"\n__global__ void k(int* p) { p[0] = A; }\n");
+  struct Swap {
+    std::string name, setup, to_v2, to_v1;
+  };
+  // inc2 a directory renamed into place; inc3/a.h a link retargeted.
+  const std::vector<Swap> swaps = {
+      {"directory renamed",
+       "mkdir -p d1 d2 && echo '#define A 111' > d1/a.h && echo '#define A 222' > d2/a.h && mv d1 inc",
+       "mv inc d1 && mv d2 inc", "mv inc d2 && mv d1 inc"},
+      {"link retargeted",
+       "mkdir -p inc && echo '#define A 111' > v1.h && echo '#define A 222' > v2.h && ln -sfn ../v1.h inc/a.h",
+       "ln -sfn ../v2.h inc/a.new && mv -T inc/a.new inc/a.h", "ln -sfn ../v1.h inc/a.new && mv -T inc/a.new inc/a.h"}};
+  for (const Swap& w : swaps) {
+    SCOPED_TRACE(w.name);
+    ASSERT_EQ(sh("sh -c " + quote("rm -rf inc d1 d2 v1.h v2.h && " + w.setup)).code, 0);
+    const std::string args = "-arch=sm_90 -ccbin " + quote(m_tmp.sub("bin/cc")) + " -I inc -cubin s.cu -o s.cubin";
+    ASSERT_TRUE(stored(args));
+    // v2 as the launcher's step reads, back to v1 before nvcc runs.
+    ASSERT_EQ(sh("sh -c " + quote(w.to_v2)).code, 0);
+    const Ran swapped = sh("sh -c " + quote("(sleep 0.9; " + w.to_v1 + ") & " + cli() + " " + quote(m_bin + "/nvcc") +
+                                            " " + args + "; s=$?; wait; exit $s"));
+    ASSERT_EQ(swapped.code, 0) << swapped.err;
+    // From now on v2: whatever is served must be v2's cubin.
+    ASSERT_EQ(sh("sh -c " + quote(w.to_v2)).code, 0);
+    ASSERT_EQ(real(args).code, 0);
+    ASSERT_EQ(plain(args + " -o plain.cubin").code, 0);
+    EXPECT_TRUE(same(read("s.cubin"), read("plain.cubin"))) << "the text of v2 was made to point at v1's cubin";
+  }
 }
 
 TEST_F(NvccLauncherOracleTest, AnOptionsFileNvccSplitsOtherwiseThanAShellIsRefused) {

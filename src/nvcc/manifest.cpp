@@ -13,14 +13,14 @@ namespace {
 
 // The text, one record a line (paths last, so they may hold spaces; the
 // dependency file format cannot name a path with a newline):
-//   progcache-nvcc-manifest 3
+//   progcache-nvcc-manifest 4
 //   F <dev> <ino> <size> <mtime ns> <ctime ns> <recent 0|1> <sha256 hex> <path>
 //   A <path that must stay absent>
-//   P <path that must stay present>
+//   P <dev> <ino> <size> <mtime ns> <ctime ns> <path that must stay present, as it is>
 //   R <result key hex> <file indexes> <absent indexes> <present indexes>
 // (indexes comma-separated, '-' for none).
 // Text a warm lookup reads with from_chars: a fifth of a JSON parse.
-constexpr std::string_view k_magic = "progcache-nvcc-manifest 3\n";
+constexpr std::string_view k_magic = "progcache-nvcc-manifest 4\n";
 
 void append_indexes(std::string& out, const std::vector<std::uint32_t>& v) {
   if (v.empty()) {
@@ -52,16 +52,28 @@ bool read_indexes(std::string_view& line, std::uint32_t bound, std::vector<std::
   return true;
 }
 
+// Reads "<number> " from the front of `line`.
+template <typename T>
+bool number(std::string_view& line, T& out) {
+  const auto r = std::from_chars(line.data(), line.data() + line.size(), out);
+  if (r.ec != std::errc() || r.ptr == line.data() + line.size() || *r.ptr != ' ') return false;
+  line.remove_prefix(static_cast<std::size_t>(r.ptr - line.data()) + 1);
+  return true;
+}
+
+bool read_stamp(std::string_view& line, detail::FileStamp& s) {
+  return number(line, s.dev) && number(line, s.ino) && number(line, s.size) && number(line, s.mtime) &&
+         number(line, s.ctime);
+}
+
+std::string stamp_text(const detail::FileStamp& s) {
+  return std::to_string(s.dev) + " " + std::to_string(s.ino) + " " + std::to_string(s.size) + " " +
+         std::to_string(s.mtime) + " " + std::to_string(s.ctime);
+}
+
 bool read_file_line(std::string_view line, ManifestFile& f) {
-  auto number = [&line](auto& out) {
-    const auto r = std::from_chars(line.data(), line.data() + line.size(), out);
-    if (r.ec != std::errc() || r.ptr == line.data() + line.size() || *r.ptr != ' ') return false;
-    line.remove_prefix(static_cast<std::size_t>(r.ptr - line.data()) + 1);
-    return true;
-  };
   int recent = 0;
-  if (!number(f.stamp.dev) || !number(f.stamp.ino) || !number(f.stamp.size) || !number(f.stamp.mtime) ||
-      !number(f.stamp.ctime) || !number(recent) || line.size() < 66 || line[64] != ' ') {
+  if (!read_stamp(line, f.stamp) || !number(line, recent) || line.size() < 66 || line[64] != ' ') {
     return false;
   }
   auto digest = Key::from_hex(line.substr(0, 64));
@@ -86,12 +98,11 @@ ManifestRecord Manifest::record(std::size_t i) const {
 std::string encode_manifest(const Manifest& m) {
   std::string out(k_magic);
   for (const auto& f : m.files) {
-    out += "F " + std::to_string(f.stamp.dev) + " " + std::to_string(f.stamp.ino) + " " + std::to_string(f.stamp.size) +
-           " " + std::to_string(f.stamp.mtime) + " " + std::to_string(f.stamp.ctime) + " " + (f.recent ? "1 " : "0 ") +
-           Key::from_raw(f.sha256)->hex() + " " + f.path + "\n";
+    out += "F " + stamp_text(f.stamp) + " " + (f.recent ? "1 " : "0 ") + Key::from_raw(f.sha256)->hex() + " " + f.path +
+           "\n";
   }
   for (const auto& a : m.absent) out += "A " + a + "\n";
-  for (const auto& p : m.present) out += "P " + p + "\n";
+  for (const auto& p : m.present) out += "P " + stamp_text(p.stamp) + " " + p.path + "\n";
   for (const auto& r : m.results) {
     out += "R " + r.result.hex() + " ";
     append_indexes(out, r.files);
@@ -127,8 +138,10 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
       if (!m.present.empty() || line.empty()) return std::nullopt;
       m.absent.emplace_back(line);
     } else if (tag == 'P') {
-      if (line.empty()) return std::nullopt;
-      m.present.emplace_back(line);
+      ManifestPlace place;
+      if (!read_stamp(line, place.stamp) || line.empty()) return std::nullopt;
+      place.path = std::string(line);
+      m.present.push_back(std::move(place));
     } else if (tag == 'R') {
       Manifest::Result r;
       if (line.size() < 65 || line[64] != ' ') return std::nullopt;
@@ -173,10 +186,10 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
   Manifest m;
   std::map<std::pair<std::string, std::string>, std::uint32_t> file_index;
   std::map<std::string, std::uint32_t> absent_index, present_index;
-  auto index_of = [](std::map<std::string, std::uint32_t>& index, std::vector<std::string>& table,
-                     const std::string& place) {
-    const auto [it, added] = index.try_emplace(place, static_cast<std::uint32_t>(table.size()));
-    if (added) table.push_back(place);
+  auto index_of = [](std::map<std::string, std::uint32_t>& index, auto& table, const std::string& key,
+                     const auto& row) {
+    const auto [it, added] = index.try_emplace(key, static_cast<std::uint32_t>(table.size()));
+    if (added) table.push_back(row);
     return it->second;
   };
   for (const auto& rec : kept) {
@@ -187,8 +200,10 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
       if (added) m.files.push_back(f);
       res.files.push_back(it->second);
     }
-    for (const auto& a : rec.absent) res.absent.push_back(index_of(absent_index, m.absent, a));
-    for (const auto& p : rec.present) res.present.push_back(index_of(present_index, m.present, p));
+    for (const auto& a : rec.absent) res.absent.push_back(index_of(absent_index, m.absent, a, a));
+    for (const auto& p : rec.present) {
+      res.present.push_back(index_of(present_index, m.present, stamp_text(p.stamp) + " " + p.path, p));
+    }
     m.results.push_back(std::move(res));
   }
   return m;
@@ -243,7 +258,12 @@ bool serve_first_holding(const Manifest& m, const std::function<bool(const Key&)
     }
     for (std::size_t k = 0; holds && k < r.present.size(); ++k) {
       auto& h = present_holds[r.present[k]];
-      if (!h) h = exists(m.present[r.present[k]]);
+      if (!h) {
+        const ManifestPlace& p = m.present[r.present[k]];
+        struct stat st {};
+        h = ::stat(p.path.c_str(), &st) == 0 &&
+            (p.stamp == detail::FileStamp{} ? S_ISDIR(st.st_mode) : detail::stamp_of(st) == p.stamp);
+      }
       holds = *h;
     }
     if (holds && serve(r.result)) return true;

@@ -34,6 +34,17 @@ struct ManifestFile {
   std::string sha256;   // raw
 };
 
+// A place a probe found (a __has_include, an include in a branch not
+// taken, an include skipped by #pragma once as a copy of one read): it
+// must stay there, as it was (gcc skips a #pragma once file whose size,
+// time and text match one already read). A zero stamp: a directory, which
+// only has to be there.
+struct ManifestPlace {
+  std::string path;
+  detail::FileStamp stamp;
+  friend bool operator==(const ManifestPlace&, const ManifestPlace&) = default;
+};
+
 // What one compile read and where the places are, and the result they
 // lead to: one result. A compile names its result by what it read
 // (result_key); a result found by its preprocessed text (a comment edit)
@@ -41,7 +52,7 @@ struct ManifestFile {
 struct ManifestRecord {
   std::vector<ManifestFile> files;
   std::vector<std::string> absent;
-  std::vector<std::string> present;
+  std::vector<ManifestPlace> present;
   Key result;
 };
 
@@ -50,7 +61,8 @@ inline constexpr std::size_t k_manifest_results = 16;
 
 struct Manifest {
   std::vector<ManifestFile> files;
-  std::vector<std::string> absent, present;
+  std::vector<std::string> absent;
+  std::vector<ManifestPlace> present;
   struct Result {
     Key result;
     std::vector<std::uint32_t> files, absent, present;  // indexes into the tables

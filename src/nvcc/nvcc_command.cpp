@@ -353,7 +353,9 @@ class Parser {
       }
     }
     if (n == "generate-line-info" || n == "source-in-ptx") m_cmd.line_info = true;
-    if (n == "debug" || n == "device-debug" || n == "objdir-as-tempdir") {
+    // --verbose prints the tools' command lines: the output's name and the
+    // temporary files' are in what is replayed.
+    if (n == "debug" || n == "device-debug" || n == "objdir-as-tempdir" || n == "verbose") {
       m_cmd.place_in_output = true;
     }
     if (n == "dependency-target-name") m_target_named = true;
@@ -428,7 +430,9 @@ class Parser {
         return refuse("host compiler word '" + w + "' holds characters a shell reads (nvcc hands it through one)");
       }
       if (!plain_host_flag(w)) return refuse("host compiler word '" + w + "' may read files the key cannot see");
-      if (w.starts_with("-g") && w != "-g0") m_cmd.place_in_output = true;
+      // -v: the host compiler prints its command lines (output and
+      // temporary names), which are replayed.
+      if ((w.starts_with("-g") && w != "-g0") || w == "-v") m_cmd.place_in_output = true;
       // -march=native, -mtune=native, -mcpu=native: decided by the CPU of
       // the machine that compiles, which the key does not hold.
       if (w.ends_with("=native")) return refuse("host compiler word '" + w + "' depends on the machine's CPU");

@@ -255,6 +255,29 @@ bool follows_a_relative_path(const nv::Command& cmd) {
                      [&](const nv::Command::FileRead& f) { return relative(f.path); });
 }
 
+// Whether the key holds where the build runs (the working directory, $PWD).
+bool place_keyed(const nv::Command& cmd) {
+  return cmd.place_in_output || (cmd.line_info && follows_a_relative_path(cmd));
+}
+
+// Whether `text` has a #line directive or a line marker (`# 12 "f.cu"`).
+bool has_line_directive(std::string_view text) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    auto nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    const auto hash = line.find_first_not_of(" \t");
+    if (hash == std::string_view::npos || line[hash] != '#') continue;
+    line.remove_prefix(hash + 1);
+    const auto word = line.find_first_not_of(" \t");
+    if (word == std::string_view::npos) continue;
+    line.remove_prefix(word);
+    if (line.starts_with("line") || std::isdigit(static_cast<unsigned char>(line.front())) != 0) return true;
+  }
+  return false;
+}
+
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
   KeyBuilder kb("nvcc-manifest");
   kb.add_int("launcher-schema", 5);
@@ -277,7 +300,7 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // the command spells them, resolved against the working directory at each
   // lookup: two build directories of one checkout share entries, as with
   // ccache's hash_dir for builds without -g.
-  if (cmd.place_in_output || (cmd.line_info && follows_a_relative_path(cmd))) {
+  if (place_keyed(cmd)) {
     std::error_code ec;
     kb.add_string("cwd", std::filesystem::current_path(ec).string());
     // As the host compiler judges it: $PWD names the working directory
@@ -391,6 +414,65 @@ std::vector<std::string> search_chain(const nv::Command& cmd, const std::string&
   return out;
 }
 
+// Whether a symbolic link on the way to `path` (the file itself or a
+// directory above it) was made after `start`: a link retargeted (ln -sfn
+// makes a new one) leads to another file while the file's own times stay
+// old, so "unchanged since start" must look at the links too.
+bool link_made_since(const std::string& path, std::int64_t start) {
+  std::size_t pos = path.starts_with("/") ? 1 : 0;
+  while (pos <= path.size()) {
+    const auto slash = path.find('/', pos);
+    const std::string prefix = path.substr(0, slash);
+    struct stat st {};
+    if (!prefix.empty() && ::lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && dt::stamp_of(st).ctime > start) {
+      return true;
+    }
+    if (slash == std::string::npos) break;
+    pos = slash + 1;
+  }
+  return false;
+}
+
+// The headers nvcc's generated files (the stub and the fatbin source,
+// written under $TMPDIR and compiled with the command's -I) include, and
+// the ones those include in turn, as the host compiler finds them now:
+// each place found with the SHA-256 of its text, in order; nullopt when
+// one cannot be found or read. No preprocessing step reads them, so the
+// preprocessed key holds them.
+std::optional<std::vector<std::pair<std::string, std::string>>> generated_headers(const std::vector<std::string>& chain,
+                                                                                  const std::string& tmpdir) {
+  auto find = [&](const std::string& name, const std::string& first) -> std::optional<std::string> {
+    std::vector<std::string> dirs = {first};
+    dirs.insert(dirs.end(), chain.begin(), chain.end());
+    for (const auto& d : dirs) {
+      const std::string place = dt::join(d == "." ? "" : d, name);
+      struct stat st {};
+      if (::stat(place.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return place;
+    }
+    return std::nullopt;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](const std::string& place) -> std::optional<std::string> {
+    auto text = dt::read_regular(place);
+    if (!text.ok()) return std::nullopt;
+    const auto sum = pc::sha256(*text);
+    out.emplace_back(place, std::string(pc::as_view(sum)));
+    return std::move(*text);
+  };
+  for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
+    const auto found = find(name, tmpdir);
+    if (!found) return std::nullopt;
+    auto text = add(*found);
+    if (!text) return std::nullopt;
+    for (const auto& d : dt::directives(*text)) {
+      if (d.kind != dt::Operand::quoted) continue;
+      const auto inner = find(d.name, dt::parent_of(*found));
+      if (inner && !add(*inner)) return std::nullopt;
+    }
+  }
+  return out;
+}
+
 // Where a header the compile found, and every header a probe did not find,
 // would be found first if created later: places that must stay absent, and
 // those a probe found that must stay present.
@@ -446,21 +528,30 @@ class Places {
         if (!trusted(file)) return "an include through a macro in '" + file + "' cannot be followed";
         continue;
       }
-      probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file);
+      (void)probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file);
     }
     return std::nullopt;
   }
 
   // nvcc's -include files (its own cuda_runtime.h first): the working
   // directory, then the chain.
-  void probe_pre_include(const std::string& name) { probe(name, std::string(), ""); }
+  void probe_pre_include(const std::string& name) { (void)probe(name, std::string(), ""); }
+
+  // A header nvcc's generated files include (the stub and the fatbin
+  // source, which it writes under $TMPDIR and the host compiler compiles
+  // with the command's -I): a quoted include from `tmpdir`, then the chain.
+  // No dependency output lists it. The place found, if any.
+  std::optional<std::string> probe_generated(const std::string& name, const std::string& tmpdir) {
+    return probe(name, tmpdir, "");
+  }
 
   std::vector<std::string> absent() const { return m_absent; }
   std::vector<std::string> present() const { return m_present; }
 
  private:
-  void probe(const std::string& name, const std::optional<std::string>& first_dir, const std::string& includer) {
-    if (name.empty()) return;
+  std::optional<std::string> probe(const std::string& name, const std::optional<std::string>& first_dir,
+                                   const std::string& includer) {
+    if (name.empty()) return std::nullopt;
     std::vector<std::string> dirs;
     if (name.starts_with("/")) {
       dirs.emplace_back();
@@ -481,8 +572,9 @@ class Places {
       // first here: the search goes on past it.
       if (real == includer_real) continue;
       if (m_deps.count(real) == 0 && m_present_seen.insert(place).second) m_present.push_back(place);
-      return;
+      return place;
     }
+    return std::nullopt;
   }
 
   void absent_if_so(const std::string& place) {
@@ -885,6 +977,7 @@ class Launcher {
       }
     }
     m_mkey = manifest_key(m_nvcc, m_cmd, m_variables);
+    m_place_keyed = place_keyed(m_cmd);
     if (auto served = serve()) return *served;
     return miss();
   }
@@ -941,6 +1034,7 @@ class Launcher {
   // nvcc.
   int miss() {
     const std::int64_t start = tick_start();
+    m_dirs_at_start = search_dir_identities();
     // Through a wrapper script, what `--dryrun` prints is the wrapper's to
     // decide, and running it twice may do twice what it does: direct key only.
     if (!m_toolkit_nvcc) return compile(start, std::nullopt);
@@ -963,6 +1057,7 @@ class Launcher {
   struct Preprocessed {
     pc::Key key;
     std::vector<std::string> deps;
+    std::map<std::string, dt::FileStamp> stamps;  // of each file read, once the steps were done
   };
 
   // Runs `nvcc --dryrun` and each host compiler -E step it lists, as nvcc
@@ -1010,7 +1105,10 @@ class Launcher {
       std::vector<std::string> argv = step;
       argv.insert(argv.end(), {"-o", *text_path, "-MD", "-MF", *deps_path});
       const Ran ran = run_child(*program, argv, false, true, k_step_timeout_ns, &env);
-      if (ran.status != 0) return std::nullopt;
+      // A step that prints (#warning, a redefined macro, an #endif with
+      // words after it) says what the text does not hold: nvcc would print
+      // it too, and a result served by the text would not.
+      if (ran.status != 0 || !ran.out.empty() || !ran.err.empty()) return std::nullopt;
       auto text = dt::read_regular(*text_path);
       auto listed = dt::read_regular(*deps_path);
       if (!text.ok() || !listed.ok()) return std::nullopt;
@@ -1023,12 +1121,29 @@ class Launcher {
         if (seen.insert(f).second) deps.push_back(std::move(f));
       }
     }
+    // What nvcc's generated files will include, found now.
+    const auto hosts = host_compilers(m_cmd);
+    auto system = host_system_dirs(hosts.front());
+    if (!system) return std::nullopt;
+    std::error_code ec;
+    auto generated =
+        generated_headers(search_chain(m_cmd, m_bin, *system), std::filesystem::temp_directory_path(ec).string());
+    if (!generated) return std::nullopt;
+    for (const auto& [place, digest] : *generated) kb.add_string("generated-header", place).add_bytes("sha256", digest);
     // What was read must be what is there: nothing changed since `start`.
+    // Each file's stamp is kept: what nvcc reads, or what is recorded, must
+    // be the same files (a directory renamed, a link retargeted leaves each
+    // file's own times as they were, not its device and inode).
+    if (search_dir_identities() != m_dirs_at_start) return std::nullopt;
+    std::map<std::string, dt::FileStamp> stamps;
     for (const auto& d : deps) {
       struct stat st {};
-      if (::stat(d.c_str(), &st) != 0 || dt::stamp_of(st).ctime > start) return std::nullopt;
+      if (::stat(d.c_str(), &st) != 0 || dt::stamp_of(st).ctime > start || link_made_since(d, start)) {
+        return std::nullopt;
+      }
+      stamps.emplace(d, dt::stamp_of(st));
     }
-    return Preprocessed{kb.finish(), std::move(deps)};
+    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps)};
   }
 
   // The result the preprocessed text led to, served, and recorded in the
@@ -1050,7 +1165,7 @@ class Launcher {
     if (auto served = serve_result(*rkey, /*count_hit=*/false); !served) return std::nullopt;
     count(m_stats, "hits");
     count(m_stats, "preprocessed_hits");
-    if (auto* rec = std::get_if<nv::ManifestRecord>(&record)) {
+    if (auto* rec = std::get_if<nv::ManifestRecord>(&record); rec != nullptr && reads_the_same(pre, *rec)) {
       rec->result = *rkey;
       (void)put_manifest(*rec);
     }
@@ -1084,6 +1199,16 @@ class Launcher {
     const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
     places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
     for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
+    // The headers nvcc's generated files include, and theirs in turn.
+    std::error_code ec;
+    const std::string tmpdir = std::filesystem::temp_directory_path(ec).string();
+    for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
+      const auto found = places.probe_generated(name, tmpdir);
+      if (!found) return std::string("a header nvcc's generated files include cannot be found: ") + name;
+      auto text = dt::read_regular(*found);
+      if (!text.ok()) return std::string("a header nvcc's generated files include cannot be read: ") + name;
+      if (auto why = places.probe_file(*found, *text)) return *why;
+    }
     nv::ManifestRecord m;
     const std::int64_t now = dt::now_ns();
     for (const auto& path : deps) {
@@ -1094,13 +1219,19 @@ class Launcher {
       // A change stamps ctime with the time it was made, which no one can set;
       // mtime can be anything (an archive from a machine whose clock runs
       // ahead, touch -d): a file whose mtime alone is later was not changed.
-      if (stamp.ctime > start) return std::string("an input changed while nvcc ran");
+      if (stamp.ctime > start || link_made_since(path, start)) return std::string("an input changed while nvcc ran");
       auto text = dt::read_regular(path);
       if (!text.ok()) return std::string("an input cannot be read");
       const auto sum = pc::sha256(*text);
       places.found(path, source_dir);
       if (auto why = places.probe_file(path, *text)) return *why;
       if (auto why = unkeyable_content(*text)) return *why;
+      // Device line information names a file by the working directory
+      // joined to the name a #line directive (or a line marker) gives: when
+      // the place is not keyed, such a name may be relative.
+      if (m_cmd.line_info && !m_place_keyed && dt::may_hold_directives(*text) && has_line_directive(*text)) {
+        return std::string("a #line directive with line information: the name it gives may be relative");
+      }
       // Stat again: the digest is of the file nvcc read only if nothing
       // touched it in between.
       struct stat after {};
@@ -1110,8 +1241,15 @@ class Launcher {
       const bool recent = now - std::max(stamp.mtime, stamp.ctime) < dt::k_recent_ns;
       m.files.push_back({path, stamp, recent, std::string(pc::as_view(sum))});
     }
+    if (search_dir_identities() != m_dirs_at_start) return std::string("an input changed while nvcc ran");
     m.absent = places.absent();
-    m.present = places.present();
+    for (const auto& p : places.present()) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0) return std::string("an input vanished");
+      // A directory (a macro naming "/tmp" looks like a header name to the
+      // lexer) cannot be read as a header: only that it is there counts.
+      m.present.push_back({p, S_ISDIR(st.st_mode) ? dt::FileStamp{} : dt::stamp_of(st)});
+    }
     return m;
   }
 
@@ -1175,13 +1313,48 @@ class Launcher {
     // The preprocessed text points at this result only when it is the text
     // nvcc compiled: every file it read unchanged since `start` (checked
     // when it was made) and among those nvcc read.
-    if (pre && std::all_of(pre->deps.begin(), pre->deps.end(), [&](const std::string& d) {
-          return std::any_of(m.files.begin(), m.files.end(), [&](const nv::ManifestFile& f) { return f.path == d; });
-        })) {
+    if (pre && reads_the_same(*pre, m)) {
       const json pmeta = {{"kind", "nvcc-preprocessed"}, {"name", m_cmd.input}};
       (void)m_store->put(pre->key, pc::Entry(pmeta.dump(), {{"result", pc::Bytes::copy_of(rkey.view())}}));
     }
     return 0;
+  }
+
+  // Which directory each search directory of the command (the source's
+  // own, -I, -isystem, the environment's) is: renaming another directory
+  // into place changes it, and no file's own times show that.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> search_dir_identities() const {
+    std::vector<std::string> dirs = {dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input)};
+    dirs.insert(dirs.end(), m_cmd.include_dirs.begin(), m_cmd.include_dirs.end());
+    dirs.insert(dirs.end(), m_cmd.system_dirs.begin(), m_cmd.system_dirs.end());
+    for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+      const auto more = env_dirs(v);
+      dirs.insert(dirs.end(), more.begin(), more.end());
+    }
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    out.reserve(dirs.size());
+    for (const auto& d : dirs) {
+      struct stat st {};
+      if (::stat(d.empty() ? "." : d.c_str(), &st) == 0) {
+        out.emplace_back(st.st_dev, st.st_ino);
+      } else {
+        out.emplace_back(0, 0);
+      }
+    }
+    return out;
+  }
+
+  // Whether the preprocessing steps read the very files `record` holds:
+  // the same paths, each the same file (device, inode) with the same
+  // stamp. Anything else (a header created, a directory renamed, a link
+  // retargeted between the steps and nvcc) and the text does not vouch for
+  // the record.
+  static bool reads_the_same(const Preprocessed& pre, const nv::ManifestRecord& record) {
+    if (pre.stamps.size() != record.files.size()) return false;
+    return std::all_of(record.files.begin(), record.files.end(), [&](const nv::ManifestFile& f) {
+      const auto it = pre.stamps.find(f.path);
+      return it != pre.stamps.end() && it->second == f.stamp;
+    });
   }
 
   // Adds `record` to the command's manifest as the store holds it now.
@@ -1244,6 +1417,8 @@ class Launcher {
   std::map<std::string, dt::FileStamp> m_inputs_read;
   std::unique_ptr<pc::FileStore> m_store;
   pc::Key m_mkey;
+  bool m_place_keyed = false;                                            // the working directory is in the key
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> m_dirs_at_start;  // search_dir_identities() at the start
   bool m_toolkit_nvcc = false;  // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
   bool m_had_manifest = false;  // the command's manifest was read (a result of it was stored)
 };
