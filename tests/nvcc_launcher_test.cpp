@@ -1090,6 +1090,33 @@ TEST_F(NvccLauncherTest, AnEmptyOrCutShortOutputIsNeverStored) {
   EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin")));
 }
 
+TEST_F(NvccLauncherTest, AHitFailsWhereNvccWouldAndLeavesTheOutputAsItWas) {
+  // The dependency file's directory removed after the entry was stored:
+  // nvcc fails and writes no output; the hit must not replace the output.
+  fs::create_directories(m_tmp.sub("work/dd"));
+  const std::string args = "-arch=sm_90 -I inc -cubin k.cu -o k.cubin -MD -MF dd/k.d -MT t";
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(args).code, 0);
+  ASSERT_EQ(nvcc_runs() < 3, true) << "never stored";
+  fs::remove_all(m_tmp.sub("work/dd"));
+  write("k.cubin", "OLD");
+  const Ran oracle = plain(args);
+  EXPECT_NE(oracle.code, 0);
+  write("k.cubin", "OLD");
+  const Ran hit = launch(args);
+  EXPECT_EQ(hit.code, oracle.code) << hit.err;
+  EXPECT_EQ(read("k.cubin"), "OLD") << "the output was replaced though the dependency file could not be written";
+  // $TMPDIR gone (nvcc writes its temporary files there first): nvcc
+  // fails, and so does the hit.
+  fs::create_directories(m_tmp.sub("tgone"));
+  const std::string cubin = "-arch=sm_90 -I inc -cubin k.cu -o t.cubin";
+  const std::string env = "TMPDIR=" + quote(m_tmp.sub("tgone"));
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(cubin, env).code, 0);
+  fs::remove_all(m_tmp.sub("tgone"));
+  const Ran no_tmp_oracle = sh(quote(m_bin + "/nvcc") + " " + cubin, env);
+  EXPECT_NE(no_tmp_oracle.code, 0);
+  EXPECT_EQ(launch(cubin, env).code, no_tmp_oracle.code);
+}
+
 TEST_F(NvccLauncherTest, AHitNeverReplacesAnOutputNvccCouldNotWrite) {
   // A user who may not write the output file: plain nvcc fails, so must
   // the hit, and the file stays as it was.

@@ -1016,8 +1016,22 @@ class Launcher {
         return std::nullopt;
       }
     }
-    if (!write_output(m_cmd.output, output->data.view()).ok()) return std::nullopt;
-    if (m_cmd.depfile && !write_output(*m_cmd.depfile, depfile->data.view()).ok()) return std::nullopt;
+    // nvcc writes its temporary files under $TMPDIR first: where it could
+    // not, it fails, and so must this.
+    std::error_code ec;
+    const auto tmpdir = std::filesystem::temp_directory_path(ec);
+    if (ec || ::access(tmpdir.c_str(), W_OK | X_OK) != 0) return std::nullopt;
+    // Both files are written before either replaces anything: a dependency
+    // file that cannot be written (its directory gone) leaves the output as
+    // it was, as nvcc's failure does.
+    OutputFile out;
+    OutputFile dep;
+    if (!out.open(m_cmd.output).ok() || !out.write(output->data.view()).ok()) return std::nullopt;
+    if (m_cmd.depfile && (!dep.open(*m_cmd.depfile).ok() || !dep.write(depfile->data.view()).ok())) {
+      return std::nullopt;
+    }
+    if (!out.commit().ok()) return std::nullopt;
+    if (m_cmd.depfile && !dep.commit().ok()) return std::nullopt;
     for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
       if (const pc::Artifact* a = (*entry)->find(name)) (void)write_all_to(fd, a->data.view(), name);
     }
@@ -1065,11 +1079,14 @@ class Launcher {
   // fails or cannot be read with certainty (then only the direct key is
   // used). Every file read must be unchanged since `start`.
   std::optional<Preprocessed> preprocess(std::int64_t start) {
-    constexpr std::int64_t k_step_timeout_ns = 600'000'000'000;
+    // One minute for all of it (a preprocessor run takes well under a
+    // second): past it, no text, and nvcc's compile is what counts.
+    const std::int64_t deadline = dt::now_ns() + 60'000'000'000;
+    auto time_left = [&] { return std::max<std::int64_t>(1, deadline - dt::now_ns()); };
     std::vector<std::string> dry_args = {m_nvcc};
     dry_args.insert(dry_args.end(), m_args.begin(), m_args.end());
     dry_args.emplace_back("--dryrun");
-    const Ran dry = run_child(m_nvcc, dry_args, false, true, k_step_timeout_ns);
+    const Ran dry = run_child(m_nvcc, dry_args, false, true, time_left());
     if (dry.status != 0) return std::nullopt;
     auto plan = nv::parse_dryrun(dry.err);
     if (!plan.ok()) return std::nullopt;
@@ -1104,7 +1121,8 @@ class Launcher {
       if (!text_path || !deps_path) return std::nullopt;
       std::vector<std::string> argv = step;
       argv.insert(argv.end(), {"-o", *text_path, "-MD", "-MF", *deps_path});
-      const Ran ran = run_child(*program, argv, false, true, k_step_timeout_ns, &env);
+      if (dt::now_ns() >= deadline) return std::nullopt;
+      const Ran ran = run_child(*program, argv, false, true, time_left(), &env);
       // A step that prints (#warning, a redefined macro, an #endif with
       // words after it) says what the text does not hold: nvcc would print
       // it too, and a result served by the text would not.
