@@ -769,6 +769,7 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
                            "PROGCACHE_MAX_ENTRIES",
                            "PROGCACHE_DISABLE",
                            "PROGCACHE_DURABILITY",
+                           "PROGCACHE_LOCK_TIMEOUT",
                            "PROGCACHE_SHARING",
                            "PROGCACHE_REMOTE",
                            "PROGCACHE_REMOTE_PASSWORD_FILE",
@@ -788,7 +789,8 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
                            "PROGCACHE_TORCH"}) {
     EXPECT_EQ(rows.count(name), 1u) << name << " is not listed";
   }
-  EXPECT_EQ(rows.size(), 22u);
+  EXPECT_EQ(rows.size(), 23u);
+  EXPECT_EQ(rows["PROGCACHE_LOCK_TIMEOUT"], std::make_pair(std::string("600 s"), std::string("default")));
   // The Python switches are listed too (read by the interpreter's start hook).
   EXPECT_EQ(rows["PROGCACHE_TORCH"], std::make_pair(std::string("no"), std::string("default")));
   // Compression: off on disk, zstd level 1 on the wire, unless set.

@@ -533,6 +533,50 @@ TEST_F(NvccLauncherTest, APlantedCountersFileOrAHeldLockNeverHangsABuild) {
   ::close(fd);
 }
 
+TEST_F(NvccLauncherTest, IdenticalCommandsStartedTogetherCompileOnceAndTheOthersAreServed) {
+  ASSERT_EQ(plain("-arch=sm_90 -I inc -cubin k.cu -o plain.cubin").code, 0);
+  const std::string expected = read("plain.cubin");
+  // The noting nvcc, made slow by a variable the key does not hold: a
+  // second command starts while the first one's nvcc runs.
+  fs::create_directories(m_tmp.sub("bin/slow"));
+  testing::write_all(m_tmp.sub("bin/slow/nvcc"), "#!/bin/sh\necho run >> " + quote(m_tmp.sub("nvcc-runs")) +
+                                                     "\nsleep ${NVCC_SLEEP:-0}\nexec " + quote(m_bin + "/nvcc") +
+                                                     " \"$@\"\n");
+  fs::permissions(m_tmp.sub("bin/slow/nvcc"), fs::perms::owner_all);
+  const std::string slow = cli() + " " + quote(m_tmp.sub("bin/slow/nvcc")) + " -arch=sm_90 -I inc -cubin k.cu -o ";
+  // Two build directories' commands (other -o names, one key): the second
+  // waits for the first and is served what it stored.
+  const Ran two = watched("NVCC_SLEEP=3 " + slow + "a.cubin & sleep 1; " + slow + "b.cubin; wait");
+  EXPECT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(nvcc_runs(), 1) << "the second command compiled too";
+  EXPECT_TRUE(same(read("a.cubin"), expected));
+  EXPECT_TRUE(same(read("b.cubin"), expected));
+  auto stats = launcher_stats();
+  EXPECT_EQ(stats["waited"], 1);
+  EXPECT_EQ(stats["hits"], 1);
+  EXPECT_EQ(stats["misses"], 1);
+
+  // The wait is bounded: a first compile that takes longer than
+  // PROGCACHE_LOCK_TIMEOUT (a hung nvcc) does not hold the second back,
+  // which compiles itself and is done first.
+  write("inc/params.h", "#define SCALE 3.0f\n");
+  ASSERT_EQ(plain("-arch=sm_90 -I inc -cubin k.cu -o plain3.cubin").code, 0);
+  fs::remove(m_tmp.sub("work/a.cubin"));
+  const std::string hung = "29." + std::to_string(::getpid());  // found again by pkill
+  const Ran bounded = watched("NVCC_SLEEP=" + hung + " " + slow + "a.cubin & sleep 1; PROGCACHE_LOCK_TIMEOUT=1 " +
+                              slow + "b.cubin; test -e a.cubin && echo the-first-was-done-first; pkill -f 'sleep " +
+                              hung + "'; wait");
+  EXPECT_EQ(bounded.out.find("the-first-was-done-first"), std::string::npos);
+  EXPECT_TRUE(same(read("b.cubin"), read("plain3.cubin")));
+  EXPECT_EQ(launcher_stats()["waited"], 2);
+
+  // A setting that is not a number of seconds: said, and nvcc runs.
+  const Ran bad = launch("-arch=sm_90 -I inc -cubin k.cu -o c.cubin", "PROGCACHE_LOCK_TIMEOUT=soon");
+  EXPECT_EQ(bad.code, 0) << bad.err;
+  EXPECT_NE(bad.err.find("PROGCACHE_LOCK_TIMEOUT"), std::string::npos) << bad.err;
+  EXPECT_TRUE(same(read("c.cubin"), read("plain3.cubin")));
+}
+
 TEST_F(NvccLauncherTest, FilesTheToolsReadByNameAreKeyedSoAnEditIsCompiledAgain) {
   write("h.cu", "__global__ void scale(float* x) { x[0] *= HOST_SCALE; }\n");
   auto check = [&](const std::string& args, const std::string& file, const std::string& edit_from,

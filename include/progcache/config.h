@@ -7,6 +7,8 @@
 //   PROGCACHE_MAX_ENTRIES  entry cap of the disk tier (default: none)
 //   PROGCACHE_DISABLE      1/true/yes: bypass the cache entirely
 //   PROGCACHE_DURABILITY   none (default) | fsync
+//   PROGCACHE_LOCK_TIMEOUT  seconds the nvcc launcher waits for an identical
+//                          command compiling elsewhere (default 600)
 //   PROGCACHE_COMPRESSION  zstd level 1-19 for the disk tier's entries, or off (default)
 //   PROGCACHE_REMOTE_COMPRESSION  the same for the remote tier (default 1)
 //   PROGCACHE_SHARING      private (default) | group: a group-writable root
@@ -41,6 +43,7 @@
 // starting threads that set variables.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <span>
@@ -80,6 +83,9 @@ struct Config {
   std::vector<std::string> remote_urls;
   std::string remote_password;  // for URLs that carry none
   bool read_only = false;
+  // How long the nvcc launcher waits for another process compiling the same
+  // command before it compiles too (PROGCACHE_LOCK_TIMEOUT, seconds).
+  std::chrono::milliseconds lock_timeout = std::chrono::minutes(10);
   std::vector<Setting> settings;
   // Things the user should hear about (a password on the command line, a
   // settings file skipped).

@@ -134,6 +134,23 @@ Status apply_max_entries(Config& c, const std::optional<std::string>& text, Sett
   return {};
 }
 
+// Seconds, a whole number up to a day: 0 never waits.
+Status apply_lock_timeout(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (text) {
+    const bool digits =
+        !text->empty() && text->size() <= 5 &&
+        std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
+    const long long v = digits ? std::stoll(*text) : -1;
+    if (v < 0 || v > 86400) {
+      return invalid_argument("PROGCACHE_LOCK_TIMEOUT: invalid wait '" + *text +
+                              "': use a whole number of seconds from 0 to 86400");
+    }
+    c.lock_timeout = std::chrono::seconds(v);
+  }
+  shown.value = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(c.lock_timeout).count()) + " s";
+  return {};
+}
+
 // A zstd level for one tier: "off" or 0, else 1 to 19.
 Status parse_level(const char* name, const std::optional<std::string>& text, int& level, Setting& shown) {
   if (text) {
@@ -319,6 +336,7 @@ constexpr SettingRow k_rows[] = {
     {"PROGCACHE_MAX_ENTRIES", &ConfigOverrides::max_entries, "--max-entries", Scope::any_file, apply_max_entries},
     {"PROGCACHE_DISABLE", nullptr, "", Scope::user_file, apply_disable},
     {"PROGCACHE_DURABILITY", nullptr, "", Scope::any_file, apply_durability},
+    {"PROGCACHE_LOCK_TIMEOUT", nullptr, "", Scope::user_file, apply_lock_timeout},
     {"PROGCACHE_COMPRESSION", nullptr, "", Scope::any_file, apply_compression},
     {"PROGCACHE_SHARING", nullptr, "", Scope::user_file, apply_sharing},
     {"PROGCACHE_REMOTE", &ConfigOverrides::remote, "--remote", Scope::user_file, apply_remote},

@@ -216,57 +216,62 @@ Key result_key(const Key& mkey, const std::vector<std::pair<std::string, std::st
   return kb.finish();
 }
 
+HoldingCheck::HoldingCheck(const Manifest& m)
+    : m_manifest(m), m_absent_holds(m.absent.size()), m_present_holds(m.present.size()) {}
+
+const std::optional<std::string>& HoldingCheck::digest_now(const ManifestFile& f) {
+  // Keyed by path: two rows of one path (two versions) share one stat, and
+  // the file is hashed at most once.
+  const auto found = m_digests.find(f.path);
+  if (found != m_digests.end()) return found->second;
+  std::optional<std::string> d;
+  struct stat st {};
+  if (::stat(f.path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    // An unchanged stat vouches for the recorded digest of one row only;
+    // the same path under another row is compared by that digest.
+    if (!f.recent && detail::stamp_of(st) == f.stamp) {
+      d = f.sha256;
+    } else if (auto text = detail::read_regular(f.path); text.ok()) {
+      const auto sum = sha256(*text);
+      d = std::string(as_view(sum));
+    }
+  }
+  return m_digests.emplace(f.path, std::move(d)).first->second;
+}
+
+std::optional<Mismatch> HoldingCheck::first_mismatch(std::size_t i) {
+  const Manifest::Result& r = m_manifest.results.at(i);
+  for (const std::uint32_t k : r.files) {
+    const ManifestFile& f = m_manifest.files[k];
+    const auto& d = digest_now(f);
+    if (!d) return Mismatch{Mismatch::Kind::gone, f.path};
+    if (*d != f.sha256) return Mismatch{Mismatch::Kind::edited, f.path};
+  }
+  for (const std::uint32_t k : r.absent) {
+    auto& h = m_absent_holds[k];
+    if (!h) {
+      struct stat st {};
+      h = ::stat(m_manifest.absent[k].c_str(), &st) != 0;
+    }
+    if (!*h) return Mismatch{Mismatch::Kind::created, m_manifest.absent[k]};
+  }
+  for (const std::uint32_t k : r.present) {
+    auto& h = m_present_holds[k];
+    const ManifestPlace& p = m_manifest.present[k];
+    if (!h) {
+      struct stat st {};
+      h = ::stat(p.path.c_str(), &st) == 0 &&
+          (p.stamp == detail::FileStamp{} ? S_ISDIR(st.st_mode) : detail::stamp_of(st) == p.stamp);
+    }
+    if (!*h) return Mismatch{Mismatch::Kind::changed, p.path};
+  }
+  return std::nullopt;
+}
+
 bool serve_first_holding(const Manifest& m, const std::function<bool(const Key&)>& serve) {
-  // What each path holds now, looked at once: its digest (nullopt: gone or
-  // unreadable), and whether each place exists.
-  std::map<std::string, std::optional<std::string>> digest_now;
-  auto digest_of = [&](const ManifestFile& f) -> const std::optional<std::string>& {
-    // Keyed by path: two rows of one path (two versions) share one stat,
-    // and the file is hashed at most once.
-    const auto found = digest_now.find(f.path);
-    if (found != digest_now.end()) return found->second;
-    std::optional<std::string> d;
-    struct stat st {};
-    if (::stat(f.path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      // An unchanged stat vouches for the recorded digest of one row only;
-      // the same path under another row is compared by that digest below.
-      if (!f.recent && detail::stamp_of(st) == f.stamp) {
-        d = f.sha256;
-      } else if (auto text = detail::read_regular(f.path); text.ok()) {
-        const auto sum = sha256(*text);
-        d = std::string(as_view(sum));
-      }
-    }
-    return digest_now.emplace(f.path, std::move(d)).first->second;
-  };
-  std::vector<std::optional<bool>> absent_holds(m.absent.size()), present_holds(m.present.size());
-  auto exists = [](const std::string& p) {
-    struct stat st {};
-    return ::stat(p.c_str(), &st) == 0;
-  };
-  for (const auto& r : m.results) {
-    bool holds = true;
-    for (std::size_t k = 0; holds && k < r.files.size(); ++k) {
-      const ManifestFile& f = m.files[r.files[k]];
-      const auto& d = digest_of(f);
-      holds = d && *d == f.sha256;
-    }
-    for (std::size_t k = 0; holds && k < r.absent.size(); ++k) {
-      auto& h = absent_holds[r.absent[k]];
-      if (!h) h = !exists(m.absent[r.absent[k]]);
-      holds = *h;
-    }
-    for (std::size_t k = 0; holds && k < r.present.size(); ++k) {
-      auto& h = present_holds[r.present[k]];
-      if (!h) {
-        const ManifestPlace& p = m.present[r.present[k]];
-        struct stat st {};
-        h = ::stat(p.path.c_str(), &st) == 0 &&
-            (p.stamp == detail::FileStamp{} ? S_ISDIR(st.st_mode) : detail::stamp_of(st) == p.stamp);
-      }
-      holds = *h;
-    }
-    if (holds && serve(r.result)) return true;
+  HoldingCheck check(m);
+  for (std::size_t i = 0; i < m.results.size(); ++i) {
+    if (!check.first_mismatch(i) && serve(m.results[i].result)) return true;
   }
   return false;
 }

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -88,6 +89,35 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
 // The result key of a compile under manifest key `mkey` that read `files`
 // (path, raw SHA-256), in order.
 Key result_key(const Key& mkey, const std::vector<std::pair<std::string, std::string>>& files);
+
+// Why a result does not hold now: the first of its files or places that
+// is not as recorded.
+struct Mismatch {
+  enum class Kind {
+    edited,   // a file read holds other bytes
+    gone,     // a file read is gone or cannot be read
+    created,  // a file now exists where the search found none (it would be found first)
+    changed,  // a place a probe found is gone or changed
+  };
+  Kind kind;
+  std::string path;
+};
+
+// Checks a manifest's results against the files as they are now. Each file
+// and place is looked at once, whichever results share it: a file whose
+// stat is unchanged is not read again; one whose stat changed is hashed.
+class HoldingCheck {
+ public:
+  explicit HoldingCheck(const Manifest& m);
+  // nullopt when result `i` holds (every file and place as recorded).
+  std::optional<Mismatch> first_mismatch(std::size_t i);
+
+ private:
+  const std::optional<std::string>& digest_now(const ManifestFile& f);
+  const Manifest& m_manifest;
+  std::map<std::string, std::optional<std::string>> m_digests;  // by path; nullopt: gone or unreadable
+  std::vector<std::optional<bool>> m_absent_holds, m_present_holds;
+};
 
 // Tries the results that hold now, newest first: for each whose files all
 // hold their recorded contents (a file whose stat is unchanged is not read

@@ -71,6 +71,9 @@ bool is_masquerade(std::string_view argv0);
 // Runs argv[0] (nvcc, found as the shell finds it) with argv[1..] through
 // the cache; returns the exit status nvcc's own run would have.
 int run_launcher(int argc, char** argv);
+// `progcache explain nvcc ARGS...`: whether the launcher would serve the
+// command, and on a miss what differs; argv[0] is nvcc. Runs nothing.
+int explain_launcher_command(int argc, char** argv);
 // The launcher's counters in `root`, or null when it never ran there.
 json launcher_stats_json(const std::string& root, pc::Sharing sharing);
 // What an entry is and its name, in words a person recognises, from the

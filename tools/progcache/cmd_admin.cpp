@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli.h"
+#include "nvcc/counters.h"
 #include "progcache/remote_store.h"
 
 namespace progcache::cli {
@@ -231,16 +232,16 @@ void print_launcher_stats(const json& j) {
   if (!j.is_object()) return;
   auto n = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<std::uint64_t>() : 0; };
   std::printf("\nnvcc launcher\n");
-  std::printf("  %-15s %llu\n", "hits", static_cast<unsigned long long>(n("hits")));
-  // Of them, served by the preprocessed text (a comment edit, a header rewritten alike).
-  std::printf("  %-15s %llu\n", "  by the text", static_cast<unsigned long long>(n("preprocessed_hits")));
-  std::printf("  %-15s %llu\n", "misses", static_cast<unsigned long long>(n("misses")));
-  std::printf("  %-15s %llu\n", "compile failed", static_cast<unsigned long long>(n("compile_failed")));
-  for (const char* group : {"uncacheable", "not_stored"}) {
+  for (const auto& info : pc::nvcc::k_counters) {
+    const std::string name(info.name);
+    std::printf("  %-15s %llu\n", std::string(info.text).c_str(), static_cast<unsigned long long>(n(name.c_str())));
+  }
+  for (const std::string_view tally : pc::nvcc::k_tallies) {
+    const std::string group(tally);
     if (!j.contains(group) || !j[group].is_object()) continue;
     for (const auto& [why, count] : j[group].items()) {
       if (!count.is_number()) continue;
-      std::printf("  %-15s %llu  %s\n", group, static_cast<unsigned long long>(count.get<std::uint64_t>()),
+      std::printf("  %-15s %llu  %s\n", group.c_str(), static_cast<unsigned long long>(count.get<std::uint64_t>()),
                   printable(why).c_str());
     }
   }
@@ -271,7 +272,9 @@ RootSummary root_summary(const Stores& stores, const json& launcher) {
     r.misses += st.misses;
   }
   if (launcher.is_object()) {
-    for (const auto& [field, into] : {std::pair{"hits", &r.hits}, std::pair{"misses", &r.misses}}) {
+    for (const auto& [counter, into] :
+         {std::pair{pc::nvcc::Counter::hits, &r.hits}, std::pair{pc::nvcc::Counter::misses, &r.misses}}) {
+      const std::string field(pc::nvcc::counter_name(counter));
       if (launcher.contains(field) && launcher[field].is_number_unsigned())
         *into += launcher[field].get<std::uint64_t>();
     }
@@ -306,15 +309,19 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
       as_double(r.misses));
   one("progcache_root_hit_rate", "gauge", "hits / (hits + misses) of the root", r.hit_rate());
   if (launcher.is_object()) {
-    for (const char* field : {"hits", "preprocessed_hits", "misses", "compile_failed"}) {
+    for (const auto& info : pc::nvcc::k_counters) {
+      const std::string name(info.name);
+      const char* field = name.c_str();
       const std::uint64_t v =
-          launcher.contains(field) && launcher[field].is_number_unsigned() ? launcher[field].get<std::uint64_t>() : 0;
+          launcher.contains(name) && launcher[name].is_number_unsigned() ? launcher[name].get<std::uint64_t>() : 0;
       std::printf(
           "# HELP progcache_nvcc_launcher_%s_total the nvcc launcher's %s\n"
           "# TYPE progcache_nvcc_launcher_%s_total counter\nprogcache_nvcc_launcher_%s_total %llu\n",
           field, field, field, field, static_cast<unsigned long long>(v));
     }
-    for (const char* group : {"uncacheable", "not_stored"}) {
+    for (const std::string_view tally : pc::nvcc::k_tallies) {
+      const std::string name(tally);
+      const char* group = name.c_str();
       std::printf(
           "# HELP progcache_nvcc_launcher_%s_total commands the nvcc launcher ran uncached, by reason\n"
           "# TYPE progcache_nvcc_launcher_%s_total counter\n",

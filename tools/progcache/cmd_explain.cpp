@@ -226,6 +226,8 @@ void add_explain_command(CLI::App& app, std::vector<Command>& out) {
       "Say whether a compile would hit and, on a miss, which inputs differ from the nearest stored entry of the\n"
       "same program: the code, each option, each header by path (edited, added, shadowed, removed), name\n"
       "expressions, target, compiler. Takes compile's arguments (nothing is compiled), or one KEY.\n"
+      "'progcache explain nvcc ARGS...' (or a path to nvcc) asks the same of a launcher command: a hit, or\n"
+      "for each stored result of the command the first file that differs (nothing is run or written).\n"
       "Exit status: 0 hit, 1 miss, 3 damaged entry.");
   explain->add_option("--arch", a->arch, "Target architecture, e.g. sm_90")->type_name("sm_XX");
   explain->add_option("--target", a->target, "cubin (default), ptx or ltoir");

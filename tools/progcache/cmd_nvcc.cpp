@@ -54,9 +54,11 @@
 #include "cli.h"
 #include "compile/include_lexer.h"
 #include "compile/scan_files.h"
+#include "nvcc/counters.h"
 #include "nvcc/manifest.h"
 #include "nvcc/nvcc_command.h"
 #include "progcache/key.h"
+#include "progcache/lock_file.h"
 #include "progcache/trust.h"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
@@ -720,8 +722,10 @@ json read_counters(int fd) {
   return j.is_object() ? j : json(nullptr);
 }
 
-// Adds one to a counter in <root>/nvcc/launcher-stats.json.
-void count(const StatsFile& where, const std::string& counter, const std::string& reason = {}) {
+// Adds one to each of `counters`, or to `tally`'s count of `reason`, in
+// <root>/nvcc/launcher-stats.json: one locked read and write.
+void add_counts(const StatsFile& where, std::initializer_list<nv::Counter> counters,
+                std::optional<std::pair<nv::Tally, std::string>> tally = std::nullopt) {
   const int fd = open_counters(where);
   if (fd < 0) return;
   struct Closer {
@@ -734,14 +738,22 @@ void count(const StatsFile& where, const std::string& counter, const std::string
     if (!obj.contains(k) || !obj[k].is_number_unsigned()) obj[k] = 0U;
     obj[k] = obj[k].get<std::uint64_t>() + 1;
   };
-  if (reason.empty()) {
-    bump(j, counter);
-  } else {
-    if (!j.contains(counter) || !j[counter].is_object()) j[counter] = json::object();
-    bump(j[counter], reason_class(reason));
+  for (const nv::Counter c : counters) bump(j, std::string(nv::counter_name(c)));
+  if (tally) {
+    const std::string group(nv::tally_name(tally->first));
+    if (!j.contains(group) || !j[group].is_object()) j[group] = json::object();
+    bump(j[group], reason_class(tally->second));
   }
   const std::string out = j.dump(1);
   if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, out.data(), out.size(), 0);
+}
+
+void count(const StatsFile& where, std::initializer_list<nv::Counter> counters) {
+  add_counts(where, counters);
+}
+
+void count(const StatsFile& where, nv::Tally tally, const std::string& reason) {
+  add_counts(where, {}, std::pair{tally, reason});
 }
 
 // ---- running nvcc
@@ -900,28 +912,40 @@ std::optional<std::string> make_temp_file(const std::string& suffix) {
 
 class Launcher {
  public:
-  Launcher(std::string nvcc, std::vector<std::string> args) : m_nvcc(std::move(nvcc)), m_args(std::move(args)) {}
+  // `explain`: say what the command would do (a hit, or why not) and run,
+  // write and count nothing.
+  Launcher(std::string nvcc, std::vector<std::string> args, bool explain = false)
+      : m_nvcc(std::move(nvcc)), m_args(std::move(args)), m_explain(explain) {}
 
   int run() {
     auto cfg = pc::resolve_config();
     if (!cfg.ok()) {
+      if (m_explain) return fail(cfg.status());
       std::fprintf(stderr, "progcache: not caching (%s)\n", plain(cfg.status()).c_str());
       exec_nvcc(m_nvcc, m_args);
     }
     // A settings file that cannot be used is skipped (defaults apply), and said.
     for (const auto& w : cfg->warnings) std::fprintf(stderr, "progcache: warning: %s\n", w.c_str());
-    if (cfg->disabled) exec_nvcc(m_nvcc, m_args);  // PROGCACHE_DISABLE: as if no launcher were set
+    if (cfg->disabled) {  // PROGCACHE_DISABLE: as if no launcher were set
+      if (m_explain) return said(k_exit_miss, "not cached: PROGCACHE_DISABLE is set, nvcc runs alone");
+      exec_nvcc(m_nvcc, m_args);
+    }
     // The root is judged before anything in it is read or written: a root
     // the file store refuses gets no counters, only nvcc.
     m_root = cfg->dir;
     pc::FileStoreOptions o = cfg->file_store_options();
     o.root = pc::join_path(m_root, std::string(k_store));
-    auto store = pc::FileStore::open(o);
-    if (!store.ok()) {
-      std::fprintf(stderr, "progcache: not caching (%s)\n", plain(store.status()).c_str());
-      exec_nvcc(m_nvcc, m_args);
+    o.count_lookups = !m_explain;
+    // Asking makes nothing: without the launcher's store, no store.
+    if (struct stat st{}; !m_explain || ::stat(o.root.c_str(), &st) == 0) {
+      auto store = pc::FileStore::open(o);
+      if (!store.ok()) {
+        if (m_explain) return fail(store.status());
+        std::fprintf(stderr, "progcache: not caching (%s)\n", plain(store.status()).c_str());
+        exec_nvcc(m_nvcc, m_args);
+      }
+      m_store = std::move(*store);
     }
-    m_store = std::move(*store);
     m_stats.path = pc::join_path(o.root, std::string(k_stats_file));
     m_stats.sharing = o.sharing;
     if (struct stat st{}; ::stat(o.root.c_str(), &st) == 0) m_stats.group = st.st_gid;
@@ -978,11 +1002,33 @@ class Launcher {
     }
     m_mkey = manifest_key(m_nvcc, m_cmd, m_variables);
     m_place_keyed = place_keyed(m_cmd);
+    if (m_explain) return explain();
     if (auto served = serve()) return *served;
+    if (auto served = wait_for_another(cfg->lock_timeout, o.sharing == pc::Sharing::group)) return *served;
     return miss();
   }
 
  private:
+  // Single flight across processes: identical commands (one manifest key)
+  // started together compile once, and the others are served what it
+  // stored. The lock (lock_file.h) is the kernel's: a holder that dies
+  // drops it. The wait is bounded (PROGCACHE_LOCK_TIMEOUT); a lock that
+  // cannot be taken costs the wait at most, never the build. A waiter that
+  // then finds no result (the first compile's was not stored) compiles at
+  // once, without the lock: waiting in turn would run identical compiles
+  // one after another.
+  std::optional<int> wait_for_another(std::chrono::milliseconds timeout, bool group) {
+    bool waited = false;
+    auto lock = pc::LockFile::acquire(pc::Env::posix(), pc::join_path(m_root, "locks"), "nvcc-" + m_mkey.hex(),
+                                      timeout, &waited, group ? 02770 : 0700, group ? 0660 : 0600);
+    if (!waited) {
+      if (lock.ok()) m_lock.emplace(std::move(*lock));
+      return std::nullopt;
+    }
+    count(m_stats, {nv::Counter::waited});
+    return serve();
+  }
+
   // The stored result, written out: 0, or nullopt for a miss.
   std::optional<int> serve() {
     auto got = m_store->get(m_mkey);
@@ -1035,7 +1081,7 @@ class Launcher {
     for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
       if (const pc::Artifact* a = (*entry)->find(name)) (void)write_all_to(fd, a->data.view(), name);
     }
-    if (count_hit) count(m_stats, "hits");
+    if (count_hit) count(m_stats, {nv::Counter::hits});
     return 0;
   }
 
@@ -1181,8 +1227,7 @@ class Launcher {
     // Recorded before it is served: what is recorded is what was read.
     auto record = build_record(pre.deps, start);
     if (auto served = serve_result(*rkey, /*count_hit=*/false); !served) return std::nullopt;
-    count(m_stats, "hits");
-    count(m_stats, "preprocessed_hits");
+    count(m_stats, {nv::Counter::hits, nv::Counter::preprocessed_hits});
     if (auto* rec = std::get_if<nv::ManifestRecord>(&record); rec != nullptr && reads_the_same(pre, *rec)) {
       rec->result = *rkey;
       (void)put_manifest(*rec);
@@ -1283,7 +1328,7 @@ class Launcher {
       own_depfile = make_temp_file(".d");
       if (!own_depfile) {
         if (beside != nullptr) beside->join();
-        count(m_stats, "not_stored", "no temporary file for the dependency list");
+        count(m_stats, nv::Tally::not_stored, "no temporary file for the dependency list");
         exec_nvcc(m_nvcc, m_args);
       }
       args.insert(args.end(), {"-MD", "-MF", *own_depfile});
@@ -1297,10 +1342,10 @@ class Launcher {
       pre = *beside_result;
     }
     if (ran.status != 0) {
-      count(m_stats, "compile_failed");
+      count(m_stats, {nv::Counter::compile_failed});
       return ran.status;
     }
-    count(m_stats, "misses");
+    count(m_stats, {nv::Counter::misses});
     if (named_input_changed()) return not_stored("an input changed while nvcc ran");
     if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
     auto deps = nv::parse_depfile(*deps_text);
@@ -1396,13 +1441,14 @@ class Launcher {
 
   // nvcc succeeded; its result is simply not kept.
   int not_stored(const std::string& why) {
-    count(m_stats, "not_stored", why);
+    count(m_stats, nv::Tally::not_stored, why);
     return 0;
   }
 
-  // Runs nvcc unchanged, counting why.
+  // Runs nvcc unchanged, counting why (explaining: says why).
   [[noreturn]] void uncacheable(const std::string& why) {
-    count(m_stats, "uncacheable", why);
+    if (m_explain) std::exit(said(k_exit_miss, "not cached: " + why));
+    count(m_stats, nv::Tally::uncacheable, why);
     exec_nvcc(m_nvcc, m_args);
   }
 
@@ -1425,6 +1471,57 @@ class Launcher {
     return false;
   }
 
+  // `progcache explain nvcc ...`: whether the command would be served, and
+  // on a miss, for each result the command's manifest holds (newest first),
+  // the first file or place that is not as it was. The preprocessed text is
+  // not computed (that runs the preprocessor): a direct miss may still be
+  // served by it.
+  int explain() {
+    const std::string key = "command key " + m_mkey.hex();
+    if (!m_store) return said(k_exit_miss, "miss (" + key + "): nothing of the launcher's is in '" + m_root + "'");
+    auto got = m_store->get(m_mkey);
+    if (!got.ok()) return fail(got.status());
+    if (!got->has_value()) {
+      return said(k_exit_miss, "miss (" + key +
+                                   "): never stored with these options, this nvcc and host compiler, these "
+                                   "variables" +
+                                   std::string(m_place_keyed ? " and this directory" : "") + " (or evicted since)");
+    }
+    const pc::Artifact* text = (*got)->find("manifest");
+    auto m = text == nullptr ? std::nullopt : nv::decode_manifest(text->data.view());
+    if (!m) return said(k_exit_error, "damaged (" + key + "): the manifest cannot be read; a build replaces it");
+    nv::HoldingCheck check(*m);
+    std::vector<std::string> lines;
+    const std::string of = " of " + std::to_string(m->results.size());
+    for (std::size_t i = 0; i < m->results.size(); ++i) {
+      const std::string label = "result " + std::to_string(i + 1) + of + ": ";
+      if (const auto mm = check.first_mismatch(i)) {
+        static constexpr const char* k_kinds[] = {"edited", "gone", "created earlier in the search",
+                                                  "changed (a place a probe found)"};
+        lines.push_back(label + k_kinds[static_cast<int>(mm->kind)] + "  " + printable(mm->path));
+        continue;
+      }
+      auto entry = m_store->get(m->results[i].result);
+      if (entry.ok() && entry->has_value() && (*entry)->find("output") != nullptr) {
+        return said(k_exit_ok, "hit (" + key + ", " + label + m->results[i].result.hex() + ")");
+      }
+      lines.push_back(label + "every file as it was, but its output is not in the store (evicted)");
+    }
+    said(k_exit_miss, "miss (" + key + ")");
+    for (const auto& l : lines) std::printf("  %s\n", l.c_str());
+    if (m_toolkit_nvcc) {
+      std::printf("  (the preprocessed text is not computed here: a comment-only edit may still be served by it)\n");
+    }
+    return k_exit_miss;
+  }
+
+  // One line of `explain`, naming the source: returns `code`.
+  int said(int code, const std::string& what) const {
+    std::printf("%s: %s\n", printable(m_cmd.input.empty() ? std::string("nvcc") : m_cmd.input).c_str(), what.c_str());
+    std::fflush(stdout);
+    return code;
+  }
+
   std::string m_nvcc;
   std::string m_bin;  // nvcc's directory, links resolved
   std::vector<std::string> m_variables;
@@ -1439,6 +1536,8 @@ class Launcher {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> m_dirs_at_start;  // search_dir_identities() at the start
   bool m_toolkit_nvcc = false;  // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
   bool m_had_manifest = false;  // the command's manifest was read (a result of it was stored)
+  std::optional<pc::LockFile> m_lock;  // held from a miss to the store of its result
+  bool m_explain = false;              // say what would happen; run, write and count nothing
 };
 
 }  // namespace
@@ -1461,6 +1560,16 @@ int run_launcher(int argc, char** argv) {
     return 127;
   }
   return Launcher(*nvcc, std::move(args)).run();
+}
+
+int explain_launcher_command(int argc, char** argv) {
+  const std::string program = argv[0];
+  auto nvcc = find_program(program);
+  if (!nvcc) {
+    std::fprintf(stderr, "progcache: %s: command not found\n", program.c_str());
+    return k_exit_usage;
+  }
+  return Launcher(*nvcc, std::vector<std::string>(argv + 1, argv + argc), /*explain=*/true).run();
 }
 
 // The counters file of `root`'s nvcc store; nullopt when the store does

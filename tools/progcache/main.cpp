@@ -274,6 +274,10 @@ int main(int argc, char** argv) {
   try {
     // The launcher's words are nvcc's: no option of progcache's is read.
     if (argc >= 2 && is_launcher_call(argv[1])) return run_launcher(argc - 1, argv + 1);
+    // `explain nvcc ...` (or a path to an nvcc): the launcher's words too.
+    if (argc >= 3 && std::string_view(argv[1]) == "explain" && is_masquerade(argv[2])) {
+      return explain_launcher_command(argc - 2, argv + 2);
+    }
     // Called as nvcc (a link named nvcc to progcache, first on PATH, as
     // ccache's masquerade): the real nvcc is the next one on PATH that is not
     // this program.
