@@ -577,6 +577,65 @@ TEST_F(NvccLauncherTest, IdenticalCommandsStartedTogetherCompileOnceAndTheOthers
   EXPECT_TRUE(same(read("c.cubin"), read("plain3.cubin")));
 }
 
+TEST_F(NvccLauncherTest, ExplainSaysWhetherALauncherCommandWouldBeServedAndWhyNotAndRunsNothing) {
+  const std::string args = "-arch=sm_90 -I inc0 -I inc -cubin k.cu -o k.cubin";
+  const auto explain = [&] { return sh(cli() + " explain " + noting_nvcc() + " " + args); };
+  // Asking makes nothing: no root, no output, no nvcc run.
+  Ran r = explain();
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("k.cu: miss"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(m_tmp.sub("cache")));
+  EXPECT_FALSE(exists("k.cubin"));
+  EXPECT_EQ(nvcc_runs(), 0);
+
+  ASSERT_EQ(launch(args).code, 0);
+  ASSERT_EQ(nvcc_runs(), 1);
+  fs::remove(m_tmp.sub("work/k.cubin"));
+  // The nvcc store's own lookups (a manifest, then a result, per build).
+  const auto store_lookups = [&] {
+    const nlohmann::json st = nlohmann::json::parse(sh(cli() + " stats --json").out);
+    for (const auto& c : st["companions"]) {
+      if (c["name"] == "nvcc") return c["hits"].get<int>() + c["misses"].get<int>();
+    }
+    return -1;
+  };
+  const int lookups = store_lookups();
+  r = explain();
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("k.cu: hit"), std::string::npos) << r.out;
+  EXPECT_EQ(store_lookups(), lookups) << "explain counted the store's lookups";
+  EXPECT_GT(lookups, 0);
+  EXPECT_FALSE(exists("k.cubin")) << "explain wrote the output";
+  EXPECT_EQ(launcher_stats().value("hits", 0), 0) << "explain counted a hit";
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "explain said hit, the build compiled";
+
+  // An edit, and a header made earlier in the search: each named, and the
+  // build compiles as explain said it would.
+  write("inc/params.h", "#define SCALE 3.0f\n");
+  r = explain();
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("result 1 of 1: edited  inc/params.h"), std::string::npos) << r.out;
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  write("inc0/params.h", "#define SCALE 4.0f\n");
+  r = explain();
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("result 1 of 2: created earlier in the search  inc0/params.h"), std::string::npos) << r.out;
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+
+  // Other options: never stored; a command the launcher does not cache: why.
+  r = sh(cli() + " explain " + noting_nvcc() + " -arch=sm_80 -I inc -cubin k.cu -o k.cubin");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("never stored"), std::string::npos) << r.out;
+  r = sh(cli() + " explain " + noting_nvcc() + " -E -I inc k.cu");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("not cached: --preprocess"), std::string::npos) << r.out;
+  EXPECT_EQ(nvcc_runs(), 0);
+  EXPECT_EQ(launcher_stats().value("uncacheable", nlohmann::json::object()).size(), 0U) << "explain counted";
+}
+
 TEST_F(NvccLauncherTest, FilesTheToolsReadByNameAreKeyedSoAnEditIsCompiledAgain) {
   write("h.cu", "__global__ void scale(float* x) { x[0] *= HOST_SCALE; }\n");
   auto check = [&](const std::string& args, const std::string& file, const std::string& edit_from,
