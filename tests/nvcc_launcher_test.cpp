@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -969,14 +970,40 @@ TEST_F(NvccLauncherTextTest, ACommentEditIsServedByThePreprocessedTextAndARealEd
 }
 
 TEST_F(NvccLauncherTextTest, WhatTheTextCannotVouchForIsCompiled) {
-  // A result that printed something (a diagnostic may quote the edited
-  // line) is not served by its text.
+  // A result that printed: served by its text only when what it printed
+  // names no file that changed (a diagnostic quotes lines of the files it
+  // names). ptxas's report names none: served, and it prints what nvcc
+  // prints now.
   const std::string verbose = "-arch=sm_90 -I inc -Xptxas -v -cubin k.cu -o k.cubin";
   ASSERT_TRUE(stored(verbose));
   write("inc/params.h", "// edited\n#define SCALE 2.0f\n");
   std::uint64_t misses = counter("misses");
-  ASSERT_EQ(real(verbose).code, 0);
-  EXPECT_EQ(counter("misses"), misses + 1) << "a result with diagnostics was served by its text";
+  const Ran replayed = real(verbose);
+  ASSERT_EQ(replayed.code, 0);
+  EXPECT_EQ(counter("misses"), misses) << "a report that names no edited file was compiled again";
+  const Ran plain_verbose = plain("-arch=sm_90 -I inc -Xptxas -v -cubin k.cu -o plain.cubin");
+  EXPECT_FALSE(plain_verbose.err.empty());
+  // ptxas reports its own compile time: the one figure that is not the text's.
+  const auto untimed = [](std::string text) {
+    return std::regex_replace(text, std::regex("Compile time = [0-9.]+ ms"), "Compile time = ? ms");
+  };
+  EXPECT_EQ(untimed(replayed.err), untimed(plain_verbose.err));
+  EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin")));
+  // A warning in the header that is then edited (a comment): compiled, and
+  // the warning is nvcc's own of now.
+  const std::string warned = "-arch=sm_90 -I inc -cubin k.cu -o warned.cubin";
+  write("inc/params.h",
+        "// one\n__device__ inline float two() { int unused; return 2.0f; }  // first\n#define SCALE two()\n");
+  ASSERT_TRUE(stored(warned));
+  write("inc/params.h",
+        "// two\n__device__ inline float two() { int unused; return 2.0f; }  // second\n#define SCALE two()\n");
+  misses = counter("misses");
+  const Ran compiled = real(warned);
+  ASSERT_EQ(compiled.code, 0);
+  EXPECT_EQ(counter("misses"), misses + 1) << "a warning naming the edited header was served by the text";
+  EXPECT_NE(compiled.err.find("params.h"), std::string::npos) << compiled.err;
+  EXPECT_EQ(compiled.err, plain("-arch=sm_90 -I inc -cubin k.cu -o plain.cubin").err);
+  write("inc/params.h", "#define SCALE 2.0f\n");
   // A preprocessing step that fails where the compile succeeds (a host
   // compiler wrapper that refuses the launcher's own files): nvcc compiles,
   // as without the launcher.

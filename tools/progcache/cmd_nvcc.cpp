@@ -1035,11 +1035,11 @@ class Launcher {
     if (!got.ok() || !got->has_value()) return std::nullopt;
     const pc::Artifact* text = (*got)->find("manifest");
     if (text == nullptr) return std::nullopt;
-    auto m = nv::decode_manifest(text->data.view());
-    if (!m) return std::nullopt;
+    m_manifest = nv::decode_manifest(text->data.view());
+    if (!m_manifest) return std::nullopt;
     m_had_manifest = true;
     std::optional<int> served;
-    nv::serve_first_holding(*m, [&](const pc::Key& rkey) {
+    nv::serve_first_holding(*m_manifest, [&](const pc::Key& rkey) {
       served = serve_result(rkey);
       return served.has_value();
     });
@@ -1210,10 +1210,44 @@ class Launcher {
     return Preprocessed{kb.finish(), std::move(deps), std::move(stamps)};
   }
 
+  // Whether what the stored result `entry` printed is what nvcc would print
+  // for the files read now (`now`). The text is the same, so every line
+  // number, column and message is; but a diagnostic quotes source lines,
+  // read from the files it names. So every file whose bytes differ from
+  // those the stored compile read (its manifest record) must go unnamed in
+  // what it printed (by file name, anywhere in it).
+  bool replayable(const pc::Entry& entry, const pc::Key& rkey, const nv::ManifestRecord& now) const {
+    if (!m_manifest) return false;
+    const auto it = std::find_if(m_manifest->results.begin(), m_manifest->results.end(),
+                                 [&](const nv::Manifest::Result& r) { return r.result == rkey; });
+    if (it == m_manifest->results.end()) return false;
+    const nv::ManifestRecord then = m_manifest->record(static_cast<std::size_t>(it - m_manifest->results.begin()));
+    std::map<std::string, std::string> before;
+    for (const auto& f : then.files) before.emplace(f.path, f.sha256);
+    std::set<std::string> changed;
+    for (const auto& f : now.files) {
+      const auto b = before.find(f.path);
+      if (b == before.end() || b->second != f.sha256) changed.insert(f.path);
+      if (b != before.end()) before.erase(b);
+    }
+    for (const auto& [path, sum] : before) changed.insert(path);  // read then, not now
+    for (const char* name : {"stdout", "stderr"}) {
+      const pc::Artifact* a = entry.find(name);
+      if (a == nullptr) continue;
+      const std::string_view printed = a->data.view();
+      for (const auto& path : changed) {
+        const auto slash = path.rfind('/');
+        const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+        if (printed.find(base) != std::string_view::npos) return false;
+      }
+    }
+    return true;
+  }
+
   // The result the preprocessed text led to, served, and recorded in the
   // manifest under the files read now (the next lookup is a direct hit);
-  // nullopt for a miss. A result that printed anything is not served this
-  // way: a diagnostic can quote the source line, which may have changed.
+  // nullopt for a miss. A result that printed is served this way only when
+  // what it printed names no file that changed (replayable).
   std::optional<int> serve_preprocessed(const Preprocessed& pre, std::int64_t start) {
     auto pointer = m_store->get(pre.key);
     if (!pointer.ok() || !pointer->has_value()) return std::nullopt;
@@ -1223,9 +1257,12 @@ class Launcher {
     if (!rkey.ok()) return std::nullopt;
     auto entry = m_store->get(*rkey);
     if (!entry.ok() || !entry->has_value()) return std::nullopt;
-    if ((*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) return std::nullopt;
     // Recorded before it is served: what is recorded is what was read.
     auto record = build_record(pre.deps, start);
+    if ((*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) {
+      const auto* now = std::get_if<nv::ManifestRecord>(&record);
+      if (now == nullptr || !replayable(**entry, *rkey, *now)) return std::nullopt;
+    }
     if (auto served = serve_result(*rkey, /*count_hit=*/false); !served) return std::nullopt;
     count(m_stats, {nv::Counter::hits, nv::Counter::preprocessed_hits});
     if (auto* rec = std::get_if<nv::ManifestRecord>(&record); rec != nullptr && reads_the_same(pre, *rec)) {
@@ -1536,6 +1573,7 @@ class Launcher {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> m_dirs_at_start;  // search_dir_identities() at the start
   bool m_toolkit_nvcc = false;  // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
   bool m_had_manifest = false;  // the command's manifest was read (a result of it was stored)
+  std::optional<nv::Manifest> m_manifest;  // as the direct lookup read it
   std::optional<pc::LockFile> m_lock;  // held from a miss to the store of its result
   bool m_explain = false;              // say what would happen; run, write and count nothing
 };
