@@ -564,9 +564,9 @@ TEST_F(NvccLauncherTest, IdenticalCommandsStartedTogetherCompileOnceAndTheOthers
   ASSERT_EQ(plain("-arch=sm_90 -I inc -cubin k.cu -o plain3.cubin").code, 0);
   fs::remove(m_tmp.sub("work/a.cubin"));
   const std::string hung = "29." + std::to_string(::getpid());  // found again by pkill
-  const Ran bounded = watched("NVCC_SLEEP=" + hung + " " + slow + "a.cubin & sleep 1; PROGCACHE_LOCK_TIMEOUT=1 " +
-                              slow + "b.cubin; test -e a.cubin && echo the-first-was-done-first; pkill -f 'sleep " +
-                              hung + "'; wait");
+  const Ran bounded =
+      watched("NVCC_SLEEP=" + hung + " " + slow + "a.cubin & sleep 1; PROGCACHE_LOCK_TIMEOUT=1 " + slow +
+              "b.cubin; test -e a.cubin && echo the-first-was-done-first; pkill -f 'sleep " + hung + "'; wait");
   EXPECT_EQ(bounded.out.find("the-first-was-done-first"), std::string::npos);
   EXPECT_TRUE(same(read("b.cubin"), read("plain3.cubin")));
   EXPECT_EQ(launcher_stats()["waited"], 2);
@@ -592,20 +592,35 @@ TEST_F(NvccLauncherTest, ExplainSaysWhetherALauncherCommandWouldBeServedAndWhyNo
   ASSERT_EQ(launch(args).code, 0);
   ASSERT_EQ(nvcc_runs(), 1);
   fs::remove(m_tmp.sub("work/k.cubin"));
-  // The nvcc store's own lookups (a manifest, then a result, per build).
-  const auto store_lookups = [&] {
+  // The nvcc store's own statistics (lookups, bytes read, timings) and its
+  // files: asking changes none of them.
+  const auto store_stats = [&] {
     const nlohmann::json st = nlohmann::json::parse(sh(cli() + " stats --json").out);
     for (const auto& c : st["companions"]) {
-      if (c["name"] == "nvcc") return c["hits"].get<int>() + c["misses"].get<int>();
+      if (c["name"] == "nvcc") return c;
     }
-    return -1;
+    return nlohmann::json();
   };
-  const int lookups = store_lookups();
+  const auto store_files = [&] {
+    std::vector<std::pair<std::string, std::string>> files;
+    for (const auto& f : fs::recursive_directory_iterator(m_tmp.sub("cache/nvcc"))) {
+      if (f.is_regular_file()) files.emplace_back(f.path().string(), testing::read_all(f.path().string()));
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+  };
+  const nlohmann::json before = store_stats();
+  const auto files_before = store_files();
   r = explain();
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("k.cu: hit"), std::string::npos) << r.out;
-  EXPECT_EQ(store_lookups(), lookups) << "explain counted the store's lookups";
-  EXPECT_GT(lookups, 0);
+  EXPECT_EQ(store_stats(), before) << "explain changed the store's statistics";
+  EXPECT_GT(before.value("misses", 0), 0);
+  EXPECT_TRUE(store_files() == files_before) << "explain changed a file of the store";
+  // An output whose directory is gone: nvcc would fail, so no hit is said.
+  r = sh(cli() + " explain " + noting_nvcc() + " -arch=sm_90 -I inc0 -I inc -cubin k.cu -o gone/k.cubin");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
   EXPECT_FALSE(exists("k.cubin")) << "explain wrote the output";
   EXPECT_EQ(launcher_stats().value("hits", 0), 0) << "explain counted a hit";
   ASSERT_EQ(launch(args).code, 0);
@@ -635,6 +650,23 @@ TEST_F(NvccLauncherTest, ExplainSaysWhetherALauncherCommandWouldBeServedAndWhyNo
   EXPECT_NE(r.out.find("not cached: --preprocess"), std::string::npos) << r.out;
   EXPECT_EQ(nvcc_runs(), 0);
   EXPECT_EQ(launcher_stats().value("uncacheable", nlohmann::json::object()).size(), 0U) << "explain counted";
+
+  // A damaged entry is said to be damaged, and left for a build to drop.
+  std::vector<std::string> entries;
+  for (const auto& f : fs::recursive_directory_iterator(m_tmp.sub("cache/nvcc/v1"))) {
+    if (f.is_regular_file() && f.path().filename().string().size() == 62) entries.push_back(f.path().string());
+  }
+  ASSERT_FALSE(entries.empty());
+  for (const auto& e : entries) {
+    std::string bytes = testing::read_all(e);
+    bytes[bytes.size() - 3] ^= 0x5a;
+    testing::write_all(e, bytes);
+  }
+  const auto damaged = store_files();
+  r = explain();
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("damaged"), std::string::npos) << r.out;
+  EXPECT_TRUE(store_files() == damaged) << "explain dropped or changed a damaged entry";
 }
 
 TEST_F(NvccLauncherTest, FilesTheToolsReadByNameAreKeyedSoAnEditIsCompiledAgain) {
@@ -1028,6 +1060,52 @@ TEST_F(NvccLauncherTextTest, WhatTheTextCannotVouchForIsCompiled) {
   write("inc/params.h", "// and again\n#define SCALE 2.0f\n");
   ASSERT_EQ(launch(through).code, 0);
   EXPECT_EQ(nvcc_runs(), 1);
+}
+
+TEST_F(NvccLauncherTextTest, SourceInPtxAndFilesALineDirectiveNamesAreNeverServedStale) {
+  // -src-in-ptx copies the source's lines, comments and all, into the PTX:
+  // a comment edit changes the output, so the text cannot vouch for it.
+  const std::string src_args = "-arch=sm_90 -lineinfo -src-in-ptx -ptx " + quote(m_tmp.sub("work/k.cu")) + " -o k.ptx";
+  const auto plain_ptx = [&](const std::string& args) {
+    const Ran p = sh("PROGCACHE_DISABLE=1 " + cli() + " " + quote(m_bin + "/nvcc") + " " + args + " -o plain.ptx");
+    EXPECT_EQ(p.code, 0) << p.err;
+    return read("plain.ptx");
+  };
+  const std::string src_plain_args = "-arch=sm_90 -lineinfo -src-in-ptx -ptx " + quote(m_tmp.sub("work/k.cu"));
+  write("k.cu", "#include \"params.h\"\n__global__ void scale(float* x) {\n  x[0] *= SCALE;  // note one\n}\n");
+  ASSERT_TRUE(stored("-I inc " + src_args));
+  write("k.cu", "#include \"params.h\"\n__global__ void scale(float* x) {\n  x[0] *= SCALE;  // note two\n}\n");
+  ASSERT_EQ(real("-I inc " + src_args).code, 0);
+  EXPECT_EQ(read("k.ptx"), plain_ptx("-I inc " + src_plain_args));
+  EXPECT_NE(read("k.ptx").find("note two"), std::string::npos);
+
+  // A #line naming a file the dependency list does not hold: with
+  // -src-in-ptx that file is copied in, and a warning quotes it. Neither
+  // is stored, so an edit of that file is never served stale.
+  write(
+      "inc/gen.h",
+      "#line 2 \"gen.tmpl\"\nstatic inline int hostfn(int a, unsigned u) {\n  if (a < u) return 1;\n  return a;\n}\n");
+  // gcc finds the named file from the working directory, and quotes its line 3.
+  write("gen.tmpl", "first line\nsecond line\n  if (a < u) return 1; // template v1\n");
+  write(
+      "w.cu",
+      "#include \"gen.h\"\n__global__ void kern(float* p) { p[0] = 1.0f; }\nint f(int b) { return hostfn(b, 3u); }\n");
+  const std::string warn_args = "-I inc -Xcompiler -Wall -c w.cu -o w.o";
+  const Ran first = real(warn_args);
+  ASSERT_EQ(first.code, 0) << first.err;
+  ASSERT_NE(first.err.find("template v1"), std::string::npos) << first.err;
+  write("gen.tmpl", "first line\nsecond line\n  if (a < u) return 1; // template v2, reworded\n");
+  const Ran second = real(warn_args);
+  ASSERT_EQ(second.code, 0);
+  EXPECT_NE(second.err.find("template v2"), std::string::npos) << "a stale warning was replayed: " << second.err;
+  write("t.cu", "__global__ void kern(float* p) {\n#line 2 \"tmpl.cu\"\n  p[0] = 1.0f;\n}\n");
+  write("tmpl.cu", "first line\n  p[0] = 1.0f; // template v1\n");
+  const std::string ptx_args = "-arch=sm_90 -lineinfo -src-in-ptx -ptx t.cu -o t.ptx";
+  ASSERT_EQ(real(ptx_args).code, 0);
+  write("tmpl.cu", "first line\n  p[0] = 1.0f; // template v2\n");
+  ASSERT_EQ(real(ptx_args).code, 0);
+  EXPECT_NE(read("t.ptx").find("template v2"), std::string::npos) << "a stale PTX was served";
+  EXPECT_EQ(read("t.ptx"), plain_ptx("-arch=sm_90 -lineinfo -src-in-ptx -ptx t.cu"));
 }
 
 TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {

@@ -137,9 +137,8 @@ Status apply_max_entries(Config& c, const std::optional<std::string>& text, Sett
 // Seconds, a whole number up to a day: 0 never waits.
 Status apply_lock_timeout(Config& c, const std::optional<std::string>& text, Setting& shown) {
   if (text) {
-    const bool digits =
-        !text->empty() && text->size() <= 5 &&
-        std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
+    const bool digits = !text->empty() && text->size() <= 5 &&
+                        std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch); });
     const long long v = digits ? std::stoll(*text) : -1;
     if (v < 0 || v > 86400) {
       return invalid_argument("PROGCACHE_LOCK_TIMEOUT: invalid wait '" + *text +

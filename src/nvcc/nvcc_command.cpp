@@ -353,6 +353,7 @@ class Parser {
       }
     }
     if (n == "generate-line-info" || n == "source-in-ptx") m_cmd.line_info = true;
+    if (n == "source-in-ptx") m_cmd.source_in_ptx = true;
     // --verbose prints the tools' command lines: the output's name and the
     // temporary files' are in what is replayed.
     if (n == "debug" || n == "device-debug" || n == "objdir-as-tempdir" || n == "verbose") {

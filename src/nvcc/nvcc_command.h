@@ -49,7 +49,7 @@ struct Command {
   // the working directory), each list in command-line order: -I, then
   // -isystem. nvcc puts its own include directory after the -I list and its
   // cccl directory after the -isystem list; the launcher adds those, the
-  // environment's and the host compiler's (cmd_nvcc.cpp).
+  // environment's and the host compiler's (launcher.cpp).
   std::vector<std::string> include_dirs;
   std::vector<std::string> system_dirs;
   // nvcc's -include files (--pre-include), as given: found in the working
@@ -70,6 +70,9 @@ struct Command {
   // the output only when a path the compile follows is relative (the
   // launcher decides: it knows the environment's search paths too).
   bool line_info = false;
+  // -src-in-ptx: the PTX holds the source lines themselves, comments and
+  // all, of every file the line information names.
+  bool source_in_ptx = false;
   // Whether the output's name is in what the command writes: the
   // dependency file's target when no -MT names one (nvcc writes the -o name).
   bool output_name_written = false;

@@ -227,7 +227,7 @@ void print_prometheus(const Stores& stores) {
   }
 }
 
-// The nvcc launcher's counters (cmd_nvcc.cpp), when it has run.
+// The nvcc launcher's counters (src/nvcc/counters.h), when it has run.
 void print_launcher_stats(const json& j) {
   if (!j.is_object()) return;
   auto n = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<std::uint64_t>() : 0; };

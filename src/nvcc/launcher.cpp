@@ -1,0 +1,1730 @@
+// progcache as nvcc's compiler launcher: `progcache nvcc ARGS...` or
+// `progcache /path/to/nvcc ARGS...` (CMAKE_CUDA_COMPILER_LAUNCHER=progcache).
+//
+// A command that compiles one .cu file to one output (-c, -dc, -cubin,
+// -ptx, -fatbin, -optix-ir, -ltoir) is looked up in the root's "nvcc"
+// store in two steps, as ccache's direct mode does:
+//   1. the manifest key: nvcc's and the host compiler's identities, the
+//      variables nvcc and the host compiler read, the working directory and
+//      the options in canonical spelling. It names a manifest: the files the
+//      last compile of this command read (from nvcc's own dependency output)
+//      with their stat identities and digests, and the places where a header
+//      that would shadow one of them must stay absent;
+//   2. the result key: the manifest key and every listed file's path and
+//      current content digest (a file whose stat changed is hashed again).
+// A hit writes the output (and the -MF dependency file) atomically and
+// replays what nvcc printed; nvcc does not run. Anything else runs nvcc
+// unchanged, with its own output and exit status, and is counted with its
+// reason (`progcache stats`). A cache that fails costs a compile, never the
+// build: every store error falls back to running nvcc.
+//
+// Nothing here may wait on a file someone else controls: outputs and
+// dependency files are read back only from regular files (opened without
+// following symlinks, never blocking on a FIFO or device), the counters only
+// from a regular file of the accepted root under a bounded lock wait, and
+// objects (host code, linked into programs) are served and stored only where
+// progcache::host_code_trust allows.
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "nvcc/launcher.h"
+
+#include "compile/include_lexer.h"
+#include "compile/scan_files.h"
+#include "nvcc/counters.h"
+#include "nvcc/manifest.h"
+#include "nvcc/nvcc_command.h"
+#include "progcache/key.h"
+#include "progcache/lock_file.h"
+#include "progcache/trust.h"
+#include "store/file/layout.h"
+#include "store/file/permissions.h"
+#include "util/user_io.h"
+
+extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX declares it nowhere
+
+namespace progcache::nvcc {
+
+namespace {
+
+namespace pc = progcache;
+namespace nv = progcache::nvcc;
+namespace dt = progcache::detail;
+using cli::k_exit_error;
+using cli::k_exit_miss;
+using cli::k_exit_ok;
+using cli::k_exit_usage;
+using cli::OutputFile;
+using cli::fail;
+using cli::plain;
+using cli::printable;
+using cli::write_all_to;
+using nlohmann::json;
+
+constexpr std::string_view k_store = "nvcc";
+constexpr std::string_view k_stats_file = "launcher-stats.json";
+// What nvcc and the host compiler read from the environment (nvcc's own
+// names as its program holds them), besides every variable nvcc.profile
+// names, which is read from the profile at run time.
+constexpr const char* k_keyed_variables[] = {
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",  "NVCC_CCBIN",      "CPATH",
+    "C_INCLUDE_PATH",     "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+    "SOURCE_DATE_EPOCH",  "PTXAS_FLAGS",        "CUDAFE_FLAGS",    "NVVM_FLAGS",
+    "NVASM_FLAGS",        "NVDISASM_FLAGS",     "NVLINK_FLAGS",    "NV_NVVM_VERSION",
+    "CICC_PATH",          "NVVMIR_LIBRARY_DIR",
+};
+// Variables nvcc reads whose value the key holds and whose words the
+// launcher follows (NVCC_*_FLAGS, PTXAS_FLAGS, CUDAFE_FLAGS), or that do not
+// bear on one compile's output beyond their value (PATH and LD_LIBRARY_PATH
+// find the programs whose identities are keyed; LIBRARIES and NVLINK_FLAGS
+// are for linking). Any other variable nvcc or its profile reads, set and
+// not replaced by the profile, may name files the key cannot see: refused.
+constexpr std::string_view k_followed_variables[] = {
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",    "PTXAS_FLAGS",       "CUDAFE_FLAGS", "PATH",
+    "LD_LIBRARY_PATH",    "LIBRARIES",         "NVLINK_FLAGS",  "SOURCE_DATE_EPOCH", "CPATH",        "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX",   "COMPILER_PATH",
+};
+// The toolkit's programs and data nvcc runs or reads besides the headers
+// its dependency output lists, relative to nvcc's own directory.
+constexpr const char* k_toolkit_files[] = {
+    "nvcc",  "nvcc.profile",     "cudafe++",
+    "ptxas", "fatbinary",        "nvlink",
+    "bin2c", "../nvvm/bin/cicc", "../nvvm/libdevice/libdevice.10.bc",
+};
+
+bool executable_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+// This program's file identity: a candidate on PATH that is this program
+// (a link named nvcc to progcache) must not run itself.
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+std::optional<FileId> file_id(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+// `name` as the shell finds it: itself when it has a slash, else the first
+// executable on PATH that is not this program.
+std::optional<std::string> find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return executable_file(name) ? std::optional(name) : std::nullopt;
+  const char* path = std::getenv("PATH");
+  static const std::optional<FileId> self = file_id("/proc/self/exe");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const auto colon = dirs.find(':', start);
+    std::string dir = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string cand = dt::join(dir, name);
+    if (executable_file(cand)) {
+      const auto id = file_id(cand);
+      if (!self || !id || id->dev != self->dev || id->ino != self->ino) return cand;
+    }
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return std::nullopt;
+}
+
+// `name` as a shell with PATH=`path` finds it: itself when it has a slash,
+// else the first executable file in a directory of `path` (an empty entry
+// is the working directory).
+std::optional<std::string> find_on(const std::string& name, const std::string& path) {
+  if (name.find('/') != std::string::npos) return executable_file(name) ? std::optional(name) : std::nullopt;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const auto colon = path.find(':', start);
+    const std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (executable_file(candidate)) return candidate;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return std::nullopt;
+}
+
+std::string real_path(const std::string& p) {
+  std::error_code ec;
+  auto r = std::filesystem::canonical(p, ec);
+  return ec ? p : r.string();
+}
+
+// A program's or data file's identity in the key: its path, and the size,
+// modification time, device and inode of the file it leads to (ccache's
+// compiler_check=mtime), or absent.
+void add_file_identity(KeyBuilder& kb, std::string_view label, const std::string& path) {
+  struct stat st {};
+  kb.add_string(label, path);
+  if (::stat(path.c_str(), &st) != 0) {
+    kb.add_bool("present", false);
+    return;
+  }
+  kb.add_int("size", st.st_size)
+      .add_int("mtime", dt::ns_of(st.st_mtim))
+      .add_int("dev", static_cast<std::int64_t>(st.st_dev))
+      .add_int("ino", static_cast<std::int64_t>(st.st_ino));
+}
+
+// The host compilers nvcc may run: -ccbin (a program, or a directory of
+// them), else $NVCC_CCBIN, else gcc and g++ from PATH.
+std::vector<std::string> host_compilers(const nv::Command& cmd) {
+  std::optional<std::string> ccbin = cmd.ccbin;
+  if (!ccbin) {
+    if (const char* v = std::getenv("NVCC_CCBIN"); v != nullptr && *v != '\0') ccbin = v;
+  }
+  std::vector<std::string> names;
+  std::string dir;
+  struct stat st {};
+  if (!ccbin) {
+    names = {"gcc", "g++", "cc", "c++"};
+  } else if (::stat(ccbin->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    dir = *ccbin;
+    names = {"gcc", "g++", "cc", "c++", "clang", "clang++", "cl"};
+  } else {
+    names = {*ccbin};
+  }
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (!dir.empty()) {
+      out.push_back(dt::join(dir, n));
+    } else if (auto p = find_program(n)) {
+      out.push_back(*p);
+    } else {
+      out.push_back("(not found) " + n);
+    }
+  }
+  return out;
+}
+
+// Every variable the key holds: the fixed list, then those nvcc.profile names.
+std::vector<std::string> keyed_variables(const nv::ProfileVariables& profile) {
+  std::vector<std::string> out(std::begin(k_keyed_variables), std::end(k_keyed_variables));
+  for (const auto& n : profile.names) {
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  return out;
+}
+
+// The first variable set in the environment that nvcc or its profile reads,
+// that the launcher does not follow and the profile does not replace.
+std::optional<std::string> unfollowed_variable(const std::vector<std::string>& names,
+                                               const nv::ProfileVariables& profile) {
+  for (const auto& n : names) {
+    const char* v = std::getenv(n.c_str());
+    if (v == nullptr || *v == '\0') continue;
+    if (std::find(std::begin(k_followed_variables), std::end(k_followed_variables), n) !=
+        std::end(k_followed_variables)) {
+      continue;
+    }
+    if (std::find(profile.replaced.begin(), profile.replaced.end(), n) != profile.replaced.end()) continue;
+    return n;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> env_dirs(const char* name);
+
+// Whether the compile reaches a file through a relative path: the source,
+// a directory of the command's or of the environment's search paths (an
+// empty entry is the working directory), a file read by name. Device line
+// information names such a file by the working directory joined to it.
+bool follows_a_relative_path(const nv::Command& cmd) {
+  auto relative = [](const std::string& p) { return !p.starts_with("/"); };
+  if (relative(cmd.input)) return true;
+  for (const auto* list : {&cmd.include_dirs, &cmd.system_dirs, &cmd.pre_includes}) {
+    if (std::any_of(list->begin(), list->end(), relative)) return true;
+  }
+  for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+    const auto dirs = env_dirs(v);
+    if (std::any_of(dirs.begin(), dirs.end(), relative)) return true;
+  }
+  return std::any_of(cmd.read_files.begin(), cmd.read_files.end(),
+                     [&](const nv::Command::FileRead& f) { return relative(f.path); });
+}
+
+// Whether the key holds where the build runs (the working directory, $PWD).
+bool place_keyed(const nv::Command& cmd) {
+  return cmd.place_in_output || (cmd.line_info && follows_a_relative_path(cmd));
+}
+
+// Whether `text` has a #line directive or a line marker (`# 12 "f.cu"`).
+bool has_line_directive(std::string_view text) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    auto nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    const auto hash = line.find_first_not_of(" \t");
+    if (hash == std::string_view::npos || line[hash] != '#') continue;
+    line.remove_prefix(hash + 1);
+    const auto word = line.find_first_not_of(" \t");
+    if (word == std::string_view::npos) continue;
+    line.remove_prefix(word);
+    if (line.starts_with("line") || std::isdigit(static_cast<unsigned char>(line.front())) != 0) return true;
+  }
+  return false;
+}
+
+Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
+  KeyBuilder kb("nvcc-manifest");
+  kb.add_int("launcher-schema", 5);
+  const std::string bin = dt::parent_of(real_path(nvcc_path));
+  add_file_identity(kb, "nvcc", nvcc_path);
+  for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
+  for (const auto& h : host_compilers(cmd)) add_file_identity(kb, "host-compiler", h);
+  for (const auto& v : variables) {
+    const char* value = std::getenv(v.c_str());
+    kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
+  }
+  // nvcc hands cudafe++ and cicc the source's resolved path (its real
+  // path, or the name as given when it has none), and the module ID of a
+  // relocatable object (-dc) is made from it: keyed, so one checkout's -dc
+  // object is never served for another checkout's copy of the source.
+  kb.add_string("source-path", real_path(cmd.input));
+  // Where the compile runs is in its output only through debug information
+  // or -objtemp (the working directory, $PWD when it names it through
+  // another path). Without them, paths in the key and the manifest are as
+  // the command spells them, resolved against the working directory at each
+  // lookup: two build directories of one checkout share entries, as with
+  // ccache's hash_dir for builds without -g.
+  if (place_keyed(cmd)) {
+    std::error_code ec;
+    kb.add_string("cwd", std::filesystem::current_path(ec).string());
+    // As the host compiler judges it: $PWD names the working directory
+    // when both are one file.
+    const char* pwd = std::getenv("PWD");
+    struct stat here {};
+    struct stat there {};
+    const bool names_cwd = pwd != nullptr && ::stat(".", &here) == 0 && ::stat(pwd, &there) == 0 &&
+                           here.st_dev == there.st_dev && here.st_ino == there.st_ino;
+    kb.add_string("pwd", names_cwd ? pwd : "");
+  }
+  // nvcc's temporary files are under $TMPDIR, and more than debug
+  // information names them: a sanitizer's instrumentation (the stub file's
+  // path) and the host compiler's warnings about the files nvcc generates.
+  const char* tmpdir = std::getenv("TMPDIR");
+  kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
+  kb.add_string("mode", nv::mode_name(cmd.mode));
+  for (const auto& w : nv::keyed_words(cmd)) kb.add_string("arg", w);
+  // Response and options files of every tool, the host compiler's -include
+  // and -imacros: read by name, listed in no dependency output.
+  for (const auto& f : cmd.read_files) kb.add_string("read-file", f.path).add_bytes("sha256", f.sha256);
+  return kb.finish();
+}
+
+// ---- where a header created later would be found first
+
+// A search-path variable's directories (CPATH, C_INCLUDE_PATH,
+// CPLUS_INCLUDE_PATH): ':'-separated, an empty entry meaning the working
+// directory, as gcc reads them.
+std::vector<std::string> env_dirs(const char* name) {
+  std::vector<std::string> out;
+  const char* v = std::getenv(name);
+  if (v == nullptr) return out;
+  const std::string value = v;
+  std::size_t start = 0;
+  while (true) {
+    const auto colon = value.find(':', start);
+    std::string d = value.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    out.push_back(d.empty() ? "." : std::move(d));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return out;
+}
+
+struct Ran {
+  int status = 127;  // as a shell reports it: the exit code, or 128 + signal
+  std::string out, err;
+};
+
+Ran run_child(const std::string& program, const std::vector<std::string>& args, bool echo, bool null_stdin,
+              std::int64_t timeout_ns = 0, const std::vector<std::string>* env = nullptr);
+
+// The host compiler's own directories for <...> includes, in its order, as
+// it prints them (-v), or nullopt when it cannot say.
+std::optional<std::vector<std::string>> host_system_dirs(const std::string& host) {
+  // A compiler that runs a minute to preprocess nothing is not asked again.
+  constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
+  const Ran ran = run_child(host, {host, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
+  if (ran.status != 0) return std::nullopt;
+  const std::string& text = ran.err;
+  const auto begin = text.find("#include <...> search starts here:\n");
+  const auto end = text.find("End of search list.");
+  if (begin == std::string::npos || end == std::string::npos || end < begin) return std::nullopt;
+  std::vector<std::string> out;
+  std::size_t pos = text.find('\n', begin) + 1;
+  while (pos < end) {
+    const auto nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.starts_with(" ")) line.erase(0, 1);
+    if (const auto note = line.find(" (framework directory)"); note != std::string::npos) line.resize(note);
+    if (!line.empty()) out.push_back(std::move(line));
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+// The toolkit's include directories nvcc adds (nvcc.profile's INCLUDES and
+// SYSTEM_INCLUDES: <toolkit>/targets/<target>/include, and its cccl), for
+// every target the toolkit holds.
+std::vector<std::string> toolkit_dirs(const std::string& bin, std::string_view sub) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const std::string targets = dt::join(dt::parent_of(bin), "targets");
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(targets, ec)) found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  out.reserve(found.size());
+  for (const auto& t : found) out.push_back(dt::join(t, std::string(sub)));
+  return out;
+}
+
+// The directories searched for <...> includes, in the preprocessor's order
+// as nvcc runs it: -I, nvcc's include directory, CPATH, -isystem, nvcc's
+// cccl directory, C_INCLUDE_PATH and CPLUS_INCLUDE_PATH, then the host
+// compiler's own. A directory named twice (gcc keeps the first) is kept
+// twice: a file in it then counts as found at both places, which only adds
+// places that must stay absent.
+std::vector<std::string> search_chain(const nv::Command& cmd, const std::string& bin,
+                                      const std::vector<std::string>& system) {
+  std::vector<std::string> out = cmd.include_dirs;
+  auto append = [&out](const std::vector<std::string>& ds) { out.insert(out.end(), ds.begin(), ds.end()); };
+  append(toolkit_dirs(bin, "include"));
+  append(env_dirs("CPATH"));
+  append(cmd.system_dirs);
+  append(toolkit_dirs(bin, "include/cccl"));
+  append(env_dirs("C_INCLUDE_PATH"));
+  append(env_dirs("CPLUS_INCLUDE_PATH"));
+  append(system);
+  return out;
+}
+
+// Whether a symbolic link on the way to `path` (the file itself or a
+// directory above it) was made after `start`: a link retargeted (ln -sfn
+// makes a new one) leads to another file while the file's own times stay
+// old, so "unchanged since start" must look at the links too.
+bool link_made_since(const std::string& path, std::int64_t start) {
+  std::size_t pos = path.starts_with("/") ? 1 : 0;
+  while (pos <= path.size()) {
+    const auto slash = path.find('/', pos);
+    const std::string prefix = path.substr(0, slash);
+    struct stat st {};
+    if (!prefix.empty() && ::lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && dt::stamp_of(st).ctime > start) {
+      return true;
+    }
+    if (slash == std::string::npos) break;
+    pos = slash + 1;
+  }
+  return false;
+}
+
+// The headers nvcc's generated files (the stub and the fatbin source,
+// written under $TMPDIR and compiled with the command's -I) include, and
+// the ones those include in turn, as the host compiler finds them now:
+// each place found with the SHA-256 of its text, in order; nullopt when
+// one cannot be found or read. No preprocessing step reads them, so the
+// preprocessed key holds them.
+std::optional<std::vector<std::pair<std::string, std::string>>> generated_headers(const std::vector<std::string>& chain,
+                                                                                  const std::string& tmpdir) {
+  auto find = [&](const std::string& name, const std::string& first) -> std::optional<std::string> {
+    std::vector<std::string> dirs = {first};
+    dirs.insert(dirs.end(), chain.begin(), chain.end());
+    for (const auto& d : dirs) {
+      const std::string place = dt::join(d == "." ? "" : d, name);
+      struct stat st {};
+      if (::stat(place.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return place;
+    }
+    return std::nullopt;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&](const std::string& place) -> std::optional<std::string> {
+    auto text = dt::read_regular(place);
+    if (!text.ok()) return std::nullopt;
+    const auto sum = pc::sha256(*text);
+    out.emplace_back(place, std::string(pc::as_view(sum)));
+    return std::move(*text);
+  };
+  for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
+    const auto found = find(name, tmpdir);
+    if (!found) return std::nullopt;
+    auto text = add(*found);
+    if (!text) return std::nullopt;
+    for (const auto& d : dt::directives(*text)) {
+      if (d.kind != dt::Operand::quoted) continue;
+      const auto inner = find(d.name, dt::parent_of(*found));
+      if (inner && !add(*inner)) return std::nullopt;
+    }
+  }
+  return out;
+}
+
+// Where a header the compile found, and every header a probe did not find,
+// would be found first if created later: places that must stay absent, and
+// those a probe found that must stay present.
+class Places {
+ public:
+  Places(std::vector<std::string> chain, const std::vector<std::string>& deps, std::vector<std::string> trusted_roots)
+      : m_chain(std::move(chain)), m_trusted(std::move(trusted_roots)) {
+    for (const auto& c : m_chain) m_chain_real.push_back(dt::real_or_normal(c.empty() ? "." : c));
+    for (const auto& d : deps) m_deps.insert(real_file(d));
+  }
+
+  // A header the compile read: found in a directory of `dirs` (the
+  // source's own, then the chain). Which one found it is not in nvcc's
+  // dependency output ("inc/a.h" is "a.h" found in inc/, or "inc/a.h"
+  // found in the source's directory), so each directory that holds it, by
+  // spelling or by where it leads, counts as having found it.
+  void found(const std::string& dep, const std::string& source_dir) {
+    std::vector<std::string> dirs = {source_dir};
+    dirs.insert(dirs.end(), m_chain.begin(), m_chain.end());
+    const std::string p = dt::normal(dep);
+    const std::string rp = real_file(dep);
+    for (std::size_t i = 0; i < dirs.size(); ++i) {
+      std::set<std::string> rels;
+      const std::string nd = dt::normal(dirs[i].empty() ? "." : dirs[i]);
+      if (nd == ".") {
+        if (!p.starts_with("/") && !p.starts_with("../")) rels.insert(p);
+      } else if (dt::under(p, nd) && p != nd) {
+        rels.insert(p.substr(nd.size() + (nd.ends_with("/") ? 0 : 1)));
+      }
+      const std::string rd = i == 0 ? dt::real_or_normal(nd) : m_chain_real[i - 1];
+      if (dt::under(rp, rd) && rp != rd) rels.insert(rp.substr(rd.size() + (rd.ends_with("/") ? 0 : 1)));
+      for (const auto& rel : rels) {
+        for (std::size_t j = 0; j < i; ++j) {
+          const std::string place = dt::join(dirs[j] == "." ? "" : dirs[j], rel);
+          if (dt::normal(place) != p) absent_if_so(place);
+        }
+      }
+    }
+  }
+
+  // Every #include, #include_next and __has_include operand of a file the
+  // compile read: looked up as the preprocessor would; each place before
+  // the one that holds it must stay absent, and the one found (when it is
+  // not a header read, whose digest is keyed) must stay there. An include
+  // through a macro names no place: in a file outside the toolkit and the
+  // host compiler's directories, an error (what it would find if created
+  // is not known).
+  std::optional<std::string> probe_file(const std::string& file, const std::string& text) {
+    if (!dt::may_hold_directives(text)) return std::nullopt;
+    const std::string dir = dt::parent_of(file);
+    for (const auto& d : dt::directives(text)) {
+      if (d.kind == dt::Operand::computed) {
+        if (!trusted(file)) return "an include through a macro in '" + file + "' cannot be followed";
+        continue;
+      }
+      (void)probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file);
+    }
+    return std::nullopt;
+  }
+
+  // nvcc's -include files (its own cuda_runtime.h first): the working
+  // directory, then the chain.
+  void probe_pre_include(const std::string& name) { (void)probe(name, std::string(), ""); }
+
+  // A header nvcc's generated files include (the stub and the fatbin
+  // source, which it writes under $TMPDIR and the host compiler compiles
+  // with the command's -I): a quoted include from `tmpdir`, then the chain.
+  // No dependency output lists it. The place found, if any.
+  std::optional<std::string> probe_generated(const std::string& name, const std::string& tmpdir) {
+    return probe(name, tmpdir, "");
+  }
+
+  std::vector<std::string> absent() const { return m_absent; }
+  std::vector<std::string> present() const { return m_present; }
+
+ private:
+  std::optional<std::string> probe(const std::string& name, const std::optional<std::string>& first_dir,
+                                   const std::string& includer) {
+    if (name.empty()) return std::nullopt;
+    std::vector<std::string> dirs;
+    if (name.starts_with("/")) {
+      dirs.emplace_back();
+    } else {
+      if (first_dir) dirs.push_back(*first_dir);
+      dirs.insert(dirs.end(), m_chain.begin(), m_chain.end());
+    }
+    const std::string includer_real = includer.empty() ? std::string() : real_file(includer);
+    for (const auto& d : dirs) {
+      const std::string place = dt::join(d == "." ? "" : d, name);
+      struct stat st {};
+      if (::stat(place.c_str(), &st) != 0) {
+        absent_if_so(place);
+        continue;
+      }
+      const std::string real = real_file(place);
+      // #include_next of a header by its own name finds the header itself
+      // first here: the search goes on past it.
+      if (real == includer_real) continue;
+      if (m_deps.count(real) == 0 && m_present_seen.insert(place).second) m_present.push_back(place);
+      return place;
+    }
+    return std::nullopt;
+  }
+
+  void absent_if_so(const std::string& place) {
+    if (m_absent_seen.count(place) != 0) return;
+    struct stat st {};
+    if (::stat(place.c_str(), &st) == 0) return;
+    m_absent_seen.insert(place);
+    m_absent.push_back(place);
+  }
+
+  bool trusted(const std::string& file) const {
+    const std::string r = real_file(file);
+    return std::any_of(m_trusted.begin(), m_trusted.end(), [&r](const std::string& t) { return dt::under(r, t); });
+  }
+
+  // A file's directory resolved, its own name kept (a header that is a
+  // symbolic link is found under its own name).
+  static std::string real_file(const std::string& path) {
+    const std::string parent = dt::parent_of(path);
+    const std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+    return dt::join(dt::real_or_normal(parent.empty() ? "." : parent), base);
+  }
+
+  std::vector<std::string> m_chain, m_chain_real, m_trusted;
+  std::set<std::string> m_deps, m_absent_seen, m_present_seen;
+  std::vector<std::string> m_absent, m_present;
+};
+
+// ---- counters (shown by `progcache stats`)
+
+// `why` with each quoted name replaced by '…', so reasons count together.
+std::string reason_class(const std::string& why) {
+  std::string out;
+  bool quoted = false;
+  for (char c : why) {
+    if (c == '\'') {
+      if (!quoted) out += "'...'";
+      quoted = !quoted;
+    } else if (!quoted) {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Why a source or header's text makes the output depend on more than the
+// files and key hold, or nullopt: the assembler's .incbin reads a file no
+// dependency output lists; __DATE__ and __TIME__ change with the clock
+// (unless SOURCE_DATE_EPOCH, which is keyed, fixes them), __TIMESTAMP__
+// with the file's mtime (ccache refuses the same).
+std::optional<std::string> unkeyable_content(std::string_view text) {
+  if (text.find(".incbin") != std::string_view::npos) return "an input uses .incbin: the file it reads is not keyed";
+  if (text.find("__TIMESTAMP__") != std::string_view::npos) return "an input uses __TIMESTAMP__";
+  if (std::getenv("SOURCE_DATE_EPOCH") == nullptr &&
+      (text.find("__DATE__") != std::string_view::npos || text.find("__TIME__") != std::string_view::npos)) {
+    return "an input uses __DATE__ or __TIME__ (set SOURCE_DATE_EPOCH to cache it)";
+  }
+  return std::nullopt;
+}
+
+// Whether `data` can be what nvcc writes in `mode`: ELF for objects and
+// cubins, the fatbin header for fatbins, something for the rest.
+bool output_of_its_kind(nv::Mode mode, std::string_view data) {
+  switch (mode) {
+    case nv::Mode::object:
+    case nv::Mode::cubin:
+      return data.size() >= 64 && data.starts_with(
+                                      "\x7f"
+                                      "ELF");
+    case nv::Mode::fatbin:
+      return data.size() >= 16 && data.starts_with("\x50\xed\x55\xba");
+    default:
+      return !data.empty();
+  }
+}
+
+// The largest output or dependency file read back into an entry.
+constexpr std::uint64_t k_max_output_bytes = std::uint64_t{1} << 32;
+
+// A file nvcc wrote, read back for the entry: only a regular file reached
+// without a symbolic link, opened so that a FIFO or device never blocks (an
+// output named /dev/stdout, or replaced by a FIFO while nvcc ran, must not
+// hang the build after nvcc returned).
+pc::Result<std::string> read_back(const std::string& path) {
+  return pc::read_regular_file(pc::Env::posix(), path, k_max_output_bytes, pc::OpenMode::read);
+}
+
+// Where the counters live and who may have written them: a regular file in
+// the root's nvcc store, which the file store has accepted.
+struct StatsFile {
+  std::string path;
+  pc::Sharing sharing = pc::Sharing::private_only;
+  gid_t group = 0;  // the store directory's group (group sharing)
+};
+
+// An open counters file is used only when it is a regular file this user
+// owns, or, in a group-shared root, one of the root's group; never writable
+// by others. A FIFO, a device or another user's file planted there is left
+// alone: counting is best effort, a build must not wait on it.
+bool trusted_stats_file(const struct stat& st, const StatsFile& where) {
+  if (!S_ISREG(st.st_mode)) return false;
+  if (where.sharing == pc::Sharing::private_only) return st.st_uid == ::geteuid() && (st.st_mode & 022) == 0;
+  return (st.st_uid == ::geteuid() || st.st_gid == where.group) && (st.st_mode & 002) == 0;
+}
+
+// Opens the counters file and takes its advisory lock, waited on for a
+// bounded time; -1 when it cannot be used. Best effort: a counter that
+// cannot be kept costs nothing, and never a wait on someone else's file.
+int open_counters(const StatsFile& where) {
+  const bool group = where.sharing == pc::Sharing::group;
+  const int fd = ::open(where.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+                        group ? 0660 : 0600);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !trusted_stats_file(st, where)) {
+    ::close(fd);
+    return -1;
+  }
+  // Group members count in one file: it must stay writable by the group
+  // whatever the umask of whoever made it.
+  if (group && st.st_uid == ::geteuid() && (st.st_mode & 0660) != 0660) (void)::fchmod(fd, 0660);
+  // Another process holds the lock only for a read and a write; one that
+  // holds it longer (stopped, or holding it on purpose) costs this count.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    ::usleep(2000);
+  }
+  ::close(fd);
+  return -1;
+}
+
+// The counters as the open file holds them (at most 1 MiB read); null when
+// they are not a JSON object.
+json read_counters(int fd) {
+  std::string text;
+  std::array<char, 4096> buf{};
+  ssize_t n = 0;
+  while ((n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(text.size()))) > 0 && text.size() < (1U << 20)) {
+    text.append(buf.data(), static_cast<std::size_t>(n));
+  }
+  json j = json::parse(text, nullptr, false);
+  return j.is_object() ? j : json(nullptr);
+}
+
+// Adds one to each of `counters`, or to `tally`'s count of `reason`, in
+// <root>/nvcc/launcher-stats.json: one locked read and write.
+void add_counts(const StatsFile& where, std::initializer_list<nv::Counter> counters,
+                std::optional<std::pair<nv::Tally, std::string>> tally = std::nullopt) {
+  const int fd = open_counters(where);
+  if (fd < 0) return;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  json j = read_counters(fd);
+  if (j.is_null()) j = json::object();
+  auto bump = [](json& obj, const std::string& k) {
+    if (!obj.contains(k) || !obj[k].is_number_unsigned()) obj[k] = 0U;
+    obj[k] = obj[k].get<std::uint64_t>() + 1;
+  };
+  for (const nv::Counter c : counters) bump(j, std::string(nv::counter_name(c)));
+  if (tally) {
+    const std::string group(nv::tally_name(tally->first));
+    if (!j.contains(group) || !j[group].is_object()) j[group] = json::object();
+    bump(j[group], reason_class(tally->second));
+  }
+  const std::string out = j.dump(1);
+  if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, out.data(), out.size(), 0);
+}
+
+void count(const StatsFile& where, std::initializer_list<nv::Counter> counters) {
+  add_counts(where, counters);
+}
+
+void count(const StatsFile& where, nv::Tally tally, const std::string& reason) {
+  add_counts(where, {}, std::pair{tally, reason});
+}
+
+// ---- running nvcc
+
+[[noreturn]] void exec_nvcc(const std::string& nvcc, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(nvcc.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): execv's signature
+  for (const auto& a : args)
+    argv.push_back(const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  argv.push_back(nullptr);
+  ::execv(nvcc.c_str(), argv.data());
+  std::fprintf(stderr, "progcache: cannot run '%s': %s\n", nvcc.c_str(), std::strerror(errno));
+  std::_Exit(127);
+}
+
+// Runs `program` with `args` (argv[0] is `program`), reading its standard
+// output and error through pipes (passed through as they come when `echo`)
+// until it has exited. What decides the end is the child's exit, not the
+// pipes' end: a wrapper that leaves a process behind holding them (a
+// compiler server a wrapper starts) must not keep the build waiting once
+// the compile returned. `timeout_ns` (0: none) kills a child that runs
+// longer. `null_stdin` gives it /dev/null instead of this process's input.
+Ran run_child(const std::string& program, const std::vector<std::string>& args, bool echo, bool null_stdin,
+              std::int64_t timeout_ns, const std::vector<std::string>* env) {
+  Ran r;
+  std::array<int, 2> out_pipe{-1, -1};
+  std::array<int, 2> err_pipe{-1, -1};
+  if (::pipe2(out_pipe.data(), O_CLOEXEC) != 0 || ::pipe2(err_pipe.data(), O_CLOEXEC) != 0) {
+    std::fprintf(stderr, "progcache: cannot make a pipe: %s\n", std::strerror(errno));
+    return r;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (null_stdin) posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (const auto& a : args)
+    argv.push_back(
+        const_cast<char*>(a.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  if (env != nullptr) {
+    envp.reserve(env->size() + 1);
+    for (const auto& e : *env)
+      envp.push_back(
+          const_cast<char*>(e.c_str()));  // NOLINT(cppcoreguidelines-pro-type-const-cast): posix_spawn's signature
+    envp.push_back(nullptr);
+  }
+  pid_t pid = -1;
+  const int rc =
+      ::posix_spawn(&pid, program.c_str(), &fa, nullptr, argv.data(), env != nullptr ? envp.data() : environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    std::fprintf(stderr, "progcache: cannot run '%s': %s\n", program.c_str(), std::strerror(rc));
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return r;
+  }
+  std::array<pollfd, 2> fds{pollfd{out_pipe[0], POLLIN, 0}, pollfd{err_pipe[0], POLLIN, 0}};
+  std::array<char, 1 << 16> buf{};
+  // Reads what one pipe holds now; false once it is closed or failed.
+  auto take = [&](std::size_t i) {
+    const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      ::close(fds[i].fd);
+      fds[i].fd = -1;
+      return false;
+    }
+    const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
+    (i == 0 ? r.out : r.err).append(chunk);
+    if (echo) (void)write_all_to(i == 0 ? 1 : 2, chunk, i == 0 ? "standard output" : "standard error");
+    return true;
+  };
+  const std::int64_t deadline = timeout_ns > 0 ? dt::now_ns() + timeout_ns : 0;
+  int status = 0;
+  bool exited = false;
+  while (!exited) {
+    const int ready = ::poll(fds.data(), fds.size(), 50);
+    if (ready < 0 && errno != EINTR) break;
+    for (std::size_t i = 0; ready > 0 && i < fds.size(); ++i) {
+      if (fds[i].fd >= 0 && fds[i].revents != 0) take(i);
+    }
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    exited = w == pid || (w < 0 && errno != EINTR);
+    if (!exited && deadline != 0 && dt::now_ns() > deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      exited = true;
+    }
+  }
+  // The child is gone: take what it left in the pipes, without waiting for
+  // an end that another holder of them may never give.
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].fd < 0) continue;
+    (void)::fcntl(fds[i].fd, F_SETFL, ::fcntl(fds[i].fd, F_GETFL) | O_NONBLOCK);
+    for (;;) {
+      const ssize_t n = ::read(fds[i].fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      const std::string_view chunk(buf.data(), static_cast<std::size_t>(n));
+      (i == 0 ? r.out : r.err).append(chunk);
+      if (echo) (void)write_all_to(i == 0 ? 1 : 2, chunk, i == 0 ? "standard output" : "standard error");
+    }
+    ::close(fds[i].fd);
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// Runs nvcc, passing its output through as it comes and keeping a copy.
+Ran run_capturing(const std::string& nvcc, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {nvcc};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_child(nvcc, argv, true, false);
+}
+
+// The time the compile starts, on the fine clock, returned once the coarse
+// clock has passed it. A file changed before it carries an earlier time,
+// whichever clock stamped it; a file changed from the return on carries a
+// later one: the coarse clock (which stamps most writes) is already past
+// it, and a fine-grained stamp (multigrain timestamps, Linux 6.13 and
+// later, which give a file read just after its write a time beyond the
+// coarse clock) is later still. Taking the start from the coarse clock
+// made every input written in the last tick before the launcher look
+// changed during the run, and nothing was stored.
+std::int64_t tick_start() {
+  timespec t{};
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  const std::int64_t start = dt::ns_of(t);
+  timespec now{};
+  for (;;) {
+    ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    if (dt::ns_of(now) > start) break;
+    ::usleep(500);
+  }
+  return start;
+}
+
+// A new empty file in the temporary directory, named with `suffix` (the
+// host compiler takes a file's kind from it).
+std::optional<std::string> make_temp_file(const std::string& suffix) {
+  std::error_code ec;
+  std::string tmpl = (std::filesystem::temp_directory_path(ec) / ("progcache-nvcc-XXXXXX" + suffix)).string();
+  if (ec) return std::nullopt;
+  const int fd = ::mkstemps(tmpl.data(), static_cast<int>(suffix.size()));
+  if (fd < 0) return std::nullopt;
+  ::close(fd);
+  return tmpl;
+}
+
+class Launcher {
+ public:
+  // `explain`: say what the command would do (a hit, or why not) and run,
+  // write and count nothing.
+  Launcher(std::string nvcc, std::vector<std::string> args, bool explain = false)
+      : m_nvcc(std::move(nvcc)), m_args(std::move(args)), m_explain(explain) {}
+
+  int run() {
+    auto cfg = pc::resolve_config();
+    if (!cfg.ok()) {
+      if (m_explain) return fail(cfg.status());
+      std::fprintf(stderr, "progcache: not caching (%s)\n", plain(cfg.status()).c_str());
+      exec_nvcc(m_nvcc, m_args);
+    }
+    // A settings file that cannot be used is skipped (defaults apply), and said.
+    for (const auto& w : cfg->warnings) std::fprintf(stderr, "progcache: warning: %s\n", w.c_str());
+    if (cfg->disabled) {  // PROGCACHE_DISABLE: as if no launcher were set
+      if (m_explain) return said(k_exit_miss, "not cached: PROGCACHE_DISABLE is set, nvcc runs alone");
+      exec_nvcc(m_nvcc, m_args);
+    }
+    // The root is judged before anything in it is read or written: a root
+    // the file store refuses gets no counters, only nvcc.
+    m_root = cfg->dir;
+    pc::FileStoreOptions o = cfg->file_store_options();
+    o.root = pc::join_path(m_root, std::string(k_store));
+    if (m_explain) {
+      // Asking changes nothing: the store is not opened (an open tidies a
+      // shard, a lookup counts, stamps and drops a damaged entry); its
+      // files are read as they are, where the store would accept the root.
+      m_store_options = o;
+    } else {
+      auto store = pc::FileStore::open(o);
+      if (!store.ok()) {
+        std::fprintf(stderr, "progcache: not caching (%s)\n", plain(store.status()).c_str());
+        exec_nvcc(m_nvcc, m_args);
+      }
+      m_store = std::move(*store);
+    }
+    m_stats.path = pc::join_path(o.root, std::string(k_stats_file));
+    m_stats.sharing = o.sharing;
+    if (struct stat st{}; ::stat(o.root.c_str(), &st) == 0) m_stats.group = st.st_gid;
+
+    pc::nvcc::EnvFlags env;
+    for (auto [name, value] :
+         {std::pair{"NVCC_PREPEND_FLAGS", &env.prepend}, std::pair{"NVCC_APPEND_FLAGS", &env.append},
+          std::pair{"PTXAS_FLAGS", &env.ptxas}, std::pair{"CUDAFE_FLAGS", &env.cudafe}}) {
+      if (const char* v = std::getenv(name)) *value = v;
+    }
+    // Every variable nvcc.profile names is keyed (its own content is keyed
+    // by the file's identity); one it extends that may name files is refused.
+    m_bin = dt::parent_of(real_path(m_nvcc));
+    nv::ProfileVariables profile;
+    if (auto text = dt::read_regular(m_bin + "/nvcc.profile"); text.ok()) {
+      profile = nv::profile_variables(*text);
+      m_toolkit_nvcc = true;
+    } else {
+      // nvcc reached through a wrapper (a script that runs the real one):
+      // its profile is not known, so the variables a stock profile names
+      // are keyed and none counts as replaced.
+      profile.names = {"TOP",      "CICC_PATH",       "NVVMIR_LIBRARY_DIR", "LD_LIBRARY_PATH", "PATH",
+                       "INCLUDES", "SYSTEM_INCLUDES", "LIBRARIES",          "CUDAFE_FLAGS",    "PTXAS_FLAGS"};
+    }
+    m_variables = keyed_variables(profile);
+    m_cmd = nv::parse_command(
+        m_args, [this](const std::string& p) { return read_input(p); }, env);
+    if (!m_cmd.uncacheable.empty()) uncacheable(m_cmd.uncacheable);
+    if (auto v = unfollowed_variable(m_variables, profile)) {
+      uncacheable("variable '" + *v + "' set: nvcc reads it, and what it names is not keyed");
+    }
+    // The host compiler's preprocessor writes a dependency file these name.
+    for (const char* v : {"DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES"}) {
+      if (std::getenv(v) != nullptr)
+        uncacheable("variable '" + std::string(v) + "' set: the host compiler writes a file");
+    }
+    // A hit renames a file over the output; a miss reads nvcc's output back.
+    // Both only for a regular file (or none yet): a FIFO, a device, a
+    // symbolic link (/dev/stdout) is nvcc's alone to write.
+    std::vector<std::pair<std::string, std::string>> written = {{"output", m_cmd.output}};
+    if (m_cmd.depfile) written.emplace_back("dependency file", *m_cmd.depfile);
+    for (const auto& [what, path] : written) {
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        uncacheable(std::string(what).append(" '").append(path).append("' is not a regular file"));
+      }
+    }
+    // An object is host code, linked into programs: served only from a
+    // private root or from signed, verified entries (trust.h).
+    if (m_cmd.mode == nv::Mode::object) {
+      if (const pc::CodeTrust trust = pc::host_code_trust(*cfg); !trust.disk) {
+        uncacheable("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)");
+      }
+    }
+    m_mkey = manifest_key(m_nvcc, m_cmd, m_variables);
+    m_place_keyed = place_keyed(m_cmd);
+    if (m_explain) return explain();
+    if (auto served = serve()) return *served;
+    if (auto served = wait_for_another(cfg->lock_timeout, o.sharing == pc::Sharing::group)) return *served;
+    return miss();
+  }
+
+ private:
+  // Single flight across processes: identical commands (one manifest key)
+  // started together compile once, and the others are served what it
+  // stored. The lock (lock_file.h) is the kernel's: a holder that dies
+  // drops it. The wait is bounded (PROGCACHE_LOCK_TIMEOUT); a lock that
+  // cannot be taken costs the wait at most, never the build. A waiter that
+  // then finds no result (the first compile's was not stored) compiles at
+  // once, without the lock: waiting in turn would run identical compiles
+  // one after another.
+  std::optional<int> wait_for_another(std::chrono::milliseconds timeout, bool group) {
+    bool waited = false;
+    auto lock = pc::LockFile::acquire(pc::Env::posix(), pc::join_path(m_root, "locks"), "nvcc-" + m_mkey.hex(),
+                                      timeout, &waited, group ? 02770 : 0700, group ? 0660 : 0600);
+    if (!waited) {
+      if (lock.ok()) m_lock.emplace(std::move(*lock));
+      return std::nullopt;
+    }
+    count(m_stats, {nv::Counter::waited});
+    return serve();
+  }
+
+  // The stored result, written out: 0, or nullopt for a miss.
+  std::optional<int> serve() {
+    auto got = m_store->get(m_mkey);
+    if (!got.ok() || !got->has_value()) return std::nullopt;
+    const pc::Artifact* text = (*got)->find("manifest");
+    if (text == nullptr) return std::nullopt;
+    m_manifest = nv::decode_manifest(text->data.view());
+    if (!m_manifest) return std::nullopt;
+    m_had_manifest = true;
+    std::optional<int> served;
+    nv::serve_first_holding(*m_manifest, [&](const pc::Key& rkey) {
+      served = serve_result(rkey);
+      return served.has_value();
+    });
+    return served;
+  }
+
+  // Why nvcc would fail to write what a hit writes, or nullopt. An output
+  // nvcc could not write (a file it may not write, a missing directory) is
+  // nvcc's to report: a hit must not succeed where the compile would fail,
+  // nor replace a file the user protected.
+  std::optional<std::string> unwritable() const {
+    for (const std::string* path : {&m_cmd.output, m_cmd.depfile ? &*m_cmd.depfile : nullptr}) {
+      if (path == nullptr) continue;
+      if (::access(path->c_str(), F_OK) == 0 && ::access(path->c_str(), W_OK) != 0) {
+        return "'" + *path + "' cannot be written";
+      }
+      const std::string dir = dt::parent_of(*path).empty() ? "." : dt::parent_of(*path);
+      if (struct stat st{}; ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        return "the directory of '" + *path + "' does not exist";
+      }
+    }
+    // nvcc writes its temporary files under $TMPDIR first: where it could
+    // not, it fails, and so must this.
+    std::error_code ec;
+    const auto tmpdir = std::filesystem::temp_directory_path(ec);
+    if (ec || ::access(tmpdir.c_str(), W_OK | X_OK) != 0) return std::string("$TMPDIR cannot be written");
+    return std::nullopt;
+  }
+
+  // The result under `rkey`, written out: 0, or nullopt when it is not
+  // there or cannot be written (then the next result, or a compile).
+  std::optional<int> serve_result(const pc::Key& rkey, bool count_hit = true) {
+    auto entry = m_store->get(rkey);
+    if (!entry.ok() || !entry->has_value()) return std::nullopt;
+    const pc::Artifact* output = (*entry)->find("output");
+    const pc::Artifact* depfile = (*entry)->find("depfile");
+    if (output == nullptr || (m_cmd.depfile.has_value() != (depfile != nullptr))) return std::nullopt;
+    if (unwritable()) return std::nullopt;
+    // Both files are written before either replaces anything: a dependency
+    // file that cannot be written (its directory gone) leaves the output as
+    // it was, as nvcc's failure does.
+    OutputFile out;
+    OutputFile dep;
+    if (!out.open(m_cmd.output).ok() || !out.write(output->data.view()).ok()) return std::nullopt;
+    if (m_cmd.depfile && (!dep.open(*m_cmd.depfile).ok() || !dep.write(depfile->data.view()).ok())) {
+      return std::nullopt;
+    }
+    if (!out.commit().ok()) return std::nullopt;
+    if (m_cmd.depfile && !dep.commit().ok()) return std::nullopt;
+    for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
+      if (const pc::Artifact* a = (*entry)->find(name)) (void)write_all_to(fd, a->data.view(), name);
+    }
+    if (count_hit) count(m_stats, {nv::Counter::hits});
+    return 0;
+  }
+
+  // A direct miss. The compile's preprocessed text is looked up too, as
+  // ccache's preprocessor mode does: a comment edit, or a header rewritten
+  // with the same text, leaves it as it was, and the result it led to is
+  // served (once the command has a manifest: before, no result of it can
+  // be stored under its text). Without a manifest the text is computed
+  // beside the compile, for the next lookup. Only for the toolkit's own
+  // nvcc.
+  int miss() {
+    const std::int64_t start = tick_start();
+    m_dirs_at_start = search_dir_identities();
+    // Through a wrapper script, what `--dryrun` prints is the wrapper's to
+    // decide, and running it twice may do twice what it does: direct key only.
+    // -src-in-ptx copies the source lines, comments and all, into the PTX:
+    // a comment edit changes the output, not the text.
+    if (!m_toolkit_nvcc || m_cmd.source_in_ptx) return compile(start, std::nullopt);
+    if (m_had_manifest) {
+      auto pre = preprocess(start);
+      if (pre) {
+        if (auto served = serve_preprocessed(*pre, start)) return *served;
+      }
+      return compile(start, pre ? std::optional(*pre) : std::nullopt);
+    }
+    std::optional<Preprocessed> pre;
+    std::thread beside([&] { pre = preprocess(start); });
+    const int status = compile(start, std::nullopt, &beside, &pre);
+    if (beside.joinable()) beside.join();
+    return status;
+  }
+
+  // What the preprocessing steps nvcc would run made of the files now: the
+  // key of that text (under the manifest key) and the files they read.
+  struct Preprocessed {
+    pc::Key key;
+    std::vector<std::string> deps;
+    std::map<std::string, dt::FileStamp> stamps;  // of each file read, once the steps were done
+  };
+
+  // Runs `nvcc --dryrun` and each host compiler -E step it lists, as nvcc
+  // would (its variables set), into temporary files; nullopt when any of it
+  // fails or cannot be read with certainty (then only the direct key is
+  // used). Every file read must be unchanged since `start`.
+  std::optional<Preprocessed> preprocess(std::int64_t start) {
+    // One minute for all of it (a preprocessor run takes well under a
+    // second): past it, no text, and nvcc's compile is what counts.
+    const std::int64_t deadline = dt::now_ns() + 60'000'000'000;
+    auto time_left = [&] { return std::max<std::int64_t>(1, deadline - dt::now_ns()); };
+    std::vector<std::string> dry_args = {m_nvcc};
+    dry_args.insert(dry_args.end(), m_args.begin(), m_args.end());
+    dry_args.emplace_back("--dryrun");
+    const Ran dry = run_child(m_nvcc, dry_args, false, true, time_left());
+    if (dry.status != 0) return std::nullopt;
+    auto plan = nv::parse_dryrun(dry.err);
+    if (!plan.ok()) return std::nullopt;
+    // The environment nvcc's tools get: this one, with nvcc's variables.
+    std::map<std::string, std::string> vars;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string kv = *e;
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    for (const auto& [k, v] : plan->env) vars[k] = v;
+    std::vector<std::string> env;
+    env.reserve(vars.size());
+    for (const auto& [k, v] : vars) env.push_back(std::string(k).append("=").append(v));
+    KeyBuilder kb("nvcc-preprocessed");
+    kb.add_bytes("manifest", m_mkey.view());
+    std::vector<std::string> deps;
+    std::set<std::string> seen;
+    for (const auto& step : plan->preprocess) {
+      const auto program = find_on(step.front(), vars["PATH"]);
+      if (!program) return std::nullopt;
+      const auto text_path = make_temp_file(".ii");
+      const auto deps_path = make_temp_file(".d");
+      struct Remover {
+        std::vector<std::string> paths;
+        ~Remover() {
+          for (const auto& p : paths) ::unlink(p.c_str());
+        }
+      } remover;
+      if (text_path) remover.paths.push_back(*text_path);
+      if (deps_path) remover.paths.push_back(*deps_path);
+      if (!text_path || !deps_path) return std::nullopt;
+      std::vector<std::string> argv = step;
+      argv.insert(argv.end(), {"-o", *text_path, "-MD", "-MF", *deps_path});
+      if (dt::now_ns() >= deadline) return std::nullopt;
+      const Ran ran = run_child(*program, argv, false, true, time_left(), &env);
+      // A step that prints (#warning, a redefined macro, an #endif with
+      // words after it) says what the text does not hold: nvcc would print
+      // it too, and a result served by the text would not.
+      if (ran.status != 0 || !ran.out.empty() || !ran.err.empty()) return std::nullopt;
+      auto text = dt::read_regular(*text_path);
+      auto listed = dt::read_regular(*deps_path);
+      if (!text.ok() || !listed.ok()) return std::nullopt;
+      auto files = nv::parse_depfile(*listed);
+      if (!files.ok()) return std::nullopt;
+      for (const auto& w : step) kb.add_string("word", w);
+      const auto sum = pc::sha256(*text);
+      kb.add_bytes("text", pc::as_view(sum));
+      for (auto& f : *files) {
+        if (seen.insert(f).second) deps.push_back(std::move(f));
+      }
+    }
+    // What nvcc's generated files will include, found now.
+    const auto hosts = host_compilers(m_cmd);
+    auto system = host_system_dirs(hosts.front());
+    if (!system) return std::nullopt;
+    std::error_code ec;
+    auto generated =
+        generated_headers(search_chain(m_cmd, m_bin, *system), std::filesystem::temp_directory_path(ec).string());
+    if (!generated) return std::nullopt;
+    for (const auto& [place, digest] : *generated) kb.add_string("generated-header", place).add_bytes("sha256", digest);
+    // What was read must be what is there: nothing changed since `start`.
+    // Each file's stamp is kept: what nvcc reads, or what is recorded, must
+    // be the same files (a directory renamed, a link retargeted leaves each
+    // file's own times as they were, not its device and inode).
+    if (search_dir_identities() != m_dirs_at_start) return std::nullopt;
+    std::map<std::string, dt::FileStamp> stamps;
+    for (const auto& d : deps) {
+      struct stat st {};
+      if (::stat(d.c_str(), &st) != 0 || dt::stamp_of(st).ctime > start || link_made_since(d, start)) {
+        return std::nullopt;
+      }
+      stamps.emplace(d, dt::stamp_of(st));
+    }
+    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps)};
+  }
+
+  // Whether what the stored result `entry` printed is what nvcc would print
+  // for the files read now (`now`). The text is the same, so every line
+  // number, column and message is; but a diagnostic quotes source lines,
+  // read from the files it names. So every file whose bytes differ from
+  // those the stored compile read (its manifest record) must go unnamed in
+  // what it printed (by file name, anywhere in it).
+  bool replayable(const pc::Entry& entry, const pc::Key& rkey, const nv::ManifestRecord& now) const {
+    if (!m_manifest) return false;
+    const auto it = std::find_if(m_manifest->results.begin(), m_manifest->results.end(),
+                                 [&](const nv::Manifest::Result& r) { return r.result == rkey; });
+    if (it == m_manifest->results.end()) return false;
+    const nv::ManifestRecord then = m_manifest->record(static_cast<std::size_t>(it - m_manifest->results.begin()));
+    std::map<std::string, std::string> before;
+    for (const auto& f : then.files) before.emplace(f.path, f.sha256);
+    std::set<std::string> changed;
+    for (const auto& f : now.files) {
+      const auto b = before.find(f.path);
+      if (b == before.end() || b->second != f.sha256) changed.insert(f.path);
+      if (b != before.end()) before.erase(b);
+    }
+    for (const auto& [path, sum] : before) changed.insert(path);  // read then, not now
+    for (const char* name : {"stdout", "stderr"}) {
+      const pc::Artifact* a = entry.find(name);
+      if (a == nullptr) continue;
+      const std::string_view printed = a->data.view();
+      for (const auto& path : changed) {
+        const auto slash = path.rfind('/');
+        const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+        if (printed.find(base) != std::string_view::npos) return false;
+      }
+    }
+    return true;
+  }
+
+  // The result the preprocessed text led to, served, and recorded in the
+  // manifest under the files read now (the next lookup is a direct hit);
+  // nullopt for a miss. A result that printed is served this way only when
+  // what it printed names no file that changed (replayable).
+  std::optional<int> serve_preprocessed(const Preprocessed& pre, std::int64_t start) {
+    auto pointer = m_store->get(pre.key);
+    if (!pointer.ok() || !pointer->has_value()) return std::nullopt;
+    const pc::Artifact* raw = (*pointer)->find("result");
+    if (raw == nullptr) return std::nullopt;
+    auto rkey = pc::Key::from_raw(raw->data.view());
+    if (!rkey.ok()) return std::nullopt;
+    auto entry = m_store->get(*rkey);
+    if (!entry.ok() || !entry->has_value()) return std::nullopt;
+    // Recorded before it is served: what is recorded is what was read.
+    auto record = build_record(pre.deps, start);
+    if ((*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) {
+      const auto* now = std::get_if<nv::ManifestRecord>(&record);
+      if (now == nullptr || m_line_directive || !replayable(**entry, *rkey, *now)) return std::nullopt;
+    }
+    if (auto served = serve_result(*rkey, /*count_hit=*/false); !served) return std::nullopt;
+    count(m_stats, {nv::Counter::hits, nv::Counter::preprocessed_hits});
+    if (auto* rec = std::get_if<nv::ManifestRecord>(&record); rec != nullptr && reads_the_same(pre, *rec)) {
+      rec->result = *rkey;
+      (void)put_manifest(*rec);
+    }
+    return 0;
+  }
+
+  // What a compile read, as a manifest record (its result key not yet
+  // set), or why it cannot be recorded: a file changed since `start`, a
+  // probe through a macro, a file whose text the key cannot hold.
+  std::variant<nv::ManifestRecord, std::string> build_record(const std::vector<std::string>& deps, std::int64_t start) {
+    // The search the preprocessor made: the host compiler's own
+    // directories as it prints them, after those of the command and the
+    // environment.
+    const auto hosts = host_compilers(m_cmd);
+    auto system = host_system_dirs(hosts.front());
+    if (!system) return std::string("the host compiler's include directories cannot be read");
+    std::vector<std::string> trusted = {dt::real_or_normal(dt::parent_of(m_bin))};
+    for (const auto& d : *system) trusted.push_back(dt::real_or_normal(d));
+    // The toolkit beside nvcc; through a wrapper, the one whose
+    // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
+    std::string toolkit_bin = m_bin;
+    if (toolkit_dirs(m_bin, "include").empty()) {
+      for (const auto& d : deps) {
+        if (!d.ends_with("/cuda_runtime.h")) continue;
+        toolkit_bin = dt::join(dt::parent_of(dt::parent_of(dt::parent_of(dt::real_or_normal(d)))), "bin");
+        trusted.push_back(dt::parent_of(toolkit_bin));
+        break;
+      }
+    }
+    Places places(search_chain(m_cmd, toolkit_bin, *system), deps, std::move(trusted));
+    const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
+    places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
+    for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
+    // The headers nvcc's generated files include, and theirs in turn.
+    std::error_code ec;
+    const std::string tmpdir = std::filesystem::temp_directory_path(ec).string();
+    for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
+      const auto found = places.probe_generated(name, tmpdir);
+      if (!found) return std::string("a header nvcc's generated files include cannot be found: ") + name;
+      auto text = dt::read_regular(*found);
+      if (!text.ok()) return std::string("a header nvcc's generated files include cannot be read: ") + name;
+      if (auto why = places.probe_file(*found, *text)) return *why;
+    }
+    nv::ManifestRecord m;
+    const std::int64_t now = dt::now_ns();
+    for (const auto& path : deps) {
+      struct stat st {};
+      if (path.find('\n') != std::string::npos) return std::string("an input's path holds a newline");
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::string("an input vanished");
+      const dt::FileStamp stamp = dt::stamp_of(st);
+      // A change stamps ctime with the time it was made, which no one can set;
+      // mtime can be anything (an archive from a machine whose clock runs
+      // ahead, touch -d): a file whose mtime alone is later was not changed.
+      if (stamp.ctime > start || link_made_since(path, start)) return std::string("an input changed while nvcc ran");
+      auto text = dt::read_regular(path);
+      if (!text.ok()) return std::string("an input cannot be read");
+      const auto sum = pc::sha256(*text);
+      places.found(path, source_dir);
+      if (auto why = places.probe_file(path, *text)) return *why;
+      if (auto why = unkeyable_content(*text)) return *why;
+      // Device line information names a file by the working directory
+      // joined to the name a #line directive (or a line marker) gives: when
+      // the place is not keyed, such a name may be relative.
+      // A #line naming a file: that file is read too (a diagnostic quotes
+      // it, -src-in-ptx copies it) and is not in the dependency list.
+      if (dt::may_hold_directives(*text) && has_line_directive(*text)) {
+        m_line_directive = true;
+        if (m_cmd.line_info && !m_place_keyed) {
+          return std::string("a #line directive with line information: the name it gives may be relative");
+        }
+        if (m_cmd.source_in_ptx) {
+          return std::string("a #line directive with -src-in-ptx: the file it names is copied in, and not keyed");
+        }
+      }
+      // Stat again: the digest is of the file nvcc read only if nothing
+      // touched it in between.
+      struct stat after {};
+      if (::stat(path.c_str(), &after) != 0 || !(dt::stamp_of(after) == stamp)) {
+        return std::string("an input changed while nvcc ran");
+      }
+      const bool recent = now - std::max(stamp.mtime, stamp.ctime) < dt::k_recent_ns;
+      m.files.push_back({path, stamp, recent, std::string(pc::as_view(sum))});
+    }
+    if (search_dir_identities() != m_dirs_at_start) return std::string("an input changed while nvcc ran");
+    m.absent = places.absent();
+    for (const auto& p : places.present()) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0) return std::string("an input vanished");
+      // A directory (a macro naming "/tmp" looks like a header name to the
+      // lexer) cannot be read as a header: only that it is there counts.
+      m.present.push_back({p, S_ISDIR(st.st_mode) ? dt::FileStamp{} : dt::stamp_of(st)});
+    }
+    return m;
+  }
+
+  // Runs nvcc (files unchanged since `start` are what it reads) and stores
+  // what it made: the result under the files it read, the manifest, and,
+  // with `pre` (or the text computed `beside` it), the preprocessed text's
+  // pointer to the result.
+  int compile(std::int64_t start, std::optional<Preprocessed> pre, std::thread* beside = nullptr,
+              std::optional<Preprocessed>* beside_result = nullptr) {
+    std::vector<std::string> args = m_args;
+    std::optional<std::string> own_depfile;
+    if (!m_cmd.depfile) {
+      own_depfile = make_temp_file(".d");
+      if (!own_depfile) {
+        if (beside != nullptr) beside->join();
+        count(m_stats, nv::Tally::not_stored, "no temporary file for the dependency list");
+        exec_nvcc(m_nvcc, m_args);
+      }
+      args.insert(args.end(), {"-MD", "-MF", *own_depfile});
+    }
+    const Ran ran = run_capturing(m_nvcc, args);
+    const std::string depfile_path = own_depfile ? *own_depfile : *m_cmd.depfile;
+    auto deps_text = read_back(depfile_path);
+    if (own_depfile) ::unlink(own_depfile->c_str());
+    if (beside != nullptr) {
+      beside->join();
+      pre = *beside_result;
+    }
+    if (ran.status != 0) {
+      count(m_stats, {nv::Counter::compile_failed});
+      return ran.status;
+    }
+    count(m_stats, {nv::Counter::misses});
+    if (named_input_changed()) return not_stored("an input changed while nvcc ran");
+    if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
+    auto deps = nv::parse_depfile(*deps_text);
+    if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
+    auto record = build_record(*deps, start);
+    if (auto* why = std::get_if<std::string>(&record)) return not_stored(*why);
+    auto& m = std::get<nv::ManifestRecord>(record);
+    auto output = read_back(m_cmd.output);
+    if (!output.ok()) return not_stored("the output cannot be read back as a regular file");
+    // nvcc (ptxas) can exit 0 having written an empty or cut-short file (a
+    // full disk): what it wrote must at least be of its kind.
+    if (!output_of_its_kind(m_cmd.mode, *output)) return not_stored("the output is empty or not of its kind");
+    // What nvcc printed quotes lines of the files it names; one a #line
+    // directive names is not keyed.
+    if ((!ran.out.empty() || !ran.err.empty()) && m_line_directive) {
+      return not_stored("a #line directive names a file what nvcc printed may quote, and it is not keyed");
+    }
+    std::vector<pc::Artifact> artifacts;
+    artifacts.push_back({"output", pc::Bytes::adopt(std::move(*output))});
+    if (m_cmd.depfile) artifacts.push_back({"depfile", pc::Bytes::adopt(std::move(*deps_text))});
+    if (!ran.out.empty()) artifacts.push_back({"stdout", pc::Bytes::copy_of(ran.out)});
+    if (!ran.err.empty()) artifacts.push_back({"stderr", pc::Bytes::copy_of(ran.err)});
+    const json meta = {{"kind", std::string("nvcc-") + nv::mode_name(m_cmd.mode)}, {"name", m_cmd.input}};
+    std::vector<std::pair<std::string, std::string>> files;
+    files.reserve(m.files.size());
+    for (const auto& f : m.files) files.emplace_back(f.path, f.sha256);
+    const pc::Key rkey = nv::result_key(m_mkey, files);
+    m.result = rkey;
+    if (auto st = m_store->put(rkey, pc::Entry(meta.dump(), std::move(artifacts))); !st.ok()) {
+      return not_stored("the store refused the entry");
+    }
+    if (!put_manifest(m).ok()) return not_stored("the store refused the manifest");
+    // The preprocessed text points at this result only when it is the text
+    // nvcc compiled: every file it read unchanged since `start` (checked
+    // when it was made) and among those nvcc read.
+    if (pre && reads_the_same(*pre, m)) {
+      const json pmeta = {{"kind", "nvcc-preprocessed"}, {"name", m_cmd.input}};
+      (void)m_store->put(pre->key, pc::Entry(pmeta.dump(), {{"result", pc::Bytes::copy_of(rkey.view())}}));
+    }
+    return 0;
+  }
+
+  // Which directory each search directory of the command (the source's
+  // own, -I, -isystem, the environment's) is: renaming another directory
+  // into place changes it, and no file's own times show that.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> search_dir_identities() const {
+    std::vector<std::string> dirs = {dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input)};
+    dirs.insert(dirs.end(), m_cmd.include_dirs.begin(), m_cmd.include_dirs.end());
+    dirs.insert(dirs.end(), m_cmd.system_dirs.begin(), m_cmd.system_dirs.end());
+    for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+      const auto more = env_dirs(v);
+      dirs.insert(dirs.end(), more.begin(), more.end());
+    }
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    out.reserve(dirs.size());
+    for (const auto& d : dirs) {
+      struct stat st {};
+      if (::stat(d.empty() ? "." : d.c_str(), &st) == 0) {
+        out.emplace_back(st.st_dev, st.st_ino);
+      } else {
+        out.emplace_back(0, 0);
+      }
+    }
+    return out;
+  }
+
+  // Whether the preprocessing steps read the very files `record` holds:
+  // the same paths, each the same file (device, inode) with the same
+  // stamp. Anything else (a header created, a directory renamed, a link
+  // retargeted between the steps and nvcc) and the text does not vouch for
+  // the record.
+  static bool reads_the_same(const Preprocessed& pre, const nv::ManifestRecord& record) {
+    if (pre.stamps.size() != record.files.size()) return false;
+    return std::all_of(record.files.begin(), record.files.end(), [&](const nv::ManifestFile& f) {
+      const auto it = pre.stamps.find(f.path);
+      return it != pre.stamps.end() && it->second == f.stamp;
+    });
+  }
+
+  // Adds `record` to the command's manifest as the store holds it now.
+  pc::Status put_manifest(const nv::ManifestRecord& record) {
+    const json mmeta = {{"kind", "nvcc-manifest"}, {"name", m_cmd.input}};
+    return m_store->put(
+        m_mkey, pc::Entry(mmeta.dump(),
+                          {{"manifest", pc::Bytes::adopt(nv::encode_manifest(nv::add_result(merge_base(), record)))}}));
+  }
+
+  // The manifest this compile's result joins: the store's as it is now
+  // (another process may have added a result while nvcc ran), or none. One
+  // that cannot be read is replaced.
+  std::optional<nv::Manifest> merge_base() {
+    auto got = m_store->get(m_mkey);
+    if (!got.ok() || !got->has_value()) return std::nullopt;
+    const pc::Artifact* text = (*got)->find("manifest");
+    if (text == nullptr) return std::nullopt;
+    return nv::decode_manifest(text->data.view());
+  }
+
+  // nvcc succeeded; its result is simply not kept.
+  int not_stored(const std::string& why) {
+    count(m_stats, nv::Tally::not_stored, why);
+    return 0;
+  }
+
+  // Runs nvcc unchanged, counting why (explaining: says why).
+  [[noreturn]] void uncacheable(const std::string& why) {
+    if (m_explain) std::exit(said(k_exit_miss, "not cached: " + why));
+    count(m_stats, nv::Tally::uncacheable, why);
+    exec_nvcc(m_nvcc, m_args);
+  }
+
+  // A file the command names (options and response files, -include): read
+  // without blocking, regular files only; its stat kept, so that an edit
+  // while nvcc runs keeps the result out of the store.
+  pc::Result<std::string> read_input(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return pc::errno_status(errno, "cannot read", path);
+    m_inputs_read.emplace(path, dt::stamp_of(st));
+    return dt::read_regular(path);
+  }
+
+  // Whether a file the command names changed since it was read for the key.
+  bool named_input_changed() const {
+    for (const auto& [path, stamp] : m_inputs_read) {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0 || !(dt::stamp_of(st) == stamp)) return true;
+    }
+    return false;
+  }
+
+  // `progcache explain nvcc ...`: whether the command would be served, and
+  // on a miss, for each result the command's manifest holds (newest first),
+  // the first file or place that is not as it was. The preprocessed text is
+  // not computed (that runs the preprocessor): a direct miss may still be
+  // served by it.
+  int explain() {
+    const std::string key = "command key " + m_mkey.hex();
+    const pc::file_store::Layout layout(m_store_options.root);
+    if (struct stat st{}; ::stat(layout.dir().c_str(), &st) != 0) {
+      return said(k_exit_miss, "miss (" + key + "): nothing of the launcher's is in '" + m_root + "'");
+    }
+    if (auto st = pc::file_store::DirPolicy(pc::Env::posix(), m_store_options.sharing).check_root(layout.root());
+        !st.ok()) {
+      return fail(st);
+    }
+    // An entry as the store would read it, or why it is damaged.
+    const auto peek = [&](const pc::Key& k) -> pc::Result<std::optional<pc::Entry>> {
+      auto data = pc::read_regular_file(pc::Env::posix(), layout.entry_path(k), k_max_output_bytes, pc::OpenMode::read);
+      if (!data.ok()) {
+        if (data.status().code() == pc::Code::not_found) return std::optional<pc::Entry>();
+        return data.status();
+      }
+      PROGCACHE_ASSIGN_OR_RETURN(pc::Entry e, pc::decode_entry(pc::Bytes::adopt(std::move(*data)), k,
+                                                                m_store_options.codec));
+      return std::optional<pc::Entry>(std::move(e));
+    };
+    auto got = peek(m_mkey);
+    if (!got.ok()) {
+      return said(k_exit_error, "damaged (" + key + "): the manifest's entry cannot be read (" +
+                                    plain(got.status()) + "); a build drops it and compiles");
+    }
+    if (!got->has_value()) {
+      return said(k_exit_miss, "miss (" + key +
+                                   "): never stored with these options, this nvcc and host compiler, these "
+                                   "variables" +
+                                   std::string(m_place_keyed ? " and this directory" : "") + " (or evicted since)");
+    }
+    const pc::Artifact* text = (*got)->find("manifest");
+    auto m = text == nullptr ? std::nullopt : nv::decode_manifest(text->data.view());
+    if (!m) return said(k_exit_error, "damaged (" + key + "): the manifest cannot be read; a build replaces it");
+    nv::HoldingCheck check(*m);
+    std::vector<std::string> lines;
+    const std::string of = " of " + std::to_string(m->results.size());
+    for (std::size_t i = 0; i < m->results.size(); ++i) {
+      const std::string label = "result " + std::to_string(i + 1) + of + ": ";
+      if (const auto mm = check.first_mismatch(i)) {
+        static constexpr const char* k_kinds[] = {"edited", "gone", "created earlier in the search",
+                                                  "changed (a place a probe found)"};
+        lines.push_back(label + k_kinds[static_cast<int>(mm->kind)] + "  " + printable(mm->path));
+        continue;
+      }
+      auto entry = peek(m->results[i].result);
+      if (!entry.ok()) {
+        lines.push_back(label + "every file as it was, but its output's entry is damaged (" + plain(entry.status()) +
+                        ")");
+        continue;
+      }
+      if (!entry->has_value() || (*entry)->find("output") == nullptr) {
+        lines.push_back(label + "every file as it was, but its output is not in the store (evicted)");
+        continue;
+      }
+      if (const auto why = unwritable()) {
+        std::string line = "miss (" + key;
+        line.append(", ").append(label).append("stored, but ").append(printable(*why));
+        return said(k_exit_miss, line.append(": nvcc runs, and fails as it would without the launcher)"));
+      }
+      std::string line = "hit (" + key;
+      line.append(", ").append(label).append(m->results[i].result.hex()).append(")");
+      return said(k_exit_ok, line);
+    }
+    said(k_exit_miss, "miss (" + key + ")");
+    for (const auto& l : lines) std::printf("  %s\n", l.c_str());
+    if (m_toolkit_nvcc && !m_cmd.source_in_ptx) {
+      std::printf("  (the preprocessed text is not computed here: a comment-only edit may still be served by it)\n");
+    }
+    return k_exit_miss;
+  }
+
+  // One line of `explain`, naming the source: returns `code`.
+  int said(int code, const std::string& what) const {
+    std::printf("%s: %s\n", printable(m_cmd.input.empty() ? std::string("nvcc") : m_cmd.input).c_str(), what.c_str());
+    std::fflush(stdout);
+    return code;
+  }
+
+  std::string m_nvcc;
+  std::string m_bin;  // nvcc's directory, links resolved
+  std::vector<std::string> m_variables;
+  std::vector<std::string> m_args;
+  nv::Command m_cmd;
+  std::string m_root;
+  StatsFile m_stats;
+  std::map<std::string, dt::FileStamp> m_inputs_read;
+  std::unique_ptr<pc::FileStore> m_store;
+  pc::Key m_mkey;
+  bool m_place_keyed = false;                                            // the working directory is in the key
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> m_dirs_at_start;  // search_dir_identities() at the start
+  bool m_toolkit_nvcc = false;  // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
+  bool m_had_manifest = false;  // the command's manifest was read (a result of it was stored)
+  std::optional<nv::Manifest> m_manifest;  // as the direct lookup read it
+  bool m_line_directive = false;           // a file read holds a #line directive (build_record)
+  std::optional<pc::LockFile> m_lock;  // held from a miss to the store of its result
+  bool m_explain = false;              // say what would happen; run, write and count nothing
+  pc::FileStoreOptions m_store_options;  // explain's: where the store is, and how entries are checked
+};
+
+}  // namespace
+
+bool is_masquerade(std::string_view argv0) {
+  const auto slash = argv0.rfind('/');
+  return (slash == std::string_view::npos ? argv0 : argv0.substr(slash + 1)) == "nvcc";
+}
+
+bool is_launcher_call(std::string_view first) {
+  return first == "nvcc" || first.find('/') != std::string_view::npos;
+}
+
+int run_launcher(int argc, char** argv) {
+  const std::string program = argv[0];
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto nvcc = find_program(program);
+  if (!nvcc) {
+    std::fprintf(stderr, "progcache: %s: command not found\n", program.c_str());
+    return 127;
+  }
+  return Launcher(*nvcc, std::move(args)).run();
+}
+
+int explain_launcher_command(int argc, char** argv) {
+  const std::string program = argv[0];
+  auto nvcc = find_program(program);
+  if (!nvcc) {
+    std::fprintf(stderr, "progcache: %s: command not found\n", program.c_str());
+    return k_exit_usage;
+  }
+  return Launcher(*nvcc, std::vector<std::string>(argv + 1, argv + argc), /*explain=*/true).run();
+}
+
+// The counters file of `root`'s nvcc store; nullopt when the store does
+// not exist (the launcher never ran there).
+std::optional<StatsFile> stats_file_of(const std::string& root, pc::Sharing sharing) {
+  StatsFile where;
+  where.path = pc::join_path(pc::join_path(root, std::string(k_store)), std::string(k_stats_file));
+  where.sharing = sharing;
+  struct stat st {};
+  if (::stat(pc::join_path(root, std::string(k_store)).c_str(), &st) != 0) return std::nullopt;
+  where.group = st.st_gid;
+  return where;
+}
+
+void zero_launcher_stats(const std::string& root, const pc::Config& cfg) {
+  const auto where = stats_file_of(root, cfg.sharing);
+  if (!where) return;  // nothing to zero, nothing made
+  const int fd = open_counters(*where);
+  if (fd < 0) return;
+  if (::ftruncate(fd, 0) == 0) (void)::pwrite(fd, "{}", 2, 0);
+  ::close(fd);
+}
+
+json launcher_stats_json(const std::string& root, pc::Sharing sharing) {
+  // Read only where counting and zeroing would write: a file others could
+  // have written (or a FIFO planted in a shared root, which must not hang
+  // `stats`) is not reported.
+  const auto where = stats_file_of(root, sharing);
+  if (!where) return nullptr;
+  const int fd = ::open(where->path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return nullptr;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !trusted_stats_file(st, *where)) return nullptr;
+  return read_counters(fd);
+}
+
+}  // namespace progcache::nvcc
