@@ -651,6 +651,26 @@ TEST_F(NvccLauncherTest, ExplainSaysWhetherALauncherCommandWouldBeServedAndWhyNo
   EXPECT_EQ(nvcc_runs(), 0);
   EXPECT_EQ(launcher_stats().value("uncacheable", nlohmann::json::object()).size(), 0U) << "explain counted";
 
+  // Directories the store would not trust: a shard others may write is a
+  // miss, a version directory replaced by a link is no cache at all.
+  std::vector<std::string> shards;
+  for (const auto& d : fs::directory_iterator(m_tmp.sub("cache/nvcc/v1"))) {
+    if (d.is_directory()) shards.push_back(d.path().string());
+  }
+  ASSERT_FALSE(shards.empty());
+  for (const auto& d : shards) ::chmod(d.c_str(), 0777);
+  r = explain();
+  EXPECT_EQ(r.code, 1) << r.out;
+  for (const auto& d : shards) ::chmod(d.c_str(), 0700);
+  EXPECT_EQ(explain().code, 0);
+  fs::rename(m_tmp.sub("cache/nvcc/v1"), m_tmp.sub("cache/nvcc/v1-moved"));
+  fs::create_directory_symlink(m_tmp.sub("cache/nvcc/v1-moved"), m_tmp.sub("cache/nvcc/v1"));
+  r = explain();
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.err.find("not a directory the store trusts"), std::string::npos) << r.err;
+  fs::remove(m_tmp.sub("cache/nvcc/v1"));
+  fs::rename(m_tmp.sub("cache/nvcc/v1-moved"), m_tmp.sub("cache/nvcc/v1"));
+
   // A damaged entry is said to be damaged, and left for a build to drop.
   std::vector<std::string> entries;
   for (const auto& f : fs::recursive_directory_iterator(m_tmp.sub("cache/nvcc/v1"))) {
@@ -1043,14 +1063,24 @@ TEST_F(NvccLauncherTextTest, WhatTheTextCannotVouchForIsCompiled) {
                      "#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in *progcache-nvcc-*.ii) exit 3;; esac; done\n"
                      "exec /usr/bin/g++ \"$@\"\n");
   fs::permissions(m_tmp.sub("bin/g++"), fs::perms::owner_all);
-  const std::string wrapped = "-arch=sm_90 -I inc -ccbin " + quote(m_tmp.sub("bin/g++")) + " -cubin k.cu -o w.cubin";
+  // (An object: its files come from nvcc's own dependency output, so it
+  // is stored; device code alone takes them from the failing steps, and a
+  // compile with no list of files is not stored.)
+  const std::string wrapped_args = "-arch=sm_90 -I inc -ccbin " + quote(m_tmp.sub("bin/g++")) + " -c k.cu -o ";
+  const std::string wrapped = wrapped_args + "w.o";
   ASSERT_TRUE(stored(wrapped));
   write("inc/params.h", "// edited again\n#define SCALE 2.0f\n");
   misses = counter("misses");
   const Ran w = real(wrapped);
   ASSERT_EQ(w.code, 0) << w.err;
   EXPECT_EQ(counter("misses"), misses + 1);
-  ASSERT_EQ(plain(wrapped + " -o plain.cubin").code, 0);
+  ASSERT_EQ(plain(wrapped_args + "plain.o").code, 0);
+  EXPECT_TRUE(same(mask_temp_names(read("w.o")), mask_temp_names(read("plain.o"))));
+  misses = counter("misses");
+  const Ran wc = real("-arch=sm_90 -I inc -ccbin " + quote(m_tmp.sub("bin/g++")) + " -cubin k.cu -o w.cubin");
+  ASSERT_EQ(wc.code, 0) << wc.err;
+  EXPECT_EQ(counter("misses"), misses + 1);
+  ASSERT_EQ(plain("-arch=sm_90 -I inc -cubin k.cu -o plain.cubin").code, 0);
   EXPECT_TRUE(same(read("w.cubin"), read("plain.cubin")));
   // Through a wrapper script (bin/nvcc notes its runs), only the direct key:
   // the wrapper is never run with --dryrun.
@@ -1106,6 +1136,45 @@ TEST_F(NvccLauncherTextTest, SourceInPtxAndFilesALineDirectiveNamesAreNeverServe
   ASSERT_EQ(real(ptx_args).code, 0);
   EXPECT_NE(read("t.ptx").find("template v2"), std::string::npos) << "a stale PTX was served";
   EXPECT_EQ(read("t.ptx"), plain_ptx("-arch=sm_90 -lineinfo -src-in-ptx -ptx t.cu"));
+
+  // Line markers the preprocessor reads in every spelling (a digraph, a
+  // comment after the '#', a backslash-newline), naming a file that is not
+  // there yet: made later, its line is copied in, and nvcc's dependency
+  // list never names it.
+  int n = 0;
+  for (const std::string marker :
+       {"%: 7 \"o.txt\"", "#/**/ 7 \"o.txt\"", "#\\\n 7 \"o.txt\"", "/* c */ # 7 \"o.txt\""}) {
+    const std::string name = "m" + std::to_string(n++) + ".cu";
+    fs::remove(m_tmp.sub("work/o.txt"));
+    write(name, marker + "\n__global__ void k(int* p) { *p = 1; }\n");
+    const std::string args = "-arch=sm_90 -lineinfo -src-in-ptx -ptx " + name + " -o m.ptx";
+    ASSERT_EQ(real(args).code, 0);
+    write("o.txt", "// 1\n// 2\n// 3\n// 4\n// 5\n// 6\n// the seventh line, made later\n");
+    ASSERT_EQ(real(args).code, 0);
+    EXPECT_NE(read("m.ptx").find("made later"), std::string::npos) << "a stale PTX was served for: " << marker;
+    EXPECT_EQ(read("m.ptx"), plain_ptx("-arch=sm_90 -lineinfo -src-in-ptx -ptx " + name)) << marker;
+  }
+}
+
+TEST_F(NvccLauncherTextTest, WhatNvccPrintsIsPrintedOnceAsPlainNvccPrintsIt) {
+  // A -MD given to nvcc for device code alone adds a preprocessor run that
+  // prints the source's warnings again: the launcher adds none there, on a
+  // miss or a hit.
+  write("k.cu",
+        "#warning from the source\n#include \"params.h\"\n__global__ void scale(float* x) { x[0] *= SCALE; }\n");
+  for (const std::string mode : {"ptx", "cubin", "fatbin"}) {
+    const std::string args = "-arch=sm_90 -I inc -" + mode + " k.cu -o ";
+    const Ran p = plain(args + "plain." + mode);
+    ASSERT_EQ(p.code, 0) << p.err;
+    ASSERT_NE(p.err.find("from the source"), std::string::npos) << p.err;
+    const std::uint64_t hits = counter("hits");
+    const Ran miss = real(args + "k." + mode);
+    EXPECT_EQ(miss.err, p.err) << mode;
+    const Ran hit = real(args + "k." + mode);
+    EXPECT_EQ(hit.err, p.err) << mode;
+    EXPECT_EQ(counter("hits"), hits + 1) << mode << ": not stored";
+    EXPECT_TRUE(same(read("k." + mode), read("plain." + mode))) << mode;
+  }
 }
 
 TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {

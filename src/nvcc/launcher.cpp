@@ -24,6 +24,8 @@
 // from a regular file of the accepted root under a bounded lock wait, and
 // objects (host code, linked into programs) are served and stored only where
 // progcache::host_code_trust allows.
+#include "nvcc/launcher.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
@@ -51,8 +53,6 @@
 #include <variant>
 #include <vector>
 
-#include "nvcc/launcher.h"
-
 #include "compile/include_lexer.h"
 #include "compile/scan_files.h"
 #include "nvcc/counters.h"
@@ -74,12 +74,12 @@ namespace {
 namespace pc = progcache;
 namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
+using cli::fail;
 using cli::k_exit_error;
 using cli::k_exit_miss;
 using cli::k_exit_ok;
 using cli::k_exit_usage;
 using cli::OutputFile;
-using cli::fail;
 using cli::plain;
 using cli::printable;
 using cli::write_all_to;
@@ -279,25 +279,78 @@ bool place_keyed(const nv::Command& cmd) {
 
 // Whether `text` has a #line directive or a line marker (`# 12 "f.cu"`).
 bool has_line_directive(std::string_view text) {
-  for (std::size_t pos = 0; pos < text.size();) {
-    auto nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    const auto hash = line.find_first_not_of(" \t");
-    if (hash == std::string_view::npos || line[hash] != '#') continue;
-    line.remove_prefix(hash + 1);
-    const auto word = line.find_first_not_of(" \t");
-    if (word == std::string_view::npos) continue;
-    line.remove_prefix(word);
-    if (line.starts_with("line") || std::isdigit(static_cast<unsigned char>(line.front())) != 0) return true;
+  // Translation phases 1 to 3 as far as they decide where a directive
+  // starts: trigraph and digraph spellings of '#', lines joined at a
+  // backslash-newline, comments (a block comment may span lines) as white
+  // space, quotes followed on a line so that a "/*" in a literal opens
+  // nothing. Whatever is uncertain errs towards saying yes: a wrong yes
+  // costs a store, a wrong no a stale output.
+  enum class In { code, block_comment };
+  In in = In::code;
+  bool line_start = true;   // only white space and comments so far on this line
+  bool after_hash = false;  // a '#' began this line's directive
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    if (c == '\\' && (next == '\n' || (next == '\r' && i + 2 < text.size() && text[i + 2] == '\n'))) {
+      i += next == '\n' ? 1 : 2;  // a joined line: nothing changes
+      continue;
+    }
+    if (in == In::block_comment) {
+      if (c == '*' && next == '/') {
+        in = In::code;
+        ++i;
+      }
+      continue;  // a newline inside a comment does not end the line
+    }
+    if (c == '\n') {
+      line_start = true;
+      after_hash = false;
+      quote = 0;
+      continue;
+    }
+    if (quote != 0) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (c == '/' && next == '*') {
+      in = In::block_comment;
+      ++i;
+      continue;
+    }
+    if (c == '/' && next == '/') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') continue;
+    if (line_start && !after_hash) {
+      // A digraph split by a backslash-newline, or a trigraph: too rare to
+      // follow, so taken for a line directive.
+      if ((c == '%' && next == '\\') || (c == '?' && next == '?')) return true;
+      line_start = false;
+      if (c == '#' || (c == '%' && next == ':')) {
+        after_hash = true;
+        i += c == '#' ? 0 : 1;
+        line_start = true;  // the directive's name comes next, after white space or comments
+        continue;
+      }
+    } else if (line_start && after_hash) {
+      if (std::isdigit(static_cast<unsigned char>(c)) != 0 || text.substr(i).starts_with("line")) return true;
+      line_start = false;
+    }
+    if (c == '"' || c == '\'') quote = c;
   }
   return false;
 }
 
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
   KeyBuilder kb("nvcc-manifest");
-  kb.add_int("launcher-schema", 5);
+  kb.add_int("launcher-schema", 6);
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
@@ -1036,8 +1089,8 @@ class Launcher {
   // one after another.
   std::optional<int> wait_for_another(std::chrono::milliseconds timeout, bool group) {
     bool waited = false;
-    auto lock = pc::LockFile::acquire(pc::Env::posix(), pc::join_path(m_root, "locks"), "nvcc-" + m_mkey.hex(),
-                                      timeout, &waited, group ? 02770 : 0700, group ? 0660 : 0600);
+    auto lock = pc::LockFile::acquire(pc::Env::posix(), pc::join_path(m_root, "locks"), "nvcc-" + m_mkey.hex(), timeout,
+                                      &waited, group ? 02770 : 0700, group ? 0660 : 0600);
     if (!waited) {
       if (lock.ok()) m_lock.emplace(std::move(*lock));
       return std::nullopt;
@@ -1070,12 +1123,15 @@ class Launcher {
   std::optional<std::string> unwritable() const {
     for (const std::string* path : {&m_cmd.output, m_cmd.depfile ? &*m_cmd.depfile : nullptr}) {
       if (path == nullptr) continue;
-      if (::access(path->c_str(), F_OK) == 0 && ::access(path->c_str(), W_OK) != 0) {
-        return "'" + *path + "' cannot be written";
-      }
+      const bool exists = ::access(path->c_str(), F_OK) == 0;
+      if (exists && ::access(path->c_str(), W_OK) != 0) return "'" + *path + "' cannot be written";
       const std::string dir = dt::parent_of(*path).empty() ? "." : dt::parent_of(*path);
       if (struct stat st{}; ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
         return "the directory of '" + *path + "' does not exist";
+      }
+      // A new file is made in its directory (an existing one is written in place).
+      if (!exists && ::access(dir.c_str(), W_OK | X_OK) != 0) {
+        return "the directory of '" + *path + "' cannot be written";
       }
     }
     // nvcc writes its temporary files under $TMPDIR first: where it could
@@ -1125,13 +1181,16 @@ class Launcher {
     m_dirs_at_start = search_dir_identities();
     // Through a wrapper script, what `--dryrun` prints is the wrapper's to
     // decide, and running it twice may do twice what it does: direct key only.
+    if (!m_toolkit_nvcc) return compile(start, std::nullopt);
     // -src-in-ptx copies the source lines, comments and all, into the PTX:
-    // a comment edit changes the output, not the text.
-    if (!m_toolkit_nvcc || m_cmd.source_in_ptx) return compile(start, std::nullopt);
-    if (m_had_manifest) {
+    // a comment edit changes the output, not the text, so the text is
+    // computed for its list of files alone (below).
+    if (m_had_manifest && !m_cmd.source_in_ptx) {
       auto pre = preprocess(start);
       if (pre) {
-        if (auto served = serve_preprocessed(*pre, start)) return *served;
+        if (!pre->printed) {
+          if (auto served = serve_preprocessed(*pre, start)) return *served;
+        }
       }
       return compile(start, pre ? std::optional(*pre) : std::nullopt);
     }
@@ -1148,6 +1207,10 @@ class Launcher {
     pc::Key key;
     std::vector<std::string> deps;
     std::map<std::string, dt::FileStamp> stamps;  // of each file read, once the steps were done
+    // A step printed (#warning, a redefined macro, an #endif with words
+    // after it): the text does not hold what nvcc would print, so no result
+    // is found or recorded by it. Its list of files stands.
+    bool printed = false;
   };
 
   // Runs `nvcc --dryrun` and each host compiler -E step it lists, as nvcc
@@ -1181,6 +1244,7 @@ class Launcher {
     kb.add_bytes("manifest", m_mkey.view());
     std::vector<std::string> deps;
     std::set<std::string> seen;
+    bool printed = false;
     for (const auto& step : plan->preprocess) {
       const auto program = find_on(step.front(), vars["PATH"]);
       if (!program) return std::nullopt;
@@ -1199,10 +1263,8 @@ class Launcher {
       argv.insert(argv.end(), {"-o", *text_path, "-MD", "-MF", *deps_path});
       if (dt::now_ns() >= deadline) return std::nullopt;
       const Ran ran = run_child(*program, argv, false, true, time_left(), &env);
-      // A step that prints (#warning, a redefined macro, an #endif with
-      // words after it) says what the text does not hold: nvcc would print
-      // it too, and a result served by the text would not.
-      if (ran.status != 0 || !ran.out.empty() || !ran.err.empty()) return std::nullopt;
+      if (ran.status != 0) return std::nullopt;
+      if (!ran.out.empty() || !ran.err.empty()) printed = true;
       auto text = dt::read_regular(*text_path);
       auto listed = dt::read_regular(*deps_path);
       if (!text.ok() || !listed.ok()) return std::nullopt;
@@ -1237,7 +1299,7 @@ class Launcher {
       }
       stamps.emplace(d, dt::stamp_of(st));
     }
-    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps)};
+    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps), printed};
   }
 
   // Whether what the stored result `entry` printed is what nvcc would print
@@ -1399,7 +1461,14 @@ class Launcher {
               std::optional<Preprocessed>* beside_result = nullptr) {
     std::vector<std::string> args = m_args;
     std::optional<std::string> own_depfile;
-    if (!m_cmd.depfile) {
+    // For an output of device code alone, a -MD nvcc is given adds a
+    // preprocessor run of its own, which prints the source's warnings a
+    // second time: the toolkit's nvcc then runs the command as given, and
+    // the files it read are those its preprocessing steps read (the text,
+    // computed beside it). An object's -MD adds no run.
+    const bool deps_from_text =
+        !m_cmd.depfile && m_cmd.mode != nv::Mode::object && m_toolkit_nvcc && (beside != nullptr || pre.has_value());
+    if (!m_cmd.depfile && !deps_from_text) {
       own_depfile = make_temp_file(".d");
       if (!own_depfile) {
         if (beside != nullptr) beside->join();
@@ -1409,8 +1478,8 @@ class Launcher {
       args.insert(args.end(), {"-MD", "-MF", *own_depfile});
     }
     const Ran ran = run_capturing(m_nvcc, args);
-    const std::string depfile_path = own_depfile ? *own_depfile : *m_cmd.depfile;
-    auto deps_text = read_back(depfile_path);
+    pc::Result<std::string> deps_text = std::string();
+    if (!deps_from_text) deps_text = read_back(own_depfile ? *own_depfile : *m_cmd.depfile);
     if (own_depfile) ::unlink(own_depfile->c_str());
     if (beside != nullptr) {
       beside->join();
@@ -1422,8 +1491,14 @@ class Launcher {
     }
     count(m_stats, {nv::Counter::misses});
     if (named_input_changed()) return not_stored("an input changed while nvcc ran");
-    if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
-    auto deps = nv::parse_depfile(*deps_text);
+    pc::Result<std::vector<std::string>> deps = std::vector<std::string>();
+    if (deps_from_text) {
+      if (!pre) return not_stored("no dependency list: the preprocessing steps failed");
+      deps = pre->deps;
+    } else {
+      if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
+      deps = nv::parse_depfile(*deps_text);
+    }
     if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
     auto record = build_record(*deps, start);
     if (auto* why = std::get_if<std::string>(&record)) return not_stored(*why);
@@ -1456,7 +1531,7 @@ class Launcher {
     // The preprocessed text points at this result only when it is the text
     // nvcc compiled: every file it read unchanged since `start` (checked
     // when it was made) and among those nvcc read.
-    if (pre && reads_the_same(*pre, m)) {
+    if (pre && !pre->printed && !m_cmd.source_in_ptx && reads_the_same(*pre, m)) {
       const json pmeta = {{"kind", "nvcc-preprocessed"}, {"name", m_cmd.input}};
       (void)m_store->put(pre->key, pc::Entry(pmeta.dump(), {{"result", pc::Bytes::copy_of(rkey.view())}}));
     }
@@ -1562,25 +1637,33 @@ class Launcher {
     if (struct stat st{}; ::stat(layout.dir().c_str(), &st) != 0) {
       return said(k_exit_miss, "miss (" + key + "): nothing of the launcher's is in '" + m_root + "'");
     }
-    if (auto st = pc::file_store::DirPolicy(pc::Env::posix(), m_store_options.sharing).check_root(layout.root());
-        !st.ok()) {
-      return fail(st);
+    // The directories as the store judges them: one it would refuse is a
+    // build without the cache (the root, its version directory) or a miss
+    // (a shard).
+    pc::Env* env = pc::Env::posix();
+    const pc::file_store::DirPolicy dirs(env, m_store_options.sharing);
+    if (auto st = dirs.check_root(layout.root()); !st.ok()) return fail(st);
+    if (auto v = env->lstat(layout.dir()); !v.ok() || !dirs.acceptable(*v)) {
+      return fail(pc::Status(pc::Code::permission_denied,
+                             "'" + layout.dir() + "' is not a directory the store trusts: a build runs nvcc uncached"));
     }
     // An entry as the store would read it, or why it is damaged.
     const auto peek = [&](const pc::Key& k) -> pc::Result<std::optional<pc::Entry>> {
+      const auto shard = env->lstat(layout.shard_dir(pc::file_store::Layout::shard_of(k)));
+      if (!shard.ok() || !dirs.acceptable(*shard)) return std::optional<pc::Entry>();
       auto data = pc::read_regular_file(pc::Env::posix(), layout.entry_path(k), k_max_output_bytes, pc::OpenMode::read);
       if (!data.ok()) {
         if (data.status().code() == pc::Code::not_found) return std::optional<pc::Entry>();
         return data.status();
       }
-      PROGCACHE_ASSIGN_OR_RETURN(pc::Entry e, pc::decode_entry(pc::Bytes::adopt(std::move(*data)), k,
-                                                                m_store_options.codec));
+      PROGCACHE_ASSIGN_OR_RETURN(pc::Entry e,
+                                 pc::decode_entry(pc::Bytes::adopt(std::move(*data)), k, m_store_options.codec));
       return std::optional<pc::Entry>(std::move(e));
     };
     auto got = peek(m_mkey);
     if (!got.ok()) {
-      return said(k_exit_error, "damaged (" + key + "): the manifest's entry cannot be read (" +
-                                    plain(got.status()) + "); a build drops it and compiles");
+      return said(k_exit_error, "damaged (" + key + "): the manifest's entry cannot be read (" + plain(got.status()) +
+                                    "); a build drops it and compiles");
     }
     if (!got->has_value()) {
       return said(k_exit_miss, "miss (" + key +
@@ -1648,13 +1731,13 @@ class Launcher {
   pc::Key m_mkey;
   bool m_place_keyed = false;                                            // the working directory is in the key
   std::vector<std::pair<std::uint64_t, std::uint64_t>> m_dirs_at_start;  // search_dir_identities() at the start
-  bool m_toolkit_nvcc = false;  // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
-  bool m_had_manifest = false;  // the command's manifest was read (a result of it was stored)
+  bool m_toolkit_nvcc = false;             // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
+  bool m_had_manifest = false;             // the command's manifest was read (a result of it was stored)
   std::optional<nv::Manifest> m_manifest;  // as the direct lookup read it
   bool m_line_directive = false;           // a file read holds a #line directive (build_record)
-  std::optional<pc::LockFile> m_lock;  // held from a miss to the store of its result
-  bool m_explain = false;              // say what would happen; run, write and count nothing
-  pc::FileStoreOptions m_store_options;  // explain's: where the store is, and how entries are checked
+  std::optional<pc::LockFile> m_lock;      // held from a miss to the store of its result
+  bool m_explain = false;                  // say what would happen; run, write and count nothing
+  pc::FileStoreOptions m_store_options;    // explain's: where the store is, and how entries are checked
 };
 
 }  // namespace

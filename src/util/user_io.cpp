@@ -144,5 +144,4 @@ std::string printable(std::string s) {
   return s;
 }
 
-
 }  // namespace progcache::cli
