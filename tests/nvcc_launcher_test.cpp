@@ -1136,12 +1136,12 @@ TEST_F(NvccLauncherTextTest, SourceInPtxAndFilesALineDirectiveNamesAreNeverServe
   EXPECT_EQ(read("t.ptx"), plain_ptx("-arch=sm_90 -lineinfo -src-in-ptx -ptx t.cu"));
 
   // Line markers the preprocessor reads in every spelling (a digraph, a
-  // comment after the '#', a backslash-newline), naming a file that is not
-  // there yet: made later, its line is copied in, and nvcc's dependency
-  // list never names it.
+  // comment after the '#', a backslash-newline, after a raw string holding
+  // a quote and "/*"), naming a file that is not there yet: made later, its
+  // line is copied in, and nvcc's dependency list never names it.
   int n = 0;
-  for (const std::string marker :
-       {"%: 7 \"o.txt\"", "#/**/ 7 \"o.txt\"", "#\\\n 7 \"o.txt\"", "/* c */ # 7 \"o.txt\""}) {
+  for (const std::string marker : {"%: 7 \"o.txt\"", "#/**/ 7 \"o.txt\"", "#\\\n 7 \"o.txt\"", "/* c */ # 7 \"o.txt\"",
+                                   "static const char raw[] = R\"x(\" /* )x\";\n# 7 \"o.txt\""}) {
     const std::string name = "m" + std::to_string(n++) + ".cu";
     fs::remove(m_tmp.sub("work/o.txt"));
     write(name, marker + "\n__global__ void k(int* p) { *p = 1; }\n");

@@ -31,12 +31,21 @@ struct LogicalLine {
   int line;  // the physical line it starts on
 };
 
+// How a text is read where the language standard decides: raw strings
+// (C++11 on; in C, R"( is a name and a string) and digit separators (C++14
+// on; before, 1'/*' is a number and a character literal).
+struct Reading {
+  bool raw_strings = true;
+  bool digit_separators = true;
+};
+
 // Splits `text` into logical lines. String and character literals (raw
-// strings included) pass through untouched, so "/*" inside one opens no
-// comment; a block comment's newlines vanish with it, as the standard says,
-// so a '#' after "/* ... */" on a later line is not at the start of one.
-// A quote after a digit run is a digit separator (1'000), not a literal.
-std::vector<LogicalLine> logical_lines(std::string_view text) {
+// strings included, when `how` has them) pass through untouched, so "/*"
+// inside one opens no comment; a block comment's newlines vanish with it,
+// as the standard says, so a '#' after "/* ... */" on a later line is not
+// at the start of one. A quote after a digit run is a digit separator
+// (1'000), not a literal, when `how` has them.
+std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
   // Phase 2: join splices, drop the '\r' of CRLF, and remember on which
   // physical line each remaining character stood.
   std::string src;
@@ -96,12 +105,13 @@ std::vector<LogicalLine> logical_lines(std::string_view text) {
       run_start = std::string::npos;
       continue;
     }
-    if (c == '"' || (c == '\'' && !(run_start != std::string::npos &&
-                                    std::isdigit(static_cast<unsigned char>(src[run_start])) != 0))) {
+    const bool separator = how.digit_separators && run_start != std::string::npos &&
+                           std::isdigit(static_cast<unsigned char>(src[run_start])) != 0;
+    if (c == '"' || (c == '\'' && !separator)) {
       const std::string_view prefix =
           run_start == std::string::npos ? std::string_view() : std::string_view(src).substr(run_start, i - run_start);
-      const bool raw =
-          c == '"' && (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
+      const bool raw = how.raw_strings && c == '"' &&
+                       (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
       std::size_t end = std::string::npos;
       if (raw) {
         const std::size_t open = src.find('(', i + 1);
@@ -127,7 +137,7 @@ std::vector<LogicalLine> logical_lines(std::string_view text) {
       run_start = std::string::npos;
       continue;
     }
-    if (is_ident(c) || (c == '\'' && run_start != std::string::npos)) {
+    if (is_ident(c) || (c == '\'' && separator)) {
       if (run_start == std::string::npos) run_start = i;
     } else {
       run_start = std::string::npos;
@@ -139,12 +149,31 @@ std::vector<LogicalLine> logical_lines(std::string_view text) {
   return out;
 }
 
+// Where `l` (a logical line) is a directive: just past its '#' (or '%:')
+// and the white space after it; npos where it is none.
+std::size_t directive_name_at(std::string_view l) {
+  auto blank = [&](std::size_t i) {
+    return i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v' || l[i] == '\r');
+  };
+  std::size_t i = 0;
+  while (blank(i)) ++i;
+  if (i < l.size() && l[i] == '#') {
+    ++i;
+  } else if (l.substr(i).starts_with("%:")) {
+    i += 2;
+  } else {
+    return std::string_view::npos;
+  }
+  while (blank(i)) ++i;
+  return i;
+}
+
 // Every include-like operand in `text`, whatever preprocessor branch it sits
 // in (a superset of what the compiler reads), found on logical lines: after
 // splices and comments, with '%:' (the digraph) standing for '#'.
-std::vector<Directive> directives_of(std::string_view text) {
+std::vector<Directive> directives_of(std::string_view text, Reading how) {
   std::vector<Directive> out;
-  for (const LogicalLine& ll : logical_lines(text)) {
+  for (const LogicalLine& ll : logical_lines(text, how)) {
     const std::string_view l = ll.text;
     const int first_line = ll.line;
     // __has_include(...) may appear anywhere on a line (#if, #elif, macros).
@@ -160,16 +189,8 @@ std::vector<Directive> directives_of(std::string_view text) {
         out.push_back({Operand::computed, "__has_include", first_line});
       }
     }
-    std::size_t i = 0;
-    while (i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v')) ++i;
-    if (i < l.size() && l[i] == '#') {
-      ++i;
-    } else if (l.substr(i).starts_with("%:")) {
-      i += 2;
-    } else {
-      continue;
-    }
-    while (i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v')) ++i;
+    const std::size_t i = directive_name_at(l);
+    if (i == std::string_view::npos) continue;
     std::size_t j = i;
     while (j < l.size() && is_ident(l[j])) ++j;
     const std::string_view word = l.substr(i, j - i);
@@ -215,6 +236,35 @@ std::string replace_trigraphs(std::string_view text) {
   return out;
 }
 
+// Every reading `text` needs: the one of today's C++ and, where the text
+// holds what an older standard (or C) reads otherwise, those too; each with
+// trigraphs as written and replaced where it has any. Reading every way
+// and uniting what is found keeps the result a superset, whatever the
+// standard the compile uses.
+template <class Each>
+void for_each_reading(std::string_view text, Each&& each) {
+  auto readings_of = [&](std::string_view t) {
+    // A raw string's prefix, also with a joined line before its quote.
+    const bool raw = t.find("R\"") != std::string_view::npos || t.find("R\\\n") != std::string_view::npos ||
+                     t.find("R\\\r\n") != std::string_view::npos;
+    // A quote after a number's last character (0xA'B: a hex digit), or
+    // after a joined line, may be a digit separator.
+    bool separator = false;
+    for (std::size_t p = t.find('\''); p != std::string_view::npos && !separator; p = t.find('\'', p + 1)) {
+      separator = p > 0 && (std::isalnum(static_cast<unsigned char>(t[p - 1])) != 0 || t[p - 1] == '\n');
+    }
+    for (const bool r : {true, false}) {
+      if (!r && !raw) continue;
+      for (const bool d : {true, false}) {
+        if (!d && !separator) continue;
+        each(t, Reading{r, d});
+      }
+    }
+  };
+  readings_of(text);
+  if (text.find("??") != std::string_view::npos) readings_of(replace_trigraphs(text));
+}
+
 }  // namespace
 
 bool may_hold_directives(std::string_view text) {
@@ -228,11 +278,32 @@ bool may_hold_directives(std::string_view text) {
 
 std::vector<Directive> directives(std::string_view text) {
   if (!may_hold_directives(text)) return {};
-  std::vector<Directive> out = directives_of(text);
-  if (text.find("??") != std::string_view::npos) {
-    for (auto& d : directives_of(replace_trigraphs(text))) out.push_back(std::move(d));
-  }
+  std::vector<Directive> out;
+  for_each_reading(text, [&](std::string_view t, Reading how) {
+    for (auto& d : directives_of(t, how)) out.push_back(std::move(d));
+  });
   return out;
+}
+
+bool has_line_directive(std::string_view text) {
+  if (!may_hold_directives(text)) return false;
+  bool found = false;
+  for_each_reading(text, [&](std::string_view t, Reading how) {
+    if (found) return;
+    for (const LogicalLine& ll : logical_lines(t, how)) {
+      const std::string_view l = ll.text;
+      const std::size_t i = directive_name_at(l);
+      if (i == std::string_view::npos) continue;
+      // `# 12 "f.cu"` (a line marker) or `#line`: a longer name (#linefoo)
+      // is taken for one too; a wrong yes costs a store, a wrong no a
+      // stale output.
+      if ((i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])) != 0) || l.substr(i).starts_with("line")) {
+        found = true;
+        return;
+      }
+    }
+  });
+  return found;
 }
 
 }  // namespace progcache::detail

@@ -31,7 +31,15 @@ bool may_hold_directives(std::string_view text);
 // Every include-like operand of `text`, with trigraphs read both ways and
 // united: whether they are replaced depends on the language standard, and
 // reading them the wrong way could hide an include (a "??/" ending a comment
-// would splice the next line into it).
+// would splice the next line into it). Raw strings and digit separators
+// likewise: where the text has what they would read, it is read with and
+// without them.
 std::vector<Directive> directives(std::string_view text);
+
+// Whether `text` has a #line directive or a line marker (`# 12 "f.cu"`) on
+// any logical line, in any of the readings `directives` unites: one that
+// names a file makes the compiler read it (a diagnostic quotes it, device
+// line information names it) though no #include does.
+bool has_line_directive(std::string_view text);
 
 }  // namespace progcache::detail

@@ -277,77 +277,6 @@ bool place_keyed(const nv::Command& cmd) {
   return cmd.place_in_output || (cmd.line_info && follows_a_relative_path(cmd));
 }
 
-// Whether `text` has a #line directive or a line marker (`# 12 "f.cu"`).
-bool has_line_directive(std::string_view text) {
-  // Translation phases 1 to 3 as far as they decide where a directive
-  // starts: trigraph and digraph spellings of '#', lines joined at a
-  // backslash-newline, comments (a block comment may span lines) as white
-  // space, quotes followed on a line so that a "/*" in a literal opens
-  // nothing. Whatever is uncertain errs towards saying yes: a wrong yes
-  // costs a store, a wrong no a stale output.
-  enum class In { code, block_comment };
-  In in = In::code;
-  bool line_start = true;   // only white space and comments so far on this line
-  bool after_hash = false;  // a '#' began this line's directive
-  char quote = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
-    if (c == '\\' && (next == '\n' || (next == '\r' && i + 2 < text.size() && text[i + 2] == '\n'))) {
-      i += next == '\n' ? 1 : 2;  // a joined line: nothing changes
-      continue;
-    }
-    if (in == In::block_comment) {
-      if (c == '*' && next == '/') {
-        in = In::code;
-        ++i;
-      }
-      continue;  // a newline inside a comment does not end the line
-    }
-    if (c == '\n') {
-      line_start = true;
-      after_hash = false;
-      quote = 0;
-      continue;
-    }
-    if (quote != 0) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == quote) {
-        quote = 0;
-      }
-      continue;
-    }
-    if (c == '/' && next == '*') {
-      in = In::block_comment;
-      ++i;
-      continue;
-    }
-    if (c == '/' && next == '/') {
-      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
-      continue;
-    }
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') continue;
-    if (line_start && !after_hash) {
-      // A digraph split by a backslash-newline, or a trigraph: too rare to
-      // follow, so taken for a line directive.
-      if ((c == '%' && next == '\\') || (c == '?' && next == '?')) return true;
-      line_start = false;
-      if (c == '#' || (c == '%' && next == ':')) {
-        after_hash = true;
-        i += c == '#' ? 0 : 1;
-        line_start = true;  // the directive's name comes next, after white space or comments
-        continue;
-      }
-    } else if (line_start && after_hash) {
-      if (std::isdigit(static_cast<unsigned char>(c)) != 0 || text.substr(i).starts_with("line")) return true;
-      line_start = false;
-    }
-    if (c == '"' || c == '\'') quote = c;
-  }
-  return false;
-}
-
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
   KeyBuilder kb("nvcc-manifest");
   kb.add_int("launcher-schema", 6);
@@ -1423,7 +1352,7 @@ class Launcher {
       // the place is not keyed, such a name may be relative.
       // A #line naming a file: that file is read too (a diagnostic quotes
       // it, -src-in-ptx copies it) and is not in the dependency list.
-      if (dt::may_hold_directives(*text) && has_line_directive(*text)) {
+      if (dt::has_line_directive(*text)) {
         m_line_directive = true;
         if (m_cmd.line_info && !m_place_keyed) {
           return std::string("a #line directive with line information: the name it gives may be relative");

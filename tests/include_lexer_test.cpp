@@ -1,0 +1,66 @@
+// The include lexer (src/compile/include_lexer.h): what it finds on the
+// logical lines of a text, in every reading a language standard may give it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "compile/include_lexer.h"
+
+namespace dt = progcache::detail;
+
+namespace {
+
+bool includes(const std::string& text, const std::string& name) {
+  const auto all = dt::directives(text);
+  return std::any_of(all.begin(), all.end(), [&](const dt::Directive& d) { return d.name == name; });
+}
+
+}  // namespace
+
+TEST(IncludeLexerTest, ALineDirectiveIsFoundInEverySpellingThePreprocessorReads) {
+  for (const std::string text : {
+           "#line 3 \"f.cu\"\n",
+           "int a;\n# 12 \"f.cu\" 2\n",
+           "%: 7 \"o.txt\"\n",                      // a digraph
+           "%\\\n: 7 \"o.txt\"\n",                  // a digraph split by a joined line
+           "#/**/ 7 \"o.txt\"\n",                   // a comment after the '#'
+           "#\\\n 7 \"o.txt\"\n",                   // a joined line after the '#'
+           "/* c */ # line 7\n",                    // a comment before it
+           "/* a\ncomment */ #line 7\n",            // ... that spans lines: one logical line
+           "?\?=line 4\n",                          // a trigraph (read under C++03 and C++11)
+           "const char* r = R\"x(\" /* )x\";\n# 7 \"o.txt\"\n",  // a raw string holding '"' and "/*"
+           "int a = 1'/*';\n#line 5 \"x\"\n*/\n",   // before C++14: a number, then the literal '/*'
+           "const char* r = R\"(\n#line 9\n)\";\n",  // in C, R"( is a name and an open string
+           "const char* r = R\\\n\"(\n#line 9\n)\";\n",  // ... also with a joined line after the R
+       }) {
+    EXPECT_TRUE(dt::has_line_directive(text)) << text;
+  }
+}
+
+TEST(IncludeLexerTest, WhatOnlyLooksLikeALineDirectiveIsNone) {
+  for (const std::string text : {
+           "const char* s = \"#line 5\";\n",
+           "// #line 5\n",
+           "/*\n#line 5\n*/\n",
+           "#include <line.h>\n#define LINE 5\n#pragma once\n",
+           "int a = 1'000; // #line\n",
+           "int line = 3; a # 5;\n",
+       }) {
+    EXPECT_FALSE(dt::has_line_directive(text)) << text;
+  }
+}
+
+TEST(IncludeLexerTest, AnIncludeAnyReadingFindsIsFound) {
+  // Found in C++ (the raw string ends before it) and in C (it does not).
+  EXPECT_TRUE(includes("const char* r = R\"x(\" /* )x\";\n#include \"a.h\"\n", "a.h"));
+  // Inside a raw string in C++, a real include in C: a superset has it.
+  EXPECT_TRUE(includes("const char* r = R\"x(\n#include \"b.h\"\n)x\";\n", "b.h"));
+  // Before C++14 '/*' after a number is a character literal, not a comment.
+  EXPECT_TRUE(includes("int a = 1'/*';\n#include \"c.h\"\n// */\n", "c.h"));
+  // Trigraphs both ways, as before.
+  EXPECT_TRUE(includes("?\?=include \"d.h\"\n", "d.h"));
+  // A comment hides in every reading.
+  EXPECT_FALSE(includes("/*\n#include \"e.h\"\n*/\n", "e.h"));
+}
