@@ -990,6 +990,56 @@ TEST_F(FileStoreTest, SignedStoreRejectsUnsignedEntries) {
   EXPECT_EQ((*s->get_bytes(make_key(2)))->view(), "signed");
 }
 
+TEST_F(FileStoreTest, PeekJudgesAsALookupAndChangesNothing) {
+  const std::string root = m_tmp.sub("cache");
+  // No store there: nothing found, and nothing made.
+  auto none = FileStore::peek({.root = root}, make_key(1));
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_FALSE(none->has_value());
+  EXPECT_FALSE(fs::exists(root + "/v1"));
+  auto s = open_store({.root = root, .recency_granularity_ns = 0});
+  ASSERT_TRUE(s->put(make_key(1), make_entry("one")).ok());
+  ASSERT_TRUE(s->put(make_key(2), make_entry("two")).ok());
+  ASSERT_TRUE(s->put(make_key(3), make_entry("three")).ok());
+  const std::string path = s->entry_path(make_key(1));
+  set_times(path, 1000);
+  const StoreStats before = s->stats();
+  auto got = FileStore::peek({.root = root}, make_key(1));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->primary().view(), "one");
+  // Nothing counted, nothing stamped.
+  EXPECT_EQ(s->stats().hits, before.hits);
+  EXPECT_EQ(s->stats().misses, before.misses);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_atim.tv_sec, 1000);
+  // A damaged entry is data_loss and stays where it is (a lookup removes it).
+  const std::string damaged = s->entry_path(make_key(2));
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-2, std::ios::end);
+    f.write("zz", 2);
+  }
+  auto bad = FileStore::peek({.root = root}, make_key(2));
+  EXPECT_EQ(bad.status().code(), Code::data_loss) << bad.status().to_string();
+  EXPECT_TRUE(fs::exists(damaged));
+  // A link where an entry belongs is never followed, and stays.
+  const std::string linked = s->entry_path(make_key(3));
+  fs::remove(linked);
+  fs::create_symlink(path, linked);
+  auto link = FileStore::peek({.root = root}, make_key(3));
+  EXPECT_EQ(link.status().code(), Code::data_loss) << link.status().to_string();
+  EXPECT_TRUE(fs::is_symlink(linked));
+  // Under a signing key an unsigned entry is what a signed store rejects.
+  auto unsigned_one = FileStore::peek({.root = root, .codec = {"a-signing-key-of-some-length"}}, make_key(1));
+  EXPECT_EQ(unsigned_one.status().code(), Code::permission_denied) << unsigned_one.status().to_string();
+  EXPECT_EQ(s->stats().corrupt_dropped, before.corrupt_dropped);
+  // What a lookup finds, peek found.
+  EXPECT_FALSE((*s->get(make_key(2))).has_value());
+  EXPECT_EQ((*s->get_bytes(make_key(1)))->view(), "one");
+}
+
 TEST_F(FileStoreTest, PrimaryIntoCallerMemoryVerifiesAndMatchesGet) {
   auto s = open_store();
   std::vector<Artifact> arts{{"cubin", Bytes::copy_of(testing::make_payload(70000, 1))},

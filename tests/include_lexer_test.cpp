@@ -1,12 +1,12 @@
 // The include lexer (src/compile/include_lexer.h): what it finds on the
 // logical lines of a text, in every reading a language standard may give it.
+#include "compile/include_lexer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
-
-#include "compile/include_lexer.h"
 
 namespace dt = progcache::detail;
 
@@ -21,19 +21,18 @@ bool includes(const std::string& text, const std::string& name) {
 
 TEST(IncludeLexerTest, ALineDirectiveIsFoundInEverySpellingThePreprocessorReads) {
   for (const std::string text : {
-           "#line 3 \"f.cu\"\n",
-           "int a;\n# 12 \"f.cu\" 2\n",
-           "%: 7 \"o.txt\"\n",                      // a digraph
-           "%\\\n: 7 \"o.txt\"\n",                  // a digraph split by a joined line
-           "#/**/ 7 \"o.txt\"\n",                   // a comment after the '#'
-           "#\\\n 7 \"o.txt\"\n",                   // a joined line after the '#'
-           "/* c */ # line 7\n",                    // a comment before it
-           "/* a\ncomment */ #line 7\n",            // ... that spans lines: one logical line
-           "?\?=line 4\n",                          // a trigraph (read under C++03 and C++11)
+           "#line 3 \"f.cu\"\n", "int a;\n# 12 \"f.cu\" 2\n",
+           "%: 7 \"o.txt\"\n",                                   // a digraph
+           "%\\\n: 7 \"o.txt\"\n",                               // a digraph split by a joined line
+           "#/**/ 7 \"o.txt\"\n",                                // a comment after the '#'
+           "#\\\n 7 \"o.txt\"\n",                                // a joined line after the '#'
+           "/* c */ # line 7\n",                                 // a comment before it
+           "/* a\ncomment */ #line 7\n",                         // ... that spans lines: one logical line
+           "?\?=line 4\n",                                       // a trigraph (read under C++03 and C++11)
            "const char* r = R\"x(\" /* )x\";\n# 7 \"o.txt\"\n",  // a raw string holding '"' and "/*"
-           "int a = 1'/*';\n#line 5 \"x\"\n*/\n",   // before C++14: a number, then the literal '/*'
-           "const char* r = R\"(\n#line 9\n)\";\n",  // in C, R"( is a name and an open string
-           "const char* r = R\\\n\"(\n#line 9\n)\";\n",  // ... also with a joined line after the R
+           "int a = 1'/*';\n#line 5 \"x\"\n*/\n",                // before C++14: a number, then the literal '/*'
+           "const char* r = R\"(\n#line 9\n)\";\n",              // in C, R"( is a name and an open string
+           "const char* r = R\\\n\"(\n#line 9\n)\";\n",          // ... also with a joined line after the R
        }) {
     EXPECT_TRUE(dt::has_line_directive(text)) << text;
   }

@@ -76,6 +76,17 @@ TEST(NvccManifest, AHeaderSwitchedBackAndForthFindsEachVersionsResult) {
   EXPECT_EQ(first_holding(*decoded), key_of(one)) << "the first version's result was not found again";
   testing::write_all(header, "#define SCALE 3\n");
   EXPECT_FALSE(first_holding(*decoded)) << "a result served for a header neither compile read";
+  // Each result's record, found by its key: the files and contents it read.
+  for (const ManifestRecord* r : {&one, &two}) {
+    const auto found = decoded->find(r->result);
+    ASSERT_TRUE(found);
+    ASSERT_EQ(found->files.size(), r->files.size());
+    for (std::size_t i = 0; i < r->files.size(); ++i) {
+      EXPECT_EQ(found->files[i].path, r->files[i].path);
+      EXPECT_EQ(found->files[i].sha256, r->files[i].sha256);
+    }
+  }
+  EXPECT_FALSE(decoded->find(mkey()));
 }
 
 TEST(NvccManifest, AResultWhosePlacesChangedIsPassedOverForOneThatHolds) {

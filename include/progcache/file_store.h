@@ -149,6 +149,15 @@ class FileStore : public Store {
   // group/other-writable root; the Status from the OS otherwise.
   static Result<std::unique_ptr<FileStore>> open(FileStoreOptions options);
 
+  // `key`'s entry in the store `options` names, judged as a lookup judges
+  // it (the root, version and shard directories checked; the entry's size,
+  // checksum, key echo and signature verified), with nothing changed: the
+  // store is not opened, no directory made or tidied, nothing counted,
+  // stamped or removed. nullopt: no entry, or a shard a lookup would not
+  // look in; data_loss or permission_denied (with the reason): an entry a
+  // lookup would drop as damaged or unsigned. What `progcache explain` reads.
+  static Result<std::optional<Entry>> peek(const FileStoreOptions& options, const Key& key);
+
   [[nodiscard]] virtual const std::string& root() const = 0;
   // Path where `key`'s entry lives.
   [[nodiscard]] virtual std::string entry_path(const Key& key) const = 0;

@@ -1238,13 +1238,10 @@ class Launcher {
   // those the stored compile read (its manifest record) must go unnamed in
   // what it printed (by file name, anywhere in it).
   bool replayable(const pc::Entry& entry, const pc::Key& rkey, const nv::ManifestRecord& now) const {
-    if (!m_manifest) return false;
-    const auto it = std::find_if(m_manifest->results.begin(), m_manifest->results.end(),
-                                 [&](const nv::Manifest::Result& r) { return r.result == rkey; });
-    if (it == m_manifest->results.end()) return false;
-    const nv::ManifestRecord then = m_manifest->record(static_cast<std::size_t>(it - m_manifest->results.begin()));
+    const auto then = m_manifest ? m_manifest->find(rkey) : std::nullopt;
+    if (!then) return false;
     std::map<std::string, std::string> before;
-    for (const auto& f : then.files) before.emplace(f.path, f.sha256);
+    for (const auto& f : then->files) before.emplace(f.path, f.sha256);
     std::set<std::string> changed;
     for (const auto& f : now.files) {
       const auto b = before.find(f.path);
@@ -1576,19 +1573,9 @@ class Launcher {
       return fail(pc::Status(pc::Code::permission_denied,
                              "'" + layout.dir() + "' is not a directory the store trusts: a build runs nvcc uncached"));
     }
-    // An entry as the store would read it, or why it is damaged.
-    const auto peek = [&](const pc::Key& k) -> pc::Result<std::optional<pc::Entry>> {
-      const auto shard = env->lstat(layout.shard_dir(pc::file_store::Layout::shard_of(k)));
-      if (!shard.ok() || !dirs.acceptable(*shard)) return std::optional<pc::Entry>();
-      auto data = pc::read_regular_file(pc::Env::posix(), layout.entry_path(k), k_max_output_bytes, pc::OpenMode::read);
-      if (!data.ok()) {
-        if (data.status().code() == pc::Code::not_found) return std::optional<pc::Entry>();
-        return data.status();
-      }
-      PROGCACHE_ASSIGN_OR_RETURN(pc::Entry e,
-                                 pc::decode_entry(pc::Bytes::adopt(std::move(*data)), k, m_store_options.codec));
-      return std::optional<pc::Entry>(std::move(e));
-    };
+    // An entry as a lookup would judge it, or why it is damaged; nothing
+    // changed.
+    const auto peek = [&](const pc::Key& k) { return pc::FileStore::peek(m_store_options, k); };
     auto got = peek(m_mkey);
     if (!got.ok()) {
       return said(k_exit_error, "damaged (" + key + "): the manifest's entry cannot be read (" + plain(got.status()) +

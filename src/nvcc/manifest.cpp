@@ -86,6 +86,13 @@ bool read_file_line(std::string_view line, ManifestFile& f) {
 
 }  // namespace
 
+std::optional<ManifestRecord> Manifest::find(const Key& result) const {
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (results[i].result == result) return record(i);
+  }
+  return std::nullopt;
+}
+
 ManifestRecord Manifest::record(std::size_t i) const {
   ManifestRecord r;
   for (auto f : results[i].files) r.files.push_back(files[f]);

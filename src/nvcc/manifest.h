@@ -72,6 +72,8 @@ struct Manifest {
 
   // Result `i` as a record.
   [[nodiscard]] ManifestRecord record(std::size_t i) const;
+  // The record of the result whose key is `result`; nullopt if none has it.
+  [[nodiscard]] std::optional<ManifestRecord> find(const Key& result) const;
 };
 
 // The manifest as text (see manifest.cpp); decode gives nullopt for

@@ -115,9 +115,9 @@ void FileStoreImpl::stamp_use(int fd, const FileInfo& info) {
   }
 }
 
-Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& key, bool stamp) {
-  ReadResult r;
-  PROGCACHE_ASSIGN_OR_RETURN(r.info, m_env->fstat(fd));
+Result<EntryRead> read_entry_file(Env* env, int fd, const Key& key, const EntryCodecOptions& codec) {
+  EntryRead r;
+  PROGCACHE_ASSIGN_OR_RETURN(r.info, env->fstat(fd));
   if (!r.info.is_regular()) {
     r.reason = "not a regular file";
     return r;
@@ -138,14 +138,14 @@ Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& k
     }
     std::uint64_t done = 0;
     while (done < r.info.size) {
-      PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, m_env->pread(fd, buf + done, r.info.size - done, done));
+      PROGCACHE_ASSIGN_OR_RETURN(std::size_t n, env->pread(fd, buf + done, r.info.size - done, done));
       if (n == 0) break;
       done += n;
     }
-    decoded = done == r.info.size ? EntryReader(std::move(data), m_opt.codec).read(key)
+    decoded = done == r.info.size ? EntryReader(std::move(data), codec).read(key)
                                   : Result<Entry>(data_loss("truncated: the file shrank while being read"));
   } else {
-    decoded = EntryReader(pread_of(m_env, fd), preadv_of(m_env, fd), r.info.size, m_opt.codec).read(key);
+    decoded = EntryReader(pread_of(env, fd), preadv_of(env, fd), r.info.size, codec).read(key);
   }
   if (!decoded.ok()) {
     const Code code = decoded.status().code();
@@ -155,8 +155,13 @@ Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& k
     r.reason = decoded.status().message();
     return r;
   }
-  if (stamp) stamp_use(fd, r.info);
   r.entry = std::move(*decoded);
+  return r;
+}
+
+Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& key, bool stamp) {
+  PROGCACHE_ASSIGN_OR_RETURN(EntryRead r, read_entry_file(m_env, fd, key, m_opt.codec));
+  if (stamp && r.entry) stamp_use(fd, r.info);
   return r;
 }
 
@@ -458,12 +463,58 @@ std::string default_cache_root(std::string* source) {
   return join_path(join_path(home != nullptr ? home : "/tmp", ".cache"), "progcache");
 }
 
-Result<std::unique_ptr<FileStore>> FileStore::open(FileStoreOptions options) {
-  std::string root = options.root.empty() ? default_cache_root() : options.root;
+namespace {
+
+// A store's root as open() spells it: absolute, normal, no trailing '/'.
+std::string spelled_root(const std::string& given) {
+  std::string root = given.empty() ? default_cache_root() : given;
   std::error_code ec;
   auto abs = std::filesystem::absolute(root, ec);
   if (!ec) root = abs.lexically_normal().string();
   if (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
+}
+
+}  // namespace
+
+Result<std::optional<Entry>> FileStore::peek(const FileStoreOptions& options, const Key& key) {
+  using file_store::Layout;
+  Env* env = options.env != nullptr ? options.env : Env::posix();
+  const Layout layout(spelled_root(options.root));
+  const file_store::DirPolicy dirs(env, options.sharing);
+  // The directories as init() and a lookup judge them; none is made.
+  PROGCACHE_TRY(dirs.check_root(layout.root()));
+  auto version = env->lstat(layout.dir());
+  if (!version.ok()) {
+    if (version.status().code() == Code::not_found) return std::optional<Entry>();
+    return version.status();
+  }
+  if (!dirs.acceptable(*version)) {
+    return Status(Code::permission_denied, "'" + layout.dir() + "' is not a directory the store trusts");
+  }
+  auto shard = env->lstat(layout.shard_dir(Layout::shard_of(key)));
+  if (!shard.ok() || !dirs.acceptable(*shard)) return std::optional<Entry>();  // a lookup's miss
+  auto fd = env->open_file(layout.entry_path(key), OpenMode::read, 0);
+  if (!fd.ok()) {
+    if (fd.status().code() == Code::not_found) return std::optional<Entry>();
+    if (fd.status().code() == Code::failed_precondition) {
+      return data_loss("a symbolic link where an entry belongs (a lookup removes it)");
+    }
+    return fd.status();
+  }
+  auto read = file_store::read_entry_file(env, *fd, key, options.codec);
+  env->close_file(*fd).ignore();
+  PROGCACHE_TRY(read.status());
+  if (read->entry) return std::move(read->entry);
+  if (read->damaged) {
+    return Status(read->rejected ? Code::permission_denied : Code::data_loss, read->reason);
+  }
+  return std::optional<Entry>();  // not a regular file: a lookup's miss
+}
+
+Result<std::unique_ptr<FileStore>> FileStore::open(FileStoreOptions options) {
+  std::string root = spelled_root(options.root);
+  std::error_code ec;
   if (!options.cap_root.empty()) {
     // Spelled as the stores' roots are, so that each is known by its name.
     auto cap = std::filesystem::absolute(options.cap_root, ec);

@@ -41,6 +41,21 @@ enum class Reconcile {
   yes,
 };
 
+// What reading one entry file found. An I/O failure is an error of the
+// Result instead: it is no evidence of damage.
+struct EntryRead {
+  std::optional<Entry> entry;
+  bool damaged = false;   // removable: the file is not a valid entry for the key
+  bool rejected = false;  // damaged because its signature does not verify
+  std::string reason;     // why there is no entry
+  FileInfo info;
+};
+
+// Reads and verifies the entry file open at `fd` (size, checksum, key echo,
+// signature under `codec`): the one judgement of an entry's bytes that
+// get(), verify() and peek() share. Changes nothing.
+Result<EntryRead> read_entry_file(Env* env, int fd, const Key& key, const EntryCodecOptions& codec);
+
 class FileStoreImpl final : public FileStore {
  public:
   FileStoreImpl(FileStoreOptions options, std::string root);
@@ -83,15 +98,7 @@ class FileStoreImpl final : public FileStore {
                             const ProgressFn& progress) override;  // maintenance.cpp
 
  private:
-  // What reading one entry file found. An I/O failure is an error of the
-  // Result instead: it is no evidence of damage.
-  struct ReadResult {
-    std::optional<Entry> entry;
-    bool damaged = false;   // removable: the file is not a valid entry for the key
-    bool rejected = false;  // damaged because its signature does not verify
-    std::string reason;     // why there is no entry
-    FileInfo info;
-  };
+  using ReadResult = EntryRead;
   // The entry named by a write, never trimmed by the trim that write causes.
   struct Written {
     int shard = -1;
