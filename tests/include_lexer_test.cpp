@@ -20,7 +20,7 @@ bool includes(const std::string& text, const std::string& name) {
 }  // namespace
 
 TEST(IncludeLexerTest, ALineDirectiveIsFoundInEverySpellingThePreprocessorReads) {
-  for (const std::string text : {
+  for (const std::string& text : std::vector<std::string>{
            "#line 3 \"f.cu\"\n", "int a;\n# 12 \"f.cu\" 2\n",
            "%: 7 \"o.txt\"\n",                                   // a digraph
            "%\\\n: 7 \"o.txt\"\n",                               // a digraph split by a joined line
@@ -33,8 +33,26 @@ TEST(IncludeLexerTest, ALineDirectiveIsFoundInEverySpellingThePreprocessorReads)
            "int a = 1'/*';\n#line 5 \"x\"\n*/\n",                // before C++14: a number, then the literal '/*'
            "const char* r = R\"(\n#line 9\n)\";\n",              // in C, R"( is a name and an open string
            "const char* r = R\\\n\"(\n#line 9\n)\";\n",          // ... also with a joined line after the R
+           "#if 0\n1'2'/*'\n#endif\n# 7 \"o.txt\" // */\n",      // the number 1'2, then the literal '/*'
+           "#if __has_include(<nothere/*x>)\n#endif\n# 7 \"o.txt\" // */\n",  // "/*" in a header name
+           std::string("#\0 7 \"o.txt\"\n", 13),                              // a NUL, which gcc takes for white space
        }) {
     EXPECT_TRUE(dt::has_line_directive(text)) << text;
+  }
+}
+
+TEST(IncludeLexerTest, APragmaNamingAFileIsFound) {
+  for (const std::string text : {
+           "#pragma GCC dependency \"x.h\"\n",
+           "%:pragma GCC dependency \"x.h\" extra words\n",
+           "_Pragma(\"GCC dependency \\\"x.h\\\"\")\n",
+           "#pragma GCC pch_preprocess \"x.gch\"\n",
+           "#if 0\n1'2'/*'\n#endif\n#pragma GCC dependency \"x.h\" // */\n",
+       }) {
+    EXPECT_TRUE(dt::line_facts(text).file_pragma) << text;
+  }
+  for (const std::string text : {"// a dependency\n#pragma once\n", "#pragma once\nint dependency;\n"}) {
+    EXPECT_FALSE(dt::line_facts(text).file_pragma) << text;
   }
 }
 
@@ -58,6 +76,8 @@ TEST(IncludeLexerTest, AnIncludeAnyReadingFindsIsFound) {
   EXPECT_TRUE(includes("const char* r = R\"x(\n#include \"b.h\"\n)x\";\n", "b.h"));
   // Before C++14 '/*' after a number is a character literal, not a comment.
   EXPECT_TRUE(includes("int a = 1'/*';\n#include \"c.h\"\n// */\n", "c.h"));
+  // 1'2'/*' is the number 1'2 and the literal '/*': no comment opens.
+  EXPECT_TRUE(includes("#if 0\n1'2'/*'\n#endif\n#include \"c2.h\" // */\n", "c2.h"));
   // Trigraphs both ways, as before.
   EXPECT_TRUE(includes("?\?=include \"d.h\"\n", "d.h"));
   // A comment hides in every reading.

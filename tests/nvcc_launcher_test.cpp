@@ -1140,8 +1140,15 @@ TEST_F(NvccLauncherTextTest, SourceInPtxAndFilesALineDirectiveNamesAreNeverServe
   // a quote and "/*"), naming a file that is not there yet: made later, its
   // line is copied in, and nvcc's dependency list never names it.
   int n = 0;
-  for (const std::string marker : {"%: 7 \"o.txt\"", "#/**/ 7 \"o.txt\"", "#\\\n 7 \"o.txt\"", "/* c */ # 7 \"o.txt\"",
-                                   "static const char raw[] = R\"x(\" /* )x\";\n# 7 \"o.txt\""}) {
+  for (const std::string& marker :
+       std::vector<std::string>{"%: 7 \"o.txt\"", "#/**/ 7 \"o.txt\"", "#\\\n 7 \"o.txt\"", "/* c */ # 7 \"o.txt\"",
+                                "static const char raw[] = R\"x(\" /* )x\";\n# 7 \"o.txt\"",
+                                // a number with digit separators, then the character literal '/*'
+                                "#if 0\n1'2'/*'\n#endif\n# 7 \"o.txt\" // */",
+                                // a header name holding "/*"
+                                "#if __has_include(<nothere/*x>)\n#endif\n# 7 \"o.txt\" // */",
+                                // a NUL after the '#' (gcc takes it for white space)
+                                std::string("#\0 7 \"o.txt\"", 12)}) {
     const std::string name = "m" + std::to_string(n++) + ".cu";
     fs::remove(m_tmp.sub("work/o.txt"));
     write(name, marker + "\n__global__ void k(int* p) { *p = 1; }\n");
@@ -1152,6 +1159,16 @@ TEST_F(NvccLauncherTextTest, SourceInPtxAndFilesALineDirectiveNamesAreNeverServe
     EXPECT_NE(read("m.ptx").find("made later"), std::string::npos) << "a stale PTX was served for: " << marker;
     EXPECT_EQ(read("m.ptx"), plain_ptx("-arch=sm_90 -lineinfo -src-in-ptx -ptx " + name)) << marker;
   }
+  // A __has_include after such a line is probed too: the header, created
+  // later, is compiled in.
+  write("c.cu",
+        "#if 0\n1'2'/*'\n#endif\n#if __has_include(\"probe.h\") // */\n#define V 2\n#else\n#define V 1\n#endif\n"
+        "__global__ void k(int* p) { *p = V; }\n");
+  ASSERT_TRUE(stored("-arch=sm_90 -cubin c.cu -o c.cubin"));
+  write("probe.h", "\n");
+  ASSERT_EQ(real("-arch=sm_90 -cubin c.cu -o c.cubin").code, 0);
+  ASSERT_EQ(plain("-arch=sm_90 -cubin c.cu -o plain.cubin").code, 0);
+  EXPECT_TRUE(same(read("c.cubin"), read("plain.cubin"))) << "a probe hidden by a digit separator was not recorded";
 }
 
 TEST_F(NvccLauncherTextTest, WhatNvccPrintsIsPrintedOnceAsPlainNvccPrintsIt) {
@@ -1200,7 +1217,47 @@ TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {
   ASSERT_EQ(real(object).code, 0);
   EXPECT_EQ(counter("misses"), misses + 1) << "a header the generated files include was not noticed";
   EXPECT_NE(read("k.o").find("SHADOW_MARKER"), std::string::npos);
+  // What such a header includes, and what that includes in turn: an edit
+  // two levels down is compiled in.
+  write("inc/fatbinary_section.h",
+        "#include \"" + m_bin + "/../include/fatbinary_section.h\"\n#include \"deeper.h\"\n");
+  write("inc/deeper.h", "#include \"deepest.h\"\n");
+  write("inc/deepest.h", "static const char deep_marker[] __attribute__((used)) = \"DEEP_ONE\";\n");
+  ASSERT_TRUE(stored(object));
+  write("inc/deepest.h", "static const char deep_marker[] __attribute__((used)) = \"DEEP_TWO\";\n");
+  ASSERT_EQ(real(object).code, 0);
+  EXPECT_NE(read("k.o").find("DEEP_TWO"), std::string::npos) << "an edit two includes down was served stale";
+  // A line marker there, with a warning quoting the file it names: not
+  // stored, so an edit of that file is printed as plain nvcc prints it.
+  write("inc/deepest.h", "# 1 \"named.h\"\n#warning from the generated files' headers\n");
+  write("named.h", "the named file, first\n");
+  ASSERT_EQ(real(object).code, 0);
+  write("named.h", "the named file, edited\n");
+  const Ran named = real(object);
+  ASSERT_EQ(named.code, 0);
+  EXPECT_NE(named.err.find("the named file, edited"), std::string::npos) << "a stale warning: " << named.err;
+  fs::remove(m_tmp.sub("work/inc/deeper.h"));
+  fs::remove(m_tmp.sub("work/inc/deepest.h"));
   fs::remove(m_tmp.sub("work/inc/fatbinary_section.h"));
+  // #pragma GCC dependency warns when the file it names is newer than the
+  // one it is in: that file's time is not keyed, so such a compile is not
+  // stored (nor one spelled through _Pragma).
+  write("dep_other.h", "int other;\n");
+  ASSERT_EQ(std::system(("touch -d 2020-01-01 " + quote(m_tmp.sub("work/dep_other.h"))).c_str()), 0);
+  for (const std::string pragma :
+       {"#pragma GCC dependency \"dep_other.h\"", "_Pragma(\"GCC dependency \\\"dep_other.h\\\"\")"}) {
+    write("dep.cu", pragma + "\n__global__ void k(int* p) { *p = 1; }\n");
+    ASSERT_EQ(std::system(("touch -d 2021-01-01 " + quote(m_tmp.sub("work/dep.cu"))).c_str()), 0);
+    const std::string dep = "-arch=sm_90 -ptx dep.cu -o dep.ptx";
+    ASSERT_EQ(real(dep).code, 0);
+    ASSERT_EQ(real(dep).code, 0);
+    ASSERT_EQ(std::system(("touch " + quote(m_tmp.sub("work/dep_other.h"))).c_str()), 0);
+    const Ran newer = real(dep);
+    const Ran plain_newer = plain("-arch=sm_90 -ptx dep.cu -o plain.ptx");
+    EXPECT_EQ(newer.err, plain_newer.err) << pragma;
+    EXPECT_NE(newer.err.find("older than"), std::string::npos) << pragma << ": " << newer.err;
+    ASSERT_EQ(std::system(("touch -d 2020-01-01 " + quote(m_tmp.sub("work/dep_other.h"))).c_str()), 0);
+  }
   // #pragma once and a copy of a header read already: gcc skips the copy
   // while its size, time and text match, so nvcc's list omits it. Touched,
   // it is read, and the output changes.

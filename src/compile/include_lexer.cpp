@@ -11,9 +11,57 @@ bool is_ident(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
 }
 
+// White space inside a line as the preprocessor takes it: gcc also takes a
+// NUL for white space (warning "null character(s) ignored").
+bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\f' || c == '\v' || c == '\r' || c == '\0';
+}
+
+std::size_t skip_blanks(std::string_view s, std::size_t i) {
+  while (i < s.size() && blank(s[i])) ++i;
+  return i;
+}
+
+// Where `l` (a logical line) is a directive: just past its '#' (or '%:')
+// and the white space after it; npos where it is none.
+std::size_t directive_name_at(std::string_view l) {
+  std::size_t i = skip_blanks(l, 0);
+  if (i < l.size() && l[i] == '#') {
+    ++i;
+  } else if (l.substr(i).starts_with("%:")) {
+    i += 2;
+  } else {
+    return std::string_view::npos;
+  }
+  return skip_blanks(l, i);
+}
+
+// Whether a header name ("a.h" or <a.h>) may come next after `so_far`, the
+// start of a logical line: in an #include, #include_next or #import
+// directive, or as the operand of __has_include. There the preprocessor
+// reads it whole, as a header name: a "/*" or a backslash inside is part of
+// the name, not a comment or an escape.
+bool header_name_next(std::string_view so_far) {
+  std::size_t end = so_far.size();
+  while (end > 0 && blank(so_far[end - 1])) --end;
+  std::string_view t = so_far.substr(0, end);
+  if (t.ends_with("(")) {
+    t.remove_suffix(1);
+    while (!t.empty() && blank(t.back())) t.remove_suffix(1);
+    for (const std::string_view name : {"__has_include", "__has_include_next"}) {
+      if (t.ends_with(name) && (t.size() == name.size() || !is_ident(t[t.size() - name.size() - 1]))) return true;
+    }
+    return false;
+  }
+  const std::size_t i = directive_name_at(t);
+  if (i == std::string_view::npos) return false;
+  const std::string_view word = t.substr(i);
+  return word == "include" || word == "include_next" || word == "import";
+}
+
 // Reads the operand at `s[i]`: "name", <name>, or anything else (computed).
 Directive read_operand(std::string_view s, std::size_t i, int line) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  i = skip_blanks(s, i);
   if (i < s.size() && (s[i] == '"' || s[i] == '<')) {
     const char close = s[i] == '"' ? '"' : '>';
     const std::size_t end = s.find(close, i + 1);
@@ -105,8 +153,23 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
       run_start = std::string::npos;
       continue;
     }
+    // A header name, where one may come, is read whole (no comment or
+    // escape inside), as the preprocessor reads it.
+    if ((c == '"' || c == '<') && !fresh && header_name_next(cur.text)) {
+      const std::size_t close = src.find(c == '"' ? '"' : '>', i + 1);
+      if (close != std::string::npos && close < src.find('\n', i)) {
+        for (std::size_t j = i; j <= close; ++j) put(src[j], j);
+        i = close + 1;
+        run_start = std::string::npos;
+        continue;
+      }
+    }
+    // A digit separator continues a number (a run that began with a digit)
+    // and is followed by a digit or a letter: 1'2'/*' is the number 1'2 and
+    // the character literal '/*'.
     const bool separator = how.digit_separators && run_start != std::string::npos &&
-                           std::isdigit(static_cast<unsigned char>(src[run_start])) != 0;
+                           std::isdigit(static_cast<unsigned char>(src[run_start])) != 0 && i + 1 < src.size() &&
+                           is_ident(src[i + 1]);
     if (c == '"' || (c == '\'' && !separator)) {
       const std::string_view prefix =
           run_start == std::string::npos ? std::string_view() : std::string_view(src).substr(run_start, i - run_start);
@@ -149,25 +212,6 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
   return out;
 }
 
-// Where `l` (a logical line) is a directive: just past its '#' (or '%:')
-// and the white space after it; npos where it is none.
-std::size_t directive_name_at(std::string_view l) {
-  auto blank = [&](std::size_t i) {
-    return i < l.size() && (l[i] == ' ' || l[i] == '\t' || l[i] == '\f' || l[i] == '\v' || l[i] == '\r');
-  };
-  std::size_t i = 0;
-  while (blank(i)) ++i;
-  if (i < l.size() && l[i] == '#') {
-    ++i;
-  } else if (l.substr(i).starts_with("%:")) {
-    i += 2;
-  } else {
-    return std::string_view::npos;
-  }
-  while (blank(i)) ++i;
-  return i;
-}
-
 // Every include-like operand in `text`, whatever preprocessor branch it sits
 // in (a superset of what the compiler reads), found on logical lines: after
 // splices and comments, with '%:' (the digraph) standing for '#'.
@@ -180,7 +224,7 @@ std::vector<Directive> directives_of(std::string_view text, Reading how) {
     for (std::size_t at = l.find("__has_include"); at != std::string_view::npos; at = l.find("__has_include", at + 1)) {
       std::size_t i = at + std::string_view("__has_include").size();
       if (l.substr(i).starts_with("_next")) i += 5;
-      while (i < l.size() && (l[i] == ' ' || l[i] == '\t')) ++i;
+      i = skip_blanks(l, i);
       if (i < l.size() && l[i] == '(') {
         out.push_back(read_operand(l, i + 1, first_line));
       } else {
@@ -203,14 +247,14 @@ std::vector<Directive> directives_of(std::string_view text, Reading how) {
       // if included, so a path that leads outside every -I directory is
       // seen too. Any other such macro costs a few probes of absent paths.
       std::size_t k = j;
-      while (k < l.size() && (l[k] == ' ' || l[k] == '\t')) ++k;
+      k = skip_blanks(l, k);
       while (k < l.size() && is_ident(l[k])) ++k;  // the macro's name
       if (k < l.size() && l[k] == '(') continue;   // function-like: its body is not one name
       Directive d = read_operand(l, k, first_line);
       if (d.kind == Operand::computed || d.name.empty()) continue;
       const std::size_t close = l.find(d.kind == Operand::quoted ? '"' : '>', l.find_first_of("\"<", k) + 1);
       std::size_t rest = close + 1;
-      while (rest < l.size() && (l[rest] == ' ' || l[rest] == '\t')) ++rest;
+      rest = skip_blanks(l, rest);
       if (rest >= l.size()) out.push_back(std::move(d));
     }
   }
@@ -285,25 +329,34 @@ std::vector<Directive> directives(std::string_view text) {
   return out;
 }
 
-bool has_line_directive(std::string_view text) {
-  if (!may_hold_directives(text)) return false;
-  bool found = false;
+LineFacts line_facts(std::string_view text) {
+  LineFacts facts;
   for_each_reading(text, [&](std::string_view t, Reading how) {
-    if (found) return;
+    if (facts.line_directive && facts.file_pragma) return;
     for (const LogicalLine& ll : logical_lines(t, how)) {
       const std::string_view l = ll.text;
       const std::size_t i = directive_name_at(l);
-      if (i == std::string_view::npos) continue;
       // `# 12 "f.cu"` (a line marker) or `#line`: a longer name (#linefoo)
       // is taken for one too; a wrong yes costs a store, a wrong no a
       // stale output.
-      if ((i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])) != 0) || l.substr(i).starts_with("line")) {
-        found = true;
-        return;
+      if (i != std::string_view::npos &&
+          ((i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])) != 0) || l.substr(i).starts_with("line"))) {
+        facts.line_directive = true;
+      }
+      // A pragma naming a file, as a directive or through _Pragma (a
+      // string, so its words are on the line as written).
+      if ((l.find("dependency") != std::string_view::npos || l.find("pch_preprocess") != std::string_view::npos) &&
+          ((i != std::string_view::npos && l.substr(i).starts_with("pragma")) ||
+           l.find("_Pragma") != std::string_view::npos)) {
+        facts.file_pragma = true;
       }
     }
   });
-  return found;
+  return facts;
+}
+
+bool has_line_directive(std::string_view text) {
+  return line_facts(text).line_directive;
 }
 
 }  // namespace progcache::detail

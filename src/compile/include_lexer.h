@@ -42,4 +42,16 @@ std::vector<Directive> directives(std::string_view text);
 // line information names it) though no #include does.
 bool has_line_directive(std::string_view text);
 
+// What the logical lines of `text` hold, in any of the readings
+// `directives` unites, that makes a compiler read or print more than its
+// includes: a #line directive or a line marker (has_line_directive), and a
+// pragma that names a file (GCC's `#pragma GCC dependency "f"`, which
+// warns when f is newer than the file it is in, and `#pragma GCC
+// pch_preprocess "f"`), as a directive or through _Pragma.
+struct LineFacts {
+  bool line_directive = false;
+  bool file_pragma = false;
+};
+LineFacts line_facts(std::string_view text);
+
 }  // namespace progcache::detail

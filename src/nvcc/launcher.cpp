@@ -434,39 +434,58 @@ bool link_made_since(const std::string& path, std::int64_t start) {
 
 // The headers nvcc's generated files (the stub and the fatbin source,
 // written under $TMPDIR and compiled with the command's -I) include, and
-// the ones those include in turn, as the host compiler finds them now:
-// each place found with the SHA-256 of its text, in order; nullopt when
-// one cannot be found or read. No preprocessing step reads them, so the
-// preprocessed key holds them.
+// every header those include in turn, to the end, as the host compiler
+// finds them now: each place found with the SHA-256 of its text, in the
+// order found; nullopt when one of the two cannot be found, or a header
+// found cannot be read. No preprocessing step reads them, so the
+// preprocessed key holds them. An include found nowhere adds nothing: made
+// later, it is found, and the key changes.
 std::optional<std::vector<std::pair<std::string, std::string>>> generated_headers(const std::vector<std::string>& chain,
                                                                                   const std::string& tmpdir) {
-  auto find = [&](const std::string& name, const std::string& first) -> std::optional<std::string> {
-    std::vector<std::string> dirs = {first};
-    dirs.insert(dirs.end(), chain.begin(), chain.end());
+  // Where `name` is found: an absolute name as it is, else in `first` (a
+  // quoted include's directory), then along the chain; a place that is
+  // `includer` itself (#include_next of its own name) is passed over.
+  auto find = [&](const std::string& name, const std::optional<std::string>& first,
+                  const std::string& includer) -> std::optional<std::string> {
+    std::vector<std::string> dirs;
+    if (name.starts_with("/")) {
+      dirs.emplace_back();
+    } else {
+      if (first) dirs.push_back(*first);
+      dirs.insert(dirs.end(), chain.begin(), chain.end());
+    }
     for (const auto& d : dirs) {
       const std::string place = dt::join(d == "." ? "" : d, name);
       struct stat st {};
-      if (::stat(place.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return place;
+      if (::stat(place.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (!includer.empty() && dt::real_or_normal(place) == includer) continue;
+      return place;
     }
     return std::nullopt;
   };
   std::vector<std::pair<std::string, std::string>> out;
-  auto add = [&](const std::string& place) -> std::optional<std::string> {
+  std::vector<std::string> todo;
+  for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
+    const auto found = find(name, tmpdir, "");
+    if (!found) return std::nullopt;
+    todo.push_back(*found);
+  }
+  std::reverse(todo.begin(), todo.end());
+  std::set<std::string> seen;
+  while (!todo.empty()) {
+    const std::string place = std::move(todo.back());
+    todo.pop_back();
+    const std::string real = dt::real_or_normal(place);
+    if (!seen.insert(real).second) continue;
     auto text = dt::read_regular(place);
     if (!text.ok()) return std::nullopt;
     const auto sum = pc::sha256(*text);
     out.emplace_back(place, std::string(pc::as_view(sum)));
-    return std::move(*text);
-  };
-  for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
-    const auto found = find(name, tmpdir);
-    if (!found) return std::nullopt;
-    auto text = add(*found);
-    if (!text) return std::nullopt;
     for (const auto& d : dt::directives(*text)) {
-      if (d.kind != dt::Operand::quoted) continue;
-      const auto inner = find(d.name, dt::parent_of(*found));
-      if (inner && !add(*inner)) return std::nullopt;
+      if (d.kind == dt::Operand::computed) continue;
+      const auto inner =
+          find(d.name, d.kind == dt::Operand::quoted ? std::optional(dt::parent_of(place)) : std::nullopt, real);
+      if (inner) todo.push_back(*inner);
     }
   }
   return out;
@@ -519,7 +538,9 @@ class Places {
   // through a macro names no place: in a file outside the toolkit and the
   // host compiler's directories, an error (what it would find if created
   // is not known).
-  std::optional<std::string> probe_file(const std::string& file, const std::string& text) {
+  // `found`, if given, receives the place each operand was found at.
+  std::optional<std::string> probe_file(const std::string& file, const std::string& text,
+                                        std::vector<std::string>* found = nullptr) {
     if (!dt::may_hold_directives(text)) return std::nullopt;
     const std::string dir = dt::parent_of(file);
     for (const auto& d : dt::directives(text)) {
@@ -527,7 +548,8 @@ class Places {
         if (!trusted(file)) return "an include through a macro in '" + file + "' cannot be followed";
         continue;
       }
-      (void)probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file);
+      auto place = probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file);
+      if (found != nullptr && place) found->push_back(std::move(*place));
     }
     return std::nullopt;
   }
@@ -542,6 +564,13 @@ class Places {
   // No dependency output lists it. The place found, if any.
   std::optional<std::string> probe_generated(const std::string& name, const std::string& tmpdir) {
     return probe(name, tmpdir, "");
+  }
+
+  // Whether `file` is under the toolkit's or the host compiler's own
+  // directories.
+  bool trusted(const std::string& file) const {
+    const std::string r = real_file(file);
+    return std::any_of(m_trusted.begin(), m_trusted.end(), [&r](const std::string& t) { return dt::under(r, t); });
   }
 
   std::vector<std::string> absent() const { return m_absent; }
@@ -582,11 +611,6 @@ class Places {
     if (::stat(place.c_str(), &st) == 0) return;
     m_absent_seen.insert(place);
     m_absent.push_back(place);
-  }
-
-  bool trusted(const std::string& file) const {
-    const std::string r = real_file(file);
-    return std::any_of(m_trusted.begin(), m_trusted.end(), [&r](const std::string& t) { return dt::under(r, t); });
   }
 
   // A file's directory resolved, its own name kept (a header that is a
@@ -1320,12 +1344,31 @@ class Launcher {
     // The headers nvcc's generated files include, and theirs in turn.
     std::error_code ec;
     const std::string tmpdir = std::filesystem::temp_directory_path(ec).string();
+    // None is in the dependency list: each is read and judged as a file
+    // the compile read is, and so is every header it includes, to the end.
+    std::vector<std::string> todo;
     for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
       const auto found = places.probe_generated(name, tmpdir);
       if (!found) return std::string("a header nvcc's generated files include cannot be found: ") + name;
-      auto text = dt::read_regular(*found);
-      if (!text.ok()) return std::string("a header nvcc's generated files include cannot be read: ") + name;
-      if (auto why = places.probe_file(*found, *text)) return *why;
+      todo.push_back(*found);
+    }
+    std::set<std::string> generated_seen;
+    while (!todo.empty()) {
+      const std::string path = std::move(todo.back());
+      todo.pop_back();
+      if (!generated_seen.insert(dt::real_or_normal(path)).second) continue;
+      // A directory a probe found (a macro's body that looks like a name)
+      // only has to stay there, as the probe recorded.
+      if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+      auto text = dt::read_regular(path);
+      if (!text.ok()) return "a header nvcc's generated files include cannot be read: '" + path + "'";
+      // The toolkit's and the host compiler's own headers are taken as they
+      // are (this is a superset of what the compile reads: every branch's
+      // includes); one of the command's directories is judged.
+      if (!places.trusted(path)) {
+        if (auto why = judge_text(*text)) return *why;
+      }
+      if (auto why = places.probe_file(path, *text, &todo)) return *why;
     }
     nv::ManifestRecord m;
     const std::int64_t now = dt::now_ns();
@@ -1343,21 +1386,7 @@ class Launcher {
       const auto sum = pc::sha256(*text);
       places.found(path, source_dir);
       if (auto why = places.probe_file(path, *text)) return *why;
-      if (auto why = unkeyable_content(*text)) return *why;
-      // Device line information names a file by the working directory
-      // joined to the name a #line directive (or a line marker) gives: when
-      // the place is not keyed, such a name may be relative.
-      // A #line naming a file: that file is read too (a diagnostic quotes
-      // it, -src-in-ptx copies it) and is not in the dependency list.
-      if (dt::has_line_directive(*text)) {
-        m_line_directive = true;
-        if (m_cmd.line_info && !m_place_keyed) {
-          return std::string("a #line directive with line information: the name it gives may be relative");
-        }
-        if (m_cmd.source_in_ptx) {
-          return std::string("a #line directive with -src-in-ptx: the file it names is copied in, and not keyed");
-        }
-      }
+      if (auto why = judge_text(*text)) return *why;
       // Stat again: the digest is of the file nvcc read only if nothing
       // touched it in between.
       struct stat after {};
@@ -1377,6 +1406,31 @@ class Launcher {
       m.present.push_back({p, S_ISDIR(st.st_mode) ? dt::FileStamp{} : dt::stamp_of(st)});
     }
     return m;
+  }
+
+  // Why what a file the compile read says keeps its result from being
+  // stored, or nullopt. Device line information names a file by the
+  // working directory joined to the name a #line directive (or a line
+  // marker) gives: when the place is not keyed, such a name may be
+  // relative. A #line naming a file: that file is read too (a diagnostic
+  // quotes it, -src-in-ptx copies it) and is not in the dependency list. A
+  // pragma naming a file (#pragma GCC dependency) warns by that file's time.
+  std::optional<std::string> judge_text(const std::string& text) {
+    if (auto why = unkeyable_content(text)) return why;
+    const dt::LineFacts facts = dt::line_facts(text);
+    if (facts.file_pragma) {
+      return std::string("an input has a pragma naming a file (#pragma GCC dependency): it is not keyed");
+    }
+    if (facts.line_directive) {
+      m_line_directive = true;
+      if (m_cmd.line_info && !m_place_keyed) {
+        return std::string("a #line directive with line information: the name it gives may be relative");
+      }
+      if (m_cmd.source_in_ptx) {
+        return std::string("a #line directive with -src-in-ptx: the file it names is copied in, and not keyed");
+      }
+    }
+    return std::nullopt;
   }
 
   // Runs nvcc (files unchanged since `start` are what it reads) and stores
