@@ -36,6 +36,13 @@ TEST(IncludeLexerTest, ALineDirectiveIsFoundInEverySpellingThePreprocessorReads)
            "#if 0\n1'2'/*'\n#endif\n# 7 \"o.txt\" // */\n",      // the number 1'2, then the literal '/*'
            "#if __has_include(<nothere/*x>)\n#endif\n# 7 \"o.txt\" // */\n",  // "/*" in a header name
            std::string("#\0 7 \"o.txt\"\n", 13),                              // a NUL, which gcc takes for white space
+           "#if 0\n1.'a'/*'\n#endif\n# 7 \"o.txt\" // */\n",                  // the number 1.'a, then '/*'
+           "#if 0\n1e+'a'/*'\n#endif\n# 7 \"o.txt\" // */\n",                 // a sign after an exponent
+           // in a skipped group, a string: the backslash escapes the quote
+           "#if 0\n__has_include(\"a\\\" /* \")\n#endif\n# 7 \"o.txt\" // */\n",
+           "#\\ \n 7 \"o.txt\"\n",                  // gcc joins lines at a backslash and white space
+           "/* c *\\ \n/\n# 7 \"o.txt\"\n// */\n",  // ... which ends this comment
+           "int a;\r# 7 \"o.txt\"\r",               // a lone CR ends a line
        }) {
     EXPECT_TRUE(dt::has_line_directive(text)) << text;
   }
@@ -78,6 +85,8 @@ TEST(IncludeLexerTest, AnIncludeAnyReadingFindsIsFound) {
   EXPECT_TRUE(includes("int a = 1'/*';\n#include \"c.h\"\n// */\n", "c.h"));
   // 1'2'/*' is the number 1'2 and the literal '/*': no comment opens.
   EXPECT_TRUE(includes("#if 0\n1'2'/*'\n#endif\n#include \"c2.h\" // */\n", "c2.h"));
+  EXPECT_TRUE(includes("#if 0\n__has_include(\"a\\\" /* \")\n#endif\n#include \"h2.h\" // */\n", "h2.h"));
+  EXPECT_TRUE(includes("int a;\r#include \"cr.h\"\r", "cr.h"));
   // Trigraphs both ways, as before.
   EXPECT_TRUE(includes("?\?=include \"d.h\"\n", "d.h"));
   // A comment hides in every reading.

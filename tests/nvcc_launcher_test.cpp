@@ -1239,6 +1239,34 @@ TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {
   fs::remove(m_tmp.sub("work/inc/deeper.h"));
   fs::remove(m_tmp.sub("work/inc/deepest.h"));
   fs::remove(m_tmp.sub("work/inc/fatbinary_section.h"));
+  // #include_next through three directories: an edit in the last is
+  // compiled in, by the direct key and by the text (after a comment edit).
+  for (const char* d : {"n1", "n2", "n3"}) fs::create_directories(m_tmp.sub(std::string("work/") + d));
+  write("n1/fatbinary_section.h", "#include_next <fatbinary_section.h>\n");
+  write("n2/fatbinary_section.h", "#include_next <fatbinary_section.h>\n");
+  const auto next_marker = [&](const std::string& v) {
+    write("n3/fatbinary_section.h",
+          "#include_next <fatbinary_section.h>\nstatic const char next_marker[] __attribute__((used)) = \"" + v +
+              "\";\n");
+  };
+  next_marker("NEXT_ONE");
+  write("n.cu", "__global__ void k(int* p) { *p = 1; }\n");
+  const std::string nexted = "-arch=sm_90 -I n1 -I n2 -I n3 -c n.cu -o n.o";
+  ASSERT_TRUE(stored(nexted));
+  next_marker("NEXT_TWO");
+  ASSERT_EQ(real(nexted).code, 0);
+  EXPECT_NE(read("n.o").find("NEXT_TWO"), std::string::npos) << "an edit behind two #include_next was served stale";
+  ASSERT_TRUE(stored(nexted));
+  next_marker("NEXT_THREE");
+  write("n.cu", "__global__ void k(int* p) { *p = 1; }  // a comment\n");
+  ASSERT_EQ(real(nexted).code, 0);
+  EXPECT_NE(read("n.o").find("NEXT_THREE"), std::string::npos) << "served stale by the text";
+  // ... and a comment edit alone is served by the text.
+  const std::uint64_t by_text = counter("preprocessed_hits");
+  write("n.cu", "__global__ void k(int* p) { *p = 1; }  // another comment\n");
+  ASSERT_EQ(real(nexted).code, 0);
+  EXPECT_EQ(counter("preprocessed_hits"), by_text + 1);
+  EXPECT_NE(read("n.o").find("NEXT_THREE"), std::string::npos);
   // #pragma GCC dependency warns when the file it names is newer than the
   // one it is in: that file's time is not keyed, so such a compile is not
   // stored (nor one spelled through _Pragma).

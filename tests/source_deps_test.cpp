@@ -138,6 +138,21 @@ TEST_F(SourceDepsTest, IncludeLookalikesInsideLiteralsAndCommentsAreNotIncludes)
   EXPECT_FALSE(compile_matches_fresh(p)) << "the include after the lookalikes was missed";
 }
 
+TEST_F(SourceDepsTest, AnIncludeAfterTextASkippedGroupReadsOtherwiseIsSeen) {
+  // In a group #if 0 skips, __has_include("a\" /* ") is a string holding
+  // "/*", not a header name followed by a comment: the include after it is
+  // real, and an edit of its header is compiled in.
+  write_all(m_tmp.sub("src/h2.h"), "#define V 1\n");
+  const std::string code =
+      "#if 0\n__has_include(\"a\\\" /* \")\n#endif\n#include \"h2.h\" // */\n"
+      "__device__ int skipped() { return V; }\n";
+  const Program p = program(code, m_tmp.sub("src/skipped.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  write_all(m_tmp.sub("src/h2.h"), "#define V 2\n");
+  EXPECT_FALSE(compile_matches_fresh(p)) << "the include after the skipped group was missed";
+}
+
 TEST_F(SourceDepsTest, QuotedHeaderThroughTheWorkingDirectory) {
   // A program name without a directory: NVRTC looks in the working directory.
   write_all(m_tmp.sub("src/val.h"), "#define V 3\n");

@@ -1,7 +1,9 @@
 #include "include_lexer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstddef>
+#include <unordered_map>
 
 namespace progcache::detail {
 
@@ -53,6 +55,8 @@ bool header_name_next(std::string_view so_far) {
     }
     return false;
   }
+  // The tail first: the whole line is looked at once per such word.
+  if (!t.ends_with("include") && !t.ends_with("include_next") && !t.ends_with("import")) return false;
   const std::size_t i = directive_name_at(t);
   if (i == std::string_view::npos) return false;
   const std::string_view word = t.substr(i);
@@ -79,45 +83,103 @@ struct LogicalLine {
   int line;  // the physical line it starts on
 };
 
-// How a text is read where the language standard decides: raw strings
-// (C++11 on; in C, R"( is a name and a string) and digit separators (C++14
-// on; before, 1'/*' is a number and a character literal).
+// How a text is read where the language standard or the context decides:
+// raw strings (C++11 on; in C, R"( is a name and a string), digit
+// separators (C++14 on; before, 1'/*' is a number and a character literal),
+// and header names (after #include or __has_include( the preprocessor reads
+// "a\" or <a/*b> whole, but not in a group #if skips, where they are a
+// string and tokens).
 struct Reading {
   bool raw_strings = true;
   bool digit_separators = true;
+  bool header_names = true;
+};
+
+// A character a raw string's delimiter may hold.
+bool d_char(char c) {
+  return c != ' ' && c != '(' && c != ')' && c != '\\' && c != '\t' && c != '\v' && c != '\f' && c != '\n' &&
+         c != '\r' && c != '\0';
+}
+
+// Where each raw string's closing `)delim"` is, by delimiter: every '"' is
+// the end of at most one candidate (the d-chars before it back to a ')').
+// Built once per text, so finding an unterminated raw string's end costs a
+// lookup, not a scan of the rest of the text.
+class RawClosers {
+ public:
+  explicit RawClosers(const std::string& src) : m_src(src) {}
+
+  // The position just past the `)delim"` closing a raw string opened at
+  // `open` (its '('), or npos.
+  std::size_t end_after(std::size_t open, std::string_view delim) {
+    if (!m_built) build();
+    const auto it = m_at.find(std::string(delim));
+    if (it == m_at.end()) return std::string::npos;
+    const auto pos = std::lower_bound(it->second.begin(), it->second.end(), open + 1);
+    return pos == it->second.end() ? std::string::npos : *pos + delim.size() + 2;
+  }
+
+ private:
+  void build() {
+    m_built = true;
+    for (std::size_t q = m_src.find('"'); q != std::string::npos; q = m_src.find('"', q + 1)) {
+      std::size_t p = q;
+      while (p > 0 && q - p < 16 && d_char(m_src[p - 1]) && m_src[p - 1] != '"') --p;
+      if (p > 0 && m_src[p - 1] == ')') m_at[m_src.substr(p, q - p)].push_back(p - 1);
+    }
+  }
+
+  const std::string& m_src;
+  bool m_built = false;
+  std::unordered_map<std::string, std::vector<std::size_t>> m_at;
 };
 
 // Splits `text` into logical lines. String and character literals (raw
 // strings included, when `how` has them) pass through untouched, so "/*"
 // inside one opens no comment; a block comment's newlines vanish with it,
 // as the standard says, so a '#' after "/* ... */" on a later line is not
-// at the start of one. A quote after a digit run is a digit separator
-// (1'000), not a literal, when `how` has them.
+// at the start of one. Numbers are read as the preprocessor reads them
+// (1.'a, 1e+5, 0x1'f: with digit separators, when `how` has them, a quote
+// followed by a digit or letter continues one). Lines end as gcc ends them:
+// at '\n', "\r\n" or a lone '\r'; a backslash before a line's end, white
+// space between them or not, joins it to the next.
 std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
-  // Phase 2: join splices, drop the '\r' of CRLF, and remember on which
-  // physical line each remaining character stood.
+  // Phase 2: join splices, make each line end one '\n', and remember on
+  // which physical line each remaining character stood.
   std::string src;
   std::vector<int> line_of;
   src.reserve(text.size());
   line_of.reserve(text.size());
   int phys = 1;
+  // The length of the line end at `j` ('\n', "\r\n", '\r'), or 0.
+  auto line_end = [&](std::size_t j) -> std::size_t {
+    if (j >= text.size()) return 0;
+    if (text[j] == '\n') return 1;
+    if (text[j] == '\r') return j + 1 < text.size() && text[j + 1] == '\n' ? 2 : 1;
+    return 0;
+  };
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\\') {
       std::size_t j = i + 1;
-      if (j < text.size() && text[j] == '\r') ++j;
-      if (j < text.size() && text[j] == '\n') {
-        i = j;
+      while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\f' || text[j] == '\v')) ++j;
+      if (const std::size_t n = line_end(j); n != 0) {
+        i = j + n - 1;
         ++phys;
         continue;
       }
     }
-    if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
+    if (const std::size_t n = line_end(i); n != 0) {
+      i += n - 1;
+      src.push_back('\n');
+      line_of.push_back(phys++);
+      continue;
+    }
     src.push_back(c);
     line_of.push_back(phys);
-    if (c == '\n') ++phys;
   }
   // Phase 3: comments, literals, lines.
+  RawClosers closers(src);
   std::vector<LogicalLine> out;
   LogicalLine cur{"", 1};
   bool fresh = true;  // no character of `cur` seen yet
@@ -129,20 +191,25 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
     cur.text.push_back(c);
   };
   std::size_t run_start = std::string::npos;  // start of the identifier or number run before i
+  bool number = false;                        // that run is a number (a pp-number)
+  auto end_run = [&] {
+    run_start = std::string::npos;
+    number = false;
+  };
   for (std::size_t i = 0; i < src.size();) {
     const char c = src[i];
     if (c == '\n') {
       out.push_back(std::move(cur));
       cur = LogicalLine{"", 1};
       fresh = true;
-      run_start = std::string::npos;
+      end_run();
       ++i;
       continue;
     }
     if (c == '/' && i + 1 < src.size() && src[i + 1] == '/') {
       while (i < src.size() && src[i] != '\n') ++i;  // to the end of the line
       put(' ', i - 1);
-      run_start = std::string::npos;
+      end_run();
       continue;
     }
     if (c == '/' && i + 1 < src.size() && src[i + 1] == '*') {
@@ -150,38 +217,45 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
       const std::size_t end = src.find("*/", i + 2);
       i = end == std::string::npos ? src.size() : end + 2;
       put(' ', start);
-      run_start = std::string::npos;
+      end_run();
       continue;
     }
     // A header name, where one may come, is read whole (no comment or
     // escape inside), as the preprocessor reads it.
-    if ((c == '"' || c == '<') && !fresh && header_name_next(cur.text)) {
-      const std::size_t close = src.find(c == '"' ? '"' : '>', i + 1);
-      if (close != std::string::npos && close < src.find('\n', i)) {
+    if (how.header_names && (c == '"' || c == '<') && !fresh && header_name_next(cur.text)) {
+      const std::size_t nl = std::min(src.size(), src.find('\n', i));
+      const std::size_t close = std::string_view(src).substr(0, nl).find(c == '"' ? '"' : '>', i + 1);
+      if (close != std::string::npos) {
         for (std::size_t j = i; j <= close; ++j) put(src[j], j);
         i = close + 1;
-        run_start = std::string::npos;
+        end_run();
         continue;
       }
     }
-    // A digit separator continues a number (a run that began with a digit)
-    // and is followed by a digit or a letter: 1'2'/*' is the number 1'2 and
-    // the character literal '/*'.
-    const bool separator = how.digit_separators && run_start != std::string::npos &&
-                           std::isdigit(static_cast<unsigned char>(src[run_start])) != 0 && i + 1 < src.size() &&
-                           is_ident(src[i + 1]);
-    if (c == '"' || (c == '\'' && !separator)) {
+    if (number) {
+      // A pp-number goes on through letters, digits, '.', a sign after an
+      // exponent's letter, and a digit separator before a digit or letter.
+      const char prev = src[i - 1];
+      const bool sign = (c == '+' || c == '-') && (prev == 'e' || prev == 'E' || prev == 'p' || prev == 'P');
+      const bool separator = c == '\'' && how.digit_separators && i + 1 < src.size() && is_ident(src[i + 1]);
+      if (is_ident(c) || c == '.' || sign || separator) {
+        put(c, i);
+        ++i;
+        continue;
+      }
+      end_run();
+    }
+    if (c == '"' || c == '\'') {
       const std::string_view prefix =
           run_start == std::string::npos ? std::string_view() : std::string_view(src).substr(run_start, i - run_start);
       const bool raw = how.raw_strings && c == '"' &&
                        (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
       std::size_t end = std::string::npos;
       if (raw) {
-        const std::size_t open = src.find('(', i + 1);
-        if (open != std::string::npos && open - i - 1 <= 16) {
-          const std::string close = ")" + src.substr(i + 1, open - i - 1) + "\"";
-          const std::size_t found = src.find(close, open + 1);
-          if (found != std::string::npos) end = found + close.size();
+        std::size_t open = i + 1;
+        while (open < src.size() && open - i - 1 <= 16 && d_char(src[open])) ++open;
+        if (open < src.size() && src[open] == '(' && open - i - 1 <= 16) {
+          end = closers.end_after(open, std::string_view(src).substr(i + 1, open - i - 1));
         }
       } else {
         for (std::size_t j = i + 1; j < src.size() && src[j] != '\n'; ++j) {
@@ -197,13 +271,18 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
       // A raw string may span lines: its newlines belong to the literal.
       for (std::size_t j = i; j < end; ++j) put(src[j] == '\n' ? ' ' : src[j], j);
       i = end;
-      run_start = std::string::npos;
+      end_run();
       continue;
     }
-    if (is_ident(c) || (c == '\'' && separator)) {
+    if (run_start == std::string::npos &&
+        (std::isdigit(static_cast<unsigned char>(c)) != 0 ||
+         (c == '.' && i + 1 < src.size() && std::isdigit(static_cast<unsigned char>(src[i + 1])) != 0))) {
+      run_start = i;
+      number = true;
+    } else if (is_ident(c)) {
       if (run_start == std::string::npos) run_start = i;
     } else {
-      run_start = std::string::npos;
+      end_run();
     }
     put(c, i);
     ++i;
@@ -223,10 +302,12 @@ std::vector<Directive> directives_of(std::string_view text, Reading how) {
     // __has_include(...) may appear anywhere on a line (#if, #elif, macros).
     for (std::size_t at = l.find("__has_include"); at != std::string_view::npos; at = l.find("__has_include", at + 1)) {
       std::size_t i = at + std::string_view("__has_include").size();
-      if (l.substr(i).starts_with("_next")) i += 5;
+      const bool next = l.substr(i).starts_with("_next");
+      if (next) i += 5;
       i = skip_blanks(l, i);
       if (i < l.size() && l[i] == '(') {
         out.push_back(read_operand(l, i + 1, first_line));
+        out.back().next = next;
       } else {
         // Not called here: named through a macro (#define HAS __has_include),
         // so its operands cannot be told apart. As for #include MACRO.
@@ -240,6 +321,7 @@ std::vector<Directive> directives_of(std::string_view text, Reading how) {
     const std::string_view word = l.substr(i, j - i);
     if (word == "include" || word == "include_next" || word == "import") {
       Directive d = read_operand(l, j, first_line);
+      d.next = word == "include_next";
       if (d.kind != Operand::computed || !d.name.empty()) out.push_back(std::move(d));
     } else if (word == "define") {
       // A macro whose whole body is a header name ("x.h" or <x.h>) is what a
@@ -281,27 +363,52 @@ std::string replace_trigraphs(std::string_view text) {
 }
 
 // Every reading `text` needs: the one of today's C++ and, where the text
-// holds what an older standard (or C) reads otherwise, those too; each with
-// trigraphs as written and replaced where it has any. Reading every way
-// and uniting what is found keeps the result a superset, whatever the
-// standard the compile uses.
+// holds what an older standard (or C) or a skipped group reads otherwise,
+// those too; each with trigraphs as written and replaced where it has any.
+// Reading every way and uniting what is found keeps the result a superset,
+// whatever the standard the compile uses.
 template <class Each>
 void for_each_reading(std::string_view text, Each&& each) {
   auto readings_of = [&](std::string_view t) {
     // A raw string's prefix, also with a joined line before its quote.
-    const bool raw = t.find("R\"") != std::string_view::npos || t.find("R\\\n") != std::string_view::npos ||
-                     t.find("R\\\r\n") != std::string_view::npos;
+    const bool raw = t.find("R\"") != std::string_view::npos || t.find("R\\") != std::string_view::npos;
     // A quote after a number's last character (0xA'B: a hex digit), or
-    // after a joined line, may be a digit separator.
+    // after a line end (a joined line), may be a digit separator.
     bool separator = false;
     for (std::size_t p = t.find('\''); p != std::string_view::npos && !separator; p = t.find('\'', p + 1)) {
-      separator = p > 0 && (std::isalnum(static_cast<unsigned char>(t[p - 1])) != 0 || t[p - 1] == '\n');
+      separator =
+          p > 0 && (std::isalnum(static_cast<unsigned char>(t[p - 1])) != 0 || t[p - 1] == '\n' || t[p - 1] == '\r');
+    }
+    // A header name (after an include-like word) holding what a string or
+    // tokens read differently: a backslash, a quote, a comment's start.
+    bool header_name = false;
+    for (std::size_t b = 0; b < t.size() && !header_name;) {
+      std::size_t e = t.find_first_of("\r\n", b);
+      if (e == std::string_view::npos) e = t.size();
+      const std::string_view line = t.substr(b, e - b);
+      for (const std::string_view word : {"include", "import"}) {
+        std::size_t w = line.find(word);
+        while (w != std::string_view::npos && !header_name) {
+          const std::size_t open = line.find_first_of("\"<", w);
+          if (open == std::string_view::npos) break;
+          std::size_t close = line.find(line[open] == '"' ? '"' : '>', open + 1);
+          if (close == std::string_view::npos) close = line.size();
+          const std::string_view name = line.substr(open + 1, close - open - 1);
+          header_name = name.find_first_of("\\'\"") != std::string_view::npos ||
+                        name.find("/*") != std::string_view::npos || name.find("//") != std::string_view::npos;
+          w = close >= line.size() ? std::string_view::npos : line.find(word, close);
+        }
+      }
+      b = e + 1;
     }
     for (const bool r : {true, false}) {
       if (!r && !raw) continue;
       for (const bool d : {true, false}) {
         if (!d && !separator) continue;
-        each(t, Reading{r, d});
+        for (const bool h : {true, false}) {
+          if (!h && !header_name) continue;
+          each(t, Reading{r, d, h});
+        }
       }
     }
   };

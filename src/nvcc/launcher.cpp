@@ -445,8 +445,11 @@ std::optional<std::vector<std::pair<std::string, std::string>>> generated_header
   // Where `name` is found: an absolute name as it is, else in `first` (a
   // quoted include's directory), then along the chain; a place that is
   // `includer` itself (#include_next of its own name) is passed over.
-  auto find = [&](const std::string& name, const std::optional<std::string>& first,
-                  const std::string& includer) -> std::optional<std::string> {
+  // For #include_next (`next`), every place past the includer's own is
+  // found (which directory found the includer is not known here).
+  auto find = [&](const std::string& name, const std::optional<std::string>& first, const std::string& includer,
+                  bool next) -> std::vector<std::string> {
+    std::vector<std::string> found;
     std::vector<std::string> dirs;
     if (name.starts_with("/")) {
       dirs.emplace_back();
@@ -459,16 +462,17 @@ std::optional<std::vector<std::pair<std::string, std::string>>> generated_header
       struct stat st {};
       if (::stat(place.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       if (!includer.empty() && dt::real_or_normal(place) == includer) continue;
-      return place;
+      found.push_back(place);
+      if (!next) break;
     }
-    return std::nullopt;
+    return found;
   };
   std::vector<std::pair<std::string, std::string>> out;
   std::vector<std::string> todo;
   for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
-    const auto found = find(name, tmpdir, "");
-    if (!found) return std::nullopt;
-    todo.push_back(*found);
+    const auto found = find(name, tmpdir, "", false);
+    if (found.empty()) return std::nullopt;
+    todo.push_back(found.front());
   }
   std::reverse(todo.begin(), todo.end());
   std::set<std::string> seen;
@@ -483,9 +487,9 @@ std::optional<std::vector<std::pair<std::string, std::string>>> generated_header
     out.emplace_back(place, std::string(pc::as_view(sum)));
     for (const auto& d : dt::directives(*text)) {
       if (d.kind == dt::Operand::computed) continue;
-      const auto inner =
-          find(d.name, d.kind == dt::Operand::quoted ? std::optional(dt::parent_of(place)) : std::nullopt, real);
-      if (inner) todo.push_back(*inner);
+      const auto inner = find(
+          d.name, d.kind == dt::Operand::quoted ? std::optional(dt::parent_of(place)) : std::nullopt, real, d.next);
+      todo.insert(todo.end(), inner.rbegin(), inner.rend());
     }
   }
   return out;
@@ -548,22 +552,23 @@ class Places {
         if (!trusted(file)) return "an include through a macro in '" + file + "' cannot be followed";
         continue;
       }
-      auto place = probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file);
-      if (found != nullptr && place) found->push_back(std::move(*place));
+      auto places = probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file, d.next);
+      if (found != nullptr) found->insert(found->end(), places.begin(), places.end());
     }
     return std::nullopt;
   }
 
   // nvcc's -include files (its own cuda_runtime.h first): the working
   // directory, then the chain.
-  void probe_pre_include(const std::string& name) { (void)probe(name, std::string(), ""); }
+  void probe_pre_include(const std::string& name) { (void)probe(name, std::string(), "", false); }
 
   // A header nvcc's generated files include (the stub and the fatbin
   // source, which it writes under $TMPDIR and the host compiler compiles
   // with the command's -I): a quoted include from `tmpdir`, then the chain.
   // No dependency output lists it. The place found, if any.
   std::optional<std::string> probe_generated(const std::string& name, const std::string& tmpdir) {
-    return probe(name, tmpdir, "");
+    auto found = probe(name, tmpdir, "", false);
+    return found.empty() ? std::nullopt : std::optional(std::move(found.front()));
   }
 
   // Whether `file` is under the toolkit's or the host compiler's own
@@ -577,9 +582,16 @@ class Places {
   std::vector<std::string> present() const { return m_present; }
 
  private:
-  std::optional<std::string> probe(const std::string& name, const std::optional<std::string>& first_dir,
-                                   const std::string& includer) {
-    if (name.empty()) return std::nullopt;
+  // The place `name` is found at (empty: none). For #include_next (`next`)
+  // the search would go on past the directory the includer was found in,
+  // which is not known here: every place along the search is recorded
+  // (absent, or present and kept as it is), and every one found returned,
+  // the includer itself passed over. More than the compiler looks at:
+  // only ever a miss too many.
+  std::vector<std::string> probe(const std::string& name, const std::optional<std::string>& first_dir,
+                                 const std::string& includer, bool next) {
+    std::vector<std::string> out;
+    if (name.empty()) return out;
     std::vector<std::string> dirs;
     if (name.starts_with("/")) {
       dirs.emplace_back();
@@ -600,9 +612,10 @@ class Places {
       // first here: the search goes on past it.
       if (real == includer_real) continue;
       if (m_deps.count(real) == 0 && m_present_seen.insert(place).second) m_present.push_back(place);
-      return place;
+      out.push_back(place);
+      if (!next) break;
     }
-    return std::nullopt;
+    return out;
   }
 
   void absent_if_so(const std::string& place) {
