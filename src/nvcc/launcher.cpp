@@ -432,6 +432,20 @@ bool link_made_since(const std::string& path, std::int64_t start) {
   return false;
 }
 
+// The places `name` is looked for, in order: itself when absolute, else
+// joined to `first` (a quoted include's directory; empty: the working
+// directory), if given, then to each directory of `chain`.
+std::vector<std::string> search_places(const std::string& name, const std::optional<std::string>& first,
+                                       const std::vector<std::string>& chain) {
+  if (name.starts_with("/")) return {name};
+  std::vector<std::string> out;
+  out.reserve(chain.size() + 1);
+  auto add = [&](const std::string& d) { out.push_back(dt::join(d == "." ? "" : d, name)); };
+  if (first) add(*first);
+  for (const auto& d : chain) add(d);
+  return out;
+}
+
 // The headers nvcc's generated files (the stub and the fatbin source,
 // written under $TMPDIR and compiled with the command's -I) include, and
 // every header those include in turn, to the end, as the host compiler
@@ -450,15 +464,7 @@ std::optional<std::vector<std::pair<std::string, std::string>>> generated_header
   auto find = [&](const std::string& name, const std::optional<std::string>& first, const std::string& includer,
                   bool next) -> std::vector<std::string> {
     std::vector<std::string> found;
-    std::vector<std::string> dirs;
-    if (name.starts_with("/")) {
-      dirs.emplace_back();
-    } else {
-      if (first) dirs.push_back(*first);
-      dirs.insert(dirs.end(), chain.begin(), chain.end());
-    }
-    for (const auto& d : dirs) {
-      const std::string place = dt::join(d == "." ? "" : d, name);
+    for (const auto& place : search_places(name, first, chain)) {
       struct stat st {};
       if (::stat(place.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       if (!includer.empty() && dt::real_or_normal(place) == includer) continue;
@@ -592,16 +598,8 @@ class Places {
                                  const std::string& includer, bool next) {
     std::vector<std::string> out;
     if (name.empty()) return out;
-    std::vector<std::string> dirs;
-    if (name.starts_with("/")) {
-      dirs.emplace_back();
-    } else {
-      if (first_dir) dirs.push_back(*first_dir);
-      dirs.insert(dirs.end(), m_chain.begin(), m_chain.end());
-    }
     const std::string includer_real = includer.empty() ? std::string() : real_file(includer);
-    for (const auto& d : dirs) {
-      const std::string place = dt::join(d == "." ? "" : d, name);
+    for (const auto& place : search_places(name, first_dir, m_chain)) {
       struct stat st {};
       if (::stat(place.c_str(), &st) != 0) {
         absent_if_so(place);
