@@ -446,16 +446,32 @@ std::vector<std::string> search_places(const std::string& name, const std::optio
   return out;
 }
 
+// A header of the generated files' closure, and whether the headers it
+// includes are followed: those of the two the generated files include and
+// of every header in a directory of the command, to the end; not those of
+// the toolkit's or the host compiler's own headers below the first level
+// (a superset of every branch's includes of the system's headers is about
+// a thousand files, and their edits are the toolkit's and the compiler's,
+// keyed by identity).
+struct Generated {
+  std::string place;
+  bool expand = true;
+};
+
 // The headers nvcc's generated files (the stub and the fatbin source,
 // written under $TMPDIR and compiled with the command's -I) include, and
-// every header those include in turn, to the end, as the host compiler
-// finds them now: each place found with the SHA-256 of its text, in the
+// the headers those include in turn (Generated says how far), as the host
+// compiler finds them now: each place found with the SHA-256 of its text, in the
 // order found; nullopt when one of the two cannot be found, or a header
 // found cannot be read. No preprocessing step reads them, so the
 // preprocessed key holds them. An include found nowhere adds nothing: made
 // later, it is found, and the key changes.
-std::optional<std::vector<std::pair<std::string, std::string>>> generated_headers(const std::vector<std::string>& chain,
-                                                                                  const std::string& tmpdir) {
+std::optional<std::vector<std::pair<std::string, std::string>>> generated_headers(
+    const std::vector<std::string>& chain, const std::string& tmpdir, const std::vector<std::string>& trusted) {
+  auto is_trusted = [&](const std::string& place) {
+    const std::string r = dt::real_or_normal(place);
+    return std::any_of(trusted.begin(), trusted.end(), [&r](const std::string& t) { return dt::under(r, t); });
+  };
   // Where `name` is found: an absolute name as it is, else in `first` (a
   // quoted include's directory), then along the chain; a place that is
   // `includer` itself (#include_next of its own name) is passed over.
@@ -474,28 +490,29 @@ std::optional<std::vector<std::pair<std::string, std::string>>> generated_header
     return found;
   };
   std::vector<std::pair<std::string, std::string>> out;
-  std::vector<std::string> todo;
+  std::vector<Generated> todo;
   for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
     const auto found = find(name, tmpdir, "", false);
     if (found.empty()) return std::nullopt;
-    todo.push_back(found.front());
+    todo.push_back({found.front(), true});
   }
   std::reverse(todo.begin(), todo.end());
   std::set<std::string> seen;
   while (!todo.empty()) {
-    const std::string place = std::move(todo.back());
+    const Generated g = std::move(todo.back());
     todo.pop_back();
-    const std::string real = dt::real_or_normal(place);
+    const std::string real = dt::real_or_normal(g.place);
     if (!seen.insert(real).second) continue;
-    auto text = dt::read_regular(place);
+    auto text = dt::read_regular(g.place);
     if (!text.ok()) return std::nullopt;
     const auto sum = pc::sha256(*text);
-    out.emplace_back(place, std::string(pc::as_view(sum)));
+    out.emplace_back(g.place, std::string(pc::as_view(sum)));
+    if (!g.expand) continue;
     for (const auto& d : dt::directives(*text)) {
       if (d.kind == dt::Operand::computed) continue;
       const auto inner = find(
-          d.name, d.kind == dt::Operand::quoted ? std::optional(dt::parent_of(place)) : std::nullopt, real, d.next);
-      todo.insert(todo.end(), inner.rbegin(), inner.rend());
+          d.name, d.kind == dt::Operand::quoted ? std::optional(dt::parent_of(g.place)) : std::nullopt, real, d.next);
+      for (auto it = inner.rbegin(); it != inner.rend(); ++it) todo.push_back({*it, !is_trusted(*it)});
     }
   }
   return out;
@@ -1246,8 +1263,8 @@ class Launcher {
     auto system = host_system_dirs(hosts.front());
     if (!system) return std::nullopt;
     std::error_code ec;
-    auto generated =
-        generated_headers(search_chain(m_cmd, m_bin, *system), std::filesystem::temp_directory_path(ec).string());
+    auto generated = generated_headers(search_chain(m_cmd, m_bin, *system),
+                                       std::filesystem::temp_directory_path(ec).string(), trusted_roots(*system));
     if (!generated) return std::nullopt;
     for (const auto& [place, digest] : *generated) kb.add_string("generated-header", place).add_bytes("sha256", digest);
     // What was read must be what is there: nothing changed since `start`.
@@ -1335,8 +1352,7 @@ class Launcher {
     const auto hosts = host_compilers(m_cmd);
     auto system = host_system_dirs(hosts.front());
     if (!system) return std::string("the host compiler's include directories cannot be read");
-    std::vector<std::string> trusted = {dt::real_or_normal(dt::parent_of(m_bin))};
-    for (const auto& d : *system) trusted.push_back(dt::real_or_normal(d));
+    std::vector<std::string> trusted = trusted_roots(*system);
     // The toolkit beside nvcc; through a wrapper, the one whose
     // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
     std::string toolkit_bin = m_bin;
@@ -1357,16 +1373,20 @@ class Launcher {
     const std::string tmpdir = std::filesystem::temp_directory_path(ec).string();
     // None is in the dependency list: each is read and judged as a file
     // the compile read is, and so is every header it includes, to the end.
-    std::vector<std::string> todo;
+    std::vector<Generated> todo;
     for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
       const auto found = places.probe_generated(name, tmpdir);
       if (!found) return std::string("a header nvcc's generated files include cannot be found: ") + name;
-      todo.push_back(*found);
+      todo.push_back({*found, true});
     }
     std::set<std::string> generated_seen;
     while (!todo.empty()) {
-      const std::string path = std::move(todo.back());
+      const Generated g = std::move(todo.back());
       todo.pop_back();
+      // A header not followed (below the first level, the toolkit's or
+      // the host compiler's own) is a place its includer's probe recorded.
+      if (!g.expand) continue;
+      const std::string& path = g.place;
       if (!generated_seen.insert(dt::real_or_normal(path)).second) continue;
       // A directory a probe found (a macro's body that looks like a name)
       // only has to stay there, as the probe recorded.
@@ -1379,7 +1399,9 @@ class Launcher {
       if (!places.trusted(path)) {
         if (auto why = judge_text(*text)) return *why;
       }
-      if (auto why = places.probe_file(path, *text, &todo)) return *why;
+      std::vector<std::string> inner;
+      if (auto why = places.probe_file(path, *text, &inner)) return *why;
+      for (auto& p : inner) todo.push_back({p, !places.trusted(p)});
     }
     nv::ManifestRecord m;
     const std::int64_t now = dt::now_ns();
@@ -1417,6 +1439,14 @@ class Launcher {
       m.present.push_back({p, S_ISDIR(st.st_mode) ? dt::FileStamp{} : dt::stamp_of(st)});
     }
     return m;
+  }
+
+  // The directories whose headers are the toolkit's (beside nvcc) and the
+  // host compiler's own (`system`), resolved.
+  std::vector<std::string> trusted_roots(const std::vector<std::string>& system) const {
+    std::vector<std::string> out = {dt::real_or_normal(dt::parent_of(m_bin))};
+    for (const auto& d : system) out.push_back(dt::real_or_normal(d));
+    return out;
   }
 
   // Why what a file the compile read says keeps its result from being
