@@ -40,9 +40,18 @@ TEST(IncludeLexerTest, ALineDirectiveIsFoundInEverySpellingThePreprocessorReads)
            "#if 0\n1e+'a'/*'\n#endif\n# 7 \"o.txt\" // */\n",                 // a sign after an exponent
            // in a skipped group, a string: the backslash escapes the quote
            "#if 0\n__has_include(\"a\\\" /* \")\n#endif\n# 7 \"o.txt\" // */\n",
-           "#\\ \n 7 \"o.txt\"\n",                  // gcc joins lines at a backslash and white space
-           "/* c *\\ \n/\n# 7 \"o.txt\"\n// */\n",  // ... which ends this comment
-           "int a;\r# 7 \"o.txt\"\r",               // a lone CR ends a line
+           "#\\ \n 7 \"o.txt\"\n",                               // gcc joins lines at a backslash and white space
+           "/* c *\\ \n/\n# 7 \"o.txt\"\n// */\n",               // ... which ends this comment
+           "int a;\r# 7 \"o.txt\"\r",                            // a lone CR ends a line
+           "1e+'a/*\n#line 5 \"o.txt\"\n",                       // C++11: 1e+ and an open literal, no comment
+           "1$'a' /*\n#line 5 \"o.txt\"\n",                      // '$' continues a number (and a name)
+           "1\xc3\xa9'a' /*\n#line 5 \"o.txt\"\n",               // ... and so does UTF-8
+           "$1e+'a/*\n#line 5 \"o.txt\"\n",                      // $1e is a name
+           "R\"\"(\n/*)\"\"\n#line 5 \"o.txt\"\n",               // '"' in a raw string's delimiter
+           "R\"(x)\\\n\" /*\n)\"\n#line 5 \"o.txt\"\n// */\n",   // no splice inside a raw string
+           std::string("/* *\\\0\n/\n#line 5 \"o.txt\"\n", 25),  // a NUL before a splice's line end
+           "\xef\xbb\xbf#line 5 \"o.txt\"\n",                    // after a byte-order mark
+           "#if 0\nR\"(\n/*\n)\"\n$R\"x(\"\n#endif\n#line 5 \"o.txt\"\n)x\"\n// */\n",  // $R is no prefix
        }) {
     EXPECT_TRUE(dt::has_line_directive(text)) << text;
   }
@@ -55,6 +64,10 @@ TEST(IncludeLexerTest, APragmaNamingAFileIsFound) {
            "_Pragma(\"GCC dependency \\\"x.h\\\"\")\n",
            "#pragma GCC pch_preprocess \"x.gch\"\n",
            "#if 0\n1'2'/*'\n#endif\n#pragma GCC dependency \"x.h\" // */\n",
+           "_Pragma(\n\"GCC dependency \\\"x.h\\\"\")\n",
+           "#define P(x) _Pragma(#x)\nP(GCC dependency \"x.h\")\n",
+           "#define PR _Pragma\nPR(\"GCC dependency \\\"x.h\\\"\")\n",
+           "#define S \"GCC dependency \\\"x.h\\\"\"\n_Pragma(S)\n",
        }) {
     EXPECT_TRUE(dt::line_facts(text).file_pragma) << text;
   }
@@ -87,6 +100,8 @@ TEST(IncludeLexerTest, AnIncludeAnyReadingFindsIsFound) {
   EXPECT_TRUE(includes("#if 0\n1'2'/*'\n#endif\n#include \"c2.h\" // */\n", "c2.h"));
   EXPECT_TRUE(includes("#if 0\n__has_include(\"a\\\" /* \")\n#endif\n#include \"h2.h\" // */\n", "h2.h"));
   EXPECT_TRUE(includes("int a;\r#include \"cr.h\"\r", "cr.h"));
+  EXPECT_TRUE(includes("\xef\xbb\xbf#include \"bom.h\"\n", "bom.h"));
+  EXPECT_TRUE(includes("1$'a' /*\n#include \"dollar.h\"\n", "dollar.h"));
   // Trigraphs both ways, as before.
   EXPECT_TRUE(includes("?\?=include \"d.h\"\n", "d.h"));
   // A comment hides in every reading.

@@ -1148,7 +1148,11 @@ TEST_F(NvccLauncherTextTest, SourceInPtxAndFilesALineDirectiveNamesAreNeverServe
                                 // a header name holding "/*"
                                 "#if __has_include(<nothere/*x>)\n#endif\n# 7 \"o.txt\" // */",
                                 // a NUL after the '#' (gcc takes it for white space)
-                                std::string("#\0 7 \"o.txt\"", 12)}) {
+                                std::string("#\0 7 \"o.txt\"", 12),
+                                // what the lexer reads as a header name and gcc, in a #define,
+                                // as tokens and a comment: the preprocessor's own output names
+                                // the file
+                                "#define H __has_include(\\\n<a//>) /*\n# 7 \"o.txt\" // */"}) {
     const std::string name = "m" + std::to_string(n++) + ".cu";
     fs::remove(m_tmp.sub("work/o.txt"));
     write(name, marker + "\n__global__ void k(int* p) { *p = 1; }\n");

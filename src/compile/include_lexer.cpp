@@ -9,9 +9,17 @@ namespace progcache::detail {
 
 namespace {
 
+// A character of an identifier or a number as gcc reads them: letters,
+// digits, '_', '$' and any byte of a UTF-8 sequence.
 bool is_ident(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  const auto u = static_cast<unsigned char>(c);
+  return std::isalnum(u) != 0 || c == '_' || c == '$' || u >= 0x80;
 }
+
+// The longest operand text a computed include keeps: it names a macro (or
+// a few tokens), and a line of thousands of __has_include( must not cost
+// a copy of the rest of the line each.
+constexpr std::size_t k_max_computed = 256;
 
 // White space inside a line as the preprocessor takes it: gcc also takes a
 // NUL for white space (warning "null character(s) ignored").
@@ -73,7 +81,7 @@ Directive read_operand(std::string_view s, std::size_t i, int line) {
       return {s[i] == '"' ? Operand::quoted : Operand::angled, std::string(s.substr(i + 1, end - i - 1)), line};
     }
   }
-  return {Operand::computed, std::string(s.substr(i)), line};
+  return {Operand::computed, std::string(s.substr(i, k_max_computed)), line};
 }
 
 // A logical line, as the preprocessor sees it: after line splices are joined
@@ -93,6 +101,9 @@ struct Reading {
   bool raw_strings = true;
   bool digit_separators = true;
   bool header_names = true;
+  // Lines joined at a backslash before a line's end: gcc undoes that inside
+  // a raw string, so a text with both is also read without joining.
+  bool splices = true;
 };
 
 // A character a raw string's delimiter may hold.
@@ -124,7 +135,7 @@ class RawClosers {
     m_built = true;
     for (std::size_t q = m_src.find('"'); q != std::string::npos; q = m_src.find('"', q + 1)) {
       std::size_t p = q;
-      while (p > 0 && q - p < 16 && d_char(m_src[p - 1]) && m_src[p - 1] != '"') --p;
+      while (p > 0 && q - p < 16 && d_char(m_src[p - 1])) --p;
       if (p > 0 && m_src[p - 1] == ')') m_at[m_src.substr(p, q - p)].push_back(p - 1);
     }
   }
@@ -158,11 +169,16 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
     if (text[j] == '\r') return j + 1 < text.size() && text[j + 1] == '\n' ? 2 : 1;
     return 0;
   };
-  for (std::size_t i = 0; i < text.size(); ++i) {
+  // gcc drops a UTF-8 byte-order mark at the start.
+  const std::size_t first = text.starts_with("\xef\xbb\xbf") ? 3 : 0;
+  for (std::size_t i = first; i < text.size(); ++i) {
     const char c = text[i];
-    if (c == '\\') {
+    if (c == '\\' && how.splices) {
       std::size_t j = i + 1;
-      while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\f' || text[j] == '\v')) ++j;
+      while (j < text.size() &&
+             (text[j] == ' ' || text[j] == '\t' || text[j] == '\f' || text[j] == '\v' || text[j] == '\0')) {
+        ++j;
+      }
       if (const std::size_t n = line_end(j); n != 0) {
         i = j + n - 1;
         ++phys;
@@ -372,12 +388,19 @@ void for_each_reading(std::string_view text, Each&& each) {
   auto readings_of = [&](std::string_view t) {
     // A raw string's prefix, also with a joined line before its quote.
     const bool raw = t.find("R\"") != std::string_view::npos || t.find("R\\") != std::string_view::npos;
-    // A quote after a number's last character (0xA'B: a hex digit), or
+    bool raw_splice = false;
+    for (std::size_t p = raw ? t.find('\\') : std::string_view::npos; p != std::string_view::npos && !raw_splice;
+         p = t.find('\\', p + 1)) {
+      std::size_t j = p + 1;
+      while (j < t.size() && blank(t[j]) && t[j] != '\r') ++j;
+      raw_splice = j < t.size() && (t[j] == '\n' || t[j] == '\r');
+    }
+    // A quote after what can end a number (0xA'B, 1.'a, 1e+'a, a UCN), or
     // after a line end (a joined line), may be a digit separator.
     bool separator = false;
     for (std::size_t p = t.find('\''); p != std::string_view::npos && !separator; p = t.find('\'', p + 1)) {
-      separator =
-          p > 0 && (std::isalnum(static_cast<unsigned char>(t[p - 1])) != 0 || t[p - 1] == '\n' || t[p - 1] == '\r');
+      separator = p > 0 && (is_ident(t[p - 1]) || t[p - 1] == '\n' || t[p - 1] == '\r' || t[p - 1] == '.' ||
+                            t[p - 1] == '+' || t[p - 1] == '-' || t[p - 1] == '\\');
     }
     // A header name (after an include-like word) holding what a string or
     // tokens read differently: a backslash, a quote, a comment's start.
@@ -407,7 +430,8 @@ void for_each_reading(std::string_view text, Each&& each) {
         if (!d && !separator) continue;
         for (const bool h : {true, false}) {
           if (!h && !header_name) continue;
-          each(t, Reading{r, d, h});
+          each(t, Reading{r, d, h, true});
+          if (r && raw_splice) each(t, Reading{r, d, h, false});
         }
       }
     }
@@ -438,6 +462,8 @@ std::vector<Directive> directives(std::string_view text) {
 
 LineFacts line_facts(std::string_view text) {
   LineFacts facts;
+  bool operator_seen = false;  // _Pragma, outside comments
+  bool named_seen = false;     // "dependency" or "pch_preprocess", outside comments
   for_each_reading(text, [&](std::string_view t, Reading how) {
     if (facts.line_directive && facts.file_pragma) return;
     for (const LogicalLine& ll : logical_lines(t, how)) {
@@ -450,15 +476,16 @@ LineFacts line_facts(std::string_view text) {
           ((i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])) != 0) || l.substr(i).starts_with("line"))) {
         facts.line_directive = true;
       }
-      // A pragma naming a file, as a directive or through _Pragma (a
-      // string, so its words are on the line as written).
-      if ((l.find("dependency") != std::string_view::npos || l.find("pch_preprocess") != std::string_view::npos) &&
-          ((i != std::string_view::npos && l.substr(i).starts_with("pragma")) ||
-           l.find("_Pragma") != std::string_view::npos)) {
-        facts.file_pragma = true;
-      }
+      // A pragma naming a file, as a directive; through _Pragma, anywhere
+      // in the text (a macro may give the _Pragma, its string, or both).
+      const bool names =
+          l.find("dependency") != std::string_view::npos || l.find("pch_preprocess") != std::string_view::npos;
+      if (names && i != std::string_view::npos && l.substr(i).starts_with("pragma")) facts.file_pragma = true;
+      operator_seen = operator_seen || l.find("_Pragma") != std::string_view::npos;
+      named_seen = named_seen || names;
     }
   });
+  facts.file_pragma = facts.file_pragma || (operator_seen && named_seen);
   return facts;
 }
 

@@ -432,6 +432,26 @@ bool link_made_since(const std::string& path, std::int64_t start) {
   return false;
 }
 
+// Adds to `named` every file a line marker of preprocessed output `text`
+// names (`# 12 "inc/a.h" 1 3`), unescaped as the preprocessor escapes it.
+void marker_names(std::string_view text, std::set<std::string>& named) {
+  for (std::size_t b = 0; b < text.size();) {
+    std::size_t e = text.find('\n', b);
+    if (e == std::string_view::npos) e = text.size();
+    const std::string_view line = text.substr(b, e - b);
+    b = e + 1;
+    if (!line.starts_with("# ") || line.size() < 3 || std::isdigit(static_cast<unsigned char>(line[2])) == 0) continue;
+    std::size_t q = line.find('"');
+    if (q == std::string_view::npos) continue;
+    std::string name;
+    for (++q; q < line.size() && line[q] != '"'; ++q) {
+      if (line[q] == '\\' && q + 1 < line.size()) ++q;
+      name.push_back(line[q]);
+    }
+    named.insert(std::move(name));
+  }
+}
+
 // The places `name` is looked for, in order: itself when absolute, else
 // joined to `first` (a quoted include's directory; empty: the working
 // directory), if given, then to each directory of `chain`.
@@ -1192,6 +1212,11 @@ class Launcher {
     // after it): the text does not hold what nvcc would print, so no result
     // is found or recorded by it. Its list of files stands.
     bool printed = false;
+    // The preprocessor's own word on line markers: its output names a file
+    // (by a line marker) that no dependency list holds, so a #line
+    // directive or a line marker in some file named it, whatever spelling
+    // hid it from the lexer.
+    bool names_unread_file = false;
   };
 
   // Runs `nvcc --dryrun` and each host compiler -E step it lists, as nvcc
@@ -1225,6 +1250,7 @@ class Launcher {
     kb.add_bytes("manifest", m_mkey.view());
     std::vector<std::string> deps;
     std::set<std::string> seen;
+    std::set<std::string> named;  // every file a line marker of the output names
     bool printed = false;
     for (const auto& step : plan->preprocess) {
       const auto program = find_on(step.front(), vars["PATH"]);
@@ -1252,6 +1278,7 @@ class Launcher {
       auto files = nv::parse_depfile(*listed);
       if (!files.ok()) return std::nullopt;
       for (const auto& w : step) kb.add_string("word", w);
+      marker_names(*text, named);
       const auto sum = pc::sha256(*text);
       kb.add_bytes("text", pc::as_view(sum));
       for (auto& f : *files) {
@@ -1280,7 +1307,10 @@ class Launcher {
       }
       stamps.emplace(d, dt::stamp_of(st));
     }
-    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps), printed};
+    const bool unread = std::any_of(named.begin(), named.end(), [&](const std::string& n) {
+      return !(n.starts_with("<") && n.ends_with(">")) && seen.count(n) == 0;
+    });
+    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps), printed, unread};
   }
 
   // Whether what the stored result `entry` printed is what nvcc would print
@@ -1327,6 +1357,7 @@ class Launcher {
     if (!rkey.ok()) return std::nullopt;
     auto entry = m_store->get(*rkey);
     if (!entry.ok() || !entry->has_value()) return std::nullopt;
+    if (pre.names_unread_file && line_directive_read()) return std::nullopt;
     // Recorded before it is served: what is recorded is what was read.
     auto record = build_record(pre.deps, start);
     if ((*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) {
@@ -1462,14 +1493,19 @@ class Launcher {
     if (facts.file_pragma) {
       return std::string("an input has a pragma naming a file (#pragma GCC dependency): it is not keyed");
     }
-    if (facts.line_directive) {
-      m_line_directive = true;
-      if (m_cmd.line_info && !m_place_keyed) {
-        return std::string("a #line directive with line information: the name it gives may be relative");
-      }
-      if (m_cmd.source_in_ptx) {
-        return std::string("a #line directive with -src-in-ptx: the file it names is copied in, and not keyed");
-      }
+    if (facts.line_directive) return line_directive_read();
+    return std::nullopt;
+  }
+
+  // A #line directive or a line marker was read: what it keeps from being
+  // stored (the result is not replayed by its text when it printed).
+  std::optional<std::string> line_directive_read() {
+    m_line_directive = true;
+    if (m_cmd.line_info && !m_place_keyed) {
+      return std::string("a #line directive with line information: the name it gives may be relative");
+    }
+    if (m_cmd.source_in_ptx) {
+      return std::string("a #line directive with -src-in-ptx: the file it names is copied in, and not keyed");
     }
     return std::nullopt;
   }
@@ -1512,6 +1548,9 @@ class Launcher {
     }
     count(m_stats, {nv::Counter::misses});
     if (named_input_changed()) return not_stored("an input changed while nvcc ran");
+    if (pre && pre->names_unread_file) {
+      if (auto why = line_directive_read()) return not_stored(*why);
+    }
     pc::Result<std::vector<std::string>> deps = std::vector<std::string>();
     if (deps_from_text) {
       if (!pre) return not_stored("no dependency list: the preprocessing steps failed");
