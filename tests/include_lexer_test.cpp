@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace dt = progcache::detail;
@@ -106,4 +109,66 @@ TEST(IncludeLexerTest, AnIncludeAnyReadingFindsIsFound) {
   EXPECT_TRUE(includes("?\?=include \"d.h\"\n", "d.h"));
   // A comment hides in every reading.
   EXPECT_FALSE(includes("/*\n#include \"e.h\"\n*/\n", "e.h"));
+}
+
+// A reading left out because one made already relied on nothing of the
+// difference (no quote taken for a digit separator, no raw string opened)
+// finds nothing that one did not: over texts made of the pieces that
+// change what a reading sees, the directives and line facts are those of
+// every reading made.
+TEST(IncludeLexerTest, ReadingsLeftOutFindNothingMore) {
+  const std::vector<std::string> pieces = {"#",
+                                           "include",
+                                           "\"a.h\"",
+                                           "<b.h>",
+                                           "<c'd.h>",
+                                           "\"e\\\"f.h\"",
+                                           "\\\n",
+                                           "\n",
+                                           "\r",
+                                           "/*",
+                                           "*/",
+                                           "//",
+                                           "R\"x(",
+                                           ")x\"",
+                                           "R\"(",
+                                           ")\"",
+                                           "R",
+                                           "\\\n\"",
+                                           "\"",
+                                           "'",
+                                           "'a'",
+                                           "1",
+                                           "0x1",
+                                           "e+",
+                                           ".",
+                                           "%:",
+                                           "?\?/",
+                                           "?\?=",
+                                           "line 3 \"q.cu\"",
+                                           "__has_include",
+                                           "(",
+                                           "_next",
+                                           " ",
+                                           "define",
+                                           "X",
+                                           "pragma GCC dependency \"z\"",
+                                           "_Pragma(\"x\")",
+                                           "dependency",
+                                           "don't"};
+  std::mt19937 random(20261127);  // fixed: a failure is reproducible
+  auto as_set = [](const dt::Scan& s) {
+    std::set<std::tuple<int, std::string, int, bool>> out;
+    for (const auto& d : s.directives) out.emplace(static_cast<int>(d.kind), d.name, d.line, d.next);
+    return out;
+  };
+  for (int n = 0; n < 20000; ++n) {
+    std::string text;
+    for (std::size_t k = random() % 30 + 1; k > 0; --k) text += pieces[random() % pieces.size()];
+    const dt::Scan fast = dt::scan(text);
+    const dt::Scan every = dt::scan(text, true);
+    ASSERT_EQ(as_set(fast), as_set(every)) << text;
+    ASSERT_EQ(fast.facts.line_directive, every.facts.line_directive) << text;
+    ASSERT_EQ(fast.facts.file_pragma, every.facts.file_pragma) << text;
+  }
 }

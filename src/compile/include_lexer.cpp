@@ -1,8 +1,10 @@
 #include "include_lexer.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstddef>
+#include <functional>
 #include <unordered_map>
 
 namespace progcache::detail {
@@ -11,9 +13,17 @@ namespace {
 
 // A character of an identifier or a number as gcc reads them: letters,
 // digits, '_', '$' and any byte of a UTF-8 sequence.
+// (A table: the lexer asks this of nearly every character it reads.)
+constexpr auto k_ident = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    t[c] =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' || c >= 0x80;
+  }
+  return t;
+}();
 bool is_ident(char c) {
-  const auto u = static_cast<unsigned char>(c);
-  return std::isalnum(u) != 0 || c == '_' || c == '$' || u >= 0x80;
+  return k_ident[static_cast<unsigned char>(c)];
 }
 
 // The longest operand text a computed include keeps: it names a macro (or
@@ -84,13 +94,6 @@ Directive read_operand(std::string_view s, std::size_t i, int line) {
   return {Operand::computed, std::string(s.substr(i, k_max_computed)), line};
 }
 
-// A logical line, as the preprocessor sees it: after line splices are joined
-// and every comment has become one space (translation phases 2 and 3).
-struct LogicalLine {
-  std::string text;
-  int line;  // the physical line it starts on
-};
-
 // How a text is read where the language standard or the context decides:
 // raw strings (C++11 on; in C, R"( is a name and a string), digit
 // separators (C++14 on; before, 1'/*' is a number and a character literal),
@@ -145,6 +148,21 @@ class RawClosers {
   std::unordered_map<std::string, std::vector<std::size_t>> m_at;
 };
 
+// The logical lines of a text, in one buffer: each line ends in '\n', and
+// `lines` holds, in order, where each starts and the physical line it
+// starts on.
+// What a reading relied on: whether it took a quote for a digit separator,
+// and whether it opened a raw string (found its prefix and quote).
+struct Relied {
+  bool separator = false;
+  bool raw = false;
+};
+struct LogicalText {
+  std::string text;
+  std::vector<std::pair<std::size_t, int>> lines;
+  Relied relied;
+};
+
 // Splits `text` into logical lines. String and character literals (raw
 // strings included, when `how` has them) pass through untouched, so "/*"
 // inside one opens no comment; a block comment's newlines vanish with it,
@@ -153,14 +171,16 @@ class RawClosers {
 // (1.'a, 1e+5, 0x1'f: with digit separators, when `how` has them, a quote
 // followed by a digit or letter continues one). Lines end as gcc ends them:
 // at '\n', "\r\n" or a lone '\r'; a backslash before a line's end, white
-// space between them or not, joins it to the next.
-std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
-  // Phase 2: join splices, make each line end one '\n', and remember on
-  // which physical line each remaining character stood.
+// space between them or not, joins it to the next. The physical line of a
+// character is looked up only where a logical line starts: most of a
+// text-key hit's own time is this function.
+LogicalText logical_lines(std::string_view text, Reading how) {
+  // Phase 2: join splices and make each line end one '\n'. `breaks` holds,
+  // in order, the offset in `src` from which each physical line's
+  // characters stand.
   std::string src;
-  std::vector<int> line_of;
   src.reserve(text.size());
-  line_of.reserve(text.size());
+  std::vector<std::pair<std::size_t, int>> breaks = {{0, 1}};
   int phys = 1;
   // The length of the line end at `j` ('\n', "\r\n", '\r'), or 0.
   auto line_end = [&](std::size_t j) -> std::size_t {
@@ -170,41 +190,58 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
     return 0;
   };
   // gcc drops a UTF-8 byte-order mark at the start.
-  const std::size_t first = text.starts_with("\xef\xbb\xbf") ? 3 : 0;
-  for (std::size_t i = first; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\\' && how.splices) {
+  for (std::size_t i = text.starts_with("\xef\xbb\xbf") ? 3 : 0; i < text.size();) {
+    std::size_t plain = i;
+    while (plain < text.size() && text[plain] != '\\' && text[plain] != '\n' && text[plain] != '\r') ++plain;
+    src.append(text.substr(i, plain - i));
+    i = plain;
+    if (i >= text.size()) break;
+    if (text[i] == '\\' && how.splices) {
       std::size_t j = i + 1;
       while (j < text.size() &&
              (text[j] == ' ' || text[j] == '\t' || text[j] == '\f' || text[j] == '\v' || text[j] == '\0')) {
         ++j;
       }
       if (const std::size_t n = line_end(j); n != 0) {
-        i = j + n - 1;
-        ++phys;
+        i = j + n;
+        breaks.emplace_back(src.size(), ++phys);
         continue;
       }
     }
     if (const std::size_t n = line_end(i); n != 0) {
-      i += n - 1;
+      i += n;
       src.push_back('\n');
-      line_of.push_back(phys++);
+      breaks.emplace_back(src.size(), ++phys);
       continue;
     }
-    src.push_back(c);
-    line_of.push_back(phys);
+    src.push_back(text[i++]);
   }
-  // Phase 3: comments, literals, lines.
+  auto line_of = [&](std::size_t at) {
+    const auto it = std::upper_bound(breaks.begin(), breaks.end(), at,
+                                     [](std::size_t a, const std::pair<std::size_t, int>& b) { return a < b.first; });
+    return std::prev(it)->second;
+  };
+  // Phase 3: comments, literals, lines. Every character of `src` gives at
+  // most one of the result, and the last line its '\n'.
   RawClosers closers(src);
-  std::vector<LogicalLine> out;
-  LogicalLine cur{"", 1};
-  bool fresh = true;  // no character of `cur` seen yet
+  LogicalText lt;
+  std::string& out = lt.text;
+  out.resize(src.size() + 1);
+  std::size_t w = 0;           // where the next character of `out` goes
+  std::size_t line_start = 0;  // where the current logical line starts in `out`
+  bool fresh = true;           // no character of it seen yet
+  auto so_far = [&] { return std::string_view(out).substr(line_start, w - line_start); };
   auto put = [&](char c, std::size_t at) {
     if (fresh) {
-      cur.line = line_of[at];
+      lt.lines.emplace_back(line_start, line_of(at));
       fresh = false;
     }
-    cur.text.push_back(c);
+    out[w++] = c;
+  };
+  auto end_line = [&] {
+    if (!fresh) out[w++] = '\n';
+    line_start = w;
+    fresh = true;
   };
   std::size_t run_start = std::string::npos;  // start of the identifier or number run before i
   bool number = false;                        // that run is a number (a pp-number)
@@ -215,9 +252,7 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
   for (std::size_t i = 0; i < src.size();) {
     const char c = src[i];
     if (c == '\n') {
-      out.push_back(std::move(cur));
-      cur = LogicalLine{"", 1};
-      fresh = true;
+      end_line();
       end_run();
       ++i;
       continue;
@@ -238,7 +273,7 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
     }
     // A header name, where one may come, is read whole (no comment or
     // escape inside), as the preprocessor reads it.
-    if (how.header_names && (c == '"' || c == '<') && !fresh && header_name_next(cur.text)) {
+    if (how.header_names && (c == '"' || c == '<') && !fresh && header_name_next(so_far())) {
       const std::size_t nl = std::min(src.size(), src.find('\n', i));
       const std::size_t close = std::string_view(src).substr(0, nl).find(c == '"' ? '"' : '>', i + 1);
       if (close != std::string::npos) {
@@ -254,6 +289,7 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
       const char prev = src[i - 1];
       const bool sign = (c == '+' || c == '-') && (prev == 'e' || prev == 'E' || prev == 'p' || prev == 'P');
       const bool separator = c == '\'' && how.digit_separators && i + 1 < src.size() && is_ident(src[i + 1]);
+      lt.relied.separator = lt.relied.separator || separator;
       if (is_ident(c) || c == '.' || sign || separator) {
         put(c, i);
         ++i;
@@ -267,6 +303,7 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
       const bool raw = how.raw_strings && c == '"' &&
                        (prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR");
       std::size_t end = std::string::npos;
+      lt.relied.raw = lt.relied.raw || raw;
       if (raw) {
         std::size_t open = i + 1;
         while (open < src.size() && open - i - 1 <= 16 && d_char(src[open])) ++open;
@@ -303,61 +340,70 @@ std::vector<LogicalLine> logical_lines(std::string_view text, Reading how) {
     put(c, i);
     ++i;
   }
-  if (!fresh) out.push_back(std::move(cur));
-  return out;
+  end_line();
+  out.resize(w);
+  return lt;
 }
 
-// Every include-like operand in `text`, whatever preprocessor branch it sits
-// in (a superset of what the compiler reads), found on logical lines: after
-// splices and comments, with '%:' (the digraph) standing for '#'.
-std::vector<Directive> directives_of(std::string_view text, Reading how) {
-  std::vector<Directive> out;
-  for (const LogicalLine& ll : logical_lines(text, how)) {
-    const std::string_view l = ll.text;
-    const int first_line = ll.line;
-    // __has_include(...) may appear anywhere on a line (#if, #elif, macros).
-    for (std::size_t at = l.find("__has_include"); at != std::string_view::npos; at = l.find("__has_include", at + 1)) {
-      std::size_t i = at + std::string_view("__has_include").size();
-      const bool next = l.substr(i).starts_with("_next");
-      if (next) i += 5;
-      i = skip_blanks(l, i);
-      if (i < l.size() && l[i] == '(') {
-        out.push_back(read_operand(l, i + 1, first_line));
-        out.back().next = next;
-      } else {
-        // Not called here: named through a macro (#define HAS __has_include),
-        // so its operands cannot be told apart. As for #include MACRO.
-        out.push_back({Operand::computed, "__has_include", first_line});
-      }
-    }
-    const std::size_t i = directive_name_at(l);
-    if (i == std::string_view::npos) continue;
-    std::size_t j = i;
-    while (j < l.size() && is_ident(l[j])) ++j;
-    const std::string_view word = l.substr(i, j - i);
-    if (word == "include" || word == "include_next" || word == "import") {
-      Directive d = read_operand(l, j, first_line);
-      d.next = word == "include_next";
-      if (d.kind != Operand::computed || !d.name.empty()) out.push_back(std::move(d));
-    } else if (word == "define") {
-      // A macro whose whole body is a header name ("x.h" or <x.h>) is what a
-      // computed include usually expands to: its operand is looked for as
-      // if included, so a path that leads outside every -I directory is
-      // seen too. Any other such macro costs a few probes of absent paths.
-      std::size_t k = j;
-      k = skip_blanks(l, k);
-      while (k < l.size() && is_ident(l[k])) ++k;  // the macro's name
-      if (k < l.size() && l[k] == '(') continue;   // function-like: its body is not one name
-      Directive d = read_operand(l, k, first_line);
-      if (d.kind == Operand::computed || d.name.empty()) continue;
-      const std::size_t close = l.find(d.kind == Operand::quoted ? '"' : '>', l.find_first_of("\"<", k) + 1);
-      std::size_t rest = close + 1;
-      rest = skip_blanks(l, rest);
-      if (rest >= l.size()) out.push_back(std::move(d));
+// The include-like operands on one logical line `l` (starting on physical
+// line `first_line`), whatever preprocessor branch it sits in (a superset of
+// what the compiler reads), with '%:' (the digraph) standing for '#'.
+void directives_on(std::string_view l, int first_line, std::vector<Directive>& out) {
+  // __has_include(...) may appear anywhere on a line (#if, #elif, macros).
+  for (std::size_t at = l.find("__has_include"); at != std::string_view::npos; at = l.find("__has_include", at + 1)) {
+    std::size_t i = at + std::string_view("__has_include").size();
+    const bool next = l.substr(i).starts_with("_next");
+    if (next) i += 5;
+    i = skip_blanks(l, i);
+    if (i < l.size() && l[i] == '(') {
+      out.push_back(read_operand(l, i + 1, first_line));
+      out.back().next = next;
+    } else {
+      // Not called here: named through a macro (#define HAS __has_include),
+      // so its operands cannot be told apart. As for #include MACRO.
+      out.push_back({Operand::computed, "__has_include", first_line});
     }
   }
-  return out;
+  const std::size_t i = directive_name_at(l);
+  if (i == std::string_view::npos) return;
+  std::size_t j = i;
+  while (j < l.size() && is_ident(l[j])) ++j;
+  const std::string_view word = l.substr(i, j - i);
+  if (word == "include" || word == "include_next" || word == "import") {
+    Directive d = read_operand(l, j, first_line);
+    d.next = word == "include_next";
+    if (d.kind != Operand::computed || !d.name.empty()) out.push_back(std::move(d));
+  } else if (word == "define") {
+    // A macro whose whole body is a header name ("x.h" or <x.h>) is what a
+    // computed include usually expands to: its operand is looked for as
+    // if included, so a path that leads outside every -I directory is
+    // seen too. Any other such macro costs a few probes of absent paths.
+    std::size_t k = j;
+    k = skip_blanks(l, k);
+    while (k < l.size() && is_ident(l[k])) ++k;  // the macro's name
+    if (k < l.size() && l[k] == '(') return;     // function-like: its body is not one name
+    Directive d = read_operand(l, k, first_line);
+    if (d.kind == Operand::computed || d.name.empty()) return;
+    const std::size_t close = l.find(d.kind == Operand::quoted ? '"' : '>', l.find_first_of("\"<", k) + 1);
+    std::size_t rest = close + 1;
+    rest = skip_blanks(l, rest);
+    if (rest >= l.size()) out.push_back(std::move(d));
+  }
 }
+
+// Where `word` first is in `all` from `from` on, or npos. A text's words
+// are looked for once in the whole of it, where a search that compares at
+// every '_' (the toolkit's headers are full of them) costs more than reading.
+std::size_t find_in(std::string_view all, std::size_t from, std::string_view word) {
+  if (from >= all.size()) return std::string_view::npos;
+  const auto hay = all.substr(from);
+  const auto it = std::search(hay.begin(), hay.end(), std::boyer_moore_horspool_searcher(word.begin(), word.end()));
+  return it == hay.end() ? std::string_view::npos : from + static_cast<std::size_t>(it - hay.begin());
+}
+constexpr std::string_view k_has = "__has_include";
+constexpr std::string_view k_pragma = "_Pragma";
+constexpr std::string_view k_dependency = "dependency";
+constexpr std::string_view k_pch = "pch_preprocess";
 
 // Trigraphs (??= for #, ??/ for a backslash, ...), which NVRTC replaces
 // under -std=c++03, c++11 and c++14.
@@ -383,8 +429,9 @@ std::string replace_trigraphs(std::string_view text) {
 // those too; each with trigraphs as written and replaced where it has any.
 // Reading every way and uniting what is found keeps the result a superset,
 // whatever the standard the compile uses.
+// With `every`, also the readings known to be the same as one made.
 template <class Each>
-void for_each_reading(std::string_view text, Each&& each) {
+void for_each_reading(std::string_view text, bool every, Each&& each) {
   auto readings_of = [&](std::string_view t) {
     // A raw string's prefix, also with a joined line before its quote.
     const bool raw = t.find("R\"") != std::string_view::npos || t.find("R\\") != std::string_view::npos;
@@ -405,12 +452,14 @@ void for_each_reading(std::string_view text, Each&& each) {
     // A header name (after an include-like word) holding what a string or
     // tokens read differently: a backslash, a quote, a comment's start.
     bool header_name = false;
-    for (std::size_t b = 0; b < t.size() && !header_name;) {
-      std::size_t e = t.find_first_of("\r\n", b);
-      if (e == std::string_view::npos) e = t.size();
-      const std::string_view line = t.substr(b, e - b);
-      for (const std::string_view word : {"include", "import"}) {
-        std::size_t w = line.find(word);
+    for (const std::string_view word : {"include", "import"}) {
+      for (std::size_t at = t.find(word); at != std::string_view::npos && !header_name;) {
+        std::size_t b = at;
+        while (b > 0 && t[b - 1] != '\n' && t[b - 1] != '\r') --b;
+        std::size_t e = at;
+        while (e < t.size() && t[e] != '\n' && t[e] != '\r') ++e;
+        const std::string_view line = t.substr(b, e - b);
+        std::size_t w = at - b;
         while (w != std::string_view::npos && !header_name) {
           const std::size_t open = line.find_first_of("\"<", w);
           if (open == std::string_view::npos) break;
@@ -421,17 +470,28 @@ void for_each_reading(std::string_view text, Each&& each) {
                         name.find("/*") != std::string_view::npos || name.find("//") != std::string_view::npos;
           w = close >= line.size() ? std::string_view::npos : line.find(word, close);
         }
+        at = t.find(word, e);
       }
-      b = e + 1;
     }
+    // A reading that differs from one already made only where that one
+    // relied on nothing of the difference is the same reading: a text whose
+    // reading with digit separators took no quote for one is read the same
+    // without them (most quotes are in comments: "don't"), and one whose
+    // readings with raw strings opened none, without them.
+    bool raw_opened = false;
     for (const bool r : {true, false}) {
-      if (!r && !raw) continue;
+      if (!r && !(raw && (raw_opened || every))) continue;
+      std::array<std::array<bool, 2>, 2> separator_taken{};  // by header names, splices
       for (const bool d : {true, false}) {
-        if (!d && !separator) continue;
         for (const bool h : {true, false}) {
           if (!h && !header_name) continue;
-          each(t, Reading{r, d, h, true});
-          if (r && raw_splice) each(t, Reading{r, d, h, false});
+          for (const bool sp : {true, false}) {
+            if (!sp && !(r && raw_splice)) continue;
+            if (!d && !(separator && (separator_taken[h ? 1 : 0][sp ? 1 : 0] || every))) continue;
+            const Relied relied = each(t, Reading{r, d, h, sp});
+            if (d) separator_taken[h ? 1 : 0][sp ? 1 : 0] = relied.separator;
+            raw_opened = raw_opened || relied.raw;
+          }
         }
       }
     }
@@ -451,42 +511,61 @@ bool may_hold_directives(std::string_view text) {
   return false;
 }
 
-std::vector<Directive> directives(std::string_view text) {
-  if (!may_hold_directives(text)) return {};
-  std::vector<Directive> out;
-  for_each_reading(text, [&](std::string_view t, Reading how) {
-    for (auto& d : directives_of(t, how)) out.push_back(std::move(d));
-  });
-  return out;
-}
-
-LineFacts line_facts(std::string_view text) {
-  LineFacts facts;
+Scan scan(std::string_view text, bool every_reading) {
+  Scan found;
+  // Nothing a logical line could start a directive with, nor a _Pragma
+  // (which a splice may also make): nothing to read.
+  if (!may_hold_directives(text) && text.find("_Pragma") == std::string_view::npos &&
+      text.find('\\') == std::string_view::npos) {
+    return found;
+  }
   bool operator_seen = false;  // _Pragma, outside comments
   bool named_seen = false;     // "dependency" or "pch_preprocess", outside comments
-  for_each_reading(text, [&](std::string_view t, Reading how) {
-    if (facts.line_directive && facts.file_pragma) return;
-    for (const LogicalLine& ll : logical_lines(t, how)) {
-      const std::string_view l = ll.text;
+  for_each_reading(text, every_reading, [&](std::string_view t, Reading how) {
+    const LogicalText lt = logical_lines(t, how);
+    const std::string_view all = lt.text;
+    // Words looked for anywhere are looked for in the whole buffer at once
+    // (no word spans the '\n' between two lines).
+    std::size_t has = find_in(all, 0, k_has);
+    for (std::size_t k = 0; k < lt.lines.size(); ++k) {
+      const auto [begin, first_line] = lt.lines[k];
+      const std::size_t end = (k + 1 < lt.lines.size() ? lt.lines[k + 1].first : all.size()) - 1;
+      const std::string_view l = all.substr(begin, end - begin);
       const std::size_t i = directive_name_at(l);
+      if (i == std::string_view::npos && has > end) continue;
+      directives_on(l, first_line, found.directives);
+      if (has < end) has = find_in(all, end, k_has);
+      if (i == std::string_view::npos) continue;
       // `# 12 "f.cu"` (a line marker) or `#line`: a longer name (#linefoo)
       // is taken for one too; a wrong yes costs a store, a wrong no a
       // stale output.
-      if (i != std::string_view::npos &&
-          ((i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])) != 0) || l.substr(i).starts_with("line"))) {
-        facts.line_directive = true;
+      if ((i < l.size() && std::isdigit(static_cast<unsigned char>(l[i])) != 0) || l.substr(i).starts_with("line")) {
+        found.facts.line_directive = true;
       }
-      // A pragma naming a file, as a directive; through _Pragma, anywhere
-      // in the text (a macro may give the _Pragma, its string, or both).
-      const bool names =
-          l.find("dependency") != std::string_view::npos || l.find("pch_preprocess") != std::string_view::npos;
-      if (names && i != std::string_view::npos && l.substr(i).starts_with("pragma")) facts.file_pragma = true;
-      operator_seen = operator_seen || l.find("_Pragma") != std::string_view::npos;
-      named_seen = named_seen || names;
+      // A pragma naming a file, as a directive.
+      if (l.substr(i).starts_with("pragma") &&
+          (l.find("dependency") != std::string_view::npos || l.find("pch_preprocess") != std::string_view::npos)) {
+        found.facts.file_pragma = true;
+      }
     }
+    // Through _Pragma, anywhere in the text (a macro may give the _Pragma,
+    // its string, or both).
+    operator_seen = operator_seen || find_in(all, 0, k_pragma) != std::string_view::npos;
+    named_seen = named_seen || find_in(all, 0, k_dependency) != std::string_view::npos ||
+                 find_in(all, 0, k_pch) != std::string_view::npos;
+    return lt.relied;
   });
-  facts.file_pragma = facts.file_pragma || (operator_seen && named_seen);
-  return facts;
+  found.facts.file_pragma = found.facts.file_pragma || (operator_seen && named_seen);
+  return found;
+}
+
+std::vector<Directive> directives(std::string_view text) {
+  if (!may_hold_directives(text)) return {};
+  return scan(text).directives;
+}
+
+LineFacts line_facts(std::string_view text) {
+  return scan(text).facts;
 }
 
 bool has_line_directive(std::string_view text) {

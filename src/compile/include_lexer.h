@@ -55,4 +55,15 @@ struct LineFacts {
 };
 LineFacts line_facts(std::string_view text);
 
+// `directives` and `line_facts` of one text, read once: each reading's
+// logical lines are made once and looked at for both. A reading that can
+// only repeat one already made is left out (see for_each_reading); with
+// `every_reading` it is made too, which only a test wants (what it finds
+// must be the same).
+struct Scan {
+  std::vector<Directive> directives;
+  LineFacts facts;
+};
+Scan scan(std::string_view text, bool every_reading = false);
+
 }  // namespace progcache::detail

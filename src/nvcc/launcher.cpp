@@ -586,11 +586,11 @@ class Places {
   // host compiler's directories, an error (what it would find if created
   // is not known).
   // `found`, if given, receives the place each operand was found at.
-  std::optional<std::string> probe_file(const std::string& file, const std::string& text,
+  // `directives` are the file's, as the include lexer read them.
+  std::optional<std::string> probe_file(const std::string& file, const std::vector<dt::Directive>& directives,
                                         std::vector<std::string>* found = nullptr) {
-    if (!dt::may_hold_directives(text)) return std::nullopt;
     const std::string dir = dt::parent_of(file);
-    for (const auto& d : dt::directives(text)) {
+    for (const auto& d : directives) {
       if (d.kind == dt::Operand::computed) {
         if (!trusted(file)) return "an include through a macro in '" + file + "' cannot be followed";
         continue;
@@ -1427,11 +1427,12 @@ class Launcher {
       // The toolkit's and the host compiler's own headers are taken as they
       // are (this is a superset of what the compile reads: every branch's
       // includes); one of the command's directories is judged.
+      const dt::Scan read = dt::scan(*text);
       if (!places.trusted(path)) {
-        if (auto why = judge_text(*text)) return *why;
+        if (auto why = judge_text(*text, read.facts)) return *why;
       }
       std::vector<std::string> inner;
-      if (auto why = places.probe_file(path, *text, &inner)) return *why;
+      if (auto why = places.probe_file(path, read.directives, &inner)) return *why;
       for (auto& p : inner) todo.push_back({p, !places.trusted(p)});
     }
     nv::ManifestRecord m;
@@ -1449,8 +1450,9 @@ class Launcher {
       if (!text.ok()) return std::string("an input cannot be read");
       const auto sum = pc::sha256(*text);
       places.found(path, source_dir);
-      if (auto why = places.probe_file(path, *text)) return *why;
-      if (auto why = judge_text(*text)) return *why;
+      const dt::Scan read = dt::scan(*text);
+      if (auto why = places.probe_file(path, read.directives)) return *why;
+      if (auto why = judge_text(*text, read.facts)) return *why;
       // Stat again: the digest is of the file nvcc read only if nothing
       // touched it in between.
       struct stat after {};
@@ -1487,9 +1489,9 @@ class Launcher {
   // relative. A #line naming a file: that file is read too (a diagnostic
   // quotes it, -src-in-ptx copies it) and is not in the dependency list. A
   // pragma naming a file (#pragma GCC dependency) warns by that file's time.
-  std::optional<std::string> judge_text(const std::string& text) {
+  // `facts` are the text's line facts, as the include lexer read them.
+  std::optional<std::string> judge_text(const std::string& text, const dt::LineFacts& facts) {
     if (auto why = unkeyable_content(text)) return why;
-    const dt::LineFacts facts = dt::line_facts(text);
     if (facts.file_pragma) {
       return std::string("an input has a pragma naming a file (#pragma GCC dependency): it is not keyed");
     }
