@@ -3,7 +3,12 @@
 Builds a subset of cuda-samples' Samples/0_Introduction (CMake, Ninja,
 CUDA_SEPARABLE_COMPILATION on, -lineinfo, as the samples' own CMakeLists
 say) with CMAKE_CUDA_COMPILER_LAUNCHER=progcache and =ccache, each with an
-empty cache of its own, through the cases a team meets:
+empty cache of its own, through the cases a team meets. CMake runs no
+compiler launcher for a device link (nvcc -dlink): progcache's side also
+sets the RULE_LAUNCH_LINK property (a CMAKE_PROJECT_INCLUDE file, as
+docs/nvcc.md says), which puts progcache in front of every link step: it
+caches the device links and runs the host links unchanged. ccache caches
+no link, so its side has no such setting.
 
   cold              an empty cache, a new build directory
   warm_clean        the build directory removed, configured and built again
@@ -100,6 +105,11 @@ class Side:
         cmd = ["cmake", "-S", tree, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"]
         if self.launcher:
             cmd.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={self.launcher}")
+        if self.name == "progcache":
+            include = os.path.join(os.path.dirname(self.env["PROGCACHE_DIR"]), "progcache-link.cmake")
+            with open(include, "w", encoding="utf-8") as f:
+                f.write(f'set_property(GLOBAL PROPERTY RULE_LAUNCH_LINK "{self.progcache}")\n')
+            cmd.append(f"-DCMAKE_PROJECT_INCLUDE={include}")
         subprocess.run(cmd, env=self.env, check=True, stdout=subprocess.DEVNULL)
 
     def zero(self) -> None:
@@ -165,11 +175,11 @@ def compare(got: dict[str, bytes], made: dict[str, bytes], unjudged: set[str]) -
 
 
 def objects(build: str) -> dict[str, bytes]:
-    """Every CUDA object under `build`, tmpxft names masked."""
+    """Every CUDA object and device link under `build`, tmpxft names masked."""
     out = {}
     for root, _, files in os.walk(build):
         for name in files:
-            if name.endswith(".cu.o"):
+            if name.endswith(".cu.o") or name == "cmake_device_link.o":
                 with open(os.path.join(root, name), "rb") as f:
                     data = f.read()
                 out[os.path.relpath(os.path.join(root, name), build)] = re.sub(rb"tmpxft_[0-9a-f]{8}", b"tmpxft_x", data)

@@ -126,9 +126,40 @@ TEST(NvccCommandTest, OutputsTakeNvccsDefaultNamesAndEachModeIsKnown) {
   EXPECT_EQ(parse({"-x", "cu", "-c", "k.cpp"}).uncacheable, "");
 }
 
+TEST(NvccCommandTest, ADeviceLinkTakesItsInputsLibrariesAndOutputAndRefusesWhatItCannotFollow) {
+  const Command c = parse({"-arch=sm_90", "-dlink", "a.o", "lib/b.a", "-o", "link.o", "-L", "libs", "-ldev,rt"});
+  EXPECT_EQ(c.uncacheable, "");
+  EXPECT_EQ(c.mode, Mode::device_link);
+  EXPECT_EQ(c.inputs, (std::vector<std::string>{"a.o", "lib/b.a"}));
+  EXPECT_EQ(c.input, "a.o");
+  EXPECT_EQ(c.output, "link.o");
+  EXPECT_EQ(c.libraries, (std::vector<std::string>{"dev", "rt"}));
+  EXPECT_EQ(c.library_dirs, (std::vector<std::string>{"libs"}));
+  // Inputs in order, last; the output's name is not keyed.
+  const auto keyed = keyed_words(c);
+  EXPECT_EQ(keyed.back(), "lib/b.a");
+  EXPECT_EQ(std::count(keyed.begin(), keyed.end(), "a.o"), 1);
+  EXPECT_EQ(std::count(c.canonical.begin(), c.canonical.end(), "--output-file=link.o"), 1);
+  EXPECT_EQ(std::count(keyed.begin(), keyed.end(), "--output-file=link.o"), 0);
+  // Line information is the inputs' own: where the link runs is not keyed for it.
+  EXPECT_FALSE(parse({"-lineinfo", "-dlink", "a.o", "-o", "l.o"}).line_info);
+  EXPECT_TRUE(parse({"-G", "-dlink", "a.o", "-o", "l.o"}).place_in_output);
+  EXPECT_EQ(parse({"-dlink", "a.o"}).uncacheable, "a device link without -o");
+  EXPECT_EQ(parse({"-dlink", "-o", "l.o"}).uncacheable, "a device link without inputs");
+  EXPECT_EQ(parse({"-dlink", "a.cu", "-o", "l.o"}).uncacheable,
+            "device link input 'a.cu' is not an object or an archive");
+  EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-l:libx.a"}).uncacheable, "library ':libx.a' is not a name");
+  EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xnvlink", "-Lelsewhere"}).uncacheable,
+            "nvlink word '-Lelsewhere' names a library: its search is not followed");
+  EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xlinker", "-v"}).uncacheable, "linker words in a device link");
+  EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-MD", "-MF", "l.d"}).uncacheable,
+            "a dependency file from a device link");
+  EXPECT_EQ(parse({"-dlink", "-c", "a.o", "-o", "l.o"}).uncacheable, "more than one output kind");
+}
+
 TEST(NvccCommandTest, WhatCannotBeCachedSaysWhy) {
   EXPECT_EQ(parse({"k.cu", "-o", "app"}).uncacheable,
-            "no compile step (-c, -cubin, -ptx, -fatbin): linking or another step");
+            "no compile step (-c, -cubin, -ptx, -fatbin, -dlink): linking or another step");
   EXPECT_EQ(parse({"-c", "a.cu", "b.cu"}).uncacheable, "2 input files");
   EXPECT_EQ(parse({"-c", "-cubin", "a.cu"}).uncacheable, "more than one output kind");
   EXPECT_EQ(parse({"-E", "a.cu"}).uncacheable, "--preprocess makes no single cacheable output");

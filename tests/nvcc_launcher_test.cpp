@@ -1703,5 +1703,98 @@ TEST_F(NvccLauncherPlaceTest, DebugInformationAndADependencyTargetKeepThePlaceAn
   EXPECT_EQ(served, file("ck/b1/b.d")) << "a dependency file naming another target was served";
 }
 
+// A device link (nvcc -dlink): relocatable objects, a device library found
+// by -l, nvcc's registration stub compiled by the host compiler.
+class NvccLauncherDeviceLinkTest : public NvccLauncherOracleTest {
+ protected:
+  // Runs `command` in work/d2.
+  Ran in_d2(const std::string& command) { return sh("sh -c " + quote("cd d2 && " + command)); }
+  void SetUp() override {
+    NvccLauncherOracleTest::SetUp();
+    if (m_bin.empty()) return;
+    write("a.cu",
+          "extern __device__ float twice(float);\n"
+          "extern __device__ float thrice(float);\n"
+          "__global__ void k(float* x) { x[0] = thrice(twice(x[0])); }\n");
+    write("b.cu", "__device__ float twice(float v) { return v * FACTOR; }\n");
+    write("c.cu", "__device__ float thrice(float v) { return v * FACTOR; }\n");
+    for (const auto* d : {"lib", "lib0", "lib2", "d2/lib"}) fs::create_directories(m_tmp.sub("work/" + std::string(d)));
+    ASSERT_EQ(plain("-arch=sm_90 -dc a.cu -o a.o").code, 0);
+    ASSERT_EQ(plain("-arch=sm_90 -DFACTOR=2.0f -dc b.cu -o b.o").code, 0);
+    library("lib/libdev.a", "3.0f");
+  }
+  // A device library (nvcc -lib) whose thrice() multiplies by `factor`.
+  void library(const std::string& rel, const std::string& factor) {
+    ASSERT_EQ(plain("-arch=sm_90 -DFACTOR=" + factor + " -dc c.cu -o c.o").code, 0);
+    ASSERT_EQ(plain("-arch=sm_90 -lib c.o -o " + rel).code, 0);
+  }
+  const std::string m_link = "-arch=sm_90 -Xcompiler=-fPIC -dlink a.o b.o -o link.o -L lib0 -L lib -ldev";
+};
+
+TEST_F(NvccLauncherDeviceLinkTest, ADeviceLinkIsServedAsPlainNvccWritesItAndCompiledAgainWhenAnythingItReadsChanges) {
+  // An input object rebuilt from another source.
+  expect_compiled_again(
+      m_link, "link.o", "", [&] { ASSERT_EQ(plain("-arch=sm_90 -DFACTOR=5.0f -dc b.cu -o b.o").code, 0); }, "");
+  // A library made where nvlink now finds it first (an earlier -L).
+  expect_compiled_again(
+      m_link, "link.o", "", [&] { library("lib0/libdev.a", "7.0f"); }, "");
+  fs::remove(m_tmp.sub("work/lib0/libdev.a"));
+  // ... or along LIBRARY_PATH.
+  const std::string by_env = "-arch=sm_90 -Xcompiler=-fPIC -dlink a.o b.o -o link.o -ldev";
+  expect_compiled_again(
+      by_env, "link.o", "LIBRARY_PATH=lib2:lib", [&] { library("lib2/libdev.a", "9.0f"); }, "LIBRARY_PATH=lib2:lib");
+  // The library itself rebuilt in place.
+  expect_compiled_again(
+      m_link, "link.o", "", [&] { library("lib/libdev.a", "11.0f"); }, "");
+  // A header the registration stub's compile finds first: its -I. is the
+  // working directory.
+  const std::string real = testing::read_all(m_bin + "/../include/fatbinary_section.h");
+  expect_compiled_again(
+      m_link, "link.o", "",
+      [&] {
+        write(
+            "fatbinary_section.h",
+            "#ifndef PLANTED\n#define PLANTED\nstatic int planted_marker __attribute__((used)) = 42;\n#endif\n" + real);
+      },
+      "");
+  EXPECT_NE(read("link.o").find("planted_marker"), std::string::npos) << "the planted header was not compiled in";
+}
+
+TEST_F(NvccLauncherDeviceLinkTest, TwoBuildDirectoriesAndAnotherOutputNameShareOneDeviceLink) {
+  int runs = 1;
+  for (int i = 0; i < 4 && runs != 0; ++i) {
+    ASSERT_EQ(launch(m_link).code, 0);
+    runs = i == 0 ? (nvcc_runs(), 1) : nvcc_runs();
+  }
+  ASSERT_EQ(runs, 0) << "never served";
+  // Another output name: the same link.
+  ASSERT_EQ(launch("-arch=sm_90 -Xcompiler=-fPIC -dlink a.o b.o -o renamed.o -L lib0 -L lib -ldev").code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "another -o name linked again";
+  // A second directory holding copies of the inputs and the library.
+  for (const auto* f : {"a.o", "b.o", "lib/libdev.a"})
+    fs::copy_file(m_tmp.sub("work/" + std::string(f)), m_tmp.sub("work/d2/" + std::string(f)));
+  fs::create_directories(m_tmp.sub("work/d2/lib0"));
+  ASSERT_EQ(in_d2(cli() + " " + noting_nvcc() + " " + m_link).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "a second directory linked again";
+  const std::string served = read("d2/link.o");
+  ASSERT_EQ(in_d2(quote(m_bin + "/nvcc") + " " + m_link + " -o plain.o").code, 0);
+  EXPECT_TRUE(same(served, read("d2/plain.o"))) << "the served device link differs from plain nvcc's";
+  EXPECT_TRUE(same(read("renamed.o"), read("d2/plain.o")));
+  // Line information is the inputs' own: -lineinfo leaves the place out of the key too.
+  const std::string lined = m_link + " -lineinfo";
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(launch(lined).code, 0);
+  nvcc_runs();
+  ASSERT_EQ(in_d2(cli() + " " + noting_nvcc() + " " + lined).code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "-lineinfo: a second directory linked again";
+  const std::string served_lined = read("d2/link.o");
+  ASSERT_EQ(in_d2(quote(m_bin + "/nvcc") + " " + lined + " -o plain.o").code, 0);
+  EXPECT_TRUE(same(served_lined, read("d2/plain.o")));
+  // The object holds host code: in a group-shared root without signed
+  // entries it is neither served nor stored.
+  ::chmod(m_tmp.sub("cache").c_str(), 02770);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(m_link, "PROGCACHE_SHARING=group").code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "a device link was served from a group-shared root without signed entries";
+}
+
 }  // namespace
 }  // namespace progcache

@@ -292,7 +292,14 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // path, or the name as given when it has none), and the module ID of a
   // relocatable object (-dc) is made from it: keyed, so one checkout's -dc
   // object is never served for another checkout's copy of the source.
-  kb.add_string("source-path", real_path(cmd.input));
+  // A device link's inputs are keyed by their contents (the manifest):
+  // nvlink names them nowhere in its output.
+  if (cmd.mode != nv::Mode::device_link) kb.add_string("source-path", real_path(cmd.input));
+  // nvlink looks for -l libraries along LIBRARY_PATH too.
+  if (cmd.mode == nv::Mode::device_link) {
+    const char* value = std::getenv("LIBRARY_PATH");
+    kb.add_string("library-path", value != nullptr ? value : "").add_bool("set", value != nullptr);
+  }
   // Where the compile runs is in its output only through debug information
   // or -objtemp (the working directory, $PWD when it names it through
   // another path). Without them, paths in the key and the manifest are as
@@ -622,6 +629,9 @@ class Places {
   }
 
   std::vector<std::string> absent() const { return m_absent; }
+
+  // A place that must stay absent (a library nvlink would find there).
+  void absent_place(const std::string& place) { absent_if_so(place); }
   std::vector<std::string> present() const { return m_present; }
 
  private:
@@ -711,6 +721,7 @@ std::optional<std::string> unkeyable_content(std::string_view text) {
 bool output_of_its_kind(nv::Mode mode, std::string_view data) {
   switch (mode) {
     case nv::Mode::object:
+    case nv::Mode::device_link:
     case nv::Mode::cubin:
       return data.size() >= 64 && data.starts_with(
                                       "\x7f"
@@ -1066,7 +1077,7 @@ class Launcher {
     }
     // An object is host code, linked into programs: served only from a
     // private root or from signed, verified entries (trust.h).
-    if (m_cmd.mode == nv::Mode::object) {
+    if (m_cmd.mode == nv::Mode::object || m_cmd.mode == nv::Mode::device_link) {
       if (const pc::CodeTrust trust = pc::host_code_trust(*cfg); !trust.disk) {
         uncacheable("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)");
       }
@@ -1181,8 +1192,9 @@ class Launcher {
     const std::int64_t start = tick_start();
     m_dirs_at_start = search_dir_identities();
     // Through a wrapper script, what `--dryrun` prints is the wrapper's to
-    // decide, and running it twice may do twice what it does: direct key only.
-    if (!m_toolkit_nvcc) return compile(start, std::nullopt);
+    // decide, and running it twice may do twice what it does: direct key
+    // only. A device link has no preprocessed text.
+    if (!m_toolkit_nvcc || m_cmd.mode == nv::Mode::device_link) return compile(start, std::nullopt);
     // -src-in-ptx copies the source lines, comments and all, into the PTX:
     // a comment edit changes the output, not the text, so the text is
     // computed for its list of files alone (below).
@@ -1386,8 +1398,20 @@ class Launcher {
     std::vector<std::string> trusted = trusted_roots(*system);
     // The toolkit beside nvcc; through a wrapper, the one whose
     // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
+    const bool device_link = m_cmd.mode == nv::Mode::device_link;
     std::string toolkit_bin = m_bin;
-    if (toolkit_dirs(m_bin, "include").empty()) {
+    std::string stub;  // a device link's registration stub, <bin>/crt/link.stub
+    if (device_link) {
+      // A device link's one preprocessor run is the host compiler's, of
+      // that stub, with -I. first; the toolkit is the stub's, also
+      // through a wrapper of nvcc.
+      const auto it =
+          std::find_if(deps.begin(), deps.end(), [](const std::string& d) { return d.ends_with("/crt/link.stub"); });
+      if (it == deps.end()) return std::string("no registration stub in the device link's dependency list");
+      stub = *it;
+      toolkit_bin = dt::parent_of(dt::parent_of(stub));
+      trusted.push_back(dt::real_or_normal(dt::parent_of(toolkit_bin)));
+    } else if (toolkit_dirs(m_bin, "include").empty()) {
       for (const auto& d : deps) {
         if (!d.ends_with("/cuda_runtime.h")) continue;
         toolkit_bin = dt::join(dt::parent_of(dt::parent_of(dt::parent_of(dt::real_or_normal(d)))), "bin");
@@ -1395,20 +1419,30 @@ class Launcher {
         break;
       }
     }
-    Places places(search_chain(m_cmd, toolkit_bin, *system), deps, std::move(trusted));
-    const std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
-    places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
-    for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
-    // The headers nvcc's generated files include, and theirs in turn.
-    std::error_code ec;
-    const std::string tmpdir = std::filesystem::temp_directory_path(ec).string();
-    // None is in the dependency list: each is read and judged as a file
-    // the compile read is, and so is every header it includes, to the end.
+    nv::Command searched = m_cmd;
+    if (device_link) searched.include_dirs.insert(searched.include_dirs.begin(), ".");
+    Places places(search_chain(searched, toolkit_bin, *system), deps, std::move(trusted));
+    std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
     std::vector<Generated> todo;
-    for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
-      const auto found = places.probe_generated(name, tmpdir);
-      if (!found) return std::string("a header nvcc's generated files include cannot be found: ") + name;
-      todo.push_back({*found, true});
+    std::vector<std::string> binaries;  // read whole by nvlink, not preprocessed
+    if (device_link) {
+      source_dir = dt::parent_of(stub);
+      auto found = link_files(places, toolkit_bin);
+      if (auto* why = std::get_if<std::string>(&found)) return *why;
+      binaries = std::move(std::get<std::vector<std::string>>(found));
+    } else {
+      places.probe_pre_include("cuda_runtime.h");  // nvcc's own -include
+      for (const auto& f : m_cmd.pre_includes) places.probe_pre_include(f);
+      // The headers nvcc's generated files include, and theirs in turn.
+      std::error_code ec;
+      const std::string tmpdir = std::filesystem::temp_directory_path(ec).string();
+      // None is in the dependency list: each is read and judged as a file
+      // the compile read is, and so is every header it includes, to the end.
+      for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
+        const auto found = places.probe_generated(name, tmpdir);
+        if (!found) return std::string("a header nvcc's generated files include cannot be found: ") + name;
+        todo.push_back({*found, true});
+      }
     }
     std::set<std::string> generated_seen;
     while (!todo.empty()) {
@@ -1437,7 +1471,11 @@ class Launcher {
     }
     nv::ManifestRecord m;
     const std::int64_t now = dt::now_ns();
-    for (const auto& path : deps) {
+    std::vector<std::string> read = deps;
+    read.insert(read.end(), binaries.begin(), binaries.end());
+    for (std::size_t i = 0; i < read.size(); ++i) {
+      const std::string& path = read[i];
+      const bool binary = i >= deps.size();
       struct stat st {};
       if (path.find('\n') != std::string::npos) return std::string("an input's path holds a newline");
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::string("an input vanished");
@@ -1449,10 +1487,12 @@ class Launcher {
       auto text = dt::read_regular(path);
       if (!text.ok()) return std::string("an input cannot be read");
       const auto sum = pc::sha256(*text);
-      places.found(path, source_dir);
-      const dt::Scan read = dt::scan(*text);
-      if (auto why = places.probe_file(path, read.directives)) return *why;
-      if (auto why = judge_text(*text, read.facts)) return *why;
+      if (!binary) {
+        places.found(path, source_dir);
+        const dt::Scan scanned = dt::scan(*text);
+        if (auto why = places.probe_file(path, scanned.directives)) return *why;
+        if (auto why = judge_text(*text, scanned.facts)) return *why;
+      }
       // Stat again: the digest is of the file nvcc read only if nothing
       // touched it in between.
       struct stat after {};
@@ -1472,6 +1512,41 @@ class Launcher {
       m.present.push_back({p, S_ISDIR(st.st_mode) ? dt::FileStamp{} : dt::stamp_of(st)});
     }
     return m;
+  }
+
+  // What a device link reads whole: its inputs, and for each library (-l,
+  // and nvcc's own cudadevrt) every lib<NAME>.so and lib<NAME>.a in the
+  // directories nvlink searches (-L, the toolkit's lib/stubs and lib,
+  // LIBRARY_PATH's). Every one there is keyed by its contents and every
+  // other place must stay absent, whichever order nvlink takes them in.
+  std::variant<std::vector<std::string>, std::string> link_files(Places& places, const std::string& bin) const {
+    std::vector<std::string> out = m_cmd.inputs;
+    std::vector<std::string> dirs = m_cmd.library_dirs;
+    for (const auto* sub : {"lib/stubs", "lib"}) {
+      const auto more = toolkit_dirs(bin, sub);
+      dirs.insert(dirs.end(), more.begin(), more.end());
+    }
+    const auto env = env_dirs("LIBRARY_PATH");
+    dirs.insert(dirs.end(), env.begin(), env.end());
+    std::vector<std::string> names = m_cmd.libraries;
+    names.emplace_back("cudadevrt");
+    std::set<std::string> seen(out.begin(), out.end());
+    for (const auto& name : names) {
+      for (const auto* ext : {".so", ".a"}) {
+        for (const auto& d : dirs) {
+          const std::string place = dt::join(d.empty() ? "." : d, "lib" + name + ext);
+          struct stat st {};
+          if (::stat(place.c_str(), &st) != 0) {
+            places.absent_place(place);
+          } else if (!S_ISREG(st.st_mode)) {
+            return "library place '" + place + "' is not a regular file";
+          } else if (seen.insert(place).second) {
+            out.push_back(place);
+          }
+        }
+      }
+    }
+    return out;
   }
 
   // The directories whose headers are the toolkit's (beside nvcc) and the
@@ -1534,7 +1609,14 @@ class Launcher {
         count(m_stats, nv::Tally::not_stored, "no temporary file for the dependency list");
         exec_nvcc(m_nvcc, m_args);
       }
-      args.insert(args.end(), {"-MD", "-MF", *own_depfile});
+      if (m_cmd.mode == nv::Mode::device_link) {
+        // The host compiler's, for the registration stub it compiles (the
+        // one step of a device link that reads headers); its output is
+        // the same with it (tests/nvcc_launcher_test.cpp).
+        args.push_back("-Xcompiler=-MD,-MF," + *own_depfile);
+      } else {
+        args.insert(args.end(), {"-MD", "-MF", *own_depfile});
+      }
     }
     const Ran ran = run_capturing(m_nvcc, args);
     pc::Result<std::string> deps_text = std::string();
@@ -1562,6 +1644,15 @@ class Launcher {
       deps = nv::parse_depfile(*deps_text);
     }
     if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
+    if (m_cmd.mode == nv::Mode::device_link) {
+      // The stub's other two inputs are nvcc's own temporary files, made
+      // from the inputs and gone by now.
+      std::error_code ec;
+      const std::string tmpdir = dt::normal(std::filesystem::temp_directory_path(ec).string());
+      std::erase_if(*deps, [&](const std::string& d) {
+        return dt::parent_of(dt::normal(d)) == tmpdir && d.substr(d.rfind('/') + 1).starts_with("tmpxft_");
+      });
+    }
     auto record = build_record(*deps, start);
     if (auto* why = std::get_if<std::string>(&record)) return not_stored(*why);
     auto& m = std::get<nv::ManifestRecord>(record);
@@ -1607,7 +1698,9 @@ class Launcher {
     std::vector<std::string> dirs = {dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input)};
     dirs.insert(dirs.end(), m_cmd.include_dirs.begin(), m_cmd.include_dirs.end());
     dirs.insert(dirs.end(), m_cmd.system_dirs.begin(), m_cmd.system_dirs.end());
-    for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+    dirs.insert(dirs.end(), m_cmd.library_dirs.begin(), m_cmd.library_dirs.end());
+    if (m_cmd.mode == nv::Mode::device_link) dirs.emplace_back(".");
+    for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH"}) {
       const auto more = env_dirs(v);
       dirs.insert(dirs.end(), more.begin(), more.end());
     }

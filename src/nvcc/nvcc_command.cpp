@@ -53,7 +53,7 @@ struct ModeName {
 };
 constexpr ModeName k_cacheable_modes[] = {
     {"compile", Mode::object}, {"device-c", Mode::object},   {"cubin", Mode::cubin}, {"ptx", Mode::ptx},
-    {"fatbin", Mode::fatbin},  {"optix-ir", Mode::optix_ir}, {"ltoir", Mode::ltoir},
+    {"fatbin", Mode::fatbin},  {"optix-ir", Mode::optix_ir}, {"ltoir", Mode::ltoir}, {"device-link", Mode::device_link},
 };
 // Steps that make no single cacheable output (or no output at all).
 constexpr std::string_view k_other_modes[] = {
@@ -62,7 +62,6 @@ constexpr std::string_view k_other_modes[] = {
     "generate-dependencies",
     "generate-nonsystem-dependencies",
     "device-w",
-    "device-link",
     "link",
     "lib",
     "run",
@@ -376,6 +375,12 @@ class Parser {
       auto& ws = m_tool_words[std::string(t.tool)];
       for (auto& w : split_commas(*value)) ws.push_back(std::move(w));
     }
+    if (n == "library") {
+      for (auto& l : split_commas(*value)) m_cmd.libraries.push_back(std::move(l));
+    }
+    if (n == "library-path") {
+      for (auto& d : split_commas(*value)) m_cmd.library_dirs.push_back(std::move(d));
+    }
     if (n == "include-path") {
       for (auto& d : split_commas(*value)) m_includes.push_back(std::move(d));
     }
@@ -490,12 +495,14 @@ class Parser {
   }
 
   void finish() {
-    if (m_modes.empty()) refuse("no compile step (-c, -cubin, -ptx, -fatbin): linking or another step");
+    if (m_modes.empty()) refuse("no compile step (-c, -cubin, -ptx, -fatbin, -dlink): linking or another step");
     if (m_modes.size() > 1) refuse("more than one output kind");
-    if (m_inputs.size() != 1) refuse(std::to_string(m_inputs.size()) + " input files");
     if (!m_cmd.uncacheable.empty()) return;
     m_cmd.mode = m_modes.front();
+    if (m_cmd.mode == Mode::device_link) return finish_device_link();
+    if (m_inputs.size() != 1) return refuse(std::to_string(m_inputs.size()) + " input files");
     m_cmd.input = m_inputs.front();
+    m_cmd.inputs = m_inputs;
     const bool cuda = m_language ? *m_language == "cu" : m_cmd.input.ends_with(".cu");
     if (!cuda) return refuse("input '" + m_cmd.input + "' is not CUDA source (.cu)");
     if (m_md != m_mf.has_value()) return refuse(m_md ? "-MD without -MF" : "-MF without -MD");
@@ -511,6 +518,47 @@ class Parser {
       m_cmd.output = stem_of(m_cmd.input) + k_suffix.at(index);
     }
     m_cmd.canonical.push_back(m_cmd.input);
+    m_cmd.include_dirs = std::move(m_includes);
+    m_cmd.system_dirs = std::move(m_system);
+  }
+
+  // A device link (-dlink): relocatable objects and archives in, one
+  // object out. What nvlink and the host compiler (which compiles nvcc's
+  // registration stub) read besides the inputs is found by the launcher:
+  // the libraries of -l, the stub's headers (its dependency list).
+  void finish_device_link() {
+    if (m_inputs.empty()) return refuse("a device link without inputs");
+    for (const auto& in : m_inputs) {
+      if (!in.ends_with(".o") && !in.ends_with(".obj") && !in.ends_with(".a")) {
+        return refuse("device link input '" + in + "' is not an object or an archive");
+      }
+    }
+    if (m_language) return refuse("-x in a device link");
+    if (m_md || m_mf) return refuse("a dependency file from a device link");
+    if (!m_output) return refuse("a device link without -o");
+    if (*m_output == "-" || m_output->empty()) return refuse("output to standard output");
+    for (const auto& l : m_cmd.libraries) {
+      // GNU ld's -l:FILE, or a path: not a name nvlink searches for as here.
+      if (l.empty() || l.find_first_of(":/") != std::string::npos) return refuse("library '" + l + "' is not a name");
+    }
+    // Libraries named to nvlink itself, and words for the host linker or
+    // archiver: their search is not followed here.
+    for (const auto& [tool, ws] : m_tool_words) {
+      if (tool == "linker" || tool == "archiver") return refuse(tool + " words in a device link");
+      for (const auto& w : ws) {
+        if (tool == "nvlink" && (w.starts_with("-l") || w.starts_with("-L") || w.starts_with("--library"))) {
+          return refuse("nvlink word '" + w + "' names a library: its search is not followed");
+        }
+      }
+    }
+    // Line information in a device link is the inputs' own (nvlink copies
+    // it): where the link runs is not in the output (two directories, one
+    // object: tests/nvcc_launcher_test.cpp).
+    m_cmd.line_info = false;
+    m_cmd.output = *m_output;
+    m_cmd.inputs = m_inputs;
+    m_cmd.input = m_inputs.front();
+    m_cmd.canonical.insert(m_cmd.canonical.end(), m_inputs.begin(), m_inputs.end());
     m_cmd.include_dirs = std::move(m_includes);
     m_cmd.system_dirs = std::move(m_system);
   }
@@ -547,6 +595,8 @@ const char* mode_name(Mode m) {
       return "optix-ir";
     case Mode::ltoir:
       return "ltoir";
+    case Mode::device_link:
+      return "device-link";
   }
   return "?";
 }

@@ -31,14 +31,24 @@
 namespace progcache::nvcc {
 
 // The output a cacheable command makes.
-enum class Mode { object, cubin, ptx, fatbin, optix_ir, ltoir };
+// device_link: `nvcc -dlink` of relocatable objects into the object that
+// registers their device code (an object, host code like the others).
+enum class Mode { object, cubin, ptx, fatbin, optix_ir, ltoir, device_link };
 const char* mode_name(Mode m);
 
 struct Command {
   // Empty when the result can be cached; else why not (counted per reason).
   std::string uncacheable;
   Mode mode = Mode::object;
-  std::string input;   // the one source file, as given
+  std::string input;  // the one source file, as given (a device link: its first input)
+  // A device link's inputs (objects and archives), as given, in order;
+  // a compile's one source.
+  std::vector<std::string> inputs;
+  // A device link's libraries (-l NAME) and their directories (-L), as
+  // given: nvlink looks for lib<NAME>.so, then lib<NAME>.a, in the -L
+  // directories, the toolkit's and LIBRARY_PATH's (launcher.cpp).
+  std::vector<std::string> libraries;
+  std::vector<std::string> library_dirs;
   std::string output;  // where nvcc writes it (-o, or nvcc's default name)
   // -MD with -MF: the dependency file the command asks for.
   std::optional<std::string> depfile;
