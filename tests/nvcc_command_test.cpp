@@ -151,6 +151,10 @@ TEST(NvccCommandTest, ADeviceLinkTakesItsInputsLibrariesAndOutputAndRefusesWhatI
   EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-l:libx.a"}).uncacheable, "library ':libx.a' is not a name");
   EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xnvlink", "-Lelsewhere"}).uncacheable,
             "nvlink word '-Lelsewhere' names a library: its search is not followed");
+  EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xnvlink", "-optf=nv.opt"}, {{"nv.opt", "-Llib -ldev"}}).uncacheable,
+            "nvlink word '-Llib' names a library: its search is not followed");
+  EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xnvlink", "@nv.rsp"}, {{"nv.rsp", "-ldev"}}).uncacheable,
+            "nvlink word '-ldev' names a library: its search is not followed");
   EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xlinker", "-v"}).uncacheable, "linker words in a device link");
   EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-MD", "-MF", "l.d"}).uncacheable,
             "a dependency file from a device link");

@@ -1323,6 +1323,27 @@ TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {
   EXPECT_EQ(second.err.find("first.o"), std::string::npos) << "replayed another output's name";
 }
 
+TEST_F(NvccLauncherTextTest, ASpecsFileAlongLibraryPathIsNeverServedAroundByTheText) {
+  // The preprocessed text is the same with a specs file gcc reads from a
+  // LIBRARY_PATH directory; the object is not (here, no compiler ident).
+  fs::create_directories(m_tmp.sub("work/lp"));
+  const std::string env = "LIBRARY_PATH=" + quote(m_tmp.sub("work/lp"));
+  const std::string args = "-arch=sm_90 -I inc -c k.cu -o k.o";
+  auto run = [&] { return sh(cli() + " " + quote(m_bin + "/nvcc") + " " + args, env); };
+  bool served = false;
+  for (int i = 0; i < 4 && !served; ++i) {
+    const std::uint64_t hits = counter("hits");
+    ASSERT_EQ(run().code, 0);
+    served = counter("hits") == hits + 1;
+  }
+  ASSERT_TRUE(served);
+  write("lp/specs", "*cc1plus:\n+ -fno-ident\n\n");
+  const std::uint64_t hits = counter("hits");
+  ASSERT_EQ(run().code, 0);
+  EXPECT_EQ(counter("hits"), hits) << "served with a specs file along LIBRARY_PATH";
+  EXPECT_EQ(read("k.o").find("GCC: ("), std::string::npos) << "the specs file was not read";
+}
+
 TEST_F(NvccLauncherTextTest, ADirectoryRenamedOrALinkRetargetedWhileTheLauncherReadsIsNeverRecorded) {
   // A host compiler that lingers after the launcher's own preprocessing
   // step, so that the swap lands between that step and nvcc's compile.
@@ -1794,6 +1815,83 @@ TEST_F(NvccLauncherDeviceLinkTest, TwoBuildDirectoriesAndAnotherOutputNameShareO
   ::chmod(m_tmp.sub("cache").c_str(), 02770);
   for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(m_link, "PROGCACHE_SHARING=group").code, 0);
   EXPECT_EQ(nvcc_runs(), 2) << "a device link was served from a group-shared root without signed entries";
+}
+
+TEST_F(NvccLauncherDeviceLinkTest, WhatADeviceLinksToolsFindThroughTheEnvironmentIsKeyedOrRefused) {
+  // A header made in $TMPDIR, where nvcc writes the fatbin source that
+  // includes "fatbinary_section.h": found there first.
+  fs::create_directories(m_tmp.sub("tmpd"));
+  const std::string tmp_env = "TMPDIR=" + quote(m_tmp.sub("tmpd"));
+  const std::string real = testing::read_all(m_bin + "/../include/fatbinary_section.h");
+  expect_compiled_again(
+      m_link, "link.o", tmp_env,
+      [&] {
+        testing::write_all(m_tmp.sub("tmpd/fatbinary_section.h"),
+                           "#ifndef PLANTED\n#define PLANTED\nstatic int planted_marker __attribute__((used)) = 42;\n"
+                           "#endif\n" +
+                               real);
+      },
+      tmp_env);
+  EXPECT_NE(read("link.o").find("planted_marker"), std::string::npos) << "the planted header was not compiled in";
+  // LIBRARIES and NVLINK_FLAGS reach nvlink (directories, libraries,
+  // objects) and are not followed: nvcc runs, every time.
+  library("lib0/libdev.a", "13.0f");
+  for (const std::string env : {"LIBRARIES=-Llib0", "NVLINK_FLAGS=-Llib0"}) {
+    SCOPED_TRACE(env);
+    for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(m_link, env).code, 0);
+    EXPECT_EQ(nvcc_runs(), 2);
+    const std::string served = read("link.o");
+    ASSERT_EQ(sh(quote(m_bin + "/nvcc") + " " + m_link + " -o plain.o", env).code, 0);
+    EXPECT_TRUE(same(served, read("plain.o")));
+  }
+  // A $TMPDIR whose name a shell reads: the launcher's own host compiler
+  // word could not carry it, so nvcc runs as given (and no shell runs it).
+  fs::create_directories(m_tmp.sub("t;touch pwned;x"));
+  const std::string odd_env = "TMPDIR=" + quote(m_tmp.sub("t;touch pwned;x"));
+  const Ran odd = launch(m_link, odd_env);
+  ASSERT_EQ(odd.code, 0) << odd.err;
+  EXPECT_EQ(nvcc_runs(), 1);
+  EXPECT_FALSE(exists("pwned")) << "a shell ran what $TMPDIR's name says";
+  const auto n = launcher_stats()["not_stored"];
+  EXPECT_EQ(n.value("the name of $TMPDIR cannot be handed to the host compiler", 0), 1) << n.dump();
+}
+
+TEST_F(NvccLauncherDeviceLinkTest, ASpecsFileTheHostCompilerFindsAlongLibraryPathIsNeverServedAround) {
+  // gcc reads <dir>/specs from each LIBRARY_PATH directory: one made there
+  // later (here, leaving out the compiler's ident) changes the output.
+  fs::create_directories(m_tmp.sub("work/lp"));
+  const std::string env = "LIBRARY_PATH=" + quote(m_tmp.sub("work/lp"));
+  const std::string specs = "*cc1plus:\n+ -fno-ident\n\n";
+  ASSERT_NE(read("a.o").find("GCC: ("), std::string::npos);
+  expect_compiled_again(
+      m_link, "link.o", env, [&] { write("lp/specs", specs); }, env);
+  EXPECT_EQ(read("link.o").find("GCC: ("), std::string::npos) << "the specs file was not read";
+  // An object's compile too; and none is stored while the file is there.
+  fs::remove(m_tmp.sub("work/lp/specs"));
+  const std::string obj = "-arch=sm_90 -I inc -c k.cu -o k.o";
+  int runs = 1;
+  for (int i = 0; i < 4 && runs != 0; ++i) {
+    ASSERT_EQ(launch(obj, env).code, 0);
+    runs = i == 0 ? (nvcc_runs(), 1) : nvcc_runs();
+  }
+  ASSERT_EQ(runs, 0) << "never served";
+  write("lp/specs", specs);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(obj, env).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "served or stored with a specs file along LIBRARY_PATH";
+  const std::string served = read("k.o");
+  EXPECT_EQ(served.find("GCC: ("), std::string::npos);
+  ASSERT_EQ(sh(quote(m_bin + "/nvcc") + " " + obj + " -o plain.o", env).code, 0);
+  EXPECT_TRUE(same(mask_temp_names(served), mask_temp_names(read("plain.o"))));
+  // The directories where gcc finds its own programs and specs: refused,
+  // nvcc runs as given.
+  fs::remove(m_tmp.sub("work/lp/specs"));
+  for (const std::string var : {"COMPILER_PATH=lp", "GCC_EXEC_PREFIX=lp/"}) {
+    const Ran r = launch(obj, var);
+    EXPECT_EQ(nvcc_runs(), 1) << var;
+    EXPECT_EQ(r.code, sh(quote(m_bin + "/nvcc") + " " + obj + " -o plain.o", var).code) << var;
+  }
+  const auto u = launcher_stats()["uncacheable"];
+  EXPECT_EQ(u.value("variable '...' set: nvcc reads it, and what it names is not keyed", 0), 2) << u.dump();
 }
 
 }  // namespace

@@ -46,6 +46,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -101,19 +102,32 @@ constexpr const char* k_keyed_variables[] = {
 // launcher follows (NVCC_*_FLAGS, PTXAS_FLAGS, CUDAFE_FLAGS), or that do not
 // bear on one compile's output beyond their value (PATH and LD_LIBRARY_PATH
 // find the programs whose identities are keyed; LIBRARIES and NVLINK_FLAGS
-// are for linking). Any other variable nvcc or its profile reads, set and
-// not replaced by the profile, may name files the key cannot see: refused.
+// are nvlink's, which a compile does not run). Any other variable nvcc or
+// its profile reads, set and not replaced by the profile, may name files
+// the key cannot see: refused. So are GCC_EXEC_PREFIX and COMPILER_PATH
+// (where the host compiler finds its own programs and specs files), and,
+// for a device link, LIBRARIES and NVLINK_FLAGS (libraries, directories,
+// objects for nvlink, not followed).
 constexpr std::string_view k_followed_variables[] = {
-    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",    "PTXAS_FLAGS",       "CUDAFE_FLAGS", "PATH",
-    "LD_LIBRARY_PATH",    "LIBRARIES",         "NVLINK_FLAGS",  "SOURCE_DATE_EPOCH", "CPATH",        "C_INCLUDE_PATH",
-    "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX",   "COMPILER_PATH",
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "PTXAS_FLAGS",    "CUDAFE_FLAGS",       "PATH",
+    "LD_LIBRARY_PATH",    "SOURCE_DATE_EPOCH", "CPATH",      "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARIES",
+    "NVLINK_FLAGS",
 };
+constexpr std::string_view k_link_variables[] = {"LIBRARIES", "NVLINK_FLAGS"};
 // The toolkit's programs and data nvcc runs or reads besides the headers
 // its dependency output lists, relative to nvcc's own directory.
+// (nvlink loads libnvvm for a device link with -dlto.)
 constexpr const char* k_toolkit_files[] = {
-    "nvcc",  "nvcc.profile",     "cudafe++",
-    "ptxas", "fatbinary",        "nvlink",
-    "bin2c", "../nvvm/bin/cicc", "../nvvm/libdevice/libdevice.10.bc",
+    "nvcc",
+    "nvcc.profile",
+    "cudafe++",
+    "ptxas",
+    "fatbinary",
+    "nvlink",
+    "bin2c",
+    "../nvvm/bin/cicc",
+    "../nvvm/libdevice/libdevice.10.bc",
+    "../nvvm/lib64/libnvvm.so",
 };
 
 bool executable_file(const std::string& p) {
@@ -238,9 +252,13 @@ std::vector<std::string> keyed_variables(const nv::ProfileVariables& profile) {
 // The first variable set in the environment that nvcc or its profile reads,
 // that the launcher does not follow and the profile does not replace.
 std::optional<std::string> unfollowed_variable(const std::vector<std::string>& names,
-                                               const nv::ProfileVariables& profile) {
+                                               const nv::ProfileVariables& profile, bool device_link) {
   for (const auto& n : names) {
     const char* v = std::getenv(n.c_str());
+    if (v != nullptr && device_link &&
+        std::find(std::begin(k_link_variables), std::end(k_link_variables), n) != std::end(k_link_variables)) {
+      return n;
+    }
     if (v == nullptr || *v == '\0') continue;
     if (std::find(std::begin(k_followed_variables), std::end(k_followed_variables), n) !=
         std::end(k_followed_variables)) {
@@ -360,9 +378,56 @@ struct Ran {
 Ran run_child(const std::string& program, const std::vector<std::string>& args, bool echo, bool null_stdin,
               std::int64_t timeout_ns = 0, const std::vector<std::string>* env = nullptr);
 
-// The host compiler's own directories for <...> includes, in its order, as
-// it prints them (-v), or nullopt when it cannot say.
+// What the host compiler says of itself (-v): its own directories for
+// <...> includes, in its order, its target and its version (as printed, and
+// its major number), or nullopt when it cannot say. Asked once per process
+// and compiler: a hit by the preprocessed text needs it for its key and
+// again for the manifest record it adds (one run of the compiler less, 10
+// to 20 ms).
+struct HostCompiler {
+  std::vector<std::string> dirs;
+  std::string target;
+  std::vector<std::string> versions;
+};
+std::optional<HostCompiler> host_compiler_asked(const std::string& host);
+std::optional<HostCompiler> host_compiler(const std::string& host) {
+  static std::mutex mu;
+  static std::map<std::string, std::optional<HostCompiler>> known;
+  {
+    const std::lock_guard lock(mu);
+    if (const auto it = known.find(host); it != known.end()) return it->second;
+  }
+  auto said = host_compiler_asked(host);
+  const std::lock_guard lock(mu);
+  return known.try_emplace(host, std::move(said)).first->second;
+}
 std::optional<std::vector<std::string>> host_system_dirs(const std::string& host) {
+  auto c = host_compiler(host);
+  if (!c) return std::nullopt;
+  return std::move(c->dirs);
+}
+
+// gcc reads a `specs` file, which can change any option it runs with, from
+// each LIBRARY_PATH directory (as <dir>/specs and <dir>/<target>/<version>/specs)
+// before its own: places that must stay empty (the gcc installation's own
+// are the compiler's, whose identity is keyed). Why one is not, or nullopt.
+std::optional<std::string> specs_places(const std::string& host, std::vector<std::string>& absent) {
+  const auto c = host_compiler(host);
+  for (const auto& dir : env_dirs("LIBRARY_PATH")) {
+    std::vector<std::string> places = {dt::join(dir, "specs")};
+    if (c && !c->target.empty()) {
+      for (const auto& v : c->versions) places.push_back(dt::join(dir, c->target + "/" + v + "/specs"));
+    }
+    for (const auto& p : places) {
+      struct stat st {};
+      if (::lstat(p.c_str(), &st) == 0) return "a specs file for the host compiler in LIBRARY_PATH ('" + p + "')";
+      absent.push_back(p);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<HostCompiler> host_compiler_asked(const std::string& host) {
   // A compiler that runs a minute to preprocess nothing is not asked again.
   constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
   const Ran ran = run_child(host, {host, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
@@ -382,7 +447,25 @@ std::optional<std::vector<std::string>> host_system_dirs(const std::string& host
     if (!line.empty()) out.push_back(std::move(line));
   }
   if (out.empty()) return std::nullopt;
-  return out;
+  HostCompiler c;
+  c.dirs = std::move(out);
+  // "Target: x86_64-linux-gnu", "gcc version 12.2.0 (Debian ...)".
+  for (std::size_t b = 0; b < text.size();) {
+    std::size_t e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    const std::string_view line = std::string_view(text).substr(b, e - b);
+    b = e + 1;
+    if (line.starts_with("Target: ")) c.target = std::string(line.substr(8));
+    if (const auto at = line.find(" version "); at != std::string_view::npos && c.versions.empty()) {
+      std::string_view v = line.substr(at + 9);
+      v = v.substr(0, v.find(' '));
+      if (!v.empty()) {
+        c.versions.emplace_back(v);
+        if (const auto dot = v.find('.'); dot != std::string_view::npos) c.versions.emplace_back(v.substr(0, dot));
+      }
+    }
+  }
+  return c;
 }
 
 // The toolkit's include directories nvcc adds (nvcc.profile's INCLUDES and
@@ -1056,7 +1139,7 @@ class Launcher {
     m_cmd = nv::parse_command(
         m_args, [this](const std::string& p) { return read_input(p); }, env);
     if (!m_cmd.uncacheable.empty()) uncacheable(m_cmd.uncacheable);
-    if (auto v = unfollowed_variable(m_variables, profile)) {
+    if (auto v = unfollowed_variable(m_variables, profile, m_cmd.mode == nv::Mode::device_link)) {
       uncacheable("variable '" + *v + "' set: nvcc reads it, and what it names is not keyed");
     }
     // The host compiler's preprocessor writes a dependency file these name.
@@ -1301,6 +1384,8 @@ class Launcher {
     const auto hosts = host_compilers(m_cmd);
     auto system = host_system_dirs(hosts.front());
     if (!system) return std::nullopt;
+    // A specs file changes the compile, not the text: none may be there.
+    if (std::vector<std::string> no_specs; specs_places(hosts.front(), no_specs)) return std::nullopt;
     std::error_code ec;
     auto generated = generated_headers(search_chain(m_cmd, m_bin, *system),
                                        std::filesystem::temp_directory_path(ec).string(), trusted_roots(*system));
@@ -1422,11 +1507,21 @@ class Launcher {
     nv::Command searched = m_cmd;
     if (device_link) searched.include_dirs.insert(searched.include_dirs.begin(), ".");
     Places places(search_chain(searched, toolkit_bin, *system), deps, std::move(trusted));
+    std::vector<std::string> no_specs;
+    if (auto why = specs_places(hosts.front(), no_specs)) return *why;
+    for (const auto& p : no_specs) places.absent_place(p);
     std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
     std::vector<Generated> todo;
     std::vector<std::string> binaries;  // read whole by nvlink, not preprocessed
     if (device_link) {
       source_dir = dt::parent_of(stub);
+      // nvcc's fatbin source, in $TMPDIR, includes "fatbinary_section.h":
+      // looked for beside it first (the stub's dependency list names the
+      // one found, not the places before it).
+      std::error_code ec;
+      if (!places.probe_generated("fatbinary_section.h", std::filesystem::temp_directory_path(ec).string())) {
+        return std::string("a header nvcc's generated files include cannot be found: fatbinary_section.h");
+      }
       auto found = link_files(places, toolkit_bin);
       if (auto* why = std::get_if<std::string>(&found)) return *why;
       binaries = std::move(std::get<std::vector<std::string>>(found));
@@ -1612,7 +1707,15 @@ class Launcher {
       if (m_cmd.mode == nv::Mode::device_link) {
         // The host compiler's, for the registration stub it compiles (the
         // one step of a device link that reads headers); its output is
-        // the same with it (tests/nvcc_launcher_test.cpp).
+        // the same with it (tests/nvcc_launcher_test.cpp). nvcc splits the
+        // value at commas and hands it through a shell: a name a shell or
+        // the split would change ($TMPDIR's) cannot be given.
+        if (own_depfile->find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._-+") !=
+            std::string::npos) {
+          ::unlink(own_depfile->c_str());
+          count(m_stats, nv::Tally::not_stored, "the name of $TMPDIR cannot be handed to the host compiler");
+          exec_nvcc(m_nvcc, m_args);
+        }
         args.push_back("-Xcompiler=-MD,-MF," + *own_depfile);
       } else {
         args.insert(args.end(), {"-MD", "-MF", *own_depfile});
@@ -1646,11 +1749,15 @@ class Launcher {
     if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
     if (m_cmd.mode == nv::Mode::device_link) {
       // The stub's other two inputs are nvcc's own temporary files, made
-      // from the inputs and gone by now.
+      // from the inputs and gone by now (one still there is not nvcc's,
+      // and is keyed as any other).
       std::error_code ec;
       const std::string tmpdir = dt::normal(std::filesystem::temp_directory_path(ec).string());
       std::erase_if(*deps, [&](const std::string& d) {
-        return dt::parent_of(dt::normal(d)) == tmpdir && d.substr(d.rfind('/') + 1).starts_with("tmpxft_");
+        const std::string name = d.substr(d.rfind('/') + 1);
+        struct stat st {};
+        return dt::parent_of(dt::normal(d)) == tmpdir && name.starts_with("tmpxft_") &&
+               (name.ends_with(".reg.c") || name.ends_with(".fatbin.c")) && ::lstat(d.c_str(), &st) != 0;
       });
     }
     auto record = build_record(*deps, start);

@@ -454,6 +454,10 @@ class Parser {
         return refuse(std::string(tool).append(" word '").append(w).append(
             "' holds characters a shell reads (nvcc hands it through one)"));
       }
+      if (tool == "nvlink" && !m_nvlink_library &&
+          (w.starts_with("-l") || w.starts_with("-L") || w.starts_with("--library"))) {
+        m_nvlink_library = w;
+      }
       // ptxas's and nvlink's own debug words (-g, --device-debug) and line
       // information words (-lineinfo, --generate-line-info).
       if ((w.starts_with("-g") && w != "-g0") || w.find("debug") != std::string::npos) {
@@ -541,15 +545,14 @@ class Parser {
       // GNU ld's -l:FILE, or a path: not a name nvlink searches for as here.
       if (l.empty() || l.find_first_of(":/") != std::string::npos) return refuse("library '" + l + "' is not a name");
     }
-    // Libraries named to nvlink itself, and words for the host linker or
-    // archiver: their search is not followed here.
+    // Libraries named to nvlink itself (also in its options files, at any
+    // depth), and words for the host linker or archiver: their search is
+    // not followed here.
+    if (m_nvlink_library) {
+      return refuse("nvlink word '" + *m_nvlink_library + "' names a library: its search is not followed");
+    }
     for (const auto& [tool, ws] : m_tool_words) {
       if (tool == "linker" || tool == "archiver") return refuse(tool + " words in a device link");
-      for (const auto& w : ws) {
-        if (tool == "nvlink" && (w.starts_with("-l") || w.starts_with("-L") || w.starts_with("--library"))) {
-          return refuse("nvlink word '" + w + "' names a library: its search is not followed");
-        }
-      }
     }
     // Line information in a device link is the inputs' own (nvlink copies
     // it): where the link runs is not in the output (two directories, one
@@ -566,6 +569,7 @@ class Parser {
   const ReadFile& m_read_file;
   Command m_cmd;
   bool m_forward_unknown = false;
+  std::optional<std::string> m_nvlink_library;  // the first nvlink word naming a library
   std::vector<std::string> m_inputs;
   std::vector<Mode> m_modes;
   std::optional<std::string> m_output;
