@@ -155,6 +155,8 @@ TEST(NvccCommandTest, ADeviceLinkTakesItsInputsLibrariesAndOutputAndRefusesWhatI
             "nvlink word '-Llib' names a library: its search is not followed");
   EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xnvlink", "@nv.rsp"}, {{"nv.rsp", "-ldev"}}).uncacheable,
             "nvlink word '-ldev' names a library: its search is not followed");
+  EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xnvlink", "--time=t.csv"}).uncacheable,
+            "nvlink word '--time=t.csv' reads or writes a file outside the output");
   EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-Xlinker", "-v"}).uncacheable, "linker words in a device link");
   EXPECT_EQ(parse({"-dlink", "a.o", "-o", "l.o", "-MD", "-MF", "l.d"}).uncacheable,
             "a dependency file from a device link");

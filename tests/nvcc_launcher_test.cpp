@@ -1894,5 +1894,74 @@ TEST_F(NvccLauncherDeviceLinkTest, ASpecsFileTheHostCompilerFindsAlongLibraryPat
   EXPECT_EQ(u.value("variable '...' set: nvcc reads it, and what it names is not keyed", 0), 2) << u.dump();
 }
 
+TEST_F(NvccLauncherDeviceLinkTest, ADirectoryRenamedIntoPlaceWhileNvccRunsIsNeverRecorded) {
+  // A host compiler that swaps a directory once, at nvcc's last step (the
+  // host compile of a compile, the stub's compile of a device link): what
+  // nvcc read is the old directory's, the files there after are the new one's.
+  write("swapgcc",
+        "#!/bin/sh\ncase \"$*\" in *cudafe1.cpp*|*link.stub*) [ -d swap_in ] && mv swap_out swap_old && "
+        "mv swap_in swap_out ;; esac\nexec gcc \"$@\"\n");
+  fs::permissions(m_tmp.sub("work/swapgcc"), fs::perms::owner_all);
+  auto arm = [&](const std::function<void(const std::string&, int)>& fill) {
+    fs::remove_all(m_tmp.sub("work/swap_out"));
+    fs::remove_all(m_tmp.sub("work/swap_old"));
+    fs::create_directories(m_tmp.sub("work/swap_out"));
+    fs::create_directories(m_tmp.sub("work/swap_in"));
+    fill("swap_out", 1);
+    fill("swap_in", 2);
+  };
+  // A compile: a header under a subdirectory of the source's.
+  write("r.cu", "#include \"swap_out/val.h\"\n__global__ void k(float* x) { x[0] = VAL; }\n");
+  const std::string compile = "-arch=sm_90 -ccbin ./swapgcc -c r.cu -o r.o";
+  arm([&](const std::string& d, int v) { write(d + "/val.h", "#define VAL " + std::to_string(v) + ".0f\n"); });
+  ASSERT_EQ(launch(compile).code, 0);
+  ASSERT_EQ(launch(compile).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "recorded what nvcc read under the files renamed in after it";
+  const std::string served = read("r.o");
+  ASSERT_EQ(plain("-arch=sm_90 -c r.cu -o plain.o").code, 0);
+  EXPECT_TRUE(same(mask_temp_names(served), mask_temp_names(read("plain.o"))));
+  // A device link: an input's directory.
+  const std::string link = "-arch=sm_90 -ccbin ./swapgcc -dlink a.o swap_out/b.o -o link.o -L lib -ldev";
+  arm([&](const std::string& d, int v) {
+    ASSERT_EQ(plain("-arch=sm_90 -DFACTOR=" + std::to_string(v) + ".0f -dc b.cu -o " + d + "/b.o").code, 0);
+  });
+  ASSERT_EQ(launch(link).code, 0);
+  ASSERT_EQ(launch(link).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "recorded what nvlink read under the inputs renamed in after it";
+  const std::string linked = read("link.o");
+  ASSERT_EQ(plain("-arch=sm_90 -dlink a.o swap_out/b.o -o plain.o -L lib -ldev").code, 0);
+  EXPECT_TRUE(same(linked, read("plain.o")));
+}
+
+TEST_F(NvccLauncherDeviceLinkTest, WhatTheHostCompilerFindsBesideItsSearchIsKeyedOrRefused) {
+  // A precompiled header where gcc looks for one (here the working
+  // directory, the stub's -I.): nothing is stored while it is there.
+  write("stdc-predef.h.gch", "not a precompiled header\n");
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(m_link).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "stored with a precompiled header where gcc looks";
+  fs::remove(m_tmp.sub("work/stdc-predef.h.gch"));
+  // An assembler made earlier on PATH assembles every object.
+  fs::create_directories(m_tmp.sub("asbin"));
+  const std::string env = "PATH=" + quote(m_tmp.sub("asbin") + ":" + m_bin + ":/usr/local/bin:/usr/bin:/bin");
+  expect_compiled_again(
+      m_link, "link.o", env,
+      [&] {
+        testing::write_all(m_tmp.sub("asbin/extra.s"), ".globl planted_by_as\n.data\nplanted_by_as: .long 7\n");
+        testing::write_all(m_tmp.sub("asbin/as"),
+                           "#!/bin/sh\nexec /usr/bin/as \"$@\" " + quote(m_tmp.sub("asbin/extra.s")) + "\n");
+        fs::permissions(m_tmp.sub("asbin/as"), fs::perms::owner_all);
+      },
+      env);
+  EXPECT_NE(read("link.o").find("planted_by_as"), std::string::npos) << "the planted assembler did not run";
+  // What the tools print is replayed: its language is keyed.
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(m_link, "LC_ALL=C").code, 0);
+  nvcc_runs();
+  ASSERT_EQ(launch(m_link, "LC_ALL=C.UTF-8").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "another locale served what the first printed";
+  // clang's driver options from the environment: refused.
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(m_link, "CCC_OVERRIDE_OPTIONS=+-DX").code, 0);
+  EXPECT_EQ(nvcc_runs(), 2);
+}
+
 }  // namespace
 }  // namespace progcache

@@ -92,11 +92,32 @@ constexpr std::string_view k_stats_file = "launcher-stats.json";
 // names as its program holds them), besides every variable nvcc.profile
 // names, which is read from the profile at run time.
 constexpr const char* k_keyed_variables[] = {
-    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",  "NVCC_CCBIN",      "CPATH",
-    "C_INCLUDE_PATH",     "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
-    "SOURCE_DATE_EPOCH",  "PTXAS_FLAGS",        "CUDAFE_FLAGS",    "NVVM_FLAGS",
-    "NVASM_FLAGS",        "NVDISASM_FLAGS",     "NVLINK_FLAGS",    "NV_NVVM_VERSION",
-    "CICC_PATH",          "NVVMIR_LIBRARY_DIR",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_CCBIN",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "GCC_EXEC_PREFIX",
+    "COMPILER_PATH",
+    "SOURCE_DATE_EPOCH",
+    "PTXAS_FLAGS",
+    "CUDAFE_FLAGS",
+    "NVVM_FLAGS",
+    "NVASM_FLAGS",
+    "NVDISASM_FLAGS",
+    "NVLINK_FLAGS",
+    "NV_NVVM_VERSION",
+    "CICC_PATH",
+    "NVVMIR_LIBRARY_DIR",
+    // The language and colours of what the tools print, which a hit replays.
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "GCC_COLORS",
+    "GCC_URLS",
 };
 // Variables nvcc reads whose value the key holds and whose words the
 // launcher follows (NVCC_*_FLAGS, PTXAS_FLAGS, CUDAFE_FLAGS), or that do not
@@ -109,9 +130,26 @@ constexpr const char* k_keyed_variables[] = {
 // for a device link, LIBRARIES and NVLINK_FLAGS (libraries, directories,
 // objects for nvlink, not followed).
 constexpr std::string_view k_followed_variables[] = {
-    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "PTXAS_FLAGS",    "CUDAFE_FLAGS",       "PATH",
-    "LD_LIBRARY_PATH",    "SOURCE_DATE_EPOCH", "CPATH",      "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARIES",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_CCBIN",
+    "PTXAS_FLAGS",
+    "CUDAFE_FLAGS",
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "SOURCE_DATE_EPOCH",
+    "CPATH",
+    "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH",
+    "LIBRARIES",
     "NVLINK_FLAGS",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "GCC_COLORS",
+    "GCC_URLS",
 };
 constexpr std::string_view k_link_variables[] = {"LIBRARIES", "NVLINK_FLAGS"};
 // The toolkit's programs and data nvcc runs or reads besides the headers
@@ -302,6 +340,10 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
   for (const auto& h : host_compilers(cmd)) add_file_identity(kb, "host-compiler", h);
+  // gcc finds no assembler among its own programs on common installs and
+  // runs the first `as` on PATH: one made earlier on PATH assembles.
+  const auto as = find_program("as");
+  add_file_identity(kb, "assembler", as ? *as : std::string("(not found) as"));
   for (const auto& v : variables) {
     const char* value = std::getenv(v.c_str());
     kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
@@ -522,6 +564,26 @@ bool link_made_since(const std::string& path, std::int64_t start) {
   return false;
 }
 
+// Whether a directory on the way to `path` below the search directory that
+// holds it (the longest of `tops`, resolved) changed since `start`. A
+// directory renamed into place (a rename stamps the moved directory's
+// ctime) leads the same name to other files, whose own times are old. The
+// tops themselves are judged by identity (search_dir_identities); a file
+// outside every top is not judged here (nothing bounds the walk up).
+bool moved_below(const std::string& path, const std::vector<std::string>& tops, std::int64_t start) {
+  const std::string parent = dt::parent_of(path);
+  const std::string dir = dt::real_or_normal(parent.empty() ? "." : parent);
+  std::string top;
+  for (const auto& t : tops) {
+    if ((dir == t || dt::under(dir, t)) && t.size() > top.size()) top = t;
+  }
+  for (std::string d = dir; !top.empty() && d.size() > top.size(); d = dt::parent_of(d)) {
+    struct stat st {};
+    if (::stat(d.c_str(), &st) != 0 || dt::ns_of(st.st_ctim) > start) return true;
+  }
+  return false;
+}
+
 // Adds to `named` every file a line marker of preprocessed output `text`
 // names (`# 12 "inc/a.h" 1 3`), unescaped as the preprocessor escapes it.
 void marker_names(std::string_view text, std::set<std::string>& named) {
@@ -663,7 +725,9 @@ class Places {
         for (std::size_t j = 0; j < i; ++j) {
           const std::string place = dt::join(dirs[j] == "." ? "" : dirs[j], rel);
           if (dt::normal(place) != p) absent_if_so(place);
+          no_precompiled(place);
         }
+        no_precompiled(dt::join(dirs[i] == "." ? "" : dirs[i], rel));
       }
     }
   }
@@ -730,6 +794,7 @@ class Places {
     if (name.empty()) return out;
     const std::string includer_real = includer.empty() ? std::string() : real_file(includer);
     for (const auto& place : search_places(name, first_dir, m_chain)) {
+      no_precompiled(place);
       struct stat st {};
       if (::stat(place.c_str(), &st) != 0) {
         absent_if_so(place);
@@ -746,6 +811,26 @@ class Places {
     return out;
   }
 
+  // gcc looks for a precompiled `<header>.gch` in each directory it
+  // searches, before the header itself, and uses one it finds there (for
+  // the first header of a translation unit, which the launcher does not
+  // tell apart): each such place must stay empty, and one that is not is
+  // not keyed.
+  void no_precompiled(const std::string& place) {
+    const std::string gch = place + ".gch";
+    struct stat st {};
+    if (::stat(gch.c_str(), &st) == 0) {
+      if (!m_refused) m_refused = "a precompiled header '" + gch + "' the host compiler may use";
+      return;
+    }
+    absent_if_so(gch);
+  }
+
+ public:
+  // Why what was found keeps the record from being stored, or nullopt.
+  const std::optional<std::string>& refused() const { return m_refused; }
+
+ private:
   void absent_if_so(const std::string& place) {
     if (m_absent_seen.count(place) != 0) return;
     struct stat st {};
@@ -765,6 +850,7 @@ class Places {
   std::vector<std::string> m_chain, m_chain_real, m_trusted;
   std::set<std::string> m_deps, m_absent_seen, m_present_seen;
   std::vector<std::string> m_absent, m_present;
+  std::optional<std::string> m_refused;
 };
 
 // ---- counters (shown by `progcache stats`)
@@ -1147,6 +1233,10 @@ class Launcher {
       if (std::getenv(v) != nullptr)
         uncacheable("variable '" + std::string(v) + "' set: the host compiler writes a file");
     }
+    // clang's driver adds, removes or replaces options from it (-include, -I).
+    if (std::getenv("CCC_OVERRIDE_OPTIONS") != nullptr) {
+      uncacheable("variable 'CCC_OVERRIDE_OPTIONS' set: the host compiler's options are not those keyed");
+    }
     // A hit renames a file over the output; a miss reads nvcc's output back.
     // Both only for a regular file (or none yet): a FIFO, a device, a
     // symbolic link (/dev/stdout) is nvcc's alone to write.
@@ -1397,9 +1487,11 @@ class Launcher {
     // file's own times as they were, not its device and inode).
     if (search_dir_identities() != m_dirs_at_start) return std::nullopt;
     std::map<std::string, dt::FileStamp> stamps;
+    const auto tops = tops_of(search_chain(m_cmd, m_bin, *system));
     for (const auto& d : deps) {
       struct stat st {};
-      if (::stat(d.c_str(), &st) != 0 || dt::stamp_of(st).ctime > start || link_made_since(d, start)) {
+      if (::stat(d.c_str(), &st) != 0 || dt::stamp_of(st).ctime > start || link_made_since(d, start) ||
+          moved_below(d, tops, start)) {
         return std::nullopt;
       }
       stamps.emplace(d, dt::stamp_of(st));
@@ -1455,8 +1547,11 @@ class Launcher {
     auto entry = m_store->get(*rkey);
     if (!entry.ok() || !entry->has_value()) return std::nullopt;
     if (pre.names_unread_file && line_directive_read()) return std::nullopt;
-    // Recorded before it is served: what is recorded is what was read.
+    // Recorded before it is served: what is recorded is what was read;
+    // what cannot be recorded (a place or a file the record refuses) is
+    // not served by its text either.
     auto record = build_record(pre.deps, start);
+    if (!std::holds_alternative<nv::ManifestRecord>(record)) return std::nullopt;
     if ((*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) {
       const auto* now = std::get_if<nv::ManifestRecord>(&record);
       if (now == nullptr || m_line_directive || !replayable(**entry, *rkey, *now)) return std::nullopt;
@@ -1506,7 +1601,9 @@ class Launcher {
     }
     nv::Command searched = m_cmd;
     if (device_link) searched.include_dirs.insert(searched.include_dirs.begin(), ".");
-    Places places(search_chain(searched, toolkit_bin, *system), deps, std::move(trusted));
+    const auto chain = search_chain(searched, toolkit_bin, *system);
+    const auto tops = tops_of(chain);
+    Places places(chain, deps, std::move(trusted));
     std::vector<std::string> no_specs;
     if (auto why = specs_places(hosts.front(), no_specs)) return *why;
     for (const auto& p : no_specs) places.absent_place(p);
@@ -1579,6 +1676,17 @@ class Launcher {
       // mtime can be anything (an archive from a machine whose clock runs
       // ahead, touch -d): a file whose mtime alone is later was not changed.
       if (stamp.ctime > start || link_made_since(path, start)) return std::string("an input changed while nvcc ran");
+      // A device link's inputs are judged by the stamps they had before
+      // nvcc ran (their directory is where the output is written, so its
+      // own times move); every other file by the directories on its way.
+      if (binary) {
+        const auto before = m_link_inputs_before.find(path);
+        if (before != m_link_inputs_before.end() && !(before->second == stamp)) {
+          return std::string("an input changed while nvcc ran");
+        }
+      } else if (moved_below(path, tops, start)) {
+        return std::string("an input changed while nvcc ran");
+      }
       auto text = dt::read_regular(path);
       if (!text.ok()) return std::string("an input cannot be read");
       const auto sum = pc::sha256(*text);
@@ -1598,6 +1706,7 @@ class Launcher {
       m.files.push_back({path, stamp, recent, std::string(pc::as_view(sum))});
     }
     if (search_dir_identities() != m_dirs_at_start) return std::string("an input changed while nvcc ran");
+    if (places.refused()) return *places.refused();
     m.absent = places.absent();
     for (const auto& p : places.present()) {
       struct stat st {};
@@ -1719,6 +1828,12 @@ class Launcher {
         args.push_back("-Xcompiler=-MD,-MF," + *own_depfile);
       } else {
         args.insert(args.end(), {"-MD", "-MF", *own_depfile});
+      }
+    }
+    if (m_cmd.mode == nv::Mode::device_link) {
+      for (const auto& in : m_cmd.inputs) {
+        struct stat st {};
+        if (::stat(in.c_str(), &st) == 0) m_link_inputs_before.emplace(in, dt::stamp_of(st));
       }
     }
     const Ran ran = run_capturing(m_nvcc, args);
@@ -1879,6 +1994,19 @@ class Launcher {
     return dt::read_regular(path);
   }
 
+  // The directories a file read is found under, resolved: the chain, the
+  // source's, the working directory, the library directories.
+  std::vector<std::string> tops_of(const std::vector<std::string>& chain) const {
+    std::vector<std::string> out;
+    auto add = [&](const std::string& d) { out.push_back(dt::real_or_normal(d.empty() ? "." : d)); };
+    for (const auto& d : chain) add(d);
+    add(dt::parent_of(m_cmd.input));
+    add(".");
+    for (const auto& d : m_cmd.library_dirs) add(d);
+    for (const auto& d : env_dirs("LIBRARY_PATH")) add(d);
+    return out;
+  }
+
   // Whether a file the command names changed since it was read for the key.
   bool named_input_changed() const {
     for (const auto& [path, stamp] : m_inputs_read) {
@@ -1979,6 +2107,7 @@ class Launcher {
   std::string m_root;
   StatsFile m_stats;
   std::map<std::string, dt::FileStamp> m_inputs_read;
+  std::map<std::string, dt::FileStamp> m_link_inputs_before;  // a device link's inputs, before nvcc ran
   std::unique_ptr<pc::FileStore> m_store;
   pc::Key m_mkey;
   bool m_place_keyed = false;                                            // the working directory is in the key

@@ -458,6 +458,11 @@ class Parser {
           (w.starts_with("-l") || w.starts_with("-L") || w.starts_with("--library"))) {
         m_nvlink_library = w;
       }
+      // nvlink's timing file (written) and its uidx file (read).
+      if (tool == "nvlink" &&
+          (w.starts_with("--time") || w.starts_with("-time") || w.find("uidx") != std::string::npos)) {
+        return refuse("nvlink word '" + w + "' reads or writes a file outside the output");
+      }
       // ptxas's and nvlink's own debug words (-g, --device-debug) and line
       // information words (-lineinfo, --generate-line-info).
       if ((w.starts_with("-g") && w != "-g0") || w.find("debug") != std::string::npos) {
