@@ -1940,6 +1940,11 @@ TEST_F(NvccLauncherDeviceLinkTest, WhatTheHostCompilerFindsBesideItsSearchIsKeye
   for (int i = 0; i < 2; ++i) ASSERT_EQ(launch(m_link).code, 0);
   EXPECT_EQ(nvcc_runs(), 2) << "stored with a precompiled header where gcc looks";
   fs::remove(m_tmp.sub("work/stdc-predef.h.gch"));
+  // ... and a compile's, in an -I directory (searched before the system's).
+  write("inc/stdc-predef.h.gch", "not a precompiled header\n");
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(launch("-arch=sm_90 -I inc -c k.cu -o k.o").code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "a compile stored with a precompiled header where gcc looks";
+  fs::remove(m_tmp.sub("work/inc/stdc-predef.h.gch"));
   // An assembler made earlier on PATH assembles every object.
   fs::create_directories(m_tmp.sub("asbin"));
   const std::string env = "PATH=" + quote(m_tmp.sub("asbin") + ":" + m_bin + ":/usr/local/bin:/usr/bin:/bin");

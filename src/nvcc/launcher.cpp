@@ -725,9 +725,9 @@ class Places {
         for (std::size_t j = 0; j < i; ++j) {
           const std::string place = dt::join(dirs[j] == "." ? "" : dirs[j], rel);
           if (dt::normal(place) != p) absent_if_so(place);
-          no_precompiled(place);
+          if (m_precompiled.count(rel) != 0) no_precompiled(place);
         }
-        no_precompiled(dt::join(dirs[i] == "." ? "" : dirs[i], rel));
+        if (m_precompiled.count(rel) != 0) no_precompiled(dt::join(dirs[i] == "." ? "" : dirs[i], rel));
       }
     }
   }
@@ -794,7 +794,7 @@ class Places {
     if (name.empty()) return out;
     const std::string includer_real = includer.empty() ? std::string() : real_file(includer);
     for (const auto& place : search_places(name, first_dir, m_chain)) {
-      no_precompiled(place);
+      if (m_precompiled.count(name) != 0) no_precompiled(place);
       struct stat st {};
       if (::stat(place.c_str(), &st) != 0) {
         absent_if_so(place);
@@ -812,10 +812,15 @@ class Places {
   }
 
   // gcc looks for a precompiled `<header>.gch` in each directory it
-  // searches, before the header itself, and uses one it finds there (for
-  // the first header of a translation unit, which the launcher does not
-  // tell apart): each such place must stay empty, and one that is not is
-  // not keyed.
+  // searches, before the header itself, and uses one it finds there, for
+  // the headers included before the translation unit's first token: the
+  // implicit stdc-predef.h of every compile (nvcc's host compile starts
+  // with the source's tokens), and for a device link the stub's first
+  // includes (`names`). Each such place must stay empty; one that is not
+  // keeps the record from being stored. (Cheaper than every header's:
+  // those doubled the places a hit looks at.)
+ public:
+  void precompiled(std::set<std::string> names) { m_precompiled = std::move(names); }
   void no_precompiled(const std::string& place) {
     const std::string gch = place + ".gch";
     struct stat st {};
@@ -851,6 +856,7 @@ class Places {
   std::set<std::string> m_deps, m_absent_seen, m_present_seen;
   std::vector<std::string> m_absent, m_present;
   std::optional<std::string> m_refused;
+  std::set<std::string> m_precompiled = {"stdc-predef.h"};
 };
 
 // ---- counters (shown by `progcache stats`)
@@ -1610,8 +1616,12 @@ class Launcher {
     std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
     std::vector<Generated> todo;
     std::vector<std::string> binaries;  // read whole by nvlink, not preprocessed
+    // A host compiler -include file (read by name, keyed by contents) is
+    // included first: gcc looks for its .gch beside it first.
+    for (const auto& f : m_cmd.read_files) places.no_precompiled(f.path);
     if (device_link) {
       source_dir = dt::parent_of(stub);
+      places.precompiled({"stdc-predef.h", "stddef.h", "crt/host_defines.h", "fatbinary_section.h"});
       // nvcc's fatbin source, in $TMPDIR, includes "fatbinary_section.h":
       // looked for beside it first (the stub's dependency list names the
       // one found, not the places before it).
