@@ -31,7 +31,12 @@ The sample list and the GPU architectures (the samples list nine; two here,
 so that a run takes minutes) are the only changes to the project's files.
 
     git clone https://github.com/NVIDIA/cuda-samples   # measured at c94ff366
-    python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache
+    python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache [--rounds 5]
+
+With --rounds N, the two warm cases are each built N times (the build
+directory removed and configured again each time) and the median is
+reported: a warm build takes a second or two, where one noisy run moves the
+ratio by tenths.
 """
 
 from __future__ import annotations
@@ -192,6 +197,8 @@ def main() -> int:
     ap.add_argument("--progcache", required=True)
     ap.add_argument("--archs", default="80 90")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="warm builds (warm_clean, second_builddir) repeated this many times; the median is reported")
     a = ap.parse_args()
     if shutil.which("ccache") is None or shutil.which("ninja") is None:
         sys.exit("ccache and ninja are needed (apt-get install ccache ninja-build)")
@@ -207,18 +214,24 @@ def main() -> int:
         side = Side(name, launcher, work, os.path.abspath(a.progcache))
         rows: dict[str, dict[str, float]] = {}
 
-        def case(label: str, tree: str, build: str, fresh: bool = True) -> None:
-            if fresh:
-                shutil.rmtree(build, ignore_errors=True)
-                side.configure(tree, build)
-            seconds, hits, misses = side.build(build)
-            rows[label] = {"seconds": seconds, "hits": hits, "misses": misses}
-            print(f"{name:9s} {label:16s} {seconds:8.2f} s  hits {hits:3d}  misses {misses:3d}", flush=True)
+        def case(label: str, tree: str, build: str, fresh: bool = True, rounds: int = 1) -> None:
+            times = []
+            for _ in range(rounds):
+                if fresh:
+                    shutil.rmtree(build, ignore_errors=True)
+                    side.configure(tree, build)
+                seconds, hits, misses = side.build(build)
+                times.append(seconds)
+            seconds = sorted(times)[len(times) // 2]
+            rows[label] = {"seconds": seconds, "hits": hits, "misses": misses, "all_seconds": times}
+            print(f"{name:9s} {label:16s} {seconds:8.2f} s  hits {hits:3d}  misses {misses:3d}"
+                  + (f"  (median of {rounds}: {', '.join(f'{t:.2f}' for t in times)})" if rounds > 1 else ""),
+                  flush=True)
 
         b1 = os.path.join(tree_a, "build")
         case("cold", tree_a, b1)
-        case("warm_clean", tree_a, b1)
-        case("second_builddir", tree_a, os.path.join(tree_a, "build-2"))
+        case("warm_clean", tree_a, b1, rounds=a.rounds)
+        case("second_builddir", tree_a, os.path.join(tree_a, "build-2"), rounds=a.rounds)
         case("second_checkout", tree_c, os.path.join(tree_c, "build"))
         # What each side put in the second checkout's build against what
         # plain nvcc makes there (ccache's base directory serves the first
