@@ -92,32 +92,16 @@ constexpr std::string_view k_stats_file = "launcher-stats.json";
 // names as its program holds them), besides every variable nvcc.profile
 // names, which is read from the profile at run time.
 constexpr const char* k_keyed_variables[] = {
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_APPEND_FLAGS",
-    "NVCC_CCBIN",
-    "CPATH",
-    "C_INCLUDE_PATH",
-    "CPLUS_INCLUDE_PATH",
-    "GCC_EXEC_PREFIX",
-    "COMPILER_PATH",
-    "SOURCE_DATE_EPOCH",
-    "PTXAS_FLAGS",
-    "CUDAFE_FLAGS",
-    "NVVM_FLAGS",
-    "NVASM_FLAGS",
-    "NVDISASM_FLAGS",
-    "NVLINK_FLAGS",
-    "NV_NVVM_VERSION",
-    "CICC_PATH",
-    "NVVMIR_LIBRARY_DIR",
-    // The language and colours of what the tools print, which a hit replays.
-    "LANG",
-    "LANGUAGE",
-    "LC_ALL",
-    "LC_CTYPE",
-    "LC_MESSAGES",
-    "GCC_COLORS",
-    "GCC_URLS",
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS",  "NVCC_CCBIN",      "CPATH",
+    "C_INCLUDE_PATH",     "CPLUS_INCLUDE_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+    "SOURCE_DATE_EPOCH",  "PTXAS_FLAGS",        "CUDAFE_FLAGS",    "NVVM_FLAGS",
+    "NVASM_FLAGS",        "NVDISASM_FLAGS",     "NVLINK_FLAGS",    "NV_NVVM_VERSION",
+    "CICC_PATH",          "NVVMIR_LIBRARY_DIR",
+};
+// The language and colours of what the tools print, which a hit replays:
+// keyed by value (and followed: they name no file).
+constexpr const char* k_print_variables[] = {
+    "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "GCC_COLORS", "GCC_URLS",
 };
 // Variables nvcc reads whose value the key holds and whose words the
 // launcher follows (NVCC_*_FLAGS, PTXAS_FLAGS, CUDAFE_FLAGS), or that do not
@@ -130,26 +114,9 @@ constexpr const char* k_keyed_variables[] = {
 // for a device link, LIBRARIES and NVLINK_FLAGS (libraries, directories,
 // objects for nvlink, not followed).
 constexpr std::string_view k_followed_variables[] = {
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_APPEND_FLAGS",
-    "NVCC_CCBIN",
-    "PTXAS_FLAGS",
-    "CUDAFE_FLAGS",
-    "PATH",
-    "LD_LIBRARY_PATH",
-    "SOURCE_DATE_EPOCH",
-    "CPATH",
-    "C_INCLUDE_PATH",
-    "CPLUS_INCLUDE_PATH",
-    "LIBRARIES",
+    "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "PTXAS_FLAGS",    "CUDAFE_FLAGS",       "PATH",
+    "LD_LIBRARY_PATH",    "SOURCE_DATE_EPOCH", "CPATH",      "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARIES",
     "NVLINK_FLAGS",
-    "LANG",
-    "LANGUAGE",
-    "LC_ALL",
-    "LC_CTYPE",
-    "LC_MESSAGES",
-    "GCC_COLORS",
-    "GCC_URLS",
 };
 constexpr std::string_view k_link_variables[] = {"LIBRARIES", "NVLINK_FLAGS"};
 // The toolkit's programs and data nvcc runs or reads besides the headers
@@ -281,6 +248,7 @@ std::vector<std::string> host_compilers(const nv::Command& cmd) {
 // Every variable the key holds: the fixed list, then those nvcc.profile names.
 std::vector<std::string> keyed_variables(const nv::ProfileVariables& profile) {
   std::vector<std::string> out(std::begin(k_keyed_variables), std::end(k_keyed_variables));
+  out.insert(out.end(), std::begin(k_print_variables), std::end(k_print_variables));
   for (const auto& n : profile.names) {
     if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
   }
@@ -299,7 +267,8 @@ std::optional<std::string> unfollowed_variable(const std::vector<std::string>& n
     }
     if (v == nullptr || *v == '\0') continue;
     if (std::find(std::begin(k_followed_variables), std::end(k_followed_variables), n) !=
-        std::end(k_followed_variables)) {
+            std::end(k_followed_variables) ||
+        std::find(std::begin(k_print_variables), std::end(k_print_variables), n) != std::end(k_print_variables)) {
       continue;
     }
     if (std::find(profile.replaced.begin(), profile.replaced.end(), n) != profile.replaced.end()) continue;
