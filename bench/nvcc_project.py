@@ -32,11 +32,14 @@ so that a run takes minutes) are the only changes to the project's files.
 
     git clone https://github.com/NVIDIA/cuda-samples   # measured at c94ff366
     python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache [--rounds 5]
+    python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache --interleaved-warm 7
 
 With --rounds N, the two warm cases are each built N times (the build
 directory removed and configured again each time) and the median is
 reported: a warm build takes a second or two, where one noisy run moves the
-ratio by tenths.
+ratio by tenths. With --interleaved-warm N, only the warm cases run, the two
+sides' builds alternating within each of N rounds: the sides otherwise run one
+after the other, and a machine that slows between them moves every ratio.
 """
 
 from __future__ import annotations
@@ -191,17 +194,58 @@ def objects(build: str) -> dict[str, bytes]:
     return out
 
 
+def interleaved_warm(a: argparse.Namespace) -> int:
+    """The warm cases alone, the two sides' builds alternating within each
+    round (which side goes first alternates too), so that a machine slowing
+    down during the run moves both sides alike. Medians over the rounds."""
+    work = tempfile.mkdtemp(prefix="nvcc-project-warm-")
+    sides = {}
+    for name in ("progcache", "ccache"):
+        tree = os.path.join(work, name, "checkout")
+        copy_tree(a.samples, tree, a.archs)
+        launcher = os.path.abspath(a.progcache) if name == "progcache" else shutil.which("ccache")
+        side = Side(name, launcher, os.path.join(work, name), os.path.abspath(a.progcache))
+        side.configure(tree, os.path.join(tree, "build"))
+        side.build(os.path.join(tree, "build"))  # cold: fills the cache
+        sides[name] = (side, tree)
+    times: dict[str, dict[str, list[float]]] = {}
+    for r in range(a.interleaved_warm):
+        order = ("progcache", "ccache") if r % 2 == 0 else ("ccache", "progcache")
+        for label, sub in (("warm_clean", "build"), ("second_builddir", "build-2")):
+            for name in order:
+                side, tree = sides[name]
+                build = os.path.join(tree, sub)
+                shutil.rmtree(build, ignore_errors=True)
+                side.configure(tree, build)
+                seconds, hits, misses = side.build(build)
+                times.setdefault(label, {}).setdefault(name, []).append(seconds)
+                print(f"round {r} {label:16s} {name:9s} {seconds:6.2f} s  hits {hits:3d}  misses {misses:3d}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    print()
+    print("| case | progcache s (median) | ccache s (median) | ratio of medians |")
+    print("| --- | --- | --- | --- |")
+    for label, by in times.items():
+        p, c = sorted(by["progcache"]), sorted(by["ccache"])
+        mp, mc = p[len(p) // 2], c[len(c) // 2]
+        print(f"| {label} | {mp:.2f} ({p[0]:.2f}-{p[-1]:.2f}) | {mc:.2f} ({c[0]:.2f}-{c[-1]:.2f}) | {mp / mc:.2f} |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", required=True, help="a cuda-samples checkout")
     ap.add_argument("--progcache", required=True)
     ap.add_argument("--archs", default="80 90")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--interleaved-warm", type=int, default=0, metavar="ROUNDS",
+                    help="measure only the warm cases, the sides alternating, this many rounds")
     ap.add_argument("--rounds", type=int, default=1,
                     help="warm builds (warm_clean, second_builddir) repeated this many times; the median is reported")
     a = ap.parse_args()
     if shutil.which("ccache") is None or shutil.which("ninja") is None:
         sys.exit("ccache and ninja are needed (apt-get install ccache ninja-build)")
+    if a.interleaved_warm > 0:
+        return interleaved_warm(a)
     results: dict[str, dict[str, dict[str, float]]] = {}
     equal_after_comment = None
     for name in ("progcache", "ccache"):
