@@ -1452,8 +1452,9 @@ class Launcher {
     // A specs file changes the compile, not the text: none may be there.
     if (std::vector<std::string> no_specs; specs_places(hosts.front(), no_specs)) return std::nullopt;
     std::error_code ec;
-    auto generated = generated_headers(search_chain(m_cmd, m_bin, *system),
-                                       std::filesystem::temp_directory_path(ec).string(), trusted_roots(*system));
+    const auto chain = search_chain(m_cmd, m_bin, *system);
+    auto generated =
+        generated_headers(chain, std::filesystem::temp_directory_path(ec).string(), trusted_roots(*system));
     if (!generated) return std::nullopt;
     for (const auto& [place, digest] : *generated) kb.add_string("generated-header", place).add_bytes("sha256", digest);
     // What was read must be what is there: nothing changed since `start`.
@@ -1462,7 +1463,7 @@ class Launcher {
     // file's own times as they were, not its device and inode).
     if (search_dir_identities() != m_dirs_at_start) return std::nullopt;
     std::map<std::string, dt::FileStamp> stamps;
-    const auto tops = tops_of(search_chain(m_cmd, m_bin, *system));
+    const auto tops = tops_of(chain);
     for (const auto& d : deps) {
       struct stat st {};
       if (::stat(d.c_str(), &st) != 0 || dt::stamp_of(st).ctime > start || link_made_since(d, start) ||
