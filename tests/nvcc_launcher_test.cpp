@@ -1342,6 +1342,20 @@ TEST_F(NvccLauncherTextTest, ASpecsFileAlongLibraryPathIsNeverServedAroundByTheT
   ASSERT_EQ(run().code, 0);
   EXPECT_EQ(counter("hits"), hits) << "served with a specs file along LIBRARY_PATH";
   EXPECT_EQ(read("k.o").find("GCC: ("), std::string::npos) << "the specs file was not read";
+  // What the record refuses (here a precompiled header where gcc looks)
+  // keeps the text from serving too: the text is the same with it.
+  fs::remove(m_tmp.sub("work/lp/specs"));
+  served = false;
+  for (int i = 0; i < 4 && !served; ++i) {
+    const std::uint64_t before = counter("hits");
+    ASSERT_EQ(run().code, 0);
+    served = counter("hits") == before + 1;
+  }
+  ASSERT_TRUE(served);
+  write("inc/stdc-predef.h.gch", "not a precompiled header\n");
+  const std::uint64_t before = counter("hits");
+  ASSERT_EQ(run().code, 0);
+  EXPECT_EQ(counter("hits"), before) << "served by the text with a precompiled header where gcc looks";
 }
 
 TEST_F(NvccLauncherTextTest, ADirectoryRenamedOrALinkRetargetedWhileTheLauncherReadsIsNeverRecorded) {
