@@ -1738,6 +1738,136 @@ TEST_F(NvccLauncherPlaceTest, DebugInformationAndADependencyTargetKeepThePlaceAn
   EXPECT_EQ(served, file("ck/b1/b.d")) << "a dependency file naming another target was served";
 }
 
+// Checkouts at different paths under one base directory
+// (PROGCACHE_BASE_DIR, ccache's base_dir), built through the toolkit's own
+// nvcc (its preprocessed text shows whether a result names a path); what
+// nvcc did is read from the launcher's counters.
+class NvccLauncherBaseDirTest : public NvccLauncherPlaceTest {
+ protected:
+  // The launcher in `dir`, under the base directory (the test's own) or none.
+  Ran at(const std::string& dir, const std::string& args, bool base = true) {
+    return sh("sh -c " + quote("cd " + quote(m_tmp.sub(dir)) + " && exec " + cli() + " " + quote(m_bin + "/nvcc") +
+                               " " + args),
+              base ? "PROGCACHE_BASE_DIR=" + quote(m_tmp.path()) : "");
+  }
+  std::uint64_t counter(const char* name) {
+    const auto j = launcher_stats();
+    return j.is_object() ? j.value(name, std::uint64_t{0}) : 0;
+  }
+  // Runs `args` in `dir` until it is a hit (a file written in the tick
+  // before a compile is not stored from it); false if it never is.
+  bool stored_at(const std::string& dir, const std::string& args) {
+    for (int i = 0; i < 4; ++i) {
+      const std::uint64_t hits = counter("hits");
+      if (at(dir, args).code != 0) return false;
+      if (counter("hits") == hits + 1) return true;
+    }
+    return false;
+  }
+  // The commands CMake writes for checkout `ck`: absolute source and
+  // include paths, outputs relative to the build directory.
+  std::string object(const std::string& ck, const std::string& extra = "") {
+    const std::string src = m_tmp.sub(ck + "/src");
+    return "-arch=sm_90 -I " + quote(src + "/inc") + " " + extra +
+           " -MD -MT CMakeFiles/k.dir/k.cu.o -MF CMakeFiles/k.dir/k.cu.o.d -x cu -c " + quote(src + "/k.cu") +
+           " -o CMakeFiles/k.dir/k.cu.o";
+  }
+  std::string device(const std::string& ck, const std::string& mode, const std::string& extra = "") {
+    const std::string src = m_tmp.sub(ck + "/src");
+    return "-arch=sm_90 -I " + quote(src + "/inc") + " " + extra + " " + mode + " " + quote(src + "/k.cu");
+  }
+};
+
+TEST_F(NvccLauncherBaseDirTest, TwoCheckoutsUnderABaseDirectoryShareWhatNamesNoPathAndServeWhatNvccWritesThere) {
+  checkout("ck1", "2.0f", {"build"});
+  checkout("ck2", "2.0f", {"build"});
+  ASSERT_TRUE(stored_at("ck1/build", object("ck1")));
+  ASSERT_TRUE(stored_at("ck1/build", device("ck1", "-cubin") + " -o k.cubin"));
+  ASSERT_TRUE(stored_at("ck1/build", device("ck1", "-ptx") + " -o k.ptx"));
+  ASSERT_TRUE(stored_at("ck1/build", device("ck1", "-fatbin") + " -o k.fatbin"));
+  // The second checkout: every command served, none compiled.
+  std::uint64_t misses = counter("misses");
+  ASSERT_EQ(at("ck2/build", object("ck2")).code, 0);
+  for (const char* mode : {"cubin", "ptx", "fatbin"}) {
+    ASSERT_EQ(at("ck2/build", device("ck2", std::string("-") + mode) + " -o k." + mode).code, 0);
+  }
+  EXPECT_EQ(counter("misses"), misses) << "a second checkout under the base directory compiled again";
+  EXPECT_EQ(counter("relocated_hits"), 4U);
+  // What was served is what nvcc writes there now: the object but for its
+  // temporary file's name (as two plain runs differ), the dependency file
+  // (naming ck2's files) and the device code byte for byte.
+  const std::string served_object = file("ck2/build/CMakeFiles/k.dir/k.cu.o");
+  const std::string served_depfile = file("ck2/build/CMakeFiles/k.dir/k.cu.o.d");
+  ASSERT_EQ(in("ck2/build", object("ck2"), true).code, 0);
+  EXPECT_TRUE(same(mask_temp_names(served_object), mask_temp_names(file("ck2/build/CMakeFiles/k.dir/k.cu.o"))));
+  EXPECT_EQ(served_depfile, file("ck2/build/CMakeFiles/k.dir/k.cu.o.d"));
+  EXPECT_NE(served_depfile.find(m_tmp.sub("ck2/src/inc/params.h")), std::string::npos) << served_depfile;
+  EXPECT_EQ(served_depfile.find(m_tmp.sub("ck1/")), std::string::npos) << served_depfile;
+  for (const char* mode : {"cubin", "ptx", "fatbin"}) {
+    ASSERT_EQ(in("ck2/build", device("ck2", std::string("-") + mode) + " -o plain." + mode, true).code, 0);
+    EXPECT_TRUE(same(file("ck2/build/k." + std::string(mode)), file("ck2/build/plain." + std::string(mode)))) << mode;
+  }
+  // Without the base directory, a third checkout shares nothing.
+  checkout("ck3", "2.0f", {"build"});
+  misses = counter("misses");
+  ASSERT_EQ(at("ck3/build", device("ck3", "-cubin") + " -o k.cubin", false).code, 0);
+  EXPECT_EQ(counter("misses"), misses + 1) << "served across checkouts with no base directory";
+  // A checkout whose header differs, and one with a header created where
+  // the quoted include finds it first (beside the source, a place that was
+  // empty in ck1): compiled, as nvcc makes them there.
+  checkout("ck4", "3.0f", {"build"});
+  checkout("ck5", "2.0f", {"build"});
+  testing::write_all(m_tmp.sub("ck5/src/params.h"), "#define SCALE 4.0f\n");
+  for (const std::string ck : {"ck4", "ck5"}) {
+    misses = counter("misses");
+    ASSERT_EQ(at(ck + "/build", device(ck, "-cubin") + " -o k.cubin").code, 0);
+    EXPECT_EQ(counter("misses"), misses + 1) << ck << ": ck1's cubin served for other files";
+    ASSERT_EQ(in(ck + "/build", device(ck, "-cubin") + " -o plain.cubin", true).code, 0);
+    EXPECT_TRUE(same(file(ck + "/build/k.cubin"), file(ck + "/build/plain.cubin"))) << ck;
+  }
+}
+
+TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossCheckouts) {
+  // Each case: a source (or options) whose output names where the checkout
+  // is, stored in ck1 and compiled again in ck2, served there as plain
+  // nvcc writes it.
+  struct Case {
+    std::string what, source, mode, extra;
+  };
+  const std::string head = "#include \"params.h\"\n";
+  const std::vector<Case> cases = {
+      {"__FILE__ in device code", head + "__global__ void k(const char** p) { *p = __FILE__; }\n", "-cubin", ""},
+      {"assert in device code",
+       "#include <cassert>\n" + head + "__global__ void k(float* x) { assert(x[0] < SCALE); }\n", "-cubin", ""},
+      {"a relocatable object (its module ID)", head + "__global__ void k(float* x) { x[0] = SCALE; }\n", "-c",
+       "-rdc=true"},
+      {"line information", head + "__global__ void k(float* x) { x[0] = SCALE; }\n", "-cubin", "-lineinfo"},
+      {"a warning naming the source", head + "#warning checkout\n__global__ void k(float* x) { x[0] = SCALE; }\n",
+       "-cubin", ""},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    const std::string ck1 = "a" + std::to_string(n);
+    const std::string ck2 = "b" + std::to_string(n++);
+    for (const auto& ck : {ck1, ck2}) {
+      checkout(ck, "2.0f", {"build"});
+      testing::write_all(m_tmp.sub(ck + "/src/k.cu"), c.source);
+    }
+    const std::string out = c.mode == "-c" ? "k.o" : "k.cubin";
+    ASSERT_TRUE(stored_at(ck1 + "/build", device(ck1, c.mode, c.extra) + " -o " + out)) << c.what;
+    const std::uint64_t misses = counter("misses");
+    const Ran served = at(ck2 + "/build", device(ck2, c.mode, c.extra) + " -o " + out);
+    ASSERT_EQ(served.code, 0) << c.what;
+    EXPECT_EQ(counter("misses"), misses + 1) << c.what << ": served from the other checkout";
+    const Ran plain = in(ck2 + "/build", device(ck2, c.mode, c.extra) + " -o plain-" + out, true);
+    ASSERT_EQ(plain.code, 0) << c.what;
+    EXPECT_TRUE(same(mask_temp_names(file(ck2 + "/build/" + out)), mask_temp_names(file(ck2 + "/build/plain-" + out))))
+        << c.what;
+    EXPECT_EQ(served.err, plain.err) << c.what;
+  }
+  EXPECT_EQ(counter("relocated_hits"), 0U);
+}
+
 // A device link (nvcc -dlink): relocatable objects, a device library found
 // by -l, nvcc's registration stub compiled by the host compiler.
 class NvccLauncherDeviceLinkTest : public NvccLauncherOracleTest {

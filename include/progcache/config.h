@@ -9,6 +9,8 @@
 //   PROGCACHE_DURABILITY   none (default) | fsync
 //   PROGCACHE_LOCK_TIMEOUT  seconds the nvcc launcher waits for an identical
 //                          command compiling elsewhere (default 600)
+//   PROGCACHE_BASE_DIR     the nvcc launcher keys paths under it relative to
+//                          the working directory (ccache's base_dir; unset: none)
 //   PROGCACHE_COMPRESSION  zstd level 1-19 for the disk tier's entries, or off (default)
 //   PROGCACHE_REMOTE_COMPRESSION  the same for the remote tier (default 1)
 //   PROGCACHE_SHARING      private (default) | group: a group-writable root
@@ -86,6 +88,9 @@ struct Config {
   // How long the nvcc launcher waits for another process compiling the same
   // command before it compiles too (PROGCACHE_LOCK_TIMEOUT, seconds).
   std::chrono::milliseconds lock_timeout = std::chrono::minutes(10);
+  // Where the nvcc launcher's checkouts live (PROGCACHE_BASE_DIR): an
+  // absolute, lexically normal directory other than "/", or empty (none).
+  std::string base_dir;
   std::vector<Setting> settings;
   // Things the user should hear about (a password on the command line, a
   // settings file skipped).

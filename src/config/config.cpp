@@ -150,6 +150,24 @@ Status apply_lock_timeout(Config& c, const std::optional<std::string>& text, Set
   return {};
 }
 
+// An absolute directory other than "/", spelled without "." or ".."
+// parts: the launcher compares paths with it as written.
+Status apply_base_dir(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (text && !text->empty()) {
+    std::string d = *text;
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    const bool dotted = d.find("/./") != std::string::npos || d.find("/../") != std::string::npos ||
+                        d.ends_with("/.") || d.ends_with("/..") || d.find("//") != std::string::npos;
+    if (!d.starts_with("/") || d == "/" || dotted) {
+      return invalid_argument("PROGCACHE_BASE_DIR: '" + *text +
+                              "' is not an absolute directory other than / (spelled without . or ..)");
+    }
+    c.base_dir = d;
+  }
+  shown.value = c.base_dir.empty() ? "(unset: paths are keyed as written)" : c.base_dir;
+  return {};
+}
+
 // A zstd level for one tier: "off" or 0, else 1 to 19.
 Status parse_level(const char* name, const std::optional<std::string>& text, int& level, Setting& shown) {
   if (text) {
@@ -336,6 +354,7 @@ constexpr SettingRow k_rows[] = {
     {"PROGCACHE_DISABLE", nullptr, "", Scope::user_file, apply_disable},
     {"PROGCACHE_DURABILITY", nullptr, "", Scope::any_file, apply_durability},
     {"PROGCACHE_LOCK_TIMEOUT", nullptr, "", Scope::user_file, apply_lock_timeout},
+    {"PROGCACHE_BASE_DIR", nullptr, "", Scope::user_file, apply_base_dir},
     {"PROGCACHE_COMPRESSION", nullptr, "", Scope::any_file, apply_compression},
     {"PROGCACHE_SHARING", nullptr, "", Scope::user_file, apply_sharing},
     {"PROGCACHE_REMOTE", &ConfigOverrides::remote, "--remote", Scope::user_file, apply_remote},
@@ -354,7 +373,7 @@ constexpr SettingRow k_rows[] = {
 // Settings whose value is a path: in a file, absolute or under ~/ (a file
 // is read from any working directory).
 bool is_path_setting(std::string_view name) {
-  return name == "PROGCACHE_DIR" || name.ends_with("_FILE");
+  return name == "PROGCACHE_DIR" || name == "PROGCACHE_BASE_DIR" || name.ends_with("_FILE");
 }
 
 constexpr LibraryOverride k_library_overrides[] = {

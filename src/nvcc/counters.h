@@ -14,6 +14,7 @@ namespace progcache::nvcc {
 enum class Counter {
   hits,               // served from the store
   preprocessed_hits,  // of the hits, served by the preprocessed text
+  relocated_hits,     // of the hits, served from another checkout (PROGCACHE_BASE_DIR)
   misses,             // nvcc compiled (the result stored or not)
   compile_failed,     // nvcc compiled and failed
   waited,             // waited for another process compiling the same command
@@ -31,9 +32,10 @@ struct CounterInfo {
   std::string_view text;  // in `progcache stats`
 };
 
-inline constexpr std::array<CounterInfo, 5> k_counters = {{
+inline constexpr std::array<CounterInfo, 6> k_counters = {{
     {Counter::hits, "hits", "hits"},
     {Counter::preprocessed_hits, "preprocessed_hits", "  by the text"},
+    {Counter::relocated_hits, "relocated_hits", "  from another checkout"},
     {Counter::misses, "misses", "misses"},
     {Counter::compile_failed, "compile_failed", "compile failed"},
     {Counter::waited, "waited", "waited"},

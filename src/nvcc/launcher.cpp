@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <csignal>
@@ -302,8 +303,210 @@ bool place_keyed(const nv::Command& cmd) {
   return cmd.place_in_output || (cmd.line_info && follows_a_relative_path(cmd));
 }
 
-Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables) {
-  KeyBuilder kb("nvcc-manifest");
+// ---- a base directory: two checkouts at different paths share entries
+
+// Paths under the configured base directory (PROGCACHE_BASE_DIR), keyed
+// relative to the working directory, as ccache's base_dir does: two
+// checkouts under it, built from directories at the same place in each,
+// reach one key. Only where what nvcc writes names no path of the checkout
+// (relocation_for), and a result joins that key only when nothing it holds
+// does (Launcher::store_relocated); a dependency file's paths are written
+// for the checkout served.
+struct Relocation {
+  std::string base;  // absolute, lexically normal, not "/"
+  std::string cwd;   // the working directory (getcwd: no link in it), under base
+
+  // Characters a path may hold to be relocated: none that a dependency
+  // file escapes, nvcc splits a list at (','), or a shell reads.
+  static bool plain(std::string_view p) {
+    return !p.empty() &&
+           p.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._-+@=~") ==
+               std::string_view::npos;
+  }
+  bool under(std::string_view p) const { return p == base || (p.starts_with(base) && p[base.size()] == '/'); }
+  // `p` relative to the working directory, when it is an absolute path
+  // under the base, spelled without "." or ".." parts (so the working
+  // directory joined to the result spells it again) and, unless it is only
+  // looked at (`any_character`: a manifest's path), plainly; else nullopt.
+  std::optional<std::string> relative(const std::string& p, bool any_character = false) const {
+    // A directory's place (a probe's operand ending in '/') keeps its slash.
+    if (p.size() > 1 && p.back() == '/') {
+      auto rel = relative(p.substr(0, p.size() - 1), any_character);
+      if (!rel) return std::nullopt;
+      return *rel + "/";
+    }
+    if (!p.starts_with("/") || (!any_character && !plain(p)) || !under(p) || dt::normal(p) != p) return std::nullopt;
+    std::string rel = std::filesystem::path(p).lexically_relative(cwd).string();
+    if (rel.empty() || absolute(rel) != p) return std::nullopt;
+    return rel;
+  }
+  std::string absolute(const std::string& rel) const { return dt::normal(cwd + "/" + rel); }
+};
+
+// The relocation a command's key takes, or nullopt (paths keyed as
+// written). Only outputs that name no path of the checkout qualify: whole
+// program device code (a relocatable object's module ID is made from the
+// source's path), without debug or line information (they name the files
+// by their paths), as an object, cubin, PTX or fatbin. Checked by hand and
+// by NvccLauncherBaseDirTest: such an object differs between two checkouts
+// only by nvcc's temporary file's name, as two runs in one do; the rest
+// are byte-identical.
+std::optional<Relocation> relocation_for(const std::string& base_dir, const nv::Command& cmd) {
+  if (base_dir.empty() || base_dir == "/" || !base_dir.starts_with("/") || dt::normal(base_dir) != base_dir ||
+      !Relocation::plain(base_dir)) {
+    return std::nullopt;
+  }
+  switch (cmd.mode) {
+    case nv::Mode::object:
+    case nv::Mode::cubin:
+    case nv::Mode::ptx:
+    case nv::Mode::fatbin:
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (place_keyed(cmd) || cmd.line_info || cmd.source_in_ptx) return std::nullopt;
+  for (const auto& w : cmd.canonical) {
+    if (w == "--device-c" || w == "--device-w" || w.starts_with("--dlink-time-opt") ||
+        w.starts_with("--extensible-whole-program") ||
+        (w.starts_with("--relocatable-device-code") && w != "--relocatable-device-code=false")) {
+      return std::nullopt;
+    }
+  }
+  std::error_code ec;
+  Relocation r{base_dir, std::filesystem::current_path(ec).string()};
+  if (ec || !Relocation::plain(r.cwd) || !r.under(r.cwd)) return std::nullopt;
+  return r;
+}
+
+// A keyed word with the paths under the base relocated (the input, and
+// the values of -I, -isystem and -include), or nullopt when it names none
+// or one that cannot be (then it is keyed as written).
+std::optional<std::string> relocated_word(const Relocation& r, const std::string& w) {
+  if (!w.starts_with("-")) {
+    if (auto rel = r.relative(w)) return rel;
+    return std::nullopt;
+  }
+  const auto eq = w.find('=');
+  if (eq == std::string::npos) return std::nullopt;
+  const std::string_view name = std::string_view(w).substr(0, eq);
+  if (name != "--include-path" && name != "--system-include" && name != "--pre-include") return std::nullopt;
+  std::string out = w.substr(0, eq + 1);
+  bool moved = false;
+  std::size_t start = eq + 1;
+  while (start <= w.size()) {
+    auto comma = w.find(',', start);
+    if (comma == std::string::npos) comma = w.size();
+    const std::string part = w.substr(start, comma - start);
+    if (start != eq + 1) out += ',';
+    if (auto rel = r.relative(part)) {
+      out += *rel;
+      moved = true;
+    } else if (part.starts_with("/") && r.under(dt::normal(part))) {
+      return std::nullopt;  // under the base, but not plainly spelled
+    } else {
+      out += part;
+    }
+    start = comma + 1;
+  }
+  if (!moved) return std::nullopt;
+  return out;
+}
+
+// Whether a preprocessed text names a path under `base` other than in a
+// line marker (__FILE__ expanded, a string a macro holds, an #ident), or
+// asks the compiler for its own file's name (__builtin_FILE and
+// __builtin_source_location: std::source_location). Line markers name
+// the files, and so the paths, in every text: without line information
+// no output holds them.
+bool text_names_place(std::string_view text, std::string_view base) {
+  for (std::string_view w : {"__builtin_FILE", "__builtin_source_location", "__FILE__", "__BASE_FILE__"}) {
+    if (text.find(w) != std::string_view::npos) return true;
+  }
+  for (std::size_t at = text.find(base); at != std::string_view::npos; at = text.find(base, at + 1)) {
+    const std::size_t nl = text.rfind('\n', at);
+    const std::size_t line = nl == std::string_view::npos ? 0 : nl + 1;
+    const bool marker = text.substr(line).starts_with("# ") && line + 2 < text.size() &&
+                        std::isdigit(static_cast<unsigned char>(text[line + 2])) != 0;
+    if (!marker) return true;
+    at = text.find('\n', at);
+    if (at == std::string_view::npos) break;
+  }
+  return false;
+}
+
+// A dependency file with each path under the base replaced by NUL, the
+// path relative to the working directory, NUL (render_depfile writes it
+// for another working directory), or nullopt when one is not a whole word
+// that can be relocated (then the result is not shared).
+std::optional<std::string> depfile_template(const Relocation& r, std::string_view text) {
+  if (text.find('\0') != std::string_view::npos) return std::nullopt;
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  std::string out;
+  std::size_t done = 0;
+  for (std::size_t at = text.find(r.base); at != std::string_view::npos; at = text.find(r.base, done)) {
+    if (at > 0 && !space(text[at - 1])) return std::nullopt;
+    std::size_t end = at;
+    while (end < text.size() && !space(text[end])) ++end;
+    const auto rel = r.relative(std::string(text.substr(at, end - at)));
+    if (!rel) return std::nullopt;
+    out.append(text.substr(done, at - done)).append(1, '\0').append(*rel).append(1, '\0');
+    done = end;
+  }
+  out.append(text.substr(done));
+  return out;
+}
+
+// The dependency file a template holds, for the working directory of `r`.
+std::string render_depfile(const Relocation& r, std::string_view tmpl) {
+  std::string out;
+  bool path = false;
+  for (std::size_t i = 0;;) {
+    const std::size_t z = tmpl.find('\0', i);
+    const std::string_view piece = tmpl.substr(i, z == std::string_view::npos ? std::string_view::npos : z - i);
+    if (path) {
+      out += r.absolute(std::string(piece));
+    } else {
+      out += piece;
+    }
+    if (z == std::string_view::npos) break;
+    i = z + 1;
+    path = !path;
+  }
+  return out;
+}
+
+// A manifest record with its paths under the base relative to the working
+// directory (the rest as they are: the toolkit's, the system's, paths
+// already relative), or nullopt when one cannot be relocated.
+std::optional<nv::ManifestRecord> relocated_record(const Relocation& r, nv::ManifestRecord m) {
+  auto move = [&](std::string& p) {
+    if (!p.starts_with("/") || !r.under(dt::normal(p))) return true;
+    auto rel = r.relative(p, /*any_character=*/true);
+    if (!rel) return false;
+    p = std::move(*rel);
+    return true;
+  };
+  for (auto& f : m.files) {
+    if (!move(f.path)) return std::nullopt;
+  }
+  for (auto& a : m.absent) {
+    if (!move(a)) return std::nullopt;
+  }
+  for (auto& p : m.present) {
+    if (!move(p.path)) return std::nullopt;
+  }
+  return m;
+}
+
+// The command's key. With `reloc`, another key (its own domain), in which
+// every path under the base is relative to the working directory; each
+// such word is keyed under its own label, so no word written relative
+// reaches the same key as one relocated (the dependency file would spell
+// them differently).
+Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables,
+                 const Relocation* reloc = nullptr) {
+  KeyBuilder kb(reloc != nullptr ? "nvcc-manifest-relocated" : "nvcc-manifest");
   kb.add_int("launcher-schema", 6);
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
@@ -323,7 +526,15 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // object is never served for another checkout's copy of the source.
   // A device link's inputs are keyed by their contents (the manifest):
   // nvlink names them nowhere in its output.
-  if (cmd.mode != nv::Mode::device_link) kb.add_string("source-path", real_path(cmd.input));
+  if (cmd.mode != nv::Mode::device_link) {
+    const std::string source = real_path(cmd.input);
+    const auto rel = reloc != nullptr ? reloc->relative(source) : std::nullopt;
+    if (rel) {
+      kb.add_string("source-path-relocated", *rel);
+    } else {
+      kb.add_string("source-path", source);
+    }
+  }
   // nvlink looks for -l libraries along LIBRARY_PATH too.
   if (cmd.mode == nv::Mode::device_link) {
     const char* value = std::getenv("LIBRARY_PATH");
@@ -353,10 +564,22 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   const char* tmpdir = std::getenv("TMPDIR");
   kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
   kb.add_string("mode", nv::mode_name(cmd.mode));
-  for (const auto& w : nv::keyed_words(cmd)) kb.add_string("arg", w);
+  for (const auto& w : nv::keyed_words(cmd)) {
+    if (auto moved = reloc != nullptr ? relocated_word(*reloc, w) : std::nullopt) {
+      kb.add_string("arg-relocated", *moved);
+    } else {
+      kb.add_string("arg", w);
+    }
+  }
   // Response and options files of every tool, the host compiler's -include
   // and -imacros: read by name, listed in no dependency output.
-  for (const auto& f : cmd.read_files) kb.add_string("read-file", f.path).add_bytes("sha256", f.sha256);
+  for (const auto& f : cmd.read_files) {
+    if (auto rel = reloc != nullptr ? reloc->relative(f.path) : std::nullopt) {
+      kb.add_string("read-file-relocated", *rel).add_bytes("sha256", f.sha256);
+    } else {
+      kb.add_string("read-file", f.path).add_bytes("sha256", f.sha256);
+    }
+  }
   return kb.finish();
 }
 
@@ -1232,6 +1455,12 @@ class Launcher {
     }
     m_mkey = manifest_key(m_nvcc, m_cmd, m_variables);
     m_place_keyed = place_keyed(m_cmd);
+    // Under a base directory, a second key with the checkout's paths
+    // relative: looked up after the command's own, and joined only by
+    // results that name no path (store_relocated), which the preprocessed
+    // text (the toolkit's nvcc) shows.
+    if (m_toolkit_nvcc) m_reloc = relocation_for(cfg->base_dir, m_cmd);
+    if (m_reloc) m_relocated_key = manifest_key(m_nvcc, m_cmd, m_variables, &*m_reloc);
     if (m_explain) return explain();
     if (auto served = serve()) return *served;
     if (auto served = wait_for_another(cfg->lock_timeout, o.sharing == pc::Sharing::group)) return *served;
@@ -1259,21 +1488,57 @@ class Launcher {
     return serve();
   }
 
-  // The stored result, written out: 0, or nullopt for a miss.
+  // The stored result, written out: 0, or nullopt for a miss. The
+  // command's own key first, then (under a base directory) the relocated
+  // one.
   std::optional<int> serve() {
-    auto got = m_store->get(m_mkey);
-    if (!got.ok() || !got->has_value()) return std::nullopt;
-    const pc::Artifact* text = (*got)->find("manifest");
-    if (text == nullptr) return std::nullopt;
-    m_manifest = nv::decode_manifest(text->data.view());
-    if (!m_manifest) return std::nullopt;
-    m_had_manifest = true;
     std::optional<int> served;
-    nv::serve_first_holding(*m_manifest, [&](const pc::Key& rkey) {
-      served = serve_result(rkey);
+    auto got = m_store->get(m_mkey);
+    const pc::Artifact* text = got.ok() && got->has_value() ? (*got)->find("manifest") : nullptr;
+    if (text != nullptr) m_manifest = nv::decode_manifest(text->data.view());
+    if (m_manifest) {
+      m_had_manifest = true;
+      nv::serve_first_holding(*m_manifest, [&](const pc::Key& rkey) {
+        served = serve_result(rkey);
+        return served.has_value();
+      });
+      if (served) return served;
+    }
+    if (!m_relocated_key) return std::nullopt;
+    auto relocated = m_store->get(*m_relocated_key);
+    const pc::Artifact* rtext = relocated.ok() && relocated->has_value() ? (*relocated)->find("manifest") : nullptr;
+    const auto m = rtext != nullptr ? nv::decode_manifest(rtext->data.view()) : std::nullopt;
+    if (!m) return std::nullopt;
+    nv::serve_first_holding(*m, [&](const pc::Key& k) {
+      served = serve_relocated(k);
       return served.has_value();
     });
     return served;
+  }
+
+  // A result found by the relocated key: its pointer entry names the
+  // result a compile in another checkout stored (which printed nothing),
+  // and holds its dependency file as a template, written here for this
+  // working directory.
+  std::optional<int> serve_relocated(const pc::Key& k) {
+    auto pointer = m_store->get(k);
+    if (!pointer.ok() || !pointer->has_value()) return std::nullopt;
+    const pc::Artifact* raw = (*pointer)->find("result");
+    const pc::Artifact* tmpl = (*pointer)->find("depfile-relocated");
+    if (raw == nullptr || m_cmd.depfile.has_value() != (tmpl != nullptr)) return std::nullopt;
+    auto rkey = pc::Key::from_raw(raw->data.view());
+    if (!rkey.ok()) return std::nullopt;
+    auto entry = m_store->get(*rkey);
+    if (!entry.ok() || !entry->has_value()) return std::nullopt;
+    const pc::Artifact* output = (*entry)->find("output");
+    if (output == nullptr || (*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) {
+      return std::nullopt;
+    }
+    std::optional<std::string> depfile;
+    if (tmpl != nullptr) depfile = render_depfile(*m_reloc, tmpl->data.view());
+    if (!write_result(output->data.view(), depfile, nullptr)) return std::nullopt;
+    count(m_stats, {nv::Counter::hits, nv::Counter::relocated_hits});
+    return 0;
   }
 
   // Why nvcc would fail to write what a hit writes, or nullopt. An output
@@ -1310,23 +1575,32 @@ class Launcher {
     const pc::Artifact* output = (*entry)->find("output");
     const pc::Artifact* depfile = (*entry)->find("depfile");
     if (output == nullptr || (m_cmd.depfile.has_value() != (depfile != nullptr))) return std::nullopt;
-    if (unwritable()) return std::nullopt;
+    const auto dep = depfile != nullptr ? std::optional<std::string_view>(depfile->data.view()) : std::nullopt;
+    if (!write_result(output->data.view(), dep, &**entry)) return std::nullopt;
+    if (count_hit) count(m_stats, {nv::Counter::hits});
+    return 0;
+  }
+
+  // Writes a result's output and dependency file, and replays what the
+  // compile printed (`printed`, if given): false when they cannot be
+  // written (then nothing was replaced).
+  bool write_result(std::string_view output, const std::optional<std::string_view>& depfile, const pc::Entry* printed) {
+    if (unwritable()) return false;
     // Both files are written before either replaces anything: a dependency
     // file that cannot be written (its directory gone) leaves the output as
     // it was, as nvcc's failure does.
     OutputFile out;
     OutputFile dep;
-    if (!out.open(m_cmd.output).ok() || !out.write(output->data.view()).ok()) return std::nullopt;
-    if (m_cmd.depfile && (!dep.open(*m_cmd.depfile).ok() || !dep.write(depfile->data.view()).ok())) {
-      return std::nullopt;
+    if (!out.open(m_cmd.output).ok() || !out.write(output).ok()) return false;
+    if (m_cmd.depfile && (!depfile || !dep.open(*m_cmd.depfile).ok() || !dep.write(*depfile).ok())) return false;
+    if (!out.commit().ok()) return false;
+    if (m_cmd.depfile && !dep.commit().ok()) return false;
+    if (printed != nullptr) {
+      for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
+        if (const pc::Artifact* a = printed->find(name)) (void)write_all_to(fd, a->data.view(), name);
+      }
     }
-    if (!out.commit().ok()) return std::nullopt;
-    if (m_cmd.depfile && !dep.commit().ok()) return std::nullopt;
-    for (const auto& [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
-      if (const pc::Artifact* a = (*entry)->find(name)) (void)write_all_to(fd, a->data.view(), name);
-    }
-    if (count_hit) count(m_stats, {nv::Counter::hits});
-    return 0;
+    return true;
   }
 
   // A direct miss. The compile's preprocessed text is looked up too, as
@@ -1377,6 +1651,8 @@ class Launcher {
     // directive or a line marker in some file named it, whatever spelling
     // hid it from the lexer.
     bool names_unread_file = false;
+    // Under a base directory: a text names a path under it (text_names_place).
+    bool names_place = false;
   };
 
   // Runs `nvcc --dryrun` and each host compiler -E step it lists, as nvcc
@@ -1412,6 +1688,7 @@ class Launcher {
     std::set<std::string> seen;
     std::set<std::string> named;  // every file a line marker of the output names
     bool printed = false;
+    bool names_place = false;
     for (const auto& step : plan->preprocess) {
       const auto program = find_on(step.front(), vars["PATH"]);
       if (!program) return std::nullopt;
@@ -1439,6 +1716,7 @@ class Launcher {
       if (!files.ok()) return std::nullopt;
       for (const auto& w : step) kb.add_string("word", w);
       marker_names(*text, named);
+      if (m_reloc && text_names_place(*text, m_reloc->base)) names_place = true;
       const auto sum = pc::sha256(*text);
       kb.add_bytes("text", pc::as_view(sum));
       for (auto& f : *files) {
@@ -1475,7 +1753,7 @@ class Launcher {
     const bool unread = std::any_of(named.begin(), named.end(), [&](const std::string& n) {
       return !(n.starts_with("<") && n.ends_with(">")) && seen.count(n) == 0;
     });
-    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps), printed, unread};
+    return Preprocessed{kb.finish(), std::move(deps), std::move(stamps), printed, unread, names_place};
   }
 
   // Whether what the stored result `entry` printed is what nvcc would print
@@ -1536,7 +1814,7 @@ class Launcher {
     count(m_stats, {nv::Counter::hits, nv::Counter::preprocessed_hits});
     if (auto* rec = std::get_if<nv::ManifestRecord>(&record); rec != nullptr && reads_the_same(pre, *rec)) {
       rec->result = *rkey;
-      (void)put_manifest(*rec);
+      (void)put_manifest(m_mkey, *rec);
     }
     return 0;
   }
@@ -1868,6 +2146,10 @@ class Launcher {
     if ((!ran.out.empty() || !ran.err.empty()) && m_line_directive) {
       return not_stored("a #line directive names a file what nvcc printed may quote, and it is not keyed");
     }
+    // Under a base directory, the dependency file as a template (before it
+    // moves into the entry); nullopt: it cannot be relocated.
+    std::optional<std::string> dep_template;
+    if (m_reloc && m_cmd.depfile) dep_template = depfile_template(*m_reloc, *deps_text);
     std::vector<pc::Artifact> artifacts;
     artifacts.push_back({"output", pc::Bytes::adopt(std::move(*output))});
     if (m_cmd.depfile) artifacts.push_back({"depfile", pc::Bytes::adopt(std::move(*deps_text))});
@@ -1882,7 +2164,11 @@ class Launcher {
     if (auto st = m_store->put(rkey, pc::Entry(meta.dump(), std::move(artifacts))); !st.ok()) {
       return not_stored("the store refused the entry");
     }
-    if (!put_manifest(m).ok()) return not_stored("the store refused the manifest");
+    if (!put_manifest(m_mkey, m).ok()) return not_stored("the store refused the manifest");
+    if (m_reloc && pre && !pre->printed && !pre->names_place && ran.out.empty() && ran.err.empty() &&
+        !m_line_directive && reads_the_same(*pre, m) && (!m_cmd.depfile || dep_template)) {
+      store_relocated(m, dep_template);
+    }
     // The preprocessed text points at this result only when it is the text
     // nvcc compiled: every file it read unchanged since `start` (checked
     // when it was made) and among those nvcc read.
@@ -1932,19 +2218,38 @@ class Launcher {
     });
   }
 
-  // Adds `record` to the command's manifest as the store holds it now.
-  pc::Status put_manifest(const nv::ManifestRecord& record) {
+  // The result `m` (just stored, its output naming no path: the
+  // preprocessed texts nvcc compiled name none, nothing was printed) under
+  // the relocated key too: a record with the checkout's paths relative,
+  // pointing at the result, with the dependency file as a template.
+  void store_relocated(const nv::ManifestRecord& m, const std::optional<std::string>& dep_template) {
+    auto r = relocated_record(*m_reloc, m);
+    if (!r) return;
+    std::vector<std::pair<std::string, std::string>> files;
+    files.reserve(r->files.size());
+    for (const auto& f : r->files) files.emplace_back(f.path, f.sha256);
+    const pc::Key k = nv::result_key(*m_relocated_key, files);
+    std::vector<pc::Artifact> artifacts;
+    artifacts.push_back({"result", pc::Bytes::copy_of(m.result.view())});
+    if (dep_template) artifacts.push_back({"depfile-relocated", pc::Bytes::copy_of(*dep_template)});
+    const json meta = {{"kind", "nvcc-relocated"}, {"name", m_cmd.input}};
+    if (!m_store->put(k, pc::Entry(meta.dump(), std::move(artifacts))).ok()) return;
+    r->result = k;
+    (void)put_manifest(*m_relocated_key, *r);
+  }
+
+  // Adds `record` to the manifest under `mkey` as the store holds it now.
+  pc::Status put_manifest(const pc::Key& mkey, const nv::ManifestRecord& record) {
     const json mmeta = {{"kind", "nvcc-manifest"}, {"name", m_cmd.input}};
-    return m_store->put(
-        m_mkey, pc::Entry(mmeta.dump(),
-                          {{"manifest", pc::Bytes::adopt(nv::encode_manifest(nv::add_result(merge_base(), record)))}}));
+    return m_store->put(mkey, pc::Entry(mmeta.dump(), {{"manifest", pc::Bytes::adopt(nv::encode_manifest(
+                                                                        nv::add_result(merge_base(mkey), record)))}}));
   }
 
   // The manifest this compile's result joins: the store's as it is now
   // (another process may have added a result while nvcc ran), or none. One
   // that cannot be read is replaced.
-  std::optional<nv::Manifest> merge_base() {
-    auto got = m_store->get(m_mkey);
+  std::optional<nv::Manifest> merge_base(const pc::Key& mkey) {
+    auto got = m_store->get(mkey);
     if (!got.ok() || !got->has_value()) return std::nullopt;
     const pc::Artifact* text = (*got)->find("manifest");
     if (text == nullptr) return std::nullopt;
@@ -2025,7 +2330,25 @@ class Launcher {
       return said(k_exit_error, "damaged (" + key + "): the manifest's entry cannot be read (" + plain(got.status()) +
                                     "); a build drops it and compiles");
     }
+    // Under a base directory, a result another checkout stored.
+    const auto relocated_hit = [&]() -> std::optional<std::string> {
+      if (!m_relocated_key || unwritable()) return std::nullopt;
+      auto r = peek(*m_relocated_key);
+      const pc::Artifact* rtext = r.ok() && r->has_value() ? (*r)->find("manifest") : nullptr;
+      const auto rm = rtext != nullptr ? nv::decode_manifest(rtext->data.view()) : std::nullopt;
+      if (!rm) return std::nullopt;
+      nv::HoldingCheck holds(*rm);
+      for (std::size_t i = 0; i < rm->results.size(); ++i) {
+        if (holds.first_mismatch(i)) continue;
+        auto pointer = peek(rm->results[i].result);
+        if (!pointer.ok() || !pointer->has_value() || (*pointer)->find("result") == nullptr) continue;
+        return "hit (relocated key " + m_relocated_key->hex() + ", stored from another checkout under " +
+               printable(m_reloc->base) + ")";
+      }
+      return std::nullopt;
+    };
     if (!got->has_value()) {
+      if (auto hit = relocated_hit()) return said(k_exit_ok, *hit);
       return said(k_exit_miss, "miss (" + key +
                                    "): never stored with these options, this nvcc and host compiler, these "
                                    "variables" +
@@ -2064,6 +2387,7 @@ class Launcher {
       line.append(", ").append(label).append(m->results[i].result.hex()).append(")");
       return said(k_exit_ok, line);
     }
+    if (auto hit = relocated_hit()) return said(k_exit_ok, *hit);
     said(k_exit_miss, "miss (" + key + ")");
     for (const auto& l : lines) std::printf("  %s\n", l.c_str());
     if (m_toolkit_nvcc && !m_cmd.source_in_ptx) {
@@ -2095,6 +2419,8 @@ class Launcher {
   bool m_toolkit_nvcc = false;             // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
   bool m_had_manifest = false;             // the command's manifest was read (a result of it was stored)
   std::optional<nv::Manifest> m_manifest;  // as the direct lookup read it
+  std::optional<Relocation> m_reloc;       // under a base directory (relocation_for)
+  std::optional<pc::Key> m_relocated_key;  // the command's key with the checkout's paths relative
   bool m_line_directive = false;           // a file read holds a #line directive (build_record)
   std::optional<pc::LockFile> m_lock;      // held from a miss to the store of its result
   bool m_explain = false;                  // say what would happen; run, write and count nothing
