@@ -1807,8 +1807,15 @@ TEST_F(NvccLauncherBaseDirTest, TwoCheckoutsUnderABaseDirectoryShareWhatNamesNoP
     ASSERT_EQ(in("ck2/build", device("ck2", std::string("-") + mode) + " -o plain." + mode, true).code, 0);
     EXPECT_TRUE(same(file("ck2/build/k." + std::string(mode)), file("ck2/build/plain." + std::string(mode)))) << mode;
   }
-  // Without the base directory, a third checkout shares nothing.
+  // `explain` in a third checkout under the base says where the hit comes from.
   checkout("ck3", "2.0f", {"build"});
+  const Ran said = sh("sh -c " + quote("cd " + quote(m_tmp.sub("ck3/build")) + " && exec " + cli() + " explain " +
+                                       quote(m_bin + "/nvcc") + " " + device("ck3", "-cubin") + " -o k.cubin"),
+                      "PROGCACHE_BASE_DIR=" + quote(m_tmp.path()));
+  EXPECT_EQ(said.code, 0) << said.out << said.err;
+  EXPECT_NE(said.out.find("hit (relocated key"), std::string::npos) << said.out;
+  EXPECT_FALSE(fs::exists(m_tmp.sub("ck3/build/k.cubin"))) << "explain wrote the output";
+  // Without the base directory, that checkout shares nothing.
   misses = counter("misses");
   ASSERT_EQ(at("ck3/build", device("ck3", "-cubin") + " -o k.cubin", false).code, 0);
   EXPECT_EQ(counter("misses"), misses + 1) << "served across checkouts with no base directory";
@@ -1842,6 +1849,9 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
       {"a relocatable object (its module ID)", head + "__global__ void k(float* x) { x[0] = SCALE; }\n", "-c",
        "-rdc=true"},
       {"line information", head + "__global__ void k(float* x) { x[0] = SCALE; }\n", "-cubin", "-lineinfo"},
+      {"a sanitizer's source locations (a host compiler word)",
+       head + "int g[10];\nint* pg() { return g; }\n__global__ void k(float* x) { x[0] = SCALE; }\n", "-c",
+       "-Xcompiler -fsanitize=address"},
       {"a warning naming the source", head + "#warning checkout\n__global__ void k(float* x) { x[0] = SCALE; }\n",
        "-cubin", ""},
   };
@@ -1865,6 +1875,23 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
         << c.what;
     EXPECT_EQ(served.err, plain.err) << c.what;
   }
+  // A header included by its absolute path (the first checkout's, in both
+  // sources): nvcc in the second checkout reads the first's, and its
+  // dependency file names it.
+  const std::string first = m_tmp.sub("c1/src/inc/params.h");
+  for (const std::string ck : {"c1", "c2"}) {
+    checkout(ck, "2.0f", {"build"});
+    testing::write_all(m_tmp.sub(ck + "/src/k.cu"),
+                       "#include \"" + first + "\"\n__global__ void k(float* x) { x[0] = SCALE; }\n");
+  }
+  const auto cubin = [&](const std::string& ck) { return device(ck, "-cubin") + " -MD -MF k.d -o k.cubin"; };
+  ASSERT_TRUE(stored_at("c1/build", cubin("c1")));
+  const std::uint64_t misses = counter("misses");
+  ASSERT_EQ(at("c2/build", cubin("c2")).code, 0);
+  EXPECT_EQ(counter("misses"), misses + 1) << "a header included by its absolute path: served from the other checkout";
+  const std::string served_depfile = file("c2/build/k.d");
+  ASSERT_EQ(in("c2/build", cubin("c2"), true).code, 0);
+  EXPECT_EQ(served_depfile, file("c2/build/k.d"));
   EXPECT_EQ(counter("relocated_hits"), 0U);
 }
 

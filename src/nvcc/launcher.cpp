@@ -351,6 +351,32 @@ struct Relocation {
 // by NvccLauncherBaseDirTest: such an object differs between two checkouts
 // only by nvcc's temporary file's name, as two runs in one do; the rest
 // are byte-identical.
+// Whether a host compiler word leaves the checkout's paths out of the
+// object. Most do; some write the command line (-frecord-gcc-switches,
+// which names the -I directories), a sanitizer's or a profiler's source
+// locations, or other files: only the common words known to write none
+// are let through, and any other keeps the command off the relocated key.
+bool path_free_host_word(std::string_view w) {
+  static constexpr std::string_view k_words[] = {"-w",
+                                                 "-pipe",
+                                                 "-pthread",
+                                                 "-fPIC",
+                                                 "-fpic",
+                                                 "-fPIE",
+                                                 "-fpie",
+                                                 "-fexceptions",
+                                                 "-ffast-math",
+                                                 "-fopenmp",
+                                                 "-fpermissive",
+                                                 "-fvisibility-inlines-hidden",
+                                                 "-fstrict-aliasing"};
+  static constexpr std::string_view k_prefixes[] = {
+      "-O", "-W", "-std=", "-D", "-U", "-m", "-fno-", "-fvisibility=", "-fdiagnostics-", "-fmessage-length="};
+  if (std::find(std::begin(k_words), std::end(k_words), w) != std::end(k_words)) return true;
+  return std::any_of(std::begin(k_prefixes), std::end(k_prefixes),
+                     [&](std::string_view p) { return w.starts_with(p); });
+}
+
 std::optional<Relocation> relocation_for(const std::string& base_dir, const nv::Command& cmd) {
   if (base_dir.empty() || base_dir == "/" || !base_dir.starts_with("/") || dt::normal(base_dir) != base_dir ||
       !Relocation::plain(base_dir)) {
@@ -370,6 +396,18 @@ std::optional<Relocation> relocation_for(const std::string& base_dir, const nv::
     if (w == "--device-c" || w == "--device-w" || w.starts_with("--dlink-time-opt") ||
         w.starts_with("--extensible-whole-program") ||
         (w.starts_with("--relocatable-device-code") && w != "--relocatable-device-code=false")) {
+      return std::nullopt;
+    }
+    // The host compiler's words: -Xcompiler's, and those forwarded to it.
+    if (w.starts_with("--compiler-options=")) {
+      std::string_view rest = std::string_view(w).substr(std::string_view("--compiler-options=").size());
+      while (true) {
+        const auto comma = rest.find(',');
+        if (!path_free_host_word(rest.substr(0, comma))) return std::nullopt;
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+    } else if (w.starts_with("-") && !w.starts_with("--") && !path_free_host_word(w)) {
       return std::nullopt;
     }
   }
@@ -941,11 +979,17 @@ class Places {
         if (!trusted(file)) return "an include through a macro in '" + file + "' cannot be followed";
         continue;
       }
+      if (d.name.starts_with("/")) m_absolute_operands.push_back(d.name);
       auto places = probe(d.name, d.kind == dt::Operand::quoted ? std::optional(dir) : std::nullopt, file, d.next);
       if (found != nullptr) found->insert(found->end(), places.begin(), places.end());
     }
     return std::nullopt;
   }
+
+  // The headers files read include or probe for by their absolute paths:
+  // one under the base is a place no working directory moves (no
+  // relocated record).
+  const std::vector<std::string>& absolute_operands() const { return m_absolute_operands; }
 
   // nvcc's -include files (its own cuda_runtime.h first): the working
   // directory, then the chain.
@@ -1049,6 +1093,7 @@ class Places {
   std::vector<std::string> m_absent, m_present;
   std::optional<std::string> m_refused;
   std::set<std::string> m_precompiled = {"stdc-predef.h"};
+  std::vector<std::string> m_absolute_operands;
 };
 
 // ---- counters (shown by `progcache stats`)
@@ -1965,6 +2010,7 @@ class Launcher {
     }
     if (search_dir_identities() != m_dirs_at_start) return std::string("an input changed while nvcc ran");
     if (places.refused()) return *places.refused();
+    m_absolute_operands = places.absolute_operands();
     m.absent = places.absent();
     for (const auto& p : places.present()) {
       struct stat st {};
@@ -2223,6 +2269,9 @@ class Launcher {
   // the relocated key too: a record with the checkout's paths relative,
   // pointing at the result, with the dependency file as a template.
   void store_relocated(const nv::ManifestRecord& m, const std::optional<std::string>& dep_template) {
+    for (const auto& op : m_absolute_operands) {
+      if (m_reloc->under(dt::normal(op))) return;
+    }
     auto r = relocated_record(*m_reloc, m);
     if (!r) return;
     std::vector<std::pair<std::string, std::string>> files;
@@ -2341,7 +2390,12 @@ class Launcher {
       for (std::size_t i = 0; i < rm->results.size(); ++i) {
         if (holds.first_mismatch(i)) continue;
         auto pointer = peek(rm->results[i].result);
-        if (!pointer.ok() || !pointer->has_value() || (*pointer)->find("result") == nullptr) continue;
+        const pc::Artifact* raw = pointer.ok() && pointer->has_value() ? (*pointer)->find("result") : nullptr;
+        if (raw == nullptr) continue;
+        auto rkey = pc::Key::from_raw(raw->data.view());
+        if (!rkey.ok()) continue;
+        auto entry = peek(*rkey);
+        if (!entry.ok() || !entry->has_value() || (*entry)->find("output") == nullptr) continue;
         return "hit (relocated key " + m_relocated_key->hex() + ", stored from another checkout under " +
                printable(m_reloc->base) + ")";
       }
@@ -2416,15 +2470,16 @@ class Launcher {
   pc::Key m_mkey;
   bool m_place_keyed = false;                                            // the working directory is in the key
   std::vector<std::pair<std::uint64_t, std::uint64_t>> m_dirs_at_start;  // search_dir_identities() at the start
-  bool m_toolkit_nvcc = false;             // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
-  bool m_had_manifest = false;             // the command's manifest was read (a result of it was stored)
-  std::optional<nv::Manifest> m_manifest;  // as the direct lookup read it
-  std::optional<Relocation> m_reloc;       // under a base directory (relocation_for)
-  std::optional<pc::Key> m_relocated_key;  // the command's key with the checkout's paths relative
-  bool m_line_directive = false;           // a file read holds a #line directive (build_record)
-  std::optional<pc::LockFile> m_lock;      // held from a miss to the store of its result
-  bool m_explain = false;                  // say what would happen; run, write and count nothing
-  pc::FileStoreOptions m_store_options;    // explain's: where the store is, and how entries are checked
+  bool m_toolkit_nvcc = false;                   // nvcc.profile beside it: the toolkit's own nvcc, not a wrapper
+  bool m_had_manifest = false;                   // the command's manifest was read (a result of it was stored)
+  std::optional<nv::Manifest> m_manifest;        // as the direct lookup read it
+  std::optional<Relocation> m_reloc;             // under a base directory (relocation_for)
+  std::optional<pc::Key> m_relocated_key;        // the command's key with the checkout's paths relative
+  bool m_line_directive = false;                 // a file read holds a #line directive (build_record)
+  std::vector<std::string> m_absolute_operands;  // headers included by absolute path (build_record)
+  std::optional<pc::LockFile> m_lock;            // held from a miss to the store of its result
+  bool m_explain = false;                        // say what would happen; run, write and count nothing
+  pc::FileStoreOptions m_store_options;          // explain's: where the store is, and how entries are checked
 };
 
 }  // namespace
