@@ -770,6 +770,7 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
                            "PROGCACHE_DISABLE",
                            "PROGCACHE_DURABILITY",
                            "PROGCACHE_LOCK_TIMEOUT",
+                           "PROGCACHE_BASE_DIR",
                            "PROGCACHE_SHARING",
                            "PROGCACHE_REMOTE",
                            "PROGCACHE_REMOTE_PASSWORD_FILE",
@@ -789,7 +790,7 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
                            "PROGCACHE_TORCH"}) {
     EXPECT_EQ(rows.count(name), 1u) << name << " is not listed";
   }
-  EXPECT_EQ(rows.size(), 23u);
+  EXPECT_EQ(rows.size(), 24u);
   EXPECT_EQ(rows["PROGCACHE_LOCK_TIMEOUT"], std::make_pair(std::string("600 s"), std::string("default")));
   // The Python switches are listed too (read by the interpreter's start hook).
   EXPECT_EQ(rows["PROGCACHE_TORCH"], std::make_pair(std::string("no"), std::string("default")));
@@ -814,6 +815,20 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
   // password is shown.
   EXPECT_NE(rows["PROGCACHE_REMOTE_PASSWORD"].first.find("ignored"), std::string::npos);
   EXPECT_EQ(js.dump().find("password-from-the"), std::string::npos) << js.dump();
+}
+
+TEST_F(CliTest, ABaseDirectoryIsAnAbsolutePlainDirectoryOrSaidToBeNone) {
+  // Shown as set, a trailing slash dropped.
+  auto ok = run({"config"}, {"PROGCACHE_BASE_DIR=/home/me/"});
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("PROGCACHE_BASE_DIR = /home/me  (environment)"), std::string::npos) << ok.out;
+  // Relative, "/", spelled with "..", or holding a space or a comma: said
+  // by name, and the command fails as for any bad setting.
+  for (const char* bad : {"home/me", "/", "/home/me/../you", "/home/a b", "/home/a,b"}) {
+    auto r = run({"config"}, {std::string("PROGCACHE_BASE_DIR=") + bad});
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.err.find("PROGCACHE_BASE_DIR"), std::string::npos) << bad << ": " << r.err;
+  }
 }
 
 TEST_F(CliTest, ConfigShowsEachSettingWithItsSourceAndNoSecret) {

@@ -578,6 +578,32 @@ TEST_F(NvccLauncherTest, IdenticalCommandsStartedTogetherCompileOnceAndTheOthers
   EXPECT_TRUE(same(read("c.cubin"), read("plain3.cubin")));
 }
 
+TEST_F(NvccLauncherTest, ASearchDirectoryGoneSinceTheStoreIsNotServedAround) {
+  // The host compiler warns of a search directory that is not there
+  // (-Wmissing-include-dirs): a hit must print that too, so the key holds
+  // whether each one is a directory. (The toolkit's nvcc: through a
+  // wrapper, the launcher's own dependency list makes nvcc print a device
+  // output's warnings twice.)
+  fs::create_directories(m_tmp.sub("work/extra"));
+  const std::string args = "-arch=sm_90 -I inc -I extra -Xcompiler -Wmissing-include-dirs -cubin k.cu -o k.cubin";
+  const auto real = [&] { return sh(cli() + " " + quote(m_bin + "/nvcc") + " " + args); };
+  const auto misses = [&] { return launcher_stats().value("misses", 0); };
+  int stored_after = -1;
+  for (int i = 0; i < 4 && stored_after < 0; ++i) {
+    const int before = i == 0 ? 0 : misses();
+    ASSERT_EQ(real().code, 0);
+    if (i > 0 && misses() == before) stored_after = i;
+  }
+  ASSERT_GE(stored_after, 0) << "never stored";
+  fs::remove(m_tmp.sub("work/extra"));
+  const int before = misses();
+  const Ran served = real();
+  EXPECT_EQ(misses(), before + 1) << "served though a search directory is gone";
+  const Ran expected = plain(args);
+  EXPECT_NE(expected.err.find("extra"), std::string::npos) << expected.err;
+  EXPECT_EQ(served.err, expected.err);
+}
+
 TEST_F(NvccLauncherTest, ExplainSaysWhetherALauncherCommandWouldBeServedAndWhyNotAndRunsNothing) {
   const std::string args = "-arch=sm_90 -I inc0 -I inc -cubin k.cu -o k.cubin";
   const auto explain = [&] { return sh(cli() + " explain " + noting_nvcc() + " " + args); };
@@ -1744,11 +1770,12 @@ TEST_F(NvccLauncherPlaceTest, DebugInformationAndADependencyTargetKeepThePlaceAn
 // nvcc did is read from the launcher's counters.
 class NvccLauncherBaseDirTest : public NvccLauncherPlaceTest {
  protected:
-  // The launcher in `dir`, under the base directory (the test's own) or none.
-  Ran at(const std::string& dir, const std::string& args, bool base = true) {
+  // The launcher in `dir`, under the base directory (the test's own) or
+  // none, with `env` (VAR=value words) set too.
+  Ran at(const std::string& dir, const std::string& args, bool base = true, const std::string& env = "") {
     return sh("sh -c " + quote("cd " + quote(m_tmp.sub(dir)) + " && exec " + cli() + " " + quote(m_bin + "/nvcc") +
                                " " + args),
-              base ? "PROGCACHE_BASE_DIR=" + quote(m_tmp.path()) : "");
+              (base ? "PROGCACHE_BASE_DIR=" + quote(m_tmp.path()) + " " : std::string()) + env);
   }
   std::uint64_t counter(const char* name) {
     const auto j = launcher_stats();
@@ -1756,10 +1783,10 @@ class NvccLauncherBaseDirTest : public NvccLauncherPlaceTest {
   }
   // Runs `args` in `dir` until it is a hit (a file written in the tick
   // before a compile is not stored from it); false if it never is.
-  bool stored_at(const std::string& dir, const std::string& args) {
+  bool stored_at(const std::string& dir, const std::string& args, const std::string& env = "") {
     for (int i = 0; i < 4; ++i) {
       const std::uint64_t hits = counter("hits");
-      if (at(dir, args).code != 0) return false;
+      if (at(dir, args, true, env).code != 0) return false;
       if (counter("hits") == hits + 1) return true;
     }
     return false;
@@ -1892,6 +1919,59 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
   const std::string served_depfile = file("c2/build/k.d");
   ASSERT_EQ(in("c2/build", cubin("c2"), true).code, 0);
   EXPECT_EQ(served_depfile, file("c2/build/k.d"));
+  EXPECT_EQ(counter("relocated_hits"), 0U);
+}
+
+TEST_F(NvccLauncherBaseDirTest, APathUnderTheBaseSpelledTheSameInEveryCheckoutIsNeverRelocated) {
+  // Each case: one string names the first checkout's files in both
+  // checkouts' commands or environments (a dependency target, a search
+  // directory of the environment, a list of -I paths mixing relative and
+  // absolute ones): the second checkout's compile reads or writes what it
+  // names, so nothing is served from the first, and what is written is
+  // plain nvcc's.
+  struct Case {
+    std::string what, extra, env;
+  };
+  const std::string first = m_tmp.sub("a/src/inc");
+  // A directory outside the base whose name holds the base's path after a
+  // space: the dependency file escapes that space.
+  testing::TempDir outside;
+  const std::string spaced = outside.sub("x " + m_tmp.path() + "/inc");
+  fs::create_directories(spaced);
+  testing::write_all(spaced + "/more.h", "#define MORE 1\n");
+  const std::vector<Case> cases = {
+      {"an absolute -MT under the base", "-MD -MT " + quote(m_tmp.sub("a/build/k.cubin")) + " -MF k.d", ""},
+      {"CPATH under the base", "-MD -MF k.d", "CPATH=" + quote(first)},
+      {"a list of -I paths mixing relative and absolute ones", "-I../src/inc," + quote(first) + " -MD -MF k.d", ""},
+      {"a header found outside the base by a path holding it", "-MD -MF k.d -include more.h", "CPATH=" + quote(spaced)},
+  };
+  for (const auto& c : cases) {
+    for (const std::string ck : {"a", "b"}) {
+      fs::remove_all(m_tmp.sub(ck));
+      checkout(ck, "2.0f", {"build"});
+    }
+    const auto cubin = [&](const std::string& ck) {
+      // CPATH's header, not -I's, in the CPATH case: -I names none.
+      const std::string src = m_tmp.sub(ck + "/src");
+      const bool by_env = c.env.starts_with("CPATH=" + quote(first));
+      return "-arch=sm_90 " + (by_env ? std::string() : "-I " + quote(src + "/inc")) + " " + c.extra + " -cubin " +
+             quote(src + "/k.cu") + " -o k.cubin";
+    };
+    ASSERT_TRUE(stored_at("a/build", cubin("a"), c.env)) << c.what;
+    const std::uint64_t misses = counter("misses");
+    ASSERT_EQ(at("b/build", cubin("b"), true, c.env).code, 0) << c.what;
+    EXPECT_EQ(counter("misses"), misses + 1) << c.what << ": served from the other checkout";
+    const std::string served = file("b/build/k.cubin");
+    const std::string served_depfile = file("b/build/k.d");
+    ASSERT_EQ(sh("sh -c " + quote("cd " + quote(m_tmp.sub("b/build")) + " && exec " + quote(m_bin + "/nvcc") + " " +
+                                  cubin("b")),
+                 c.env)
+                  .code,
+              0)
+        << c.what;
+    EXPECT_TRUE(same(served, file("b/build/k.cubin"))) << c.what;
+    EXPECT_EQ(served_depfile, file("b/build/k.d")) << c.what;
+  }
   EXPECT_EQ(counter("relocated_hits"), 0U);
 }
 

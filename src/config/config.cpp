@@ -162,6 +162,14 @@ Status apply_base_dir(Config& c, const std::optional<std::string>& text, Setting
       return invalid_argument("PROGCACHE_BASE_DIR: '" + *text +
                               "' is not an absolute directory other than / (spelled without . or ..)");
     }
+    // The launcher relocates only paths a dependency file writes as they
+    // are, and that nvcc splits nowhere.
+    if (d.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._-+@=~") !=
+        std::string::npos) {
+      return invalid_argument("PROGCACHE_BASE_DIR: '" + *text +
+                              "' holds a character other than letters, digits and / . _ - + @ = ~ "
+                              "(white space, a comma or a quote): the launcher cannot relocate paths under it");
+    }
     c.base_dir = d;
   }
   shown.value = c.base_dir.empty() ? "(unset: paths are keyed as written)" : c.base_dir;

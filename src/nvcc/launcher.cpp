@@ -377,6 +377,8 @@ bool path_free_host_word(std::string_view w) {
                      [&](std::string_view p) { return w.starts_with(p); });
 }
 
+std::optional<std::string> relocated_word(const Relocation& r, const std::string& w);
+
 std::optional<Relocation> relocation_for(const std::string& base_dir, const nv::Command& cmd) {
   if (base_dir.empty() || base_dir == "/" || !base_dir.starts_with("/") || dt::normal(base_dir) != base_dir ||
       !Relocation::plain(base_dir)) {
@@ -414,12 +416,31 @@ std::optional<Relocation> relocation_for(const std::string& base_dir, const nv::
   std::error_code ec;
   Relocation r{base_dir, std::filesystem::current_path(ec).string()};
   if (ec || !Relocation::plain(r.cwd) || !r.under(r.cwd)) return std::nullopt;
+  // Every path under the base the command spells must be one relocated:
+  // any other (a -MT target, a -D value, a host compiler word) is the same
+  // string in every checkout, and names the first one's files.
+  for (const auto& w : nv::keyed_words(cmd)) {
+    if (w.find(base_dir) != std::string::npos && !relocated_word(r, w)) return std::nullopt;
+  }
+  for (const auto& f : cmd.read_files) {
+    if (f.path.find(base_dir) != std::string::npos && !r.relative(f.path)) return std::nullopt;
+  }
+  // So with the environment's search directories and $TMPDIR (nvcc's
+  // generated files include headers from there): the same strings in
+  // every checkout.
+  auto outside = [&](const std::string& d) { return !d.starts_with("/") || !r.under(dt::normal(d)); };
+  for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH"}) {
+    const auto dirs = env_dirs(v);
+    if (!std::all_of(dirs.begin(), dirs.end(), outside)) return std::nullopt;
+  }
+  const auto tmpdir = std::filesystem::temp_directory_path(ec).string();
+  if (ec || !outside(tmpdir)) return std::nullopt;
   return r;
 }
 
 // A keyed word with the paths under the base relocated (the input, and
-// the values of -I, -isystem and -include), or nullopt when it names none
-// or one that cannot be (then it is keyed as written).
+// the values of -I, -isystem and -include, each path of a list), or
+// nullopt when one is not (then it is keyed as written).
 std::optional<std::string> relocated_word(const Relocation& r, const std::string& w) {
   if (!w.starts_with("-")) {
     if (auto rel = r.relative(w)) return rel;
@@ -430,24 +451,19 @@ std::optional<std::string> relocated_word(const Relocation& r, const std::string
   const std::string_view name = std::string_view(w).substr(0, eq);
   if (name != "--include-path" && name != "--system-include" && name != "--pre-include") return std::nullopt;
   std::string out = w.substr(0, eq + 1);
-  bool moved = false;
   std::size_t start = eq + 1;
   while (start <= w.size()) {
     auto comma = w.find(',', start);
     if (comma == std::string::npos) comma = w.size();
     const std::string part = w.substr(start, comma - start);
     if (start != eq + 1) out += ',';
-    if (auto rel = r.relative(part)) {
-      out += *rel;
-      moved = true;
-    } else if (part.starts_with("/") && r.under(dt::normal(part))) {
-      return std::nullopt;  // under the base, but not plainly spelled
-    } else {
-      out += part;
-    }
+    // Every part, or none: a list mixing relocated and other paths would
+    // reach the key of another mix (`-I../a,/ck/b` and `-I/ck/a,../b`).
+    auto rel = r.relative(part);
+    if (!rel) return std::nullopt;
+    out += *rel;
     start = comma + 1;
   }
-  if (!moved) return std::nullopt;
   return out;
 }
 
@@ -483,7 +499,8 @@ std::optional<std::string> depfile_template(const Relocation& r, std::string_vie
   std::string out;
   std::size_t done = 0;
   for (std::size_t at = text.find(r.base); at != std::string_view::npos; at = text.find(r.base, done)) {
-    if (at > 0 && !space(text[at - 1])) return std::nullopt;
+    // A whole word: after white space that no backslash escapes.
+    if (at > 0 && (!space(text[at - 1]) || (at > 1 && text[at - 2] == '\\'))) return std::nullopt;
     std::size_t end = at;
     while (end < text.size() && !space(text[end])) ++end;
     const auto rel = r.relative(std::string(text.substr(at, end - at)));
@@ -535,6 +552,13 @@ std::optional<nv::ManifestRecord> relocated_record(const Relocation& r, nv::Mani
     if (!move(p.path)) return std::nullopt;
   }
   return m;
+}
+
+// What `dir` is now: 0 nothing, 1 a directory, 2 something else.
+int dir_kind(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.empty() ? "." : dir.c_str(), &st) != 0) return 0;
+  return S_ISDIR(st.st_mode) ? 1 : 2;
 }
 
 // The command's key. With `reloc`, another key (its own domain), in which
@@ -602,6 +626,16 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   const char* tmpdir = std::getenv("TMPDIR");
   kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
   kb.add_string("mode", nv::mode_name(cmd.mode));
+  // Whether each directory the command and the environment name for
+  // includes is one: the host compiler warns of one that is not
+  // (-Wmissing-include-dirs, on with -Wall for C++), and a manifest's
+  // places, all inside directories, do not show a directory gone.
+  for (const auto* list : {&cmd.include_dirs, &cmd.system_dirs}) {
+    for (const auto& d : *list) kb.add_int("search-dir", dir_kind(d));
+  }
+  for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+    for (const auto& d : env_dirs(v)) kb.add_int("env-search-dir", dir_kind(d));
+  }
   for (const auto& w : nv::keyed_words(cmd)) {
     if (auto moved = reloc != nullptr ? relocated_word(*reloc, w) : std::nullopt) {
       kb.add_string("arg-relocated", *moved);
@@ -2271,6 +2305,19 @@ class Launcher {
   void store_relocated(const nv::ManifestRecord& m, const std::optional<std::string>& dep_template) {
     for (const auto& op : m_absolute_operands) {
       if (m_reloc->under(dt::normal(op))) return;
+    }
+    // Every directory searched under the base must be one the command
+    // names (and so relocated): nvcc's own or the host compiler's is the
+    // same string in every checkout.
+    const auto system = host_system_dirs(host_compilers(m_cmd).front());
+    if (!system) return;
+    std::set<std::string> named;
+    for (const auto* list : {&m_cmd.include_dirs, &m_cmd.system_dirs}) {
+      for (const auto& d : *list) named.insert(dt::normal(d));
+    }
+    for (const auto& d : search_chain(m_cmd, m_bin, *system)) {
+      const std::string n = dt::normal(d);
+      if (n.starts_with("/") && m_reloc->under(n) && named.count(n) == 0) return;
     }
     auto r = relocated_record(*m_reloc, m);
     if (!r) return;
