@@ -14,8 +14,8 @@ no link, so its side has no such setting.
   warm_clean        the build directory removed, configured and built again
   second_builddir   another build directory of the same checkout
   second_checkout   a copy of the checkout at another path (ccache with
-                    CCACHE_BASEDIR set to the directory above both; progcache
-                    has no base directory)
+                    CCACHE_BASEDIR, progcache with PROGCACHE_BASE_DIR, both
+                    set to the directory above both)
   comment_edit      a comment changed in Common/helper_cuda.h (included by
                     every sample), the first build directory built again
   real_edit         a declaration added to the same header, built again
@@ -33,6 +33,7 @@ so that a run takes minutes) are the only changes to the project's files.
     git clone https://github.com/NVIDIA/cuda-samples   # measured at c94ff366
     python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache [--rounds 5]
     python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache --interleaved-warm 7
+    python3 bench/nvcc_project.py --samples cuda-samples --progcache build/progcache --whole-program --checkouts-only
 
 With --rounds N, the two warm cases are each built N times (the build
 directory removed and configured again each time) and the median is
@@ -75,8 +76,9 @@ SAMPLES = [
 HEADER = "Common/helper_cuda.h"
 
 
-def copy_tree(src: str, dst: str, archs: str) -> None:
-    """The project's files the subset needs, with the architectures set."""
+def copy_tree(src: str, dst: str, archs: str, whole_program: bool = False) -> None:
+    """The project's files the subset needs, with the architectures set
+    (and, `whole_program`, without separable compilation or -lineinfo)."""
     shutil.copytree(os.path.join(src, "Common"), os.path.join(dst, "Common"))
     shutil.copytree(os.path.join(src, "cmake"), os.path.join(dst, "cmake"))
     intro = os.path.join(dst, "Samples", "0_Introduction")
@@ -86,6 +88,8 @@ def copy_tree(src: str, dst: str, archs: str) -> None:
         with open(lists, encoding="utf-8") as f:
             text = f.read()
         text = re.sub(r"set\(CMAKE_CUDA_ARCHITECTURES [^)]*\)", f"set(CMAKE_CUDA_ARCHITECTURES {archs})", text)
+        if whole_program:
+            text = text.replace(" -lineinfo", "").replace("CUDA_SEPARABLE_COMPILATION ON", "CUDA_SEPARABLE_COMPILATION OFF")
         with open(lists, "w", encoding="utf-8") as f:
             f.write(text)
     with open(os.path.join(dst, "CMakeLists.txt"), "w", encoding="utf-8") as f:
@@ -107,6 +111,9 @@ class Side:
         self.env["XDG_CONFIG_HOME"] = os.path.join(work, "xdg")
         self.env["CCACHE_DIR"] = os.path.join(work, "cache-ccache")
         self.env["CCACHE_BASEDIR"] = work
+        # progcache's base directory, the same one (docs/nvcc.md, "Two
+        # checkouts"): it shares only what names no path of the checkout.
+        self.env["PROGCACHE_BASE_DIR"] = work
         self.env["CCACHE_MAXSIZE"] = "20G"
 
     def configure(self, tree: str, build: str) -> None:
@@ -202,7 +209,7 @@ def interleaved_warm(a: argparse.Namespace) -> int:
     sides = {}
     for name in ("progcache", "ccache"):
         tree = os.path.join(work, name, "checkout")
-        copy_tree(a.samples, tree, a.archs)
+        copy_tree(a.samples, tree, a.archs, a.whole_program)
         launcher = os.path.abspath(a.progcache) if name == "progcache" else shutil.which("ccache")
         side = Side(name, launcher, os.path.join(work, name), os.path.abspath(a.progcache))
         side.configure(tree, os.path.join(tree, "build"))
@@ -239,6 +246,10 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--interleaved-warm", type=int, default=0, metavar="ROUNDS",
                     help="measure only the warm cases, the sides alternating, this many rounds")
+    ap.add_argument("--whole-program", action="store_true",
+                    help="build without separable compilation and -lineinfo (CMake's defaults)")
+    ap.add_argument("--checkouts-only", action="store_true",
+                    help="only the cold build and the second checkout, each compared with plain nvcc")
     ap.add_argument("--rounds", type=int, default=1,
                     help="warm builds (warm_clean, second_builddir) repeated this many times; the median is reported")
     a = ap.parse_args()
@@ -252,8 +263,8 @@ def main() -> int:
         work = tempfile.mkdtemp(prefix=f"nvcc-project-{name}-")
         tree_a = os.path.join(work, "checkout-a")
         tree_c = os.path.join(work, "checkout-c")
-        copy_tree(a.samples, tree_a, a.archs)
-        copy_tree(a.samples, tree_c, a.archs)
+        copy_tree(a.samples, tree_a, a.archs, a.whole_program)
+        copy_tree(a.samples, tree_c, a.archs, a.whole_program)
         launcher = os.path.abspath(a.progcache) if name == "progcache" else shutil.which("ccache")
         side = Side(name, launcher, work, os.path.abspath(a.progcache))
         rows: dict[str, dict[str, float]] = {}
@@ -274,8 +285,9 @@ def main() -> int:
 
         b1 = os.path.join(tree_a, "build")
         case("cold", tree_a, b1)
-        case("warm_clean", tree_a, b1, rounds=a.rounds)
-        case("second_builddir", tree_a, os.path.join(tree_a, "build-2"), rounds=a.rounds)
+        if not a.checkouts_only:
+            case("warm_clean", tree_a, b1, rounds=a.rounds)
+            case("second_builddir", tree_a, os.path.join(tree_a, "build-2"), rounds=a.rounds)
         case("second_checkout", tree_c, os.path.join(tree_c, "build"))
         # What each side put in the second checkout's build against what
         # plain nvcc makes there (ccache's base directory serves the first
@@ -286,6 +298,10 @@ def main() -> int:
         rows["second_checkout"]["objects_judged"] = judged
         print(f"{name:9s} second checkout: {differ} of {judged} objects unlike plain nvcc's there "
               f"({len(unjudged)} differ between two plain builds)", flush=True)
+        if a.checkouts_only:
+            results[name] = rows
+            shutil.rmtree(work, ignore_errors=True)
+            continue
         edit(tree_a, "Copyright (c) 2022, NVIDIA", "Copyright (c) 2022 NVIDIA")
         case("comment_edit", tree_a, b1, fresh=False)
         if name == "progcache":
