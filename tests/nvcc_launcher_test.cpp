@@ -1812,14 +1812,29 @@ TEST_F(NvccLauncherBaseDirTest, TwoCheckoutsUnderABaseDirectoryShareWhatNamesNoP
   ASSERT_TRUE(stored_at("ck1/build", device("ck1", "-cubin") + " -o k.cubin"));
   ASSERT_TRUE(stored_at("ck1/build", device("ck1", "-ptx") + " -o k.ptx"));
   ASSERT_TRUE(stored_at("ck1/build", device("ck1", "-fatbin") + " -o k.fatbin"));
+  // An include directory spelled with "..", as CMake writes
+  // `${CMAKE_CURRENT_SOURCE_DIR}/../Common`: the dependency file spells
+  // every header so.
+  const auto dotted = [&](const std::string& ck) {
+    fs::create_directories(m_tmp.sub(ck + "/src/sub"));
+    const std::string src = m_tmp.sub(ck + "/src");
+    return "-arch=sm_90 -I " + quote(src + "/sub/../inc") + " -MD -MF dotted.d -cubin " + quote(src + "/k.cu") +
+           " -o dotted.cubin";
+  };
+  ASSERT_TRUE(stored_at("ck1/build", dotted("ck1")));
   // The second checkout: every command served, none compiled.
   std::uint64_t misses = counter("misses");
   ASSERT_EQ(at("ck2/build", object("ck2")).code, 0);
   for (const char* mode : {"cubin", "ptx", "fatbin"}) {
     ASSERT_EQ(at("ck2/build", device("ck2", std::string("-") + mode) + " -o k." + mode).code, 0);
   }
+  ASSERT_EQ(at("ck2/build", dotted("ck2")).code, 0);
   EXPECT_EQ(counter("misses"), misses) << "a second checkout under the base directory compiled again";
-  EXPECT_EQ(counter("relocated_hits"), 4U);
+  EXPECT_EQ(counter("relocated_hits"), 5U);
+  const std::string served_dotted = file("ck2/build/dotted.d");
+  ASSERT_EQ(in("ck2/build", dotted("ck2"), true).code, 0);
+  EXPECT_EQ(served_dotted, file("ck2/build/dotted.d"));
+  EXPECT_NE(served_dotted.find(m_tmp.sub("ck2/src/sub/../inc/params.h")), std::string::npos) << served_dotted;
   // What was served is what nvcc writes there now: the object but for its
   // temporary file's name (as two plain runs differ), the dependency file
   // (naming ck2's files) and the device code byte for byte.
@@ -1902,6 +1917,14 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
         << c.what;
     EXPECT_EQ(served.err, plain.err) << c.what;
   }
+  // `progcache stats` says why each was not shared.
+  const auto why = launcher_stats()["not_relocated"];
+  EXPECT_GE(
+      why.value("the preprocessed text names a path under the base (__FILE__, a string, std::source_location)", 0), 4)
+      << why.dump();
+  EXPECT_GE(why.value("relocatable device code: its module ID is made from the path of the source", 0), 2)
+      << why.dump();
+  EXPECT_GE(why.value("nvcc printed something, which may name a path", 0), 2) << why.dump();
   // A header included by its absolute path (the first checkout's, in both
   // sources): nvcc in the second checkout reads the first's, and its
   // dependency file names it.

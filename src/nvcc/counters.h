@@ -24,6 +24,9 @@ enum class Counter {
 enum class Tally {
   uncacheable,  // nvcc ran unchanged: the command cannot be cached
   not_stored,   // nvcc compiled; its result was not kept
+  // Under a base directory (PROGCACHE_BASE_DIR): nvcc compiled, and its
+  // result is not shared with other checkouts.
+  not_relocated,
 };
 
 struct CounterInfo {
@@ -41,7 +44,7 @@ inline constexpr std::array<CounterInfo, 6> k_counters = {{
     {Counter::waited, "waited", "waited"},
 }};
 
-inline constexpr std::array<std::string_view, 2> k_tallies = {"uncacheable", "not_stored"};
+inline constexpr std::array<std::string_view, 3> k_tallies = {"uncacheable", "not_stored", "not_relocated"};
 
 constexpr std::string_view counter_name(Counter c) {
   for (const auto& info : k_counters) {

@@ -324,33 +324,60 @@ struct Relocation {
                std::string_view::npos;
   }
   bool under(std::string_view p) const { return p == base || (p.starts_with(base) && p[base.size()] == '/'); }
-  // `p` relative to the working directory, when it is an absolute path
-  // under the base, spelled without "." or ".." parts (so the working
-  // directory joined to the result spells it again) and, unless it is only
-  // looked at (`any_character`: a manifest's path), plainly; else nullopt.
-  std::optional<std::string> relative(const std::string& p, bool any_character = false) const {
+  // A path under the base, moved: its head (up to its first "." or ".."
+  // part: CMake writes `<dir>/../../Common`) relative to the working
+  // directory, and the rest as written. The working directory joined to
+  // the head, then the rest, spells the path again in every checkout,
+  // and reaches the file the path reaches (the working directory has no
+  // link in it, so climbing from it is climbing its spelling).
+  struct Moved {
+    std::string head;  // relative to the working directory
+    std::string tail;  // from the first "." or ".." part on; empty if none
+    // A path to open from the working directory.
+    [[nodiscard]] std::string path() const { return tail.empty() ? head : head + "/" + tail; }
+    // The spelling keyed: "//" (which no moved path holds) between the
+    // two, so that no other split reaches the same key.
+    [[nodiscard]] std::string keyed() const { return tail.empty() ? head : head + "//" + tail; }
+  };
+  // `p` moved, when it is an absolute path whose head is under the base,
+  // with no empty part and, unless it is only looked at (`any_character`:
+  // a manifest's path), plainly spelled; else nullopt.
+  std::optional<Moved> move(const std::string& p, bool any_character = false) const {
     // A directory's place (a probe's operand ending in '/') keeps its slash.
     if (p.size() > 1 && p.back() == '/') {
-      auto rel = relative(p.substr(0, p.size() - 1), any_character);
-      if (!rel) return std::nullopt;
-      return *rel + "/";
+      auto m = move(p.substr(0, p.size() - 1), any_character);
+      if (!m) return std::nullopt;
+      (m->tail.empty() ? m->head : m->tail) += "/";
+      return m;
     }
-    if (!p.starts_with("/") || (!any_character && !plain(p)) || !under(p) || dt::normal(p) != p) return std::nullopt;
-    std::string rel = std::filesystem::path(p).lexically_relative(cwd).string();
-    if (rel.empty() || absolute(rel) != p) return std::nullopt;
-    return rel;
+    if (!p.starts_with("/") || (!any_character && !plain(p)) || p.find("//") != std::string::npos) {
+      return std::nullopt;
+    }
+    std::size_t cut = p.size();
+    for (std::size_t at = 0; at < p.size();) {
+      const std::size_t next = std::min(p.find('/', at + 1), p.size());
+      const std::string_view part = std::string_view(p).substr(at + 1, next - at - 1);
+      if (part == "." || part == "..") {
+        cut = at;
+        break;
+      }
+      at = next;
+    }
+    const std::string head = p.substr(0, cut);
+    if (head.empty() || !under(head)) return std::nullopt;
+    std::string rel = std::filesystem::path(head).lexically_relative(cwd).string();
+    if (rel.empty() || absolute(rel) != head) return std::nullopt;
+    return Moved{std::move(rel), cut < p.size() ? p.substr(cut + 1) : std::string()};
+  }
+  // The keyed spelling of `p` moved (Moved::keyed), or nullopt.
+  std::optional<std::string> relative(const std::string& p) const {
+    auto m = move(p);
+    if (!m) return std::nullopt;
+    return m->keyed();
   }
   std::string absolute(const std::string& rel) const { return dt::normal(cwd + "/" + rel); }
 };
 
-// The relocation a command's key takes, or nullopt (paths keyed as
-// written). Only outputs that name no path of the checkout qualify: whole
-// program device code (a relocatable object's module ID is made from the
-// source's path), without debug or line information (they name the files
-// by their paths), as an object, cubin, PTX or fatbin. Checked by hand and
-// by NvccLauncherBaseDirTest: such an object differs between two checkouts
-// only by nvcc's temporary file's name, as two runs in one do; the rest
-// are byte-identical.
 // Whether a host compiler word leaves the checkout's paths out of the
 // object. Most do; some write the command line (-frecord-gcc-switches,
 // which names the -I directories), a sanitizer's or a profiler's source
@@ -372,6 +399,9 @@ bool path_free_host_word(std::string_view w) {
                                                  "-fstrict-aliasing"};
   static constexpr std::string_view k_prefixes[] = {
       "-O", "-W", "-std=", "-D", "-U", "-m", "-fno-", "-fvisibility=", "-fdiagnostics-", "-fmessage-length="};
+  // Words handed on to the assembler, the preprocessor or the linker
+  // (-Wa,--gdwarf-5, -Wp,-MD,file) are not warnings.
+  if (w.starts_with("-Wa,") || w.starts_with("-Wp,") || w.starts_with("-Wl,")) return false;
   if (std::find(std::begin(k_words), std::end(k_words), w) != std::end(k_words)) return true;
   return std::any_of(std::begin(k_prefixes), std::end(k_prefixes),
                      [&](std::string_view p) { return w.starts_with(p); });
@@ -379,10 +409,18 @@ bool path_free_host_word(std::string_view w) {
 
 std::optional<std::string> relocated_word(const Relocation& r, const std::string& w);
 
-std::optional<Relocation> relocation_for(const std::string& base_dir, const nv::Command& cmd) {
+// The relocation a command's key takes, or nullopt (paths keyed as
+// written). Only outputs that name no path of the checkout qualify: whole
+// program device code (a relocatable object's module ID is made from the
+// source's path), without debug or line information (they name the files
+// by their paths), as an object, cubin, PTX or fatbin. Checked by hand and
+// by NvccLauncherBaseDirTest: such an object differs between two checkouts
+// only by nvcc's temporary file's name, as two runs in one do; the rest
+// are byte-identical.
+std::variant<Relocation, std::string> relocation_for(const std::string& base_dir, const nv::Command& cmd) {
   if (base_dir.empty() || base_dir == "/" || !base_dir.starts_with("/") || dt::normal(base_dir) != base_dir ||
       !Relocation::plain(base_dir)) {
-    return std::nullopt;
+    return std::string("no usable base directory");
   }
   switch (cmd.mode) {
     case nv::Mode::object:
@@ -391,50 +429,62 @@ std::optional<Relocation> relocation_for(const std::string& base_dir, const nv::
     case nv::Mode::fatbin:
       break;
     default:
-      return std::nullopt;
+      return std::string("a --") + nv::mode_name(cmd.mode) + " output";
   }
-  if (place_keyed(cmd) || cmd.line_info || cmd.source_in_ptx) return std::nullopt;
+  if (place_keyed(cmd) || cmd.line_info || cmd.source_in_ptx) {
+    return std::string("debug or line information names the files by their paths");
+  }
   for (const auto& w : cmd.canonical) {
     if (w == "--device-c" || w == "--device-w" || w.starts_with("--dlink-time-opt") ||
         w.starts_with("--extensible-whole-program") ||
         (w.starts_with("--relocatable-device-code") && w != "--relocatable-device-code=false")) {
-      return std::nullopt;
+      return std::string("relocatable device code: its module ID is made from the path of the source");
     }
     // The host compiler's words: -Xcompiler's, and those forwarded to it.
     if (w.starts_with("--compiler-options=")) {
       std::string_view rest = std::string_view(w).substr(std::string_view("--compiler-options=").size());
       while (true) {
         const auto comma = rest.find(',');
-        if (!path_free_host_word(rest.substr(0, comma))) return std::nullopt;
+        if (!path_free_host_word(rest.substr(0, comma))) {
+          return "host compiler word '" + std::string(rest.substr(0, comma)) + "' may write a path";
+        }
         if (comma == std::string_view::npos) break;
         rest.remove_prefix(comma + 1);
       }
     } else if (w.starts_with("-") && !w.starts_with("--") && !path_free_host_word(w)) {
-      return std::nullopt;
+      return "host compiler word '" + w + "' may write a path";
     }
   }
   std::error_code ec;
   Relocation r{base_dir, std::filesystem::current_path(ec).string()};
-  if (ec || !Relocation::plain(r.cwd) || !r.under(r.cwd)) return std::nullopt;
+  if (ec || !Relocation::plain(r.cwd) || !r.under(r.cwd)) {
+    return std::string("the working directory is not plainly spelled under the base");
+  }
   // Every path under the base the command spells must be one relocated:
   // any other (a -MT target, a -D value, a host compiler word) is the same
   // string in every checkout, and names the first one's files.
   for (const auto& w : nv::keyed_words(cmd)) {
-    if (w.find(base_dir) != std::string::npos && !relocated_word(r, w)) return std::nullopt;
+    if (w.find(base_dir) != std::string::npos && !relocated_word(r, w)) {
+      return "word '" + w + "' names a path under the base that is not relocated";
+    }
   }
   for (const auto& f : cmd.read_files) {
-    if (f.path.find(base_dir) != std::string::npos && !r.relative(f.path)) return std::nullopt;
+    if (f.path.find(base_dir) != std::string::npos && !r.relative(f.path)) {
+      return "file '" + f.path + "' is under the base but not plainly spelled";
+    }
   }
   // So with the environment's search directories and $TMPDIR (nvcc's
   // generated files include headers from there): the same strings in
   // every checkout.
-  auto outside = [&](const std::string& d) { return !d.starts_with("/") || !r.under(dt::normal(d)); };
+  auto outside = [&](const std::string& d) { return !d.starts_with("/") || d.find(base_dir) == std::string::npos; };
   for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH"}) {
     const auto dirs = env_dirs(v);
-    if (!std::all_of(dirs.begin(), dirs.end(), outside)) return std::nullopt;
+    if (!std::all_of(dirs.begin(), dirs.end(), outside)) {
+      return "variable '" + std::string(v) + "' names a directory under the base";
+    }
   }
   const auto tmpdir = std::filesystem::temp_directory_path(ec).string();
-  if (ec || !outside(tmpdir)) return std::nullopt;
+  if (ec || !outside(tmpdir)) return std::string("$TMPDIR is under the base");
   return r;
 }
 
@@ -503,9 +553,10 @@ std::optional<std::string> depfile_template(const Relocation& r, std::string_vie
     if (at > 0 && (!space(text[at - 1]) || (at > 1 && text[at - 2] == '\\'))) return std::nullopt;
     std::size_t end = at;
     while (end < text.size() && !space(text[end])) ++end;
-    const auto rel = r.relative(std::string(text.substr(at, end - at)));
-    if (!rel) return std::nullopt;
-    out.append(text.substr(done, at - done)).append(1, '\0').append(*rel).append(1, '\0');
+    const auto m = r.move(std::string(text.substr(at, end - at)));
+    if (!m) return std::nullopt;
+    out.append(text.substr(done, at - done)).append(1, '\0').append(m->head).append(1, '\0');
+    if (!m->tail.empty()) out.append("/").append(m->tail);
     done = end;
   }
   out.append(text.substr(done));
@@ -536,11 +587,12 @@ std::string render_depfile(const Relocation& r, std::string_view tmpl) {
 // already relative), or nullopt when one cannot be relocated.
 std::optional<nv::ManifestRecord> relocated_record(const Relocation& r, nv::ManifestRecord m) {
   auto move = [&](std::string& p) {
-    if (!p.starts_with("/") || !r.under(dt::normal(p))) return true;
-    auto rel = r.relative(p, /*any_character=*/true);
-    if (!rel) return false;
-    p = std::move(*rel);
-    return true;
+    if (!p.starts_with("/")) return true;
+    if (auto moved = r.move(p, /*any_character=*/true)) {
+      p = moved->path();
+      return true;
+    }
+    return p.find(r.base) == std::string::npos;  // one naming the base is moved, or none is
   };
   for (auto& f : m.files) {
     if (!move(f.path)) return std::nullopt;
@@ -628,7 +680,7 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   kb.add_string("mode", nv::mode_name(cmd.mode));
   // Whether each directory the command and the environment name for
   // includes is one: the host compiler warns of one that is not
-  // (-Wmissing-include-dirs, on with -Wall for C++), and a manifest's
+  // (-Wmissing-include-dirs), and a manifest's
   // places, all inside directories, do not show a directory gone.
   for (const auto* list : {&cmd.include_dirs, &cmd.system_dirs}) {
     for (const auto& d : *list) kb.add_int("search-dir", dir_kind(d));
@@ -1538,8 +1590,17 @@ class Launcher {
     // relative: looked up after the command's own, and joined only by
     // results that name no path (store_relocated), which the preprocessed
     // text (the toolkit's nvcc) shows.
-    if (m_toolkit_nvcc) m_reloc = relocation_for(cfg->base_dir, m_cmd);
-    if (m_reloc) m_relocated_key = manifest_key(m_nvcc, m_cmd, m_variables, &*m_reloc);
+    m_base_set = !cfg->base_dir.empty();
+    if (m_base_set && !m_toolkit_nvcc) m_not_relocated = "nvcc through a wrapper: no preprocessed text";
+    if (m_base_set && m_toolkit_nvcc) {
+      auto reloc = relocation_for(cfg->base_dir, m_cmd);
+      if (auto* r = std::get_if<Relocation>(&reloc)) {
+        m_reloc = std::move(*r);
+        m_relocated_key = manifest_key(m_nvcc, m_cmd, m_variables, &*m_reloc);
+      } else {
+        m_not_relocated = std::get<std::string>(reloc);
+      }
+    }
     if (m_explain) return explain();
     if (auto served = serve()) return *served;
     if (auto served = wait_for_another(cfg->lock_timeout, o.sharing == pc::Sharing::group)) return *served;
@@ -2245,10 +2306,28 @@ class Launcher {
       return not_stored("the store refused the entry");
     }
     if (!put_manifest(m_mkey, m).ok()) return not_stored("the store refused the manifest");
-    if (m_reloc && pre && !pre->printed && !pre->names_place && ran.out.empty() && ran.err.empty() &&
-        !m_line_directive && reads_the_same(*pre, m) && (!m_cmd.depfile || dep_template)) {
-      store_relocated(m, dep_template);
+    // Under a base directory: the result under the relocated key too, or
+    // why not (counted, by reason).
+    if (m_reloc) {
+      std::optional<std::string> why;
+      if (!pre) {
+        why = "no preprocessed text to show the output names no path";
+      } else if (pre->printed || !ran.out.empty() || !ran.err.empty()) {
+        why = "nvcc printed something, which may name a path";
+      } else if (pre->names_place) {
+        why = "the preprocessed text names a path under the base (__FILE__, a string, std::source_location)";
+      } else if (m_line_directive) {
+        why = "a #line directive";
+      } else if (!reads_the_same(*pre, m)) {
+        why = "the preprocessed text is not of the files nvcc read";
+      } else if (m_cmd.depfile && !dep_template) {
+        why = "the dependency file names a path under the base that cannot be relocated";
+      } else {
+        why = store_relocated(m, dep_template);
+      }
+      if (why) m_not_relocated = std::move(*why);
     }
+    if (m_base_set && !m_not_relocated.empty()) count(m_stats, nv::Tally::not_relocated, m_not_relocated);
     // The preprocessed text points at this result only when it is the text
     // nvcc compiled: every file it read unchanged since `start` (checked
     // when it was made) and among those nvcc read.
@@ -2302,25 +2381,28 @@ class Launcher {
   // preprocessed texts nvcc compiled name none, nothing was printed) under
   // the relocated key too: a record with the checkout's paths relative,
   // pointing at the result, with the dependency file as a template.
-  void store_relocated(const nv::ManifestRecord& m, const std::optional<std::string>& dep_template) {
+  std::optional<std::string> store_relocated(const nv::ManifestRecord& m,
+                                             const std::optional<std::string>& dep_template) {
     for (const auto& op : m_absolute_operands) {
-      if (m_reloc->under(dt::normal(op))) return;
+      if (m_reloc->under(dt::normal(op))) return "a header is included by its absolute path under the base";
     }
     // Every directory searched under the base must be one the command
     // names (and so relocated): nvcc's own or the host compiler's is the
     // same string in every checkout.
     const auto system = host_system_dirs(host_compilers(m_cmd).front());
-    if (!system) return;
+    if (!system) return std::string("the include directories of the host compiler cannot be read");
     std::set<std::string> named;
     for (const auto* list : {&m_cmd.include_dirs, &m_cmd.system_dirs}) {
       for (const auto& d : *list) named.insert(dt::normal(d));
     }
     for (const auto& d : search_chain(m_cmd, m_bin, *system)) {
       const std::string n = dt::normal(d);
-      if (n.starts_with("/") && m_reloc->under(n) && named.count(n) == 0) return;
+      if (n.starts_with("/") && m_reloc->under(n) && named.count(n) == 0) {
+        return "search directory '" + n + "' is under the base, and not one the command names";
+      }
     }
     auto r = relocated_record(*m_reloc, m);
-    if (!r) return;
+    if (!r) return std::string("a path read is under the base but cannot be relocated");
     std::vector<std::pair<std::string, std::string>> files;
     files.reserve(r->files.size());
     for (const auto& f : r->files) files.emplace_back(f.path, f.sha256);
@@ -2329,9 +2411,12 @@ class Launcher {
     artifacts.push_back({"result", pc::Bytes::copy_of(m.result.view())});
     if (dep_template) artifacts.push_back({"depfile-relocated", pc::Bytes::copy_of(*dep_template)});
     const json meta = {{"kind", "nvcc-relocated"}, {"name", m_cmd.input}};
-    if (!m_store->put(k, pc::Entry(meta.dump(), std::move(artifacts))).ok()) return;
+    if (!m_store->put(k, pc::Entry(meta.dump(), std::move(artifacts))).ok()) {
+      return std::string("the store refused the entry");
+    }
     r->result = k;
-    (void)put_manifest(*m_relocated_key, *r);
+    if (!put_manifest(*m_relocated_key, *r).ok()) return std::string("the store refused the manifest");
+    return std::nullopt;
   }
 
   // Adds `record` to the manifest under `mkey` as the store holds it now.
@@ -2521,6 +2606,8 @@ class Launcher {
   bool m_had_manifest = false;                   // the command's manifest was read (a result of it was stored)
   std::optional<nv::Manifest> m_manifest;        // as the direct lookup read it
   std::optional<Relocation> m_reloc;             // under a base directory (relocation_for)
+  bool m_base_set = false;                       // PROGCACHE_BASE_DIR is set
+  std::string m_not_relocated;                   // why a compile's result is not under the relocated key
   std::optional<pc::Key> m_relocated_key;        // the command's key with the checkout's paths relative
   bool m_line_directive = false;                 // a file read holds a #line directive (build_record)
   std::vector<std::string> m_absolute_operands;  // headers included by absolute path (build_record)

@@ -323,9 +323,12 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
       const std::string name(tally);
       const char* group = name.c_str();
       std::printf(
-          "# HELP progcache_nvcc_launcher_%s_total commands the nvcc launcher ran uncached, by reason\n"
+          "# HELP progcache_nvcc_launcher_%s_total %s\n"
           "# TYPE progcache_nvcc_launcher_%s_total counter\n",
-          group, group);
+          group,
+          name == "not_relocated" ? "compiles the nvcc launcher did not share with other checkouts, by reason"
+                                  : "commands the nvcc launcher ran uncached, by reason",
+          group);
       if (!launcher.contains(group) || !launcher[group].is_object()) continue;
       for (const auto& [why, count] : launcher[group].items()) {
         if (!count.is_number_unsigned()) continue;
