@@ -621,7 +621,7 @@ int dir_kind(const std::string& dir) {
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables,
                  const Relocation* reloc = nullptr) {
   KeyBuilder kb(reloc != nullptr ? "nvcc-manifest-relocated" : "nvcc-manifest");
-  kb.add_int("launcher-schema", 6);
+  kb.add_int("launcher-schema", 7);
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
