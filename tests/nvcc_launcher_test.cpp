@@ -1894,6 +1894,10 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
       {"a sanitizer's source locations (a host compiler word)",
        head + "int g[10];\nint* pg() { return g; }\n__global__ void k(float* x) { x[0] = SCALE; }\n", "-c",
        "-Xcompiler -fsanitize=address"},
+      {"an anonymous namespace (nvcc names its kernels after the source's path)",
+       head + "namespace {\n__global__ void anon(float* x) { x[0] = SCALE; }\n}\n"
+              "void launch(float* x) { anon<<<1, 1>>>(x); }\n",
+       "-cubin", ""},
       {"a warning naming the source", head + "#warning checkout\n__global__ void k(float* x) { x[0] = SCALE; }\n",
        "-cubin", ""},
   };
@@ -1919,8 +1923,10 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
   }
   // `progcache stats` says why each was not shared.
   const auto why = launcher_stats()["not_relocated"];
-  EXPECT_GE(
-      why.value("the preprocessed text names a path under the base (__FILE__, a string, std::source_location)", 0), 4)
+  EXPECT_GE(why.value("the preprocessed text names a path under the base (__FILE__, a string, std::source_location) "
+                      "or opens an anonymous namespace",
+                      0),
+            5)
       << why.dump();
   EXPECT_GE(why.value("relocatable device code: its module ID is made from the path of the source", 0), 2)
       << why.dump();
@@ -1996,6 +2002,62 @@ TEST_F(NvccLauncherBaseDirTest, APathUnderTheBaseSpelledTheSameInEveryCheckoutIs
     EXPECT_EQ(served_depfile, file("b/build/k.d")) << c.what;
   }
   EXPECT_EQ(counter("relocated_hits"), 0U);
+}
+
+TEST_F(NvccLauncherBaseDirTest, ASymbolicLinkOnTheSearchLeadsEachCheckoutToItsOwnHeaders) {
+  // gcc writes a system header by its real path when that is shorter
+  // (-fcanonical-system-headers): an -isystem directory that is a link
+  // (to outside the base, to another place in each checkout) is not in the
+  // dependency list, and each checkout's link leads elsewhere.
+  testing::TempDir outside;
+  for (const std::string v : {"7.0f", "9.0f"}) {
+    fs::create_directories(outside.sub(v));
+    testing::write_all(outside.sub(v + "/a.h"), "#define SCALE " + v + "\n");
+  }
+  for (const auto& [ck, v] : {std::pair{"a", "7.0f"}, std::pair{"b", "9.0f"}}) {
+    checkout(ck, "2.0f", {"build"});
+    testing::write_all(m_tmp.sub(std::string(ck) + "/src/k.cu"),
+                       "#include <a.h>\n__global__ void k(float* x) { x[0] = SCALE; }\n");
+    fs::create_directory_symlink(outside.sub(v), m_tmp.sub(std::string(ck) + "/sys"));
+  }
+  const auto cmd = [&](const std::string& ck) {
+    return "-arch=sm_90 -isystem " + quote(m_tmp.sub(ck + "/sys")) + " -MD -MF k.d -cubin " +
+           quote(m_tmp.sub(ck + "/src/k.cu")) + " -o k.cubin";
+  };
+  ASSERT_TRUE(stored_at("a/build", cmd("a")));
+  const std::uint64_t misses = counter("misses");
+  ASSERT_EQ(at("b/build", cmd("b")).code, 0);
+  EXPECT_EQ(counter("misses"), misses + 1) << "the other checkout's header served";
+  const std::string served = file("b/build/k.cubin");
+  const std::string served_depfile = file("b/build/k.d");
+  ASSERT_EQ(in("b/build", cmd("b"), true).code, 0);
+  EXPECT_TRUE(same(served, file("b/build/k.cubin")));
+  EXPECT_EQ(served_depfile, file("b/build/k.d"));
+  EXPECT_EQ(counter("relocated_hits"), 0U);
+}
+
+TEST_F(NvccLauncherPlaceTest, ASymbolicLinkOnTheSearchRetargetedSinceTheStoreIsNotServedAround) {
+  // The same without a base directory: an -isystem link retargeted to a
+  // directory whose header differs; the dependency list named the header
+  // the link led to, which did not change.
+  checkout("ck", "2.0f", {"build"});
+  for (const std::string v : {"7.0f", "9.0f"}) {
+    fs::create_directories(m_tmp.sub("v" + v));
+    testing::write_all(m_tmp.sub("v" + v + "/a.h"), "#define SCALE " + v + "\n");
+  }
+  testing::write_all(m_tmp.sub("ck/src/k.cu"), "#include <a.h>\n__global__ void k(float* x) { x[0] = SCALE; }\n");
+  fs::create_directory_symlink(m_tmp.sub("v7.0f"), m_tmp.sub("ck/sys"));
+  // An absolute spelling, longer than the real path it leads to: gcc lists
+  // the real path.
+  const std::string sys = "-arch=sm_90 -isystem " + quote(m_tmp.sub("ck/sys"));
+  const std::string args = sys + " -cubin ../src/k.cu -o k.cubin";
+  ASSERT_TRUE(stored_in("ck/build", args));
+  fs::remove(m_tmp.sub("ck/sys"));
+  fs::create_directory_symlink(m_tmp.sub("v9.0f"), m_tmp.sub("ck/sys"));
+  ASSERT_EQ(in("ck/build", args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "the header the link led to before was served around";
+  ASSERT_EQ(in("ck/build", sys + " -cubin ../src/k.cu -o plain.cubin", true).code, 0);
+  EXPECT_TRUE(same(file("ck/build/k.cubin"), file("ck/build/plain.cubin")));
 }
 
 // A device link (nvcc -dlink): relocatable objects, a device library found

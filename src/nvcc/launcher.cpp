@@ -415,8 +415,9 @@ std::optional<std::string> relocated_word(const Relocation& r, const std::string
 // source's path), without debug or line information (they name the files
 // by their paths), as an object, cubin, PTX or fatbin. Checked by hand and
 // by NvccLauncherBaseDirTest: such an object differs between two checkouts
-// only by nvcc's temporary file's name, as two runs in one do; the rest
-// are byte-identical.
+// only by nvcc's temporary file's name, as two runs in one do, and the
+// rest are byte-identical, unless the text names a path or opens an
+// anonymous namespace (text_names_place, judged after the compile).
 std::variant<Relocation, std::string> relocation_for(const std::string& base_dir, const nv::Command& cmd) {
   if (base_dir.empty() || base_dir == "/" || !base_dir.starts_with("/") || dt::normal(base_dir) != base_dir ||
       !Relocation::plain(base_dir)) {
@@ -517,16 +518,46 @@ std::optional<std::string> relocated_word(const Relocation& r, const std::string
   return out;
 }
 
+// Whether a preprocessed text (no comments left) opens an anonymous
+// namespace: nvcc names the device entities in one after a hash of the
+// source's path (`_GLOBAL__N__<hash>_4_k_cu`), in the cubin and the object.
+// Any `namespace` followed by `{` (white space and line markers between)
+// counts; `inline namespace {` too.
+bool has_anonymous_namespace(std::string_view text) {
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '$'; };
+  constexpr std::string_view k_word = "namespace";
+  for (std::size_t at = text.find(k_word); at != std::string_view::npos; at = text.find(k_word, at + 1)) {
+    if (at > 0 && ident(text[at - 1])) continue;
+    std::size_t i = at + k_word.size();
+    if (i < text.size() && ident(text[i])) continue;
+    while (i < text.size()) {
+      const char c = text[i];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+        ++i;
+      } else if (c == '#' && (i == 0 || text[i - 1] == '\n')) {  // a line marker
+        const std::size_t nl = text.find('\n', i);
+        i = nl == std::string_view::npos ? text.size() : nl + 1;
+      } else {
+        break;
+      }
+    }
+    if (i < text.size() && text[i] == '{') return true;
+  }
+  return false;
+}
+
 // Whether a preprocessed text names a path under `base` other than in a
 // line marker (__FILE__ expanded, a string a macro holds, an #ident), or
 // asks the compiler for its own file's name (__builtin_FILE and
-// __builtin_source_location: std::source_location). Line markers name
+// __builtin_source_location: std::source_location), or opens an anonymous
+// namespace (named after the source's path). Line markers name
 // the files, and so the paths, in every text: without line information
 // no output holds them.
 bool text_names_place(std::string_view text, std::string_view base) {
   for (std::string_view w : {"__builtin_FILE", "__builtin_source_location", "__FILE__", "__BASE_FILE__"}) {
     if (text.find(w) != std::string_view::npos) return true;
   }
+  if (has_anonymous_namespace(text)) return true;
   for (std::size_t at = text.find(base); at != std::string_view::npos; at = text.find(base, at + 1)) {
     const std::size_t nl = text.rfind('\n', at);
     const std::size_t line = nl == std::string_view::npos ? 0 : nl + 1;
@@ -1014,7 +1045,10 @@ class Places {
   Places(std::vector<std::string> chain, const std::vector<std::string>& deps, std::vector<std::string> trusted_roots)
       : m_chain(std::move(chain)), m_trusted(std::move(trusted_roots)) {
     for (const auto& c : m_chain) m_chain_real.push_back(dt::real_or_normal(c.empty() ? "." : c));
-    for (const auto& d : deps) m_deps.insert(real_file(d));
+    for (const auto& d : deps) {
+      m_deps.insert(real_file(d));
+      m_dep_spellings.insert(dt::normal(d));
+    }
   }
 
   // A header the compile read: found in a directory of `dirs` (the
@@ -1126,7 +1160,15 @@ class Places {
       // #include_next of a header by its own name finds the header itself
       // first here: the search goes on past it.
       if (real == includer_real) continue;
-      if (m_deps.count(real) == 0 && m_present_seen.insert(place).second) m_present.push_back(place);
+      // A place that leads to a file read, but not by the spelling the
+      // dependency list gives it, is a place as any other: gcc writes a
+      // system header by its real path when that is shorter
+      // (-fcanonical-system-headers), so the list names the file a link
+      // led to, not the link the search took, and a link retargeted since
+      // must show (outside the toolkit's and the host compiler's own
+      // directories, which are theirs).
+      const bool listed = m_deps.count(real) != 0 && (m_dep_spellings.count(dt::normal(place)) != 0 || trusted(place));
+      if (!listed && m_present_seen.insert(place).second) m_present.push_back(place);
       out.push_back(place);
       if (!next) break;
     }
@@ -1175,7 +1217,7 @@ class Places {
   }
 
   std::vector<std::string> m_chain, m_chain_real, m_trusted;
-  std::set<std::string> m_deps, m_absent_seen, m_present_seen;
+  std::set<std::string> m_deps, m_dep_spellings, m_absent_seen, m_present_seen;
   std::vector<std::string> m_absent, m_present;
   std::optional<std::string> m_refused;
   std::set<std::string> m_precompiled = {"stdc-predef.h"};
@@ -2155,7 +2197,11 @@ class Launcher {
   // The directories whose headers are the toolkit's (beside nvcc) and the
   // host compiler's own (`system`), resolved.
   std::vector<std::string> trusted_roots(const std::vector<std::string>& system) const {
-    std::vector<std::string> out = {dt::real_or_normal(dt::parent_of(m_bin))};
+    // The toolkit nvcc is in; a wrapper's directory is no toolkit (one in
+    // ~/bin would make the home directory the toolkit's): build_record
+    // finds the toolkit by the cuda_runtime.h the compile read.
+    std::vector<std::string> out;
+    if (!toolkit_dirs(m_bin, "include").empty()) out.push_back(dt::real_or_normal(dt::parent_of(m_bin)));
     for (const auto& d : system) out.push_back(dt::real_or_normal(d));
     return out;
   }
@@ -2315,7 +2361,9 @@ class Launcher {
       } else if (pre->printed || !ran.out.empty() || !ran.err.empty()) {
         why = "nvcc printed something, which may name a path";
       } else if (pre->names_place) {
-        why = "the preprocessed text names a path under the base (__FILE__, a string, std::source_location)";
+        why =
+            "the preprocessed text names a path under the base (__FILE__, a string, std::source_location) or opens an "
+            "anonymous namespace";
       } else if (m_line_directive) {
         why = "a #line directive";
       } else if (!reads_the_same(*pre, m)) {
