@@ -1898,6 +1898,11 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
        head + "namespace {\n__global__ void anon(float* x) { x[0] = SCALE; }\n}\n"
               "void launch(float* x) { anon<<<1, 1>>>(x); }\n",
        "-cubin", ""},
+      {"an anonymous namespace behind an attribute",
+       head + "namespace [[deprecated]] {\n__device__ int g;\n}\n"
+              "namespace __attribute__((visibility(\"hidden\"))) <%\n__device__ int h;\n%>\n"
+              "__global__ void k(int* x) { x[0] = g + h; }\n",
+       "-cubin", "-w"},
       {"a warning naming the source", head + "#warning checkout\n__global__ void k(float* x) { x[0] = SCALE; }\n",
        "-cubin", ""},
   };
@@ -1926,7 +1931,7 @@ TEST_F(NvccLauncherBaseDirTest, WhatNamesTheCheckoutsPathIsNeverSharedAcrossChec
   EXPECT_GE(why.value("the preprocessed text names a path under the base (__FILE__, a string, std::source_location) "
                       "or opens an anonymous namespace",
                       0),
-            5)
+            6)
       << why.dump();
   EXPECT_GE(why.value("relocatable device code: its module ID is made from the path of the source", 0), 2)
       << why.dump();
@@ -2036,10 +2041,52 @@ TEST_F(NvccLauncherBaseDirTest, ASymbolicLinkOnTheSearchLeadsEachCheckoutToItsOw
   EXPECT_EQ(counter("relocated_hits"), 0U);
 }
 
+TEST_F(NvccLauncherPlaceTest, ALinkIntoTheSystemsHeadersOrOneClimbedOutOfIsTheUsersAndIsWatched) {
+  // A user's link into the system's headers is the user's: retargeted, it
+  // leads elsewhere, though the header it led to is the system's.
+  checkout("ck", "2.0f", {"build"});
+  fs::create_directories(m_tmp.sub("fake"));
+  testing::write_all(m_tmp.sub("fake/xt_mark.h"), "struct xt_mark_tginfo2 { char c[3]; };\n");
+  testing::write_all(m_tmp.sub("ck/src/k.cu"),
+                     "#include <xt_mark.h>\n"
+                     "__global__ void k(int* x) { x[0] = sizeof(xt_mark_tginfo2); }\n");
+  fs::create_directory_symlink("/usr/include/linux/netfilter", m_tmp.sub("ck/L"));
+  const std::string sys = "-arch=sm_90 -isystem " + quote(m_tmp.sub("ck/L"));
+  ASSERT_TRUE(stored_in("ck/build", sys + " -cubin ../src/k.cu -o k.cubin"));
+  fs::remove(m_tmp.sub("ck/L"));
+  fs::create_directory_symlink(m_tmp.sub("fake"), m_tmp.sub("ck/L"));
+  ASSERT_EQ(in("ck/build", sys + " -cubin ../src/k.cu -o k.cubin").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a link into /usr/include retargeted, and the old header's cubin served";
+  ASSERT_EQ(in("ck/build", sys + " -cubin ../src/k.cu -o plain.cubin", true).code, 0);
+  EXPECT_TRUE(same(file("ck/build/k.cubin"), file("ck/build/plain.cubin")));
+  // A directory climbed out of through a link (`L2/..`): the place names
+  // the link's parent, which a lexical reading of its spelling takes for
+  // another directory.
+  for (const std::string d : {"Y/s", "Z/s"}) fs::create_directories(m_tmp.sub("ck/" + d));
+  testing::write_all(m_tmp.sub("ck/Y/h.h"), "#define SCALE 111.0f\n");
+  testing::write_all(m_tmp.sub("ck/Z/h.h"), "#define SCALE 222.0f\n");
+  testing::write_all(m_tmp.sub("ck/h.h"), "#define LOCAL 7\n");
+  testing::write_all(m_tmp.sub("ck/k2.cu"),
+                     "#include \"h.h\"\n#include <h.h>\n__global__ void k(float* x) { x[0] = SCALE + LOCAL; }\n");
+  fs::create_directory_symlink(m_tmp.sub("ck/Y/s"), m_tmp.sub("ck/L2"));
+  const std::string climbed =
+      "-arch=sm_90 -isystem " + quote(m_tmp.sub("ck/L2/..")) + " -cubin " + quote(m_tmp.sub("ck/k2.cu"));
+  ASSERT_TRUE(stored_in("ck/build", climbed + " -o k2.cubin"));
+  fs::remove(m_tmp.sub("ck/L2"));
+  fs::create_directory_symlink(m_tmp.sub("ck/Z/s"), m_tmp.sub("ck/L2"));
+  ASSERT_EQ(in("ck/build", climbed + " -o k2.cubin").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a link climbed out of retargeted, and the old header's cubin served";
+  ASSERT_EQ(in("ck/build", climbed + " -o plain2.cubin", true).code, 0);
+  EXPECT_TRUE(same(file("ck/build/k2.cubin"), file("ck/build/plain2.cubin")));
+}
+
 TEST_F(NvccLauncherPlaceTest, ASymbolicLinkOnTheSearchRetargetedSinceTheStoreIsNotServedAround) {
   // The same without a base directory: an -isystem link retargeted to a
   // directory whose header differs; the dependency list named the header
-  // the link led to, which did not change.
+  // the link led to, which did not change. The test's nvcc is a wrapper
+  // script in bin/: a targets/ directory beside it must not make the
+  // test's directory a toolkit whose headers are taken as they are.
+  fs::create_directories(m_tmp.sub("targets/x86_64-linux/include"));
   checkout("ck", "2.0f", {"build"});
   for (const std::string v : {"7.0f", "9.0f"}) {
     fs::create_directories(m_tmp.sub("v" + v));

@@ -530,18 +530,38 @@ bool has_anonymous_namespace(std::string_view text) {
     if (at > 0 && ident(text[at - 1])) continue;
     std::size_t i = at + k_word.size();
     if (i < text.size() && ident(text[i])) continue;
+    // White space, line markers and attributes ([[deprecated]],
+    // __attribute__((...))) may stand between the word and the brace,
+    // which may be spelled `<%`.
     while (i < text.size()) {
       const char c = text[i];
+      const std::string_view rest = text.substr(i);
       if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
         ++i;
       } else if (c == '#' && (i == 0 || text[i - 1] == '\n')) {  // a line marker
         const std::size_t nl = text.find('\n', i);
         i = nl == std::string_view::npos ? text.size() : nl + 1;
+      } else if (rest.starts_with("[[") || rest.starts_with("<:<:")) {
+        const std::size_t end = std::min(text.find("]]", i), text.find(":>:>", i));
+        if (end == std::string_view::npos) return true;
+        i = end + 2 + (text[end] == ':' ? 2 : 0);
+      } else if (rest.starts_with("__attribute__") || rest.starts_with("__attribute") ||
+                 rest.starts_with("__declspec") || rest.starts_with("alignas")) {
+        const std::size_t open = text.find('(', i);
+        if (open == std::string_view::npos) return true;
+        int depth = 0;
+        std::size_t j = open;
+        for (; j < text.size(); ++j) {
+          if (text[j] == '(') ++depth;
+          if (text[j] == ')' && --depth == 0) break;
+        }
+        if (j >= text.size()) return true;
+        i = j + 1;
       } else {
         break;
       }
     }
-    if (i < text.size() && text[i] == '{') return true;
+    if (i < text.size() && (text[i] == '{' || text.substr(i).starts_with("<%"))) return true;
   }
   return false;
 }
@@ -1047,7 +1067,7 @@ class Places {
     for (const auto& c : m_chain) m_chain_real.push_back(dt::real_or_normal(c.empty() ? "." : c));
     for (const auto& d : deps) {
       m_deps.insert(real_file(d));
-      m_dep_spellings.insert(dt::normal(d));
+      m_dep_spellings.insert(dt::normal(d, /*keep_dotdot=*/true));
     }
   }
 
@@ -1130,6 +1150,14 @@ class Places {
     const std::string r = real_file(file);
     return std::any_of(m_trusted.begin(), m_trusted.end(), [&r](const std::string& t) { return dt::under(r, t); });
   }
+  // Whether `place` is under those directories as it is spelled (not
+  // where links on the way lead: a user's link into /usr/include is the
+  // user's, and may be retargeted).
+  bool trusted_as_spelled(const std::string& place) const {
+    const std::string n = dt::normal(place);
+    return n.starts_with("/") &&
+           std::any_of(m_trusted.begin(), m_trusted.end(), [&n](const std::string& t) { return dt::under(n, t); });
+  }
 
   std::vector<std::string> absent() const { return m_absent; }
 
@@ -1167,7 +1195,9 @@ class Places {
       // led to, not the link the search took, and a link retargeted since
       // must show (outside the toolkit's and the host compiler's own
       // directories, which are theirs).
-      const bool listed = m_deps.count(real) != 0 && (m_dep_spellings.count(dt::normal(place)) != 0 || trusted(place));
+      const bool listed =
+          m_deps.count(real) != 0 &&
+          (m_dep_spellings.count(dt::normal(place, /*keep_dotdot=*/true)) != 0 || trusted_as_spelled(place));
       if (!listed && m_present_seen.insert(place).second) m_present.push_back(place);
       out.push_back(place);
       if (!next) break;
@@ -2027,7 +2057,7 @@ class Launcher {
       stub = *it;
       toolkit_bin = dt::parent_of(dt::parent_of(stub));
       trusted.push_back(dt::real_or_normal(dt::parent_of(toolkit_bin)));
-    } else if (toolkit_dirs(m_bin, "include").empty()) {
+    } else if (!m_toolkit_nvcc || toolkit_dirs(m_bin, "include").empty()) {
       for (const auto& d : deps) {
         if (!d.ends_with("/cuda_runtime.h")) continue;
         toolkit_bin = dt::join(dt::parent_of(dt::parent_of(dt::parent_of(dt::real_or_normal(d)))), "bin");
@@ -2197,11 +2227,14 @@ class Launcher {
   // The directories whose headers are the toolkit's (beside nvcc) and the
   // host compiler's own (`system`), resolved.
   std::vector<std::string> trusted_roots(const std::vector<std::string>& system) const {
-    // The toolkit nvcc is in; a wrapper's directory is no toolkit (one in
-    // ~/bin would make the home directory the toolkit's): build_record
-    // finds the toolkit by the cuda_runtime.h the compile read.
+    // The toolkit nvcc is in (its profile beside it); a wrapper's
+    // directory is no toolkit, whatever is beside it (one in ~/bin would
+    // make the home directory the toolkit's): build_record finds the
+    // toolkit by the cuda_runtime.h the compile read.
     std::vector<std::string> out;
-    if (!toolkit_dirs(m_bin, "include").empty()) out.push_back(dt::real_or_normal(dt::parent_of(m_bin)));
+    if (m_toolkit_nvcc && !toolkit_dirs(m_bin, "include").empty()) {
+      out.push_back(dt::real_or_normal(dt::parent_of(m_bin)));
+    }
     for (const auto& d : system) out.push_back(dt::real_or_normal(d));
     return out;
   }
