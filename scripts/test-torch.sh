@@ -6,8 +6,9 @@
 # C++ for the CPU with the same FX graph and AOTAutograd caches. The Redis
 # tests need redis-server (scripts/setup.sh installs it).
 #
-# scripts/test.sh runs this with PROGCACHE_WHEEL naming the wheel it built,
-# so the extension is not built twice; alone, it builds and installs ./.
+# Not run by scripts/test.sh (.ci/run): with torch's install and tests in it,
+# the CI run took 61 to 68 minutes, over its 45. PROGCACHE_WHEEL=<a wheel>
+# installs that wheel; without it, ./ is built and installed.
 # Another tested torch (TESTED_TORCH in python/progcache/torch.py), in a venv
 # of its own: TORCH_SPEC="torch==2.11.0" TORCH_VENV=.venv-torch211 bash scripts/test-torch.sh
 set -euo pipefail
