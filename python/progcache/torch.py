@@ -44,14 +44,13 @@ import os
 import re
 import shlex
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 try:
     import torch  # type: ignore[import-not-found, unused-ignore]
@@ -262,12 +261,9 @@ class _Plan:
 @dataclass
 class _Memo:
     """What one process learns once: compilers' identities and directories,
-    file digests by stat identity, and places seen empty by the identity of
-    the directory that would have to change for them to fill."""
+    and the processor. (File digests by stat identity and places seen empty
+    are remembered by _core, which checks manifests: python/src/held_places.cpp.)"""
     compilers: Dict[str, Optional[tuple]] = field(default_factory=dict)
-    digests: Dict[str, Tuple[tuple, str]] = field(default_factory=dict)
-    absent: Dict[str, Tuple[str, tuple]] = field(default_factory=dict)
-    local_devices: Optional[Set[int]] = None
     cpu: Optional[str] = None
 
 
@@ -275,38 +271,10 @@ _memo = _Memo()
 _memo_lock = threading.Lock()
 
 
-def _stat_id(st: os.stat_result) -> tuple:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 def _digest(path: str) -> Optional[str]:
-    """SHA-256 of a regular file's bytes (remembered by its stat identity), or
-    None when it is not one."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    ident = _stat_id(st)
-    with _memo_lock:
-        known = _memo.digests.get(path)
-    if known is not None and known[0] == ident:
-        return known[1]
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        after = _stat_id(os.stat(path))
-    except OSError:
-        return None
-    if after != ident:  # changed while read
-        return None
-    d = h.hexdigest()
-    with _memo_lock:
-        _memo.digests[path] = (ident, d)
-    return d
+    """SHA-256 of a regular file's bytes (remembered for the process by its
+    stat identity), or None when it is not one."""
+    return _core.file_sha256(path)
 
 
 def _run(argv: List[str]) -> Optional[str]:
@@ -660,135 +628,19 @@ def _probes(files: List[str], search: List[str], blind: bool = False) -> Optiona
                 places = ([os.path.join(here, name)] if quote == b'"' else []) + [os.path.join(d, name) for d in search]
             for p in places:
                 if p not in out:
-                    out[p] = os.path.isfile(p)
+                    there = _core.header_at(p)  # what g++ opens: anything a path reaches but a directory
+                    if there is None:
+                        return None  # a place g++ cannot look at fails its compile: nothing to key
+                    out[p] = there
     return out
 
 
 def _manifest_holds(meta: dict) -> bool:
-    deps = meta.get("deps")
-    probes = meta.get("probes")
-    if not isinstance(deps, list) or not isinstance(probes, list):
-        return False
-    for item in deps:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)) \
-                or _digest(item[0]) != item[1]:
-            return False
-    started = time.time_ns()
-    dirs: Dict[str, Optional[tuple]] = {}
-    seen: List[Tuple[str, str]] = []
-    absent = _memo.absent
-    for item in probes:
-        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-                and isinstance(item[1], bool)):
-            return False
-        path, present = item
-        if present:
-            if not os.path.isfile(path):
-                return False
-            continue
-        known = absent.get(path)  # the common case, inline: thousands per check
-        if known is not None:
-            ident = dirs.get(known[0], _UNREAD)
-            if (ident if ident is not _UNREAD else _dir_identity(known[0], dirs)) == known[1]:
-                continue
-        if not _still_absent(path, dirs, seen):
-            return False
-    _remember_absent(seen, dirs, started)
-    return True
-
-
-_UNREAD = object()
-
-
-def _dir_identity(path: str, dirs: Dict[str, Optional[tuple]]) -> Optional[tuple]:
-    """A directory's identity (device, inode, modification and change
-    times), or None where the path is not a directory; read once per check."""
-    if path not in dirs:
-        try:
-            st = os.stat(path)
-            dirs[path] = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISDIR(st.st_mode) else None
-        except (OSError, ValueError):
-            dirs[path] = None
-    return dirs[path]
-
-
-# File systems whose directories change their times whenever an entry is
-# added, with times finer than a second. Elsewhere (procfs and sysfs, whose
-# entries come and go with no change; FUSE and network file systems, whose
-# times are the server's or cached; FAT and others with coarse times) no
-# place is remembered empty.
-_LOCAL_FS = {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "bcachefs"}
-
-
-def _local_devices() -> Set[int]:
-    """The devices of this machine's mounts of _LOCAL_FS (read once)."""
-    if _memo.local_devices is None:
-        found: Set[int] = set()
-        try:
-            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    fields = line.split()
-                    if " - " not in line or len(fields) < 3:
-                        continue
-                    fstype = line.split(" - ", 1)[1].split()[0]
-                    major, _, minor = fields[2].partition(":")
-                    if fstype in _LOCAL_FS and major.isdigit() and minor.isdigit():
-                        found.add(os.makedev(int(major), int(minor)))
-        except OSError:
-            pass
-        _memo.local_devices = found
-    return _memo.local_devices
-
-
-# A manifest lists every place where a header could have been found and was
-# not: thousands per Inductor kernel, most the same for every kernel. A place
-# can fill only if an entry is added to the deepest directory on its path
-# that exists, and adding one changes that directory's modification and
-# change times (the change time cannot be set back). So once a place has been
-# seen empty, it is known empty while that directory's identity is what it
-# was before the place was looked at: one stat per directory, not per place,
-# in every later check of this process. Directories changed within the clock
-# slack are not trusted (a change in the same clock tick keeps the times),
-# nor places reached through an existing entry that is not a directory (a
-# symbolic link can be made to lead elsewhere without changing it).
-def _still_absent(path: str, dirs: Dict[str, Optional[tuple]], seen: List[Tuple[str, str]]) -> bool:
-    known = _memo.absent.get(path)
-    if known is not None and _dir_identity(known[0], dirs) == known[1]:
-        return True
-    if not os.path.isabs(path):
-        return not os.path.isfile(path)
-    parent, child = os.path.split(path)
-    while _dir_identity(parent, dirs) is None:
-        up, name = os.path.split(parent)
-        if up == parent:
-            return not os.path.isfile(path)
-        parent, child = up, name
-    try:
-        os.lstat(os.path.join(parent, child))
-    except FileNotFoundError:
-        seen.append((path, parent))
-        return True
-    except (OSError, ValueError):
-        pass
-    return not os.path.isfile(path)
-
-
-def _remember_absent(seen: List[Tuple[str, str]], dirs: Dict[str, Optional[tuple]], started: int) -> None:
-    """Remembers the places a check that began at ``started`` saw empty, by
-    directories on local file systems, last changed well before the check
-    began, whose identity read before the places were looked at is still
-    theirs after."""
-    if not seen:
-        return
-    limit = started - _DIR_SLACK_NS
-    local = _local_devices()
-    after: Dict[str, Optional[tuple]] = {}
-    for path, parent in seen:
-        before = dirs.get(parent)
-        if before is None or before[0] not in local or max(before[2], before[3]) >= limit \
-                or _dir_identity(parent, after) != before:
-            continue
-        _memo.absent[path] = (parent, before)
+    """Whether every header a build read has its bytes and every place where
+    an include operand could be found has its presence (the check and its
+    per-process memo: python/src/held_places.cpp). A manifest of any other
+    shape is damaged: not held."""
+    return _core.manifest_holds(meta.get("deps"), meta.get("probes"))
 
 
 def _place(path: str, data: bytes) -> None:
@@ -833,10 +685,6 @@ _deferred: Dict[str, Tuple[bytes, str, Any]] = {}
 # Slack for file times: a file system may stamp a write with a clock that lags
 # the one read before a compile by up to a tick.
 _CLOCK_SLACK_NS = 50_000_000
-# A directory is trusted to change its times with every entry added only once
-# it is older than this: a file system with whole-second times (ext4 with
-# small inodes, for one) stamps changes a second apart alike.
-_DIR_SLACK_NS = 2_000_000_000
 
 
 def _header_key(plan_key: bytes) -> bytes:

@@ -602,9 +602,13 @@ class Flights {
 
 }  // namespace
 
+// held_places.cpp: progcache.torch's check of a C++ build's manifest.
+void bind_held_places(nb::module_& m);
+
 NB_MODULE(_core, m) {
   m.doc() = "progcache's C++ core (use the progcache package, not this module)";
   m.attr("__version__") = PROGCACHE_VERSION_STRING;
+  bind_held_places(m);
 
   nb::class_<MemoryCache>(m, "MemoryCache")
       .def(nb::init<std::optional<std::uint64_t>>(), nb::arg("max_size_bytes").none())

@@ -545,37 +545,3 @@ def test_preprocessing_from_a_random_directory_is_served_where_its_output_cannot
     (includes[1] / "value.h").write_text('#define VALUE 2\nconst char* when = __TIME__;\n')
     assert _preprocess(tmp_path, "p5", text, includes)[0] is False
     assert _preprocess(tmp_path, "p6", text, includes)[0] is False
-
-
-def test_a_place_remembered_empty_is_seen_filled(tmp_path):
-    # Within a process, a place a manifest saw empty is remembered by the
-    # identity of the deepest directory on its path that exists (docs/torch.md,
-    # "The C++ builds"). Every way of filling it after that is seen.
-    if os.stat(tmp_path).st_dev not in pt._local_devices():
-        pytest.skip("the temporary directory is not on a local file system: no place is remembered there")
-    base = tmp_path / "tree"
-    for d in ("inc", "deep", "swap/inc", "other/inc"):
-        (base / d).mkdir(parents=True)
-    (base / "other" / "inc" / "d.h").write_text("// found through a link\n")
-    places = {"create": str(base / "inc" / "a.h"), "mkdirs": str(base / "deep" / "x" / "y" / "b.h"),
-              "rename": str(base / "inc" / "c.h"), "link": str(base / "swap" / "inc" / "d.h")}
-    time.sleep(2.2)  # directories changed within 2 s are not trusted
-    manifests = {k: {"deps": [], "probes": [[p, False]]} for k, p in places.items()}
-    for k, m in manifests.items():
-        assert pt._manifest_holds(m), k
-        assert places[k] in pt._memo.absent, k  # remembered: the next check stats the directory only
-        assert pt._manifest_holds(m), k
-    (base / "inc" / "a.h").write_text("// new\n")
-    (base / "deep" / "x" / "y").mkdir(parents=True)
-    (base / "deep" / "x" / "y" / "b.h").write_text("// new\n")
-    (tmp_path / "c.h").write_text("// moved in\n")
-    os.rename(tmp_path / "c.h", base / "inc" / "c.h")
-    shutil.rmtree(base / "swap" / "inc")
-    os.symlink(base / "other" / "inc", base / "swap" / "inc")
-    for k, m in manifests.items():
-        assert os.path.isfile(places[k])
-        assert not pt._manifest_holds(m), f"{k}: a header now there was reported absent"
-    # A manifest whose presence flags are not booleans is damaged: not held.
-    assert not pt._manifest_holds({"deps": [], "probes": [[str(base / "nothing.h"), None]]})
-    # A name no file system accepts (a NUL byte) is absent, not an exception.
-    assert pt._manifest_holds({"deps": [], "probes": [[str(base / "inc") + "/a\0b.h", False]]})

@@ -1,0 +1,430 @@
+// The check behind progcache.torch's C++ builds (docs/torch.md, "The C++
+// builds"): a build is served only while every header it read has its bytes
+// and every place where an include operand could have been found has its
+// presence. A warm start checks thousands of places per build, a dozen or
+// more builds per process; written in Python, the loop alone cost more than
+// the rest of the served start. Here it runs without the GIL, with one
+// process-wide memo:
+//
+// - a file's SHA-256 by its stat identity (device, inode, size, times):
+//   hashed once per process while the identity holds;
+// - a place seen empty by the identity of the deepest directory on its
+//   path that exists. A place can fill only if an entry is added to that
+//   directory, which changes its modification and change times (the change
+//   time cannot be set back). So it is known empty while that identity is
+//   what it was before the place was looked at: one stat per directory, not
+//   per place, in every later check. Directories changed within the clock
+//   slack are not trusted (a change in the same clock tick keeps the times),
+//   nor directories on file systems whose times do not follow their entries
+//   (procfs, network and FUSE file systems, FAT), nor places reached through
+//   an existing entry that is not a directory (a symbolic link can be made
+//   to lead elsewhere without changing it).
+//
+// What holds a header is what g++ opens as one: any entry that stat(2)
+// reaches and that is not a directory (a FIFO, a device, a link to
+// /dev/null are included as files; a dangling link or a directory is
+// skipped). A place that cannot be looked at (no permission, a loop of
+// links, a name too long) fails the compile, so it holds nothing a served
+// build could stand for: the manifest does not hold.
+//
+// Every call keeps the GIL: a thread that forks (os.fork) then never leaves
+// the memo's lock held in the child, and a daemon thread at interpreter exit
+// is never made to take the GIL back from C++. The loop in C++ is what
+// makes the check cheap, not threads.
+#include <fcntl.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <ctime>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "progcache/hash.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+// A file system may stamp a change with whole seconds: a directory is
+// trusted to change its times with every entry added only once its last
+// change is older than this when a check begins.
+constexpr std::int64_t k_dir_slack_ns = std::int64_t{2} * 1000 * 1000 * 1000;
+
+std::int64_t ns_of(const struct timespec& t) {
+  return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+
+std::int64_t now_ns() {
+  struct timespec t {};
+  ::clock_gettime(CLOCK_REALTIME, &t);
+  return ns_of(t);
+}
+
+// stat(2) or lstat(2); a name no file system accepts (a NUL byte) is an
+// error other than "not there", as Python's os.stat makes it.
+int stat_path(const std::string& path, struct stat& st, bool follow) {
+  if (path.find('\0') != std::string::npos) return EINVAL;
+  const int rc = follow ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st);
+  return rc == 0 ? 0 : errno;
+}
+
+// What a place holds now, as g++ sees it.
+enum class Place { header, none, unknown };
+
+Place place_now(const std::string& path) {
+  struct stat st {};
+  const int err = stat_path(path, st, true);
+  if (err == 0) return S_ISDIR(st.st_mode) ? Place::none : Place::header;
+  // A name with a NUL byte reaches no file (the scan can record one from
+  // a branch not taken).
+  return err == ENOENT || err == ENOTDIR || err == EINVAL ? Place::none : Place::unknown;
+}
+
+struct FileId {
+  std::uint64_t dev = 0, ino = 0;
+  std::int64_t size = 0, mtime = 0, ctime = 0;
+  friend bool operator==(const FileId&, const FileId&) = default;
+};
+
+FileId file_id(const struct stat& st) {
+  return {st.st_dev, st.st_ino, st.st_size, ns_of(st.st_mtim), ns_of(st.st_ctim)};
+}
+
+struct DirId {
+  std::uint64_t dev = 0, ino = 0;
+  std::int64_t mtime = 0, ctime = 0;
+  friend bool operator==(const DirId&, const DirId&) = default;
+};
+
+// A directory's identity, or nullopt where the path is not one.
+std::optional<DirId> dir_id(const std::string& path) {
+  struct stat st {};
+  if (stat_path(path, st, true) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
+  return DirId{st.st_dev, st.st_ino, ns_of(st.st_mtim), ns_of(st.st_ctim)};
+}
+
+// File systems whose directories change their times whenever an entry is
+// added, with times finer than a second.
+const std::set<std::string_view>& local_types() {
+  static const std::set<std::string_view> types{"ext2",  "ext3",    "ext4", "xfs",  "btrfs",
+                                                "tmpfs", "overlay", "zfs",  "f2fs", "bcachefs"};
+  return types;
+}
+
+// The devices of this machine's mounts of those file systems.
+std::set<std::uint64_t> read_local_devices() {
+  std::set<std::uint64_t> found;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream head(line.substr(0, dash));
+    std::string id, parent, majmin;
+    if (!(head >> id >> parent >> majmin)) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string type;
+    if (!(tail >> type) || local_types().count(type) == 0) continue;
+    const auto colon = majmin.find(':');
+    if (colon == std::string::npos) continue;
+    try {
+      found.insert(makedev(std::stoul(majmin.substr(0, colon)), std::stoul(majmin.substr(colon + 1))));
+    } catch (const std::exception&) {
+      continue;
+    }
+  }
+  return found;
+}
+
+struct Memo {
+  std::mutex mu;
+  std::unordered_map<std::string, std::pair<FileId, std::string>> digests;  // path -> (identity, hex)
+  std::unordered_map<std::string, std::pair<std::string, DirId>> absent;    // place -> (directory, identity)
+  std::optional<std::set<std::uint64_t>> local;
+};
+
+Memo& memo() {
+  static Memo* m = new Memo;  // never destroyed: checks may run in threads at exit
+  return *m;
+}
+
+const std::set<std::uint64_t>& local_devices() {
+  Memo& m = memo();
+  std::lock_guard lock(m.mu);
+  if (!m.local) m.local = read_local_devices();
+  return *m.local;
+}
+
+// SHA-256 (hex) of a regular file's bytes, remembered by its identity;
+// nullopt when it is not one, cannot be read, or changed while read.
+std::optional<std::string> digest(const std::string& path) {
+  struct stat st {};
+  if (stat_path(path, st, true) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  const FileId id = file_id(st);
+  Memo& m = memo();
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.digests.find(path);
+    if (it != m.digests.end() && it->second.first == id) return it->second.second;
+  }
+  const std::int64_t started = now_ns();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::nullopt;
+  struct stat opened {};
+  if (::fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode) || file_id(opened) != id) {
+    ::close(fd);  // replaced between the stat and the open (by a device that never ends, say)
+    return std::nullopt;
+  }
+  progcache::Sha256 sha;
+  std::vector<char> buf(std::size_t{1} << 20);
+  bool ok = true;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ok = false;
+      break;
+    }
+    sha.update(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+  }
+  ::close(fd);
+  struct stat after {};
+  ok = ok && stat_path(path, after, true) == 0 && file_id(after) == id;
+  if (!ok) return std::nullopt;
+  std::string hex = progcache::digest_hex(sha.finish());
+  // Remembered only where the identity must change with the bytes: a file
+  // changed within the slack, or on a file system with coarse or cached
+  // times, may be written again with the same size and times.
+  if (std::max(id.mtime, id.ctime) < started - k_dir_slack_ns && local_devices().count(id.dev) != 0) {
+    std::lock_guard lock(m.mu);
+    m.digests[path] = {id, hex};
+  }
+  return hex;
+}
+
+// Python's os.path.split: the head keeps no trailing slashes unless it is
+// all slashes.
+std::pair<std::string, std::string> split(const std::string& p) {
+  const auto cut = p.rfind('/');
+  if (cut == std::string::npos) return {"", p};
+  std::string head = p.substr(0, cut + 1);
+  std::string tail = p.substr(cut + 1);
+  if (head.find_first_not_of('/') != std::string::npos) {
+    while (!head.empty() && head.back() == '/') head.pop_back();
+  }
+  return {head, tail};
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+// One check: directories' identities read once, and the places it saw
+// empty (with their deepest existing directory) to remember after.
+class Check {
+ public:
+  const std::optional<DirId>& dir(const std::string& path) {
+    auto it = m_dirs.find(path);
+    if (it == m_dirs.end()) it = m_dirs.emplace(path, dir_id(path)).first;
+    return it->second;
+  }
+
+  bool remembered(const std::string& place) {
+    std::optional<std::pair<std::string, DirId>> known;
+    {
+      Memo& m = memo();
+      std::lock_guard lock(m.mu);
+      auto it = m.absent.find(place);
+      if (it != m.absent.end()) known = it->second;
+    }
+    if (!known) return false;
+    const auto& now = dir(known->first);
+    return now && *now == known->second;
+  }
+
+  // Whether a place holds no header now (a place that is a directory or a
+  // dangling link is not one, as the compiler sees it).
+  bool still_absent(const std::string& place) {
+    if (remembered(place)) return true;
+    if (place.empty() || place.front() != '/' || place.size() > PATH_MAX) return place_now(place) == Place::none;
+    auto [parent, child] = split(place);
+    while (!dir(parent)) {
+      auto [up, name] = split(parent);
+      if (up == parent) return place_now(place) == Place::none;
+      parent = up;
+      child = name;
+    }
+    struct stat st {};
+    const int err = stat_path(join(parent, child), st, false);
+    if (err == ENOENT) {
+      m_seen.emplace_back(place, parent);
+      return true;
+    }
+    return place_now(place) == Place::none;
+  }
+
+  // Remembers the places this check saw empty, by directories on local file
+  // systems, last changed well before the check began, whose identity read
+  // before the places were looked at is still theirs after.
+  void remember(std::int64_t started) {
+    if (m_seen.empty()) return;
+    const std::int64_t limit = started - k_dir_slack_ns;
+    const auto& local = local_devices();
+    std::unordered_map<std::string, std::optional<DirId>> after;
+    std::vector<std::pair<std::string, std::pair<std::string, DirId>>> keep;
+    for (const auto& [place, parent] : m_seen) {
+      const auto& before = m_dirs[parent];
+      if (!before || local.count(before->dev) == 0 || std::max(before->mtime, before->ctime) >= limit) continue;
+      auto it = after.find(parent);
+      if (it == after.end()) it = after.emplace(parent, dir_id(parent)).first;
+      if (it->second != before) continue;
+      keep.push_back({place, {parent, *before}});
+    }
+    Memo& m = memo();
+    std::lock_guard lock(m.mu);
+    for (auto& [place, where] : keep) m.absent[place] = std::move(where);
+  }
+
+ private:
+  std::unordered_map<std::string, std::optional<DirId>> m_dirs;
+  std::vector<std::pair<std::string, std::string>> m_seen;
+};
+
+// A str as the file system's bytes (surrogate escapes back to the bytes
+// they stand for, as os.stat encodes a name); nullopt for anything else.
+std::optional<std::string> fs_string(nb::handle h) {
+  if (!PyUnicode_CheckExact(h.ptr())) return std::nullopt;
+  if (PyUnicode_IS_ASCII(h.ptr())) {  // the common case, the same bytes in any file system encoding
+    Py_ssize_t size = 0;
+    const char* ascii = PyUnicode_AsUTF8AndSize(h.ptr(), &size);  // the str's own buffer
+    if (ascii != nullptr) return std::string(ascii, static_cast<std::size_t>(size));
+    PyErr_Clear();
+  }
+  PyObject* bytes = PyUnicode_EncodeFSDefault(h.ptr());
+  if (bytes == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  std::string out(PyBytes_AS_STRING(bytes), static_cast<std::size_t>(PyBytes_GET_SIZE(bytes)));
+  Py_DECREF(bytes);
+  return out;
+}
+
+// [path, sha256] pairs and [path, present] pairs, taken from a manifest as
+// stored; nullopt when either is not that shape (a damaged manifest).
+struct Lists {
+  std::vector<std::pair<std::string, std::string>> deps;
+  std::vector<std::pair<std::string, bool>> probes;
+};
+
+// Exact lists and strs only (what a JSON manifest holds): their items are
+// read with no Python code run, so nothing can change them under the loop.
+std::optional<Lists> lists_of(nb::handle deps, nb::handle probes) {
+  if (!PyList_CheckExact(deps.ptr()) || !PyList_CheckExact(probes.ptr())) return std::nullopt;
+  auto pair = [](PyObject* list, Py_ssize_t i) -> std::optional<std::pair<PyObject*, PyObject*>> {
+    PyObject* item = PyList_GET_ITEM(list, i);
+    if (!PyList_CheckExact(item) || PyList_GET_SIZE(item) != 2) return std::nullopt;
+    return std::pair{PyList_GET_ITEM(item, 0), PyList_GET_ITEM(item, 1)};
+  };
+  Lists out;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(deps.ptr()); ++i) {
+    auto item = pair(deps.ptr(), i);
+    if (!item) return std::nullopt;
+    auto path = fs_string(item->first);
+    auto sum = fs_string(item->second);
+    if (!path || !sum) return std::nullopt;
+    out.deps.emplace_back(std::move(*path), std::move(*sum));
+  }
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(probes.ptr()); ++i) {
+    auto item = pair(probes.ptr(), i);
+    if (!item || !PyBool_Check(item->second)) return std::nullopt;
+    auto path = fs_string(item->first);
+    if (!path) return std::nullopt;
+    out.probes.emplace_back(std::move(*path), item->second == Py_True);
+  }
+  return out;
+}
+
+bool holds(const Lists& l) {
+  for (const auto& [path, sum] : l.deps) {
+    if (digest(path) != sum) return false;
+  }
+  const std::int64_t started = now_ns();
+  Check check;
+  for (const auto& [place, present] : l.probes) {
+    if (present ? place_now(place) != Place::header : !check.still_absent(place)) return false;
+  }
+  check.remember(started);
+  return true;
+}
+
+}  // namespace
+
+void bind_held_places(nb::module_& m) {
+  m.def(
+      "file_sha256",
+      [](nb::handle name) -> std::optional<std::string> {
+        auto path = fs_string(name);
+        if (!path) throw nb::type_error("file_sha256: the path must be a str");
+        return digest(*path);
+      },
+      nb::arg("path"),
+      "SHA-256 (hex) of a regular file, remembered for the process by its stat identity; None when the path "
+      "is not a readable regular file or changed while read.");
+  m.def(
+      "manifest_holds",
+      [](nb::handle deps, nb::handle probes) {
+        auto l = lists_of(deps, probes);
+        if (!l) return false;
+        return holds(*l);
+      },
+      nb::arg("deps").none(), nb::arg("probes").none(),
+      "Whether every [path, sha256] of deps has those bytes and every [place, present] of probes holds a "
+      "header exactly when present says so; False for lists of any other shape.");
+  m.def(
+      "header_at",
+      [](nb::handle name) -> std::optional<bool> {
+        auto place = fs_string(name);
+        if (!place) throw nb::type_error("header_at: the place must be a str");
+        const Place now = place_now(*place);
+        if (now == Place::unknown) return std::nullopt;
+        return now == Place::header;
+      },
+      nb::arg("place"),
+      "Whether a place holds what g++ would open as a header (anything but a directory that a path reaches); "
+      "None where it cannot be looked at (no permission, a loop of links, a name too long).");
+  m.def(
+      "place_remembered_empty",
+      [](nb::handle name) {
+        auto place = fs_string(name);
+        if (!place) throw nb::type_error("place_remembered_empty: the place must be a str");
+        return Check().remembered(*place);
+      },
+      nb::arg("place"), "Whether a place is known empty without looking at it (its directory unchanged).");
+  m.def(
+      "on_local_file_system",
+      [](nb::handle name) {
+        auto path = fs_string(name);
+        if (!path) throw nb::type_error("on_local_file_system: the path must be a str");
+        struct stat st {};
+        return stat_path(*path, st, true) == 0 && local_devices().count(st.st_dev) != 0;
+      },
+      nb::arg("path"), "Whether a path lies on a file system whose directories' times follow their entries.");
+}
