@@ -54,26 +54,22 @@
 #include <utility>
 #include <vector>
 
+#include "compile/scan_files.h"
 #include "progcache/hash.h"
 
 namespace nb = nanobind;
 
 namespace {
 
-// A file system may stamp a change with whole seconds: a directory is
-// trusted to change its times with every entry added only once its last
-// change is older than this when a check begins.
-constexpr std::int64_t k_dir_slack_ns = std::int64_t{2} * 1000 * 1000 * 1000;
+using progcache::detail::FileStamp;
+using progcache::detail::now_ns;
+using progcache::detail::ns_of;
+using progcache::detail::stamp_of;
 
-std::int64_t ns_of(const struct timespec& t) {
-  return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
-}
-
-std::int64_t now_ns() {
-  struct timespec t {};
-  ::clock_gettime(CLOCK_REALTIME, &t);
-  return ns_of(t);
-}
+// A file system may stamp a change with whole seconds: a directory (or a
+// file) is trusted to change its times with every change only once its last
+// change is older than this when a check begins (the include scan's window).
+constexpr std::int64_t k_dir_slack_ns = progcache::detail::k_recent_ns;
 
 // stat(2) or lstat(2); a name no file system accepts (a NUL byte) is an
 // error other than "not there", as Python's os.stat makes it.
@@ -93,16 +89,6 @@ Place place_now(const std::string& path) {
   // A name with a NUL byte reaches no file (the scan can record one from
   // a branch not taken).
   return err == ENOENT || err == ENOTDIR || err == EINVAL ? Place::none : Place::unknown;
-}
-
-struct FileId {
-  std::uint64_t dev = 0, ino = 0;
-  std::int64_t size = 0, mtime = 0, ctime = 0;
-  friend bool operator==(const FileId&, const FileId&) = default;
-};
-
-FileId file_id(const struct stat& st) {
-  return {st.st_dev, st.st_ino, st.st_size, ns_of(st.st_mtim), ns_of(st.st_ctim)};
 }
 
 struct DirId {
@@ -153,8 +139,8 @@ std::set<std::uint64_t> read_local_devices() {
 
 struct Memo {
   std::mutex mu;
-  std::unordered_map<std::string, std::pair<FileId, std::string>> digests;  // path -> (identity, hex)
-  std::unordered_map<std::string, std::pair<std::string, DirId>> absent;    // place -> (directory, identity)
+  std::unordered_map<std::string, std::pair<FileStamp, std::string>> digests;  // path -> (identity, hex)
+  std::unordered_map<std::string, std::pair<std::string, DirId>> absent;       // place -> (directory, identity)
   std::optional<std::set<std::uint64_t>> local;
 };
 
@@ -175,7 +161,7 @@ const std::set<std::uint64_t>& local_devices() {
 std::optional<std::string> digest(const std::string& path) {
   struct stat st {};
   if (stat_path(path, st, true) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  const FileId id = file_id(st);
+  const FileStamp id = stamp_of(st);
   Memo& m = memo();
   {
     std::lock_guard lock(m.mu);
@@ -186,7 +172,7 @@ std::optional<std::string> digest(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
   struct stat opened {};
-  if (::fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode) || file_id(opened) != id) {
+  if (::fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode) || stamp_of(opened) != id) {
     ::close(fd);  // replaced between the stat and the open (by a device that never ends, say)
     return std::nullopt;
   }
@@ -205,7 +191,7 @@ std::optional<std::string> digest(const std::string& path) {
   }
   ::close(fd);
   struct stat after {};
-  ok = ok && stat_path(path, after, true) == 0 && file_id(after) == id;
+  ok = ok && stat_path(path, after, true) == 0 && stamp_of(after) == id;
   if (!ok) return std::nullopt;
   std::string hex = progcache::digest_hex(sha.finish());
   // Remembered only where the identity must change with the bytes: a file
