@@ -1047,6 +1047,53 @@ TEST_F(NvccLauncherTextTest, ACommentEditIsServedByThePreprocessedTextAndARealEd
   EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o"))));
 }
 
+TEST_F(NvccLauncherTextTest, AnEditOnlyTheHostTextOrOneArchitecturesTextSeesIsCompiled) {
+  // nvcc preprocesses a source once for its host code and once per device
+  // architecture, and each text holds what the others drop: code under
+  // #ifndef __CUDA_ARCH__ only the host's, code under one architecture's
+  // value only that one's. The text key holds every step's text. (A key
+  // of one `nvcc -E` text, as ccache's preprocessor mode keeps, serves the
+  // old object after the host-only edit: docs/nvcc.md.)
+  const std::string args = "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -c k.cu -o k.o";
+  auto source = [](const std::string& comment, int host, int arch80) {
+    return "// " + comment +
+           "\n"
+           "__global__ void k(int* p) {\n"
+           "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 800\n"
+           "  *p = " +
+           std::to_string(arch80) +
+           ";\n"
+           "#else\n"
+           "  *p = 7;\n"
+           "#endif\n"
+           "}\n"
+           "#ifndef __CUDA_ARCH__\n"
+           "int host_value() { return " +
+           std::to_string(host) + "; }\n#endif\n";
+  };
+  write("k.cu", source("one", 1, 1));
+  ASSERT_TRUE(stored(args));
+  // The text key is tried for this command: a comment edit is served by it.
+  write("k.cu", source("two", 1, 1));
+  std::uint64_t misses = counter("misses");
+  const std::uint64_t by_text = counter("preprocessed_hits");
+  ASSERT_EQ(real(args).code, 0);
+  EXPECT_EQ(counter("misses"), misses);
+  EXPECT_EQ(counter("preprocessed_hits"), by_text + 1);
+  struct Edit {
+    int host, arch80;
+    const char* what;
+  };
+  for (const Edit& e : {Edit{2, 1, "the host-only code"}, Edit{2, 2, "the sm_80-only code"}}) {
+    write("k.cu", source("two", e.host, e.arch80));
+    misses = counter("misses");
+    ASSERT_EQ(real(args).code, 0);
+    EXPECT_EQ(counter("misses"), misses + 1) << "an edit of " << e.what << " was served from the cache";
+    ASSERT_EQ(plain(args + " -o plain.o").code, 0);
+    EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o")))) << e.what;
+  }
+}
+
 TEST_F(NvccLauncherTextTest, WhatTheTextCannotVouchForIsCompiled) {
   // A result that printed: served by its text only when what it printed
   // names no file that changed (a diagnostic quotes lines of the files it
