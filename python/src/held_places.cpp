@@ -62,6 +62,7 @@ namespace nb = nanobind;
 namespace {
 
 using progcache::detail::FileStamp;
+using progcache::detail::join;
 using progcache::detail::now_ns;
 using progcache::detail::ns_of;
 using progcache::detail::stamp_of;
@@ -215,11 +216,6 @@ std::pair<std::string, std::string> split(const std::string& p) {
     while (!head.empty() && head.back() == '/') head.pop_back();
   }
   return {head, tail};
-}
-
-std::string join(const std::string& dir, const std::string& name) {
-  if (dir.empty() || dir.back() == '/') return dir + name;
-  return dir + "/" + name;
 }
 
 // One check: directories' identities read once, and the places it saw
