@@ -458,6 +458,22 @@ TEST_F(CliTest, ABundleShowsAProgressBarOnATerminalAndNoneOtherwise) {
   EXPECT_NE(imported.find("import  ["), std::string::npos) << imported;
   EXPECT_LE(widest(imported), 39U) << imported;
   EXPECT_NE(imported.find("imported 20 entries"), std::string::npos) << imported;
+  // A message printed part-way (an entry damaged since it was listed) takes
+  // the progress line off first: it starts a line of its own, and the line
+  // is drawn again after it.
+  for (const auto& e : fs::recursive_directory_iterator(cache() + "/v1")) {
+    if (e.is_regular_file() && e.path().parent_path().filename().string().size() == 2) {
+      fs::resize_file(e.path(), 10);
+      break;
+    }
+  }
+  ASSERT_EQ(on_tty("export -o " + m_tmp.sub("d.pcb"), "damaged.log"), 0);
+  const std::string damaged = testing::read_all(m_tmp.sub("damaged.log"));
+  const std::size_t at = damaged.find("progcache: export: left out");
+  ASSERT_NE(at, std::string::npos) << damaged;
+  EXPECT_NE(damaged.find("export  ["), std::string::npos) << damaged;
+  EXPECT_TRUE(at == 0 || damaged[at - 1] == '\n' || damaged.compare(at - 4, 4, "\r\x1b[K") == 0)
+      << "the message follows a progress line: " << damaged;
 }
 
 TEST_F(CliTest, ExportAndImportCarryEveryStoreToAnotherRootByteForByte) {

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
@@ -28,7 +30,23 @@ std::string plain(const pc::Status& st) {
   return words;
 }
 
+namespace {
+// Set and read by the thread that draws and prints (the CLI's main thread);
+// atomic so a progress callback on another thread stays well defined.
+std::atomic<bool> g_progress_line_drawn{false};
+}  // namespace
+
+void set_progress_line_drawn(bool drawn) { g_progress_line_drawn.store(drawn); }
+
+void erase_progress_line() {
+  if (g_progress_line_drawn.exchange(false)) {
+    std::fputs("\r\x1b[K", stderr);
+    std::fflush(stderr);
+  }
+}
+
 int fail(const pc::Status& st) {
+  erase_progress_line();
   std::cerr << "progcache: " << plain(st) << "\n";
   return st.code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
 }

@@ -25,7 +25,13 @@ constexpr int k_exit_error = 3;
 // code's name (which sets the exit code only).
 std::string plain(const pc::Status& st);
 // Prints the error and returns its exit code (usage for invalid_argument).
+// A progress line on the terminal is erased first.
 int fail(const pc::Status& st);
+// Whether a progress line (tools/progcache/progress.h) is on stderr's
+// terminal now; erase_progress_line() takes it off, so that a message
+// printed next starts a line of its own instead of following the line.
+void set_progress_line_drawn(bool drawn);
+void erase_progress_line();
 // An output of any command, written as the user asked and only there: "-"
 // is standard output; a regular file (or a new one) is written to a temp
 // file beside it and renamed over it by commit(), keeping an existing file's

@@ -87,6 +87,7 @@ int run_export(const BundleArgs& a, const pc::Config& cfg) {
     if (!encoded.ok() || !*encoded) {
       // Removed since the listing (evicted, pruned), or damaged: left out.
       if (!encoded.ok()) {
+        erase_progress_line();
         std::fprintf(stderr, "progcache: export: left out %s%s: %s\n",
                      chosen[i].store->name == "programs" ? "" : (chosen[i].store->name + ": ").c_str(),
                      chosen[i].key.hex().c_str(), plain(encoded.status()).c_str());
@@ -181,6 +182,7 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
     const std::string where = (r.store == "programs" ? "" : printable(r.store) + ": ") + r.key.hex();
     auto store = targets.get(r.store);
     if (!store.ok()) {
+      erase_progress_line();
       std::fprintf(stderr, "progcache: import: refused %s: %s\n", where.c_str(), plain(store.status()).c_str());
       ++refused;
       continue;
@@ -193,6 +195,7 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
     pc::Status put = pc::verify_encoded_entry(r.key, r.encoded, trusted);
     if (put.ok()) put = (*store)->put_encoded(r.key, std::move(r.encoded));
     if (!put.ok()) {
+      erase_progress_line();
       std::fprintf(stderr, "progcache: import: refused %s: %s\n", where.c_str(), plain(put).c_str());
       ++refused;
       continue;
@@ -216,6 +219,7 @@ int run_import(const BundleArgs& a, const pc::Config& cfg) {
   }
   std::printf("\n");
   if (!bundle_error.ok()) {
+    erase_progress_line();
     std::fprintf(stderr, "progcache: import: %s%s\n", plain(bundle_error).c_str(),
                  imported != 0 ? " (the entries before it were checked one by one and imported)" : "");
     return k_exit_error;

@@ -96,9 +96,14 @@ std::string format_time(std::int64_t ns) {
 pc::ProgressFn progress_bar(const char* label, ProgressUnit unit) {
   if (::isatty(2) == 0) return {};
   struct State {
+    State() = default;
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    // A scan that stopped part-way (an error, a bundle cut short) leaves no
+    // line behind for what is printed next.
+    ~State() { erase_progress_line(); }
     ProgressThrottle throttle;
     ProgressThrottle::Clock::time_point start = ProgressThrottle::Clock::now();
-    bool drawn = false;  // whether a line is on the terminal now
   };
   auto state = std::make_shared<State>();
   char padded[16];
@@ -112,15 +117,14 @@ pc::ProgressFn progress_bar(const char* label, ProgressUnit unit) {
     // its end): nothing of a longer earlier line is left, and nothing is
     // written past the terminal's width when it narrows.
     if (last) {
-      if (state->drawn) std::fputs("\r\x1b[K", stderr);
-      state->drawn = false;
-    } else {
-      const double elapsed = std::chrono::duration<double>(now - state->start).count();
-      const std::string line = progress_line(name, unit, done, total, elapsed, terminal_columns(2));
-      std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
-      state->drawn = true;
+      erase_progress_line();
+      return;
     }
+    const double elapsed = std::chrono::duration<double>(now - state->start).count();
+    const std::string line = progress_line(name, unit, done, total, elapsed, terminal_columns(2));
+    std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
     std::fflush(stderr);
+    set_progress_line_drawn(true);
   };
 }
 
