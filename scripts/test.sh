@@ -63,7 +63,7 @@ fi
 # The CLI the suite compares keys with (one program, one key through every route).
 case "$build_dir" in /*) cli="$build_dir/progcache" ;; *) cli="$PWD/$build_dir/progcache" ;; esac
 mark "pip install"
-PROGCACHE_WHEEL_REPAIRED=1 PROGCACHE_CLI="$cli" "$py" -m pytest -q python/tests
+PROGCACHE_WHEEL_REPAIRED=1 PROGCACHE_WHEEL="$(echo "$wheeldir"/progcache-*.whl)" PROGCACHE_CLI="$cli" "$py" -m pytest -q python/tests
 mark pytest
 # Every shell and Python block of the README and docs/, run as written, as a
 # newcomer would after the two commands (those needing a GPU, a server not

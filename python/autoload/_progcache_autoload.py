@@ -30,14 +30,23 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _install(package: str) -> None:
+def _install(package: str, note=None) -> None:
     variable, module = _WATCHED[package]
+    # Already imported (or being imported): the program asked for progcache's
+    # module itself, so the switch is not what turned it on here.
+    asked = module in sys.modules
     try:
         __import__(module)  # its import installs what the variable asks for
     except Exception as e:  # an optimisation or a cache: never fail the framework's import
         import warnings
         warnings.warn(f"progcache: {variable} is set but {module} could not be loaded: {e}", RuntimeWarning,
                       stacklevel=2)
+        return
+    if note is not None and not asked:
+        try:
+            note(package)
+        except Exception:
+            pass
 
 
 class _Finder:
@@ -45,8 +54,9 @@ class _Finder:
     the other finders for the spec and wraps the loader so progcache's module
     is imported right after the package has run."""
 
-    def __init__(self, package: str) -> None:
+    def __init__(self, package: str, note=None) -> None:
         self.package = package
+        self.note = note
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.package:
@@ -64,17 +74,21 @@ class _Finder:
 
         def exec_module(module):
             run(module)
-            _install(fullname)
+            _install(fullname, self.note)
 
         loader.exec_module = exec_module
         return spec
 
 
-def arm() -> None:
+def arm(note=None) -> None:
+    """Loads progcache's module for each switched-on framework once that
+    framework has been imported. ``note(package)``, when given, is called
+    where the switch is what loaded it (progcache's module was not imported
+    by the program itself)."""
     for package, (variable, _) in _WATCHED.items():
         if not _flag(variable):
             continue
         if package in sys.modules:
-            _install(package)
+            _install(package, note)
         elif not any(isinstance(f, _Finder) and f.package == package for f in sys.meta_path):
-            sys.meta_path.insert(0, _Finder(package))
+            sys.meta_path.insert(0, _Finder(package, note))

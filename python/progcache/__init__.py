@@ -19,9 +19,9 @@ _register_with_cuda_core(import_now=False)
 
 # The switches that act through progcache-autoload.pth, and the call that
 # does what each does where that file is not run.
-_SWITCHES = (("PROGCACHE_TRITON_WARM_START", "progcache.triton.enable(warm_start=True)"),
-             ("PROGCACHE_TILELANG", "progcache.tilelang.enable()"),
-             ("PROGCACHE_TORCH", "progcache.torch.enable()"))
+_SWITCHES = {"triton": ("PROGCACHE_TRITON_WARM_START", "progcache.triton.enable(warm_start=True)"),
+             "tilelang": ("PROGCACHE_TILELANG", "progcache.tilelang.enable()"),
+             "torch": ("PROGCACHE_TORCH", "progcache.torch.enable()")}
 
 
 def _hook_installed() -> bool:
@@ -49,38 +49,38 @@ def _check_switches() -> None:
     Python started with -S) does nothing in a process that imports only the
     framework. This process imports progcache: it arms the same hooks now
     (they act on the framework if it is imported later, and at once if it
-    already was), and says once what to call where nothing imports progcache."""
+    already was). Where a hook is what turns progcache on for a framework,
+    it says once what to call where nothing imports progcache; a program that
+    imports progcache's module for the framework itself, or never imports the
+    framework (``python -m progcache``), hears nothing."""
     import sys
 
-    from ._integration import env_flag, warn_once
+    from ._integration import env_flag
 
-    wanted = [(var, call) for var, call in _SWITCHES if env_flag(var)]
-    if not wanted or "_progcache_autoload" in sys.modules:
+    if not any(env_flag(var) for var, _ in _SWITCHES.values()) or "_progcache_autoload" in sys.modules:
         return
     try:
         import _progcache_autoload  # type: ignore[import-not-found, unused-ignore]
 
-        _progcache_autoload.arm()
+        # Installed in a site directory, the .pth is there: the variable was
+        # set after Python started, and a new process will run it.
+        _progcache_autoload.arm(None if _hook_installed() else _say_once)
     except Exception:
         pass
-    if _hook_installed():
-        return  # installed in a site directory: the variable was set after Python started
-    names = ", ".join(var for var, _ in wanted)
-    calls = ", ".join(call for _, call in wanted)
-    try:  # under -W error a warning is an exception: never one out of `import progcache`
-        _say_once(names, calls)
-    except Warning:
-        pass
 
 
-def _say_once(names: str, calls: str) -> None:
+def _say_once(package: str) -> None:
     from ._integration import warn_once
 
-    warn_once("autoload", "not-run",
-              f"{names} is set, but Python did not run progcache-autoload.pth (progcache is not installed in a "
-              "site directory: pip install --target with PYTHONPATH, or python -S), so in a process that does not "
-              f"import progcache the switch does nothing. Call {calls} before the framework compiles "
-              "(docs/python.md, \"Switches without site directories\").")
+    var, call = _SWITCHES[package]
+    try:  # under -W error a warning is an exception: never one out of an import
+        warn_once("autoload", "not-run:" + package,
+                  f"{var} is set, but Python did not run progcache-autoload.pth (progcache is not installed in a "
+                  "site directory: pip install --target with PYTHONPATH, or python -S): it acts here only because "
+                  f"this process imported progcache, and does nothing in one that does not. Call {call} before "
+                  f"{package} compiles (docs/python.md, \"Switches without site directories\").")
+    except Warning:
+        pass
 
 
 _check_switches()

@@ -22,6 +22,12 @@ def command_path() -> Optional[str]:
             path = os.path.abspath(str(dist.locate_file(f)))
             if os.access(path, os.X_OK):
                 return path
+            # pip install --target DIR puts the command in DIR/bin while the
+            # file list still names it from the scheme's own library
+            # directory (../../bin/progcache): look beside the package.
+            path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin", "progcache")
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                return path
     return None
 
 

@@ -177,6 +177,38 @@ def test_the_wheel_works_where_the_machine_has_none_of_those_libraries(tmp_path)
     assert (tmp_path / "out").read_bytes() == (tmp_path / "in").read_bytes()
 
 
+def test_a_target_install_runs_the_command_and_python_m(tmp_path):
+    # pip install --target DIR with PYTHONPATH=DIR, as on a machine whose
+    # environment cannot be changed: `python -m progcache` finds the command
+    # (the wheel's file list names it from another directory there), and the
+    # command finds the wheel's own copies of its libraries.
+    wheel = os.environ.get("PROGCACHE_WHEEL", "")
+    if not os.path.isfile(wheel):
+        pytest.skip("PROGCACHE_WHEEL names no wheel here (scripts/test.sh sets it to the one it built)")
+    target = tmp_path / "target"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                          "--no-index", "--target", str(target), wheel], capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr
+    env = _clean_env(tmp_path, PYTHONPATH=str(target))
+    m = [sys.executable, "-S", "-m", "progcache"]
+    version = subprocess.run(m + ["--version"], env=env, capture_output=True, text=True)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith(f"progcache {progcache.__version__}"), version.stdout
+    (tmp_path / "in").write_bytes(b"\x00bytes\xff")
+    cache = str(tmp_path / "cache")
+    for args in (["put", "k", str(tmp_path / "in")], ["get", "k", "-o", str(tmp_path / "out")]):
+        r = subprocess.run(m + ["--dir", cache, *args], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out").read_bytes() == (tmp_path / "in").read_bytes()
+    libs = target / "progcache.libs"
+    if libs.is_dir():
+        ldd = subprocess.run(["ldd", str(target / "bin" / "progcache")], capture_output=True, text=True)
+        for base in _COPIED:
+            line = next((x for x in ldd.stdout.splitlines() if x.strip().startswith(base)), "")
+            path = line.partition("=> ")[2].split(" (")[0]
+            assert path and os.path.dirname(os.path.realpath(path)) == os.path.realpath(libs), (base, ldd.stdout)
+
+
 def _nvrtc_wheel():
     """The NVRTC library of an NVIDIA wheel in this environment, or None."""
     for p in sys.path:

@@ -44,21 +44,60 @@ def run(code, target, extra_path=(), **env):
     return p
 
 
-def test_a_switch_python_never_saw_is_said_once_with_the_call_to_make(target):
-    p = run("import progcache, importlib; importlib.reload(progcache)", target,
-            PROGCACHE_TILELANG="1")
-    lines = [line for line in p.stderr.splitlines() if "progcache-autoload.pth" in line]
+@pytest.fixture(scope="module")
+def triton_dir():
+    """The directory holding the real Triton, to be found through PYTHONPATH
+    like progcache (its site directory is not run as one under -S)."""
+    triton = pytest.importorskip("triton", reason="triton is not installed")
+    return os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__)))
+
+
+def said(p):
+    return [line for line in p.stderr.splitlines() if "progcache-autoload.pth" in line]
+
+
+def test_a_switch_python_never_saw_is_said_once_with_the_call_to_make(target, triton_dir):
+    # The switch turns progcache on for the framework here only because this
+    # process imported progcache: said once, with the call that works in
+    # every process, and only for the switch that acted.
+    p = run("import progcache, importlib, triton; importlib.reload(progcache); import triton.compiler", target,
+            [triton_dir], PROGCACHE_TRITON_WARM_START="1", PROGCACHE_TILELANG="1")
+    lines = said(p)
     assert len(lines) == 1, p.stderr
-    assert "PROGCACHE_TILELANG" in lines[0] and "progcache.tilelang.enable()" in lines[0]
-    assert "PROGCACHE_TORCH" not in lines[0]
+    assert "PROGCACHE_TRITON_WARM_START" in lines[0] and "progcache.triton.enable(warm_start=True)" in lines[0]
+    assert "PROGCACHE_TILELANG" not in lines[0]
+    # The framework imported first: the same one warning when progcache arrives.
+    p = run("import triton, progcache", target, [triton_dir], PROGCACHE_TRITON_WARM_START="1")
+    assert len(said(p)) == 1, p.stderr
 
 
-def test_a_switch_under_w_error_never_fails_the_import(target):
-    p = subprocess.run([sys.executable, "-S", "-W", "error", "-c", "import progcache; print('ok')"],
-                       env={**{k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "PYTHON"))},
-                            "PYTHONPATH": target, "PROGCACHE_TILELANG": "1"},
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+def test_a_switch_is_not_said_where_the_program_does_what_it_would(target, triton_dir):
+    # The program imports progcache's module for the framework itself (the
+    # documented call's route; Inductor's workers unpickling progcache.torch):
+    # nothing to tell it.
+    p = run("import progcache.triton as t, triton; t.enable(warm_start=True)", target, [triton_dir],
+            PROGCACHE_TRITON_WARM_START="1")
+    assert said(p) == [], p.stderr
+    # No framework imported at all (the command through Python, a script that
+    # only reads statistics): nothing to tell either.
+    p = run("import progcache", target, [triton_dir], PROGCACHE_TRITON_WARM_START="1", PROGCACHE_TILELANG="1",
+            PROGCACHE_TORCH="1")
+    assert said(p) == [], p.stderr
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "PYTHON"))}
+    p = subprocess.run([sys.executable, "-S", "-W", "always::RuntimeWarning", "-m", "progcache", "--version"],
+                       env={**e, "PYTHONPATH": target, "PROGCACHE_TORCH": "1"}, capture_output=True, text=True,
+                       timeout=120)
+    assert said(p) == [], p.stderr
+
+
+def test_a_switch_under_w_error_never_fails_the_import(target, triton_dir):
+    for code in ("import progcache, triton; print('ok')", "import triton, progcache; print('ok')"):
+        p = subprocess.run([sys.executable, "-S", "-W", "error", "-c", code],
+                           env={**{k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "PYTHON"))},
+                                "PYTHONPATH": os.pathsep.join([target, triton_dir]),
+                                "PROGCACHE_TRITON_WARM_START": "1"},
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr
 
 
 def test_no_switch_no_word(target):
@@ -80,11 +119,9 @@ def test_a_switch_in_a_site_directory_is_not_warned_about():
     assert p.stdout.strip() == "True" and "progcache-autoload.pth" not in p.stderr, (p.stdout, p.stderr)
 
 
-def test_the_switch_acts_when_progcache_is_imported_first_and_the_call_acts_always(target):
-    # Triton stands for every watched framework: the real one, found through
-    # PYTHONPATH like progcache (its site directory is not run as one here).
-    triton = pytest.importorskip("triton", reason="triton is not installed")
-    site_dir = os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__)))
+def test_the_switch_acts_when_progcache_is_imported_first_and_the_call_acts_always(target, triton_dir):
+    # Triton stands for every watched framework.
+    site_dir = triton_dir
     check = "import sys; print('progcache.triton' in sys.modules, 'triton' in sys.modules)"
     # The framework alone: the switch cannot act (said in docs/python.md).
     p = run("import triton; " + check, target, [site_dir], PROGCACHE_TRITON_WARM_START="1")

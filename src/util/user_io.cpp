@@ -36,7 +36,9 @@ namespace {
 std::atomic<bool> g_progress_line_drawn{false};
 }  // namespace
 
-void set_progress_line_drawn(bool drawn) { g_progress_line_drawn.store(drawn); }
+void set_progress_line_drawn(bool drawn) {
+  g_progress_line_drawn.store(drawn);
+}
 
 void erase_progress_line() {
   if (g_progress_line_drawn.exchange(false)) {
