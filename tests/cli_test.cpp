@@ -275,6 +275,39 @@ TEST_F(CliTest, ErrorsExitThree) {
   EXPECT_EQ(run({"get", "keep-me"}).out, "kept");
 }
 
+TEST_F(CliTest, ASettingAPersonCouldMisreadIsRefusedWhereverItIsSet) {
+  ASSERT_EQ(run({"put", "keep-me", file("in.bin", "kept")}).code, 0);
+  // A size without a unit (ccache reads 5 as 5 GB) and prune's 0 (no cap
+  // everywhere else): usage errors, and nothing is pruned.
+  for (const char* size : {"10", "1.5", "0"}) {
+    auto r = run({"prune", "--max-size", size});
+    EXPECT_EQ(r.code, 2) << size << ": " << r.err;
+    EXPECT_NE(r.err.find(std::string(size) == "0" ? "would remove every entry" : "has no unit"), std::string::npos)
+        << r.err;
+  }
+  EXPECT_EQ(run({"get", "keep-me"}).out, "kept");
+  auto bare = run({"stats"}, {"PROGCACHE_MAX_SIZE=5"});
+  EXPECT_EQ(bare.code, 2) << bare.err;
+  EXPECT_NE(bare.err.find("PROGCACHE_MAX_SIZE '5' has no unit"), std::string::npos) << bare.err;
+  for (const char* fine : {"PROGCACHE_MAX_SIZE=0", "PROGCACHE_MAX_SIZE=5000B", "PROGCACHE_MAX_SIZE=5G"}) {
+    EXPECT_EQ(run({"stats"}, {fine}).code, 0) << fine;
+  }
+  // A yes/no switch set to another word is refused, not read as no: a
+  // mistyped read-only switch would write where it was meant to only read.
+  for (const char* typo : {"PROGCACHE_READONLY=ture", "PROGCACHE_DISABLE=maybe", "PROGCACHE_READONLY=2"}) {
+    auto r = run({"put", "k2", file("in2.bin", "v")}, {typo});
+    EXPECT_EQ(r.code, 2) << typo << ": " << r.err;
+    EXPECT_NE(r.err.find("is not yes or no"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(std::string(typo).substr(0, std::string(typo).find('='))), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(run({"get", "k2"}).code, 1) << "a refused setting stored nothing";
+  // Spaces around a word, any case, and set-but-empty are what they say.
+  auto ro = run({"config"}, {"PROGCACHE_READONLY= Yes "});
+  EXPECT_NE(ro.out.find("PROGCACHE_READONLY = yes  (environment)"), std::string::npos) << ro.out;
+  EXPECT_EQ(run({"put", "k4", file("in4.bin", "v")}, {"PROGCACHE_DISABLE="}).code, 0);
+  EXPECT_EQ(run({"get", "k4"}).out, "v");
+}
+
 TEST_F(CliTest, AGroupSharedRootIsUsableWithPrivacyAsTheDefault) {
   fs::create_directories(m_tmp.sub("team"));
   ::chmod(m_tmp.sub("team").c_str(), 02770);
@@ -999,7 +1032,7 @@ TEST_F(CliTest, CcacheMaxSizeSetsTheRootsCapInItsSettingsFile) {
   // usage error naming it, and the file unchanged.
   auto bare = run({"-M", "5"});
   EXPECT_EQ(bare.code, 2);
-  EXPECT_NE(bare.err.find("max_size '5' has no unit: write K, M, G or T (e.g. 5G)"), std::string::npos) << bare.err;
+  EXPECT_NE(bare.err.find("max_size '5' has no unit: write B, K, M, G or T (e.g. 5G)"), std::string::npos) << bare.err;
   auto bad = run({"-M", "10Q"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("10Q"), std::string::npos) << bad.err;
@@ -1115,11 +1148,23 @@ TEST_F(CliTest, CcacheVersionAndShowConfig) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("'-q'"), std::string::npos) << bad.err;
   EXPECT_EQ(bad.out, "") << "a flag before the bad one ran";
-  for (const char* other : {"-x", "--cleanup"}) {
+  for (const char* other : {"-q", "--recompress"}) {
     auto unknown = run({other});
     EXPECT_EQ(unknown.code, 2);
     EXPECT_NE(unknown.err.find("unknown option '" + std::string(other) + "'"), std::string::npos) << unknown.err;
     EXPECT_NE(unknown.err.find("-s, -z, -C, -M, -V and -p"), std::string::npos) << unknown.err;
+  }
+  // ccache's options whose job a progcache command does name that command.
+  for (const auto& [ccache, command] :
+       std::vector<std::pair<std::string, std::string>>{{"-c", "progcache prune"},
+                                                        {"--cleanup", "progcache prune"},
+                                                        {"-o", "progcache config set"},
+                                                        {"--evict-older-than=1d", "progcache prune --older-than"},
+                                                        {"-k", "progcache config"},
+                                                        {"-x", "progcache stats"}}) {
+    auto r = run({ccache});
+    EXPECT_EQ(r.code, 2) << ccache;
+    EXPECT_NE(r.err.find("'" + command), std::string::npos) << ccache << ": " << r.err;
   }
 }
 

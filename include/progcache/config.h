@@ -173,7 +173,7 @@ std::string_view library_override_variable(std::string_view library);
 // own.
 std::shared_ptr<const SigningKeys> disk_signing_keys(std::shared_ptr<const SigningKeys> keys, Sharing sharing);
 
-// True for "1", "true", "yes", "on" (any case).
+// True for "1", "true", "yes", "on" (any case, spaces around ignored).
 bool truthy(std::string_view value);
 
 }  // namespace progcache

@@ -118,6 +118,11 @@ class Store {
 // and for a nonzero size below one byte ("0.4": a cap of zero was surely not
 // meant; "0" is accepted and callers read it as "no limit").
 Result<std::uint64_t> parse_size(std::string_view text);
+// invalid_argument naming `name` where `text` is a nonzero number without a
+// unit ("5", "1.5"): ccache reads a bare max_size as gigabytes, and a cap of
+// 5 bytes would empty a cache. "0" and anything with a unit ("5G", "5000B")
+// pass; parse_size judges the rest.
+Status check_size_unit(std::string_view name, std::string_view text);
 // Parses "30s", "15m", "2h", "7d", "1w" into nanoseconds.
 Result<std::int64_t> parse_duration(std::string_view text);
 // "1.5 GiB"-style rendering.

@@ -161,7 +161,7 @@ def test_an_entry_of_another_tilelang_version_is_a_miss(tmp_path):
 
 def test_the_byte_cap_holds_on_disk(tmp_path):
     cap = 100_000
-    env = Env(tmp_path, PROGCACHE_MAX_SIZE=str(cap))
+    env = Env(tmp_path, PROGCACHE_MAX_SIZE=f"{cap}B")
     env.run([k("scale", factor=float(f)) for f in range(1, 6)])
     sizes = [os.path.getsize(p) for p in entries(env.root)]
     assert 0 < len(sizes) < 6 and sum(sizes) <= cap  # five kernels and a memo did not all fit

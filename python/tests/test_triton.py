@@ -243,7 +243,7 @@ def test_the_byte_cap_holds_on_disk(tmp_path):
     cap = 500_000  # above the largest group (the attention kernel, about 0.4 MB)
     root = str(tmp_path / "root")
     kernels = [k(n) for n in ("vector_add", "softmax", "matmul", "layer_norm", "attention")]
-    r = Env(tmp_path, "a", root=root, PROGCACHE_MAX_SIZE=str(cap)).run(kernels)
+    r = Env(tmp_path, "a", root=root, PROGCACHE_MAX_SIZE=f"{cap}B").run(kernels)
     assert r["compiles"] == 5
     on_disk = sum(os.path.getsize(p) for p in store_entries(root))
     assert 0 < on_disk <= cap, on_disk

@@ -103,12 +103,11 @@ Status apply_dir(Config& c, const std::optional<std::string>& text, Setting& sho
 Status apply_max_size(Config& c, const std::optional<std::string>& text, Setting& shown) {
   if (text) {
     std::optional<std::uint64_t> n;  // unlimited
-    // In a file, a bare number is refused: ccache.conf reads "max_size = 5"
-    // as 5 GB, and a cap of 5 bytes would empty the cache.
-    auto zero = parse_size(*text);
-    if (from_file(shown) && !(zero.ok() && *zero == 0) && !text->empty() &&
-        std::all_of(text->begin(), text->end(), [](unsigned char ch) { return std::isdigit(ch) || ch == '.'; })) {
-      return invalid_argument("max_size '" + *text + "' has no unit: write K, M, G or T (e.g. " + *text + "G)");
+    // A bare number is refused wherever it is set: ccache reads
+    // "max_size = 5" and CCACHE_MAXSIZE=5 as 5 GB, and a cap of 5 bytes
+    // would empty the cache. 0 (no cap) needs no unit.
+    if (Status st = check_size_unit(from_file(shown) ? "max_size" : "PROGCACHE_MAX_SIZE", *text); !st.ok()) {
+      return st;
     }
     if (*text != "none" && *text != "unlimited") {
       auto parsed = parse_size(*text);
@@ -203,21 +202,26 @@ Status apply_remote_compression(Config& c, const std::optional<std::string>& tex
   return parse_level("PROGCACHE_REMOTE_COMPRESSION", text, c.remote_compression_level, shown);
 }
 
-// A yes/no setting. In a file only the words for yes and no are accepted;
-// the environment keeps its rule (any other word is no).
-Status check_bool(const char* name, const std::optional<std::string>& text, const Setting& shown) {
-  if (!text || !from_file(shown)) return {};
+// A yes/no setting: one of the words for yes or no, in any case, spaces
+// around it ignored, wherever it is set; any other word is refused (a
+// mistyped PROGCACHE_READONLY=ture once read as no, and wrote to a shared
+// tier). Set empty in the environment is the same as unset.
+Status check_bool(std::string_view variable, const std::optional<std::string>& text, const Setting& shown) {
+  if (!text) return {};
   std::string v = *text;
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
+  v.erase(0, std::min(v.size(), v.find_first_not_of(" \t")));
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (v.empty() && !from_file(shown)) return {};
   for (const char* w : {"1", "0", "true", "false", "yes", "no", "on", "off"}) {
     if (v == w) return {};
   }
-  return invalid_argument(std::string(name) + " '" + *text +
+  return invalid_argument((from_file(shown) ? file_name_of(variable) : std::string(variable)) + " '" + *text +
                           "' is not yes or no (use yes/no, true/false, on/off or 1/0)");
 }
 
 Status apply_disable(Config& c, const std::optional<std::string>& text, Setting& shown) {
-  PROGCACHE_TRY(check_bool("disable", text, shown));
+  PROGCACHE_TRY(check_bool("PROGCACHE_DISABLE", text, shown));
   c.disabled = text && truthy(*text);
   shown.value = c.disabled ? "yes" : "no";
   return {};
@@ -286,7 +290,7 @@ Status apply_remote_password(Config& c, const std::optional<std::string>& text, 
 }
 
 Status apply_read_only(Config& c, const std::optional<std::string>& text, Setting& shown) {
-  PROGCACHE_TRY(check_bool("readonly", text, shown));
+  PROGCACHE_TRY(check_bool("PROGCACHE_READONLY", text, shown));
   c.read_only = text && truthy(*text);
   shown.value = c.read_only ? "yes" : "no";
   return {};
@@ -624,6 +628,8 @@ std::string_view library_override_variable(std::string_view library) {
 }
 
 bool truthy(std::string_view value) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
   std::string v(value);
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
   return v == "1" || v == "true" || v == "yes" || v == "on";

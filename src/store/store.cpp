@@ -1,5 +1,6 @@
 #include "progcache/store.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -144,6 +145,16 @@ Result<std::uint64_t> parse_size(std::string_view text) {
     return invalid_argument("size '" + std::string(text) + "' is less than one byte; 0 means no limit");
   }
   return static_cast<std::uint64_t>(n);
+}
+
+Status check_size_unit(std::string_view name, std::string_view text) {
+  const bool bare = !text.empty() && std::all_of(text.begin(), text.end(),
+                                                 [](unsigned char ch) { return std::isdigit(ch) != 0 || ch == '.'; });
+  if (!bare) return {};
+  const bool zero = std::all_of(text.begin(), text.end(), [](char ch) { return ch == '0' || ch == '.'; });
+  if (zero) return {};
+  return invalid_argument(std::string(name) + " '" + std::string(text) + "' has no unit: write B, K, M, G or T (e.g. " +
+                          std::string(text) + "G)");
 }
 
 Result<std::int64_t> parse_duration(std::string_view text) {

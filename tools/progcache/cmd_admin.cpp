@@ -497,8 +497,13 @@ int run_prune(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
   std::optional<std::uint64_t> max_size = cfg.max_size_bytes;
   std::optional<std::int64_t> age;
   if (!a.prune_size.empty()) {
+    if (pc::Status st = pc::check_size_unit("--max-size", a.prune_size); !st.ok()) return fail(st);
     auto n = pc::parse_size(a.prune_size);
     if (!n.ok()) return fail(n.status().with_context("--max-size"));
+    // 0 is "no cap" for every setting; here it would remove everything.
+    if (*n == 0) {
+      return fail(pc::invalid_argument("--max-size 0 would remove every entry: 'progcache clear' (-C) does that"));
+    }
     max_size = *n;
   }
   if (!a.prune_age.empty()) {

@@ -62,6 +62,33 @@ struct CcacheFlag {
 
 constexpr const char* k_ccache_known = "; of ccache's options, progcache knows -s, -z, -C, -M, -V and -p";
 
+// What to say of an option progcache does not take: where it is one of
+// ccache's whose job a progcache command does, that command.
+std::string unknown_option(std::string_view option) {
+  static constexpr std::pair<std::string_view, std::string_view> k_done_by[] = {
+      {"-c", "progcache prune"},
+      {"--cleanup", "progcache prune"},
+      {"-o", "progcache config set NAME VALUE"},
+      {"--set-config", "progcache config set NAME VALUE"},
+      {"-k", "progcache config (every setting and its source)"},
+      {"--get-config", "progcache config (every setting and its source)"},
+      {"--evict-older-than", "progcache prune --older-than AGE"},
+      {"-F", "progcache config set max_entries N"},
+      {"--max-files", "progcache config set max_entries N"},
+      {"-x", "progcache stats"},
+      {"--show-compression", "progcache stats"},
+  };
+  const std::string_view name = option.starts_with("--") ? option.substr(0, option.find('='))
+                                                         : option.substr(0, std::min<std::size_t>(2, option.size()));
+  for (const auto& [ccache, command] : k_done_by) {
+    if (name == ccache) {
+      return "unknown option '" + std::string(option) + "': in progcache, ccache's " + std::string(ccache) + " is '" +
+             std::string(command) + "'";
+    }
+  }
+  return "unknown option '" + std::string(option) + "'" + k_ccache_known;
+}
+
 const std::vector<CcacheFlag>& ccache_flags() {
   static const std::vector<CcacheFlag> flags = {
       {'s', "--show-stats", {"stats"}},  {'z', "--zero-stats", {"stats", "--zero"}},
@@ -129,7 +156,7 @@ std::optional<CcachePlan> ccache_plan(int argc, char** argv) {
       if (f == nullptr) {
         // An option before any subcommand that is neither progcache's nor
         // one of ccache's that progcache knows (ccache -c, -F, -x, ...).
-        if (plan.steps.empty()) plan.error = "unknown option '" + a + "'" + k_ccache_known;
+        if (plan.steps.empty()) plan.error = unknown_option(a);
         break;
       }
       if (!f->takes_value) {
@@ -147,7 +174,7 @@ std::optional<CcachePlan> ccache_plan(int argc, char** argv) {
     if (a.size() < 2 || a[0] != '-') break;
     // A cluster of letters (-zs); a -M in it takes the rest, or the next word.
     if (find([&](const CcacheFlag& c) { return c.letter == a[1]; }) == nullptr) {
-      if (plan.steps.empty() && a != "-h") plan.error = "unknown option '" + a + "'" + k_ccache_known;
+      if (plan.steps.empty() && a != "-h") plan.error = unknown_option(a);
       break;
     }
     for (std::size_t k = 1; k < a.size(); ++k) {
