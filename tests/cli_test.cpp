@@ -1734,6 +1734,10 @@ TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
   EXPECT_EQ(syntax.code, 3);
   EXPECT_NE(syntax.err.find("error"), std::string::npos);
   EXPECT_NE(syntax.err.find("bad.cu"), std::string::npos);
+  // The compiler's log as it laid it out: a line per diagnostic, the source
+  // line quoted under it (not one line with '?' for each line break).
+  EXPECT_NE(syntax.err.find("\n  __global__ void k( { }\n"), std::string::npos) << syntax.err;
+  EXPECT_EQ(syntax.err.find('?'), std::string::npos) << syntax.err;
   auto arch = run({"compile", file("ok.cu", k_kernel), "--arch", "sm_1"});
   EXPECT_NE(arch.code, 0);
   auto option = run({"compile", file("ok2.cu", k_kernel), "--arch", "sm_80", "--no-such-nvrtc-option"});

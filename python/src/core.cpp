@@ -38,32 +38,41 @@ namespace pc = progcache;
 
 namespace {
 
+// A status's message, in the user's words: the code's name
+// ("failed_precondition") chose the exception's type and is not repeated.
+std::string words(const pc::Status& st) {
+  if (!st.message().empty()) return st.message();
+  std::string w(pc::code_name(st.code()));
+  std::replace(w.begin(), w.end(), '_', ' ');
+  return w;
+}
+
 // Status → Python exception: invalid input → ValueError, the rest → OSError
 // subclasses or RuntimeError, with progcache's message.
 [[noreturn]] void raise(const pc::Status& st) {
   switch (st.code()) {
     case pc::Code::invalid_argument:
-      throw nb::value_error(st.message().c_str());
+      throw nb::value_error(words(st).c_str());
     case pc::Code::permission_denied: {
-      PyErr_SetString(PyExc_PermissionError, st.message().c_str());
+      PyErr_SetString(PyExc_PermissionError, words(st).c_str());
       throw nb::python_error();
     }
     case pc::Code::not_found: {
-      PyErr_SetString(PyExc_FileNotFoundError, st.message().c_str());
+      PyErr_SetString(PyExc_FileNotFoundError, words(st).c_str());
       throw nb::python_error();
     }
     case pc::Code::deadline_exceeded: {
-      PyErr_SetString(PyExc_TimeoutError, st.message().c_str());
+      PyErr_SetString(PyExc_TimeoutError, words(st).c_str());
       throw nb::python_error();
     }
     case pc::Code::resource_exhausted:
     case pc::Code::unavailable:
     case pc::Code::data_loss: {
-      PyErr_SetString(PyExc_OSError, st.to_string().c_str());
+      PyErr_SetString(PyExc_OSError, words(st).c_str());
       throw nb::python_error();
     }
     default:
-      throw std::runtime_error(st.to_string());
+      throw std::runtime_error(words(st));
   }
 }
 

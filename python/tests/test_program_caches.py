@@ -363,6 +363,18 @@ def test_foreign_writable_root_is_refused(tmp_path):
         FileStreamProgramCache(root)
 
 
+def test_errors_speak_the_users_words_not_the_librarys_code_names(tmp_path):
+    # The code chose the exception's type; the message is what is wrong.
+    plain = tmp_path / "a-file"
+    plain.write_bytes(b"x")
+    with pytest.raises(RuntimeError) as e:
+        FileStreamProgramCache(plain)
+    assert "is not a directory" in str(e.value) and not str(e.value).startswith("failed_precondition"), e.value
+    with pytest.raises(OSError) as e:
+        progcache.RedisProgramCache("redis://127.0.0.1:1")[b"k" * 32]
+    assert not str(e.value).startswith(("unavailable", "data_loss", "resource_exhausted")), e.value
+
+
 def test_group_shared_root_is_usable_when_asked_for(tmp_path, monkeypatch):
     # A team's root: group-writable and setgid. Refused by default (as a
     # private cache must be), usable with sharing="group" or

@@ -23,8 +23,16 @@ namespace progcache::cli {
 // should have one) says what its code means, in words.
 std::string plain(const pc::Status& st) {
   // Messages may quote a file's text (a settings file, an entry's name):
-  // control characters are shown as '?', never sent to the terminal.
-  if (!st.message().empty()) return printable(st.message());
+  // control characters are shown as '?', never sent to the terminal, but
+  // for line breaks and tabs, which a compiler's log is laid out with.
+  if (!st.message().empty()) {
+    std::string s = st.message();
+    std::replace_if(
+        s.begin(), s.end(),
+        [](char c) { return (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7f; }, '?');
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
   std::string words(pc::code_name(st.code()));
   std::replace(words.begin(), words.end(), '_', ' ');
   return words;
