@@ -1258,6 +1258,12 @@ TEST_F(CliTest, TwoCacheDirectoriesShareEntriesThroughRemote) {
   EXPECT_EQ(testing::read_all(m_tmp.sub("o")), "from machine one");
   // Backfilled into machine 2's disk: a hit without the remote now.
   EXPECT_EQ(run({"--dir", m_tmp.sub("machine2"), "get", "shared-key", "-o", m_tmp.sub("o2")}).code, 0);
+  // Both lookups were served, the first by the remote tier: two hits in
+  // machine 2's statistics, no miss (the disk's look before the remote's
+  // answer is not the lookup's outcome).
+  auto served = nlohmann::json::parse(run({"--dir", m_tmp.sub("machine2"), "stats", "--json"}).out);
+  EXPECT_EQ(served["root"]["hits"], 2) << served.dump();
+  EXPECT_EQ(served["root"]["misses"], 0) << served.dump();
   auto stats = run({"stats", "--json"}, {"PROGCACHE_REMOTE=" + url});
   ASSERT_EQ(stats.code, 0);
   auto js = nlohmann::json::parse(stats.out);

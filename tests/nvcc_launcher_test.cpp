@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "nvcc/counters.h"
 #include "progcache/file_store.h"
 #include "testing/test_util.h"
 
@@ -315,6 +316,18 @@ TEST_F(NvccLauncherTest, TheRootsHeadlineCountsEachLauncherLookupOnceAndZeroClea
   const auto zeroed = nlohmann::json::parse(sh(cli() + " stats --json").out);
   EXPECT_EQ(zeroed["root"]["hits"], 0) << zeroed.dump();
   EXPECT_EQ(zeroed["root"]["misses"], 0);
+  // No lookups: no rate (null in JSON, NaN in Prometheus), not a rate of 0;
+  // and the launcher's every counter, at zero, in JSON as in the text.
+  EXPECT_TRUE(zeroed["root"]["hit_rate"].is_null()) << zeroed.dump();
+  EXPECT_TRUE(zeroed["hit_rate"].is_null()) << zeroed.dump();
+  for (const auto& info : progcache::nvcc::k_counters) {
+    EXPECT_EQ(zeroed["nvcc_launcher"].value(std::string(info.name), -1), 0) << info.name << zeroed.dump();
+  }
+  const Ran zeroed_prom = sh(cli() + " stats --format prometheus");
+  EXPECT_NE(zeroed_prom.out.find("\nprogcache_root_hit_rate NaN\n"), std::string::npos) << zeroed_prom.out;
+  EXPECT_NE(zeroed_prom.out.find("\nprogcache_hit_rate{store=\"programs\"} NaN\n"), std::string::npos);
+  EXPECT_NE(zeroed_prom.out.find("\nprogcache_root_max_size_bytes "), std::string::npos) << zeroed_prom.out;
+  EXPECT_NE(zeroed_prom.out.find("\nprogcache_nvcc_launcher_waited_total 0\n"), std::string::npos);
   EXPECT_EQ(launcher_stats().value("hits", 0), 0);
   // And counting starts again from zero.
   ASSERT_EQ(launch("-arch=sm_90 -I inc -cubin k.cu -o k.cubin").code, 0);
@@ -323,7 +336,7 @@ TEST_F(NvccLauncherTest, TheRootsHeadlineCountsEachLauncherLookupOnceAndZeroClea
     // A counters file of another user (made so by chown): neither counted
     // nor zeroed, so not reported either.
     ASSERT_EQ(::chown(m_tmp.sub("cache/nvcc/launcher-stats.json").c_str(), 65534, 65534), 0);
-    EXPECT_TRUE(launcher_stats().is_null());
+    EXPECT_EQ(launcher_stats()["hits"], 0);
     const auto shown = nlohmann::json::parse(sh(cli() + " stats --json").out);
     EXPECT_EQ(shown["root"]["hits"], 0) << shown.dump();
   }

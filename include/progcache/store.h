@@ -93,6 +93,12 @@ class Store {
   // its entry, counted as a hit): one lookup, counted once, as what it
   // ended as. Never below zero. Others ignore it.
   virtual void uncount_miss() {}
+  // A lookup of a tiered store whose disk this store is, answered by another
+  // tier (its memory, or its remote after this store missed): counted in
+  // this store's host-wide statistics, the root's, as the hit it was, the
+  // miss this store counted first (`missed_here`) taken back there; its own
+  // counters (what it answered) stay. Others ignore it.
+  virtual void count_served_above(bool /*missed_here*/) {}
   virtual Status close() = 0;
   // "memory", "file", "remote", "tiered": for messages and stats.
   [[nodiscard]] virtual std::string name() const = 0;

@@ -165,8 +165,17 @@ class CubinCache:
         h = key.digest()
         with self._lock:
             e = self._memory.get(h)
-        if e is not None or self._disk is None:
+        if e is not None:
+            if self._disk is not None:
+                # Served from this instance's copy of a disk entry: a hit in
+                # the root's statistics all the same.
+                try:
+                    self._disk.count_copy_hit()
+                except (OSError, RuntimeError):
+                    pass
             return e
+        if self._disk is None:
+            return None
         found = self._disk.get_entry(h)
         if found is None:
             return None

@@ -226,6 +226,40 @@ def test_the_cli_sees_and_clears_the_kernel_caches_stores(tmp_path, monkeypatch)
     assert not kc.cached(build_kernel, 1).from_cache  # cleared on disk, so built again
 
 
+def test_a_lookup_served_from_memory_is_a_hit_in_the_roots_statistics(tmp_path, monkeypatch):
+    # What the operator reads (the CLI's headline and the store's row)
+    # counts every served lookup, those a cache answered from its memory too.
+    here = os.path.dirname(os.path.abspath(__file__))
+    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(here, "..", "..", "build", "progcache"))
+    if not os.access(cli, os.X_OK):
+        pytest.skip("the progcache CLI is not built (set PROGCACHE_CLI)")
+    monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "root"))
+    monkeypatch.delenv("PYPTX_CACHE_DIR", raising=False)
+    monkeypatch.delenv("PROGCACHE_REMOTE", raising=False)
+
+    def stats():
+        out = subprocess.run([cli, "stats", "--json"], capture_output=True, timeout=120, check=True)
+        return json.loads(out.stdout)
+
+    # The tiered program cache: a miss, then two hits from its memory tier.
+    tiered = progcache.TieredProgramCache()
+    with pytest.raises(KeyError):
+        tiered[b"k" * 32]
+    tiered[b"k" * 32] = b"program"
+    assert tiered[b"k" * 32] == b"program" and tiered[b"k" * 32] == b"program"
+    tiered.close()
+    s = stats()
+    assert (s["hits"], s["misses"]) == (2, 1), s
+    assert (s["root"]["hits"], s["root"]["misses"]) == (2, 1), s["root"]
+    # pyptx's cache: a get right after the put, and again, from its memory.
+    cubins = CubinCache()
+    key = CacheKey("f", {}, [], "sm_90")
+    cubins.put(CacheEntry(key, ".version 8.0", b"\x7fELF cubin"))
+    assert cubins.get(key) is not None and cubins.get(key) is not None
+    pyptx = {c["name"]: c for c in stats()["companions"]}["pyptx"]
+    assert pyptx["hits"] == 2, pyptx
+
+
 def test_cached_decorator_and_scoped_clear(tmp_path):
     kc = KernelCache(tmp_path / "dec")
 

@@ -30,6 +30,7 @@ class Tiered final : public TieredStore {
     SampledTimer timer(sample_this_call<tiered_get>());
     Status last_error;
     bool any_answered = false;
+    bool disk_missed = false;  // the disk tier looked and counted a miss
     for (std::size_t i = 0; i < m_tiers.size(); ++i) {
       auto r = m_tiers[i]->get(key);
       if (!r.ok()) {
@@ -37,9 +38,19 @@ class Tiered final : public TieredStore {
         continue;
       }
       any_answered = true;
-      if (!r->has_value()) continue;
+      if (!r->has_value()) {
+        disk_missed = disk_missed || m_tiers[i] == m_opt.disk.get();
+        continue;
+      }
       // Backfill the tiers above the one that hit.
       for (std::size_t j = 0; j < i; ++j) m_tiers[j]->put(key, **r).ignore();
+      // The root's statistics (the disk's, host-wide) count the lookup as
+      // the caller saw it: a hit wherever it was answered. The disk counted
+      // nothing where memory answered, and a miss where the remote did; its
+      // own counters keep saying what it answered.
+      if (Store* disk = m_opt.disk.get(); disk != nullptr && m_tiers[i] != disk) {
+        disk->count_served_above(disk_missed);
+      }
       ++m_hits;
       m_meters.read((*r)->payload_size());
       timer.finish(m_meters.get_time);

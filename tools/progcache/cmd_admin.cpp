@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -221,10 +222,38 @@ void print_prometheus(const Stores& stores) {
       }
     }
   }
-  std::printf("# HELP progcache_hit_rate hits / (hits + misses) (host-wide)\n# TYPE progcache_hit_rate gauge\n");
+  std::printf(
+      "# HELP progcache_hit_rate hits / (hits + misses) (host-wide; NaN before any lookup)\n"
+      "# TYPE progcache_hit_rate gauge\n");
   for (const auto& [store, st] : rows) {
-    std::printf("progcache_hit_rate{store=\"%s\"} %.6g\n", prom_label(store).c_str(), pc::hit_rate(st));
+    if (st.hits + st.misses == 0) {
+      std::printf("progcache_hit_rate{store=\"%s\"} NaN\n", prom_label(store).c_str());
+    } else {
+      std::printf("progcache_hit_rate{store=\"%s\"} %.6g\n", prom_label(store).c_str(), pc::hit_rate(st));
+    }
   }
+}
+
+// The nvcc launcher's counters as JSON shows them: every counter (0 where
+// the launcher never counted it) and every tally (empty where it has none),
+// as the text and Prometheus show them, whether or not it has run.
+json launcher_counters(const json& raw) {
+  json out = json::object();
+  for (const auto& info : pc::nvcc::k_counters) {
+    const std::string name(info.name);
+    out[name] = raw.is_object() && raw.contains(name) && raw[name].is_number_unsigned() ? raw[name] : json(0);
+  }
+  for (const std::string_view tally : pc::nvcc::k_tallies) {
+    const std::string name(tally);
+    json group = json::object();
+    if (raw.is_object() && raw.contains(name) && raw[name].is_object()) {
+      for (const auto& [why, count] : raw[name].items()) {
+        if (count.is_number_unsigned()) group[why] = count;
+      }
+    }
+    out[name] = group;
+  }
+  return out;
 }
 
 // The nvcc launcher's counters (src/nvcc/counters.h), when it has run.
@@ -256,8 +285,9 @@ struct RootSummary {
   std::uint64_t bytes = 0;
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
+  [[nodiscard]] bool looked_up() const { return hits + misses != 0; }
   [[nodiscard]] double hit_rate() const {
-    return hits + misses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
+    return !looked_up() ? 0.0 : static_cast<double>(hits) / static_cast<double>(hits + misses);
   }
 };
 
@@ -289,15 +319,20 @@ json root_json(const RootSummary& r, const pc::Config& cfg) {
           {"max_entries", cfg.max_entries ? json(*cfg.max_entries) : json(nullptr)},
           {"hits", r.hits},
           {"misses", r.misses},
-          {"hit_rate", r.hit_rate()}};
+          {"hit_rate", r.looked_up() ? json(r.hit_rate()) : json(nullptr)}};
 }
 
 // The launcher's counters and the remote tiers in Prometheus's format, as
 // the text and JSON show them.
-void print_prometheus_root(const RootSummary& r, const json& launcher, const json& remote) {
-  // One sample of a metric with no labels, with its HELP and TYPE lines.
+void print_prometheus_root(const RootSummary& r, const pc::Config& cfg, const json& launcher, const json& remote) {
+  // One sample of a metric with no labels, with its HELP and TYPE lines;
+  // NaN where there is no value (a rate before any lookup).
   const auto one = [](const char* name, const char* type, const char* help, double value) {
-    std::printf("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
+    if (std::isnan(value)) {
+      std::printf("# HELP %s %s\n# TYPE %s %s\n%s NaN\n", name, help, name, type, name);
+    } else {
+      std::printf("# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
+    }
   };
   const auto as_double = [](std::uint64_t n) { return static_cast<double>(n); };
   one("progcache_root_entries", "gauge", "entries of every store of the root", as_double(r.entries));
@@ -307,7 +342,17 @@ void print_prometheus_root(const RootSummary& r, const json& launcher, const jso
       as_double(r.hits));
   one("progcache_root_misses_total", "counter", "lookups missed (every store; the nvcc launcher's own count)",
       as_double(r.misses));
-  one("progcache_root_hit_rate", "gauge", "hits / (hits + misses) of the root", r.hit_rate());
+  one("progcache_root_hit_rate", "gauge", "hits / (hits + misses) of the root (NaN before any lookup)",
+      r.looked_up() ? r.hit_rate() : std::nan(""));
+  // The caps, as the text and JSON show them; absent where there is none.
+  if (cfg.max_size_bytes) {
+    one("progcache_root_max_size_bytes", "gauge", "the cap on the bytes of every store of the root",
+        as_double(*cfg.max_size_bytes));
+  }
+  if (cfg.max_entries) {
+    one("progcache_root_max_entries", "gauge", "the cap on the entries of every store of the root",
+        as_double(*cfg.max_entries));
+  }
   if (launcher.is_object()) {
     for (const auto& info : pc::nvcc::k_counters) {
       const std::string name(info.name);
@@ -365,13 +410,15 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     std::printf("statistics zeroed%s\n", stores.empty() ? " (the cache directory does not exist)" : "");
     return k_exit_ok;
   }
-  const json launcher = stores.empty() ? json(nullptr) : launcher_stats_json(stores.front().store->root(), cfg.sharing);
+  // Every counter, zero where the launcher never counted (or never ran).
+  const json launcher = launcher_counters(
+      stores.empty() ? json(nullptr) : launcher_stats_json(stores.front().store->root(), cfg.sharing));
   const RootSummary summary = root_summary(stores, launcher);
   if (a.format == "prometheus") {
     auto remote = remote_summary(cfg);
     if (!remote.ok()) return fail(remote.status());
     print_prometheus(stores);
-    print_prometheus_root(summary, launcher, *remote);
+    print_prometheus_root(summary, cfg, launcher, *remote);
     return k_exit_ok;
   }
   // No cache directory yet: all zeros, and it is not made.

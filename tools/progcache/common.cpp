@@ -192,7 +192,9 @@ void add_string_flag(CLI::App* sub, bool& string_key) {
 json stats_json(const pc::StoreStats& s) {
   json j = json::object();
   for (const auto& f : pc::store_stat_fields()) j[f.name] = s.*f.member;
-  j["hit_rate"] = pc::hit_rate(s);
+  // No lookups yet: no rate (null), not a rate of zero that an alert on a
+  // low hit rate would fire on.
+  j["hit_rate"] = s.hits + s.misses == 0 ? json(nullptr) : json(pc::hit_rate(s));
   return j;
 }
 

@@ -154,9 +154,17 @@ void Accounting::uncount_miss() {
   std::uint64_t mine = m_events[i].load(std::memory_order_relaxed);
   while (mine > 0 && !m_events[i].compare_exchange_weak(mine, mine - 1, std::memory_order_relaxed)) {
   }
+  uncount_host_miss();
+}
+
+void Accounting::count_host(Event e) {
+  if (m_map != nullptr) atomic_add(m_map->events[static_cast<int>(e)], 1);
+}
+
+void Accounting::uncount_host_miss() {
   if (m_map == nullptr) return;
   // Not below zero: a `stats --zero` between the miss and now took it already.
-  std::atomic_ref<std::int64_t> host(m_map->events[i]);
+  std::atomic_ref<std::int64_t> host(m_map->events[static_cast<int>(Event::miss)]);
   std::int64_t v = host.load(std::memory_order_relaxed);
   while (v > 0 && !host.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
   }

@@ -58,6 +58,10 @@ class Accounting {
   // Takes back one miss counted earlier, for this process and the host (a
   // lookup served after all: see Store::uncount_miss); never below zero.
   void uncount_miss();
+  // The same for the host alone (Store::count_served_above): what this
+  // process's store answered stays as it was.
+  void count_host(Event e);
+  void uncount_host_miss();
   // Bytes of a hit served and of a put taken, for this process and the host.
   void read(std::uint64_t n);
   void wrote(std::uint64_t n);

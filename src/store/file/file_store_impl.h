@@ -79,6 +79,11 @@ class FileStoreImpl final : public FileStore {
   Result<std::uint64_t> size_bytes() override;
   StoreStats stats() override;
   void count_copy_hit() override { count_lookup(Event::hit); }
+  void count_served_above(bool missed_here) override {
+    if (!m_opt.count_lookups) return;
+    if (missed_here) m_acct.uncount_host_miss();
+    m_acct.count_host(Event::hit);
+  }
   void uncount_miss() override {
     if (m_opt.count_lookups) m_acct.uncount_miss();
   }
