@@ -57,7 +57,7 @@ std::string human_duration(double seconds) {
 
 std::string progress_line(const std::string& label, ProgressUnit unit, std::uint64_t done, std::uint64_t total,
                           double elapsed_s, int columns) {
-  const int room = std::max(columns - 1, 1);
+  const int room = columns - 1;  // 0 or less: nothing fits
   done = std::min(done, total);
   const double fraction = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
   // The parts right of the bar, most important first.
@@ -82,6 +82,14 @@ std::string progress_line(const std::string& label, ProgressUnit unit, std::uint
   constexpr int k_min_bar = 10, k_max_bar = 40;
   std::size_t kept = parts.size();
   while (kept > 1 && text_width(kept) + 3 + k_min_bar > room) --kept;
+  // Whole parts or none: a number cut short reads as another number.
+  while (kept > 0 && text_width(kept) > room) --kept;
+  if (kept == 0) {
+    // Not even the label and the percentage: the percentage alone, or nothing.
+    std::string percent = parts[0];
+    percent.erase(0, percent.find_first_not_of(' '));
+    return static_cast<int>(percent.size()) <= room ? percent : std::string();
+  }
   std::string line = label;
   const int bar = std::min(k_max_bar, room - text_width(kept) - 3);
   if (bar >= k_min_bar) {
