@@ -257,6 +257,19 @@ class CachedKernel:
     key: str
 
 
+def _builder_name(func: Any) -> str:
+    """A builder's name as a person knows it (module.qualname; a tilelang
+    PrimFunc's global symbol), for `progcache ls`: never keyed."""
+    qualname = getattr(func, "__qualname__", None)
+    if isinstance(qualname, str):
+        return f"{getattr(func, '__module__', '?')}.{qualname}"
+    try:
+        symbol = func.attrs["global_symbol"]
+    except Exception:
+        symbol = None
+    return str(symbol) if symbol else type(func).__name__
+
+
 def _function_identity(func: Callable) -> tuple[str, bytes]:
     """Qualified name and source, both key fields, so editing the function
     invalidates its entries (keying by name alone served stale binaries).
@@ -354,8 +367,10 @@ class KernelCache:
         """The key (64 hex digits) of one build: the function's identity and
         the typed arguments, through the library's KeyBuilder."""
         name, source = _function_identity(func)
-        fields = [("func", name), ("func_source", source), ("args", list(args)), ("kwargs", dict(kwargs)),
-                  ("target", target)]
+        # schema 2: the entry's metadata names the builder (for `progcache ls`)
+        # and holds the build's own metadata under "metadata".
+        fields = [("schema", 2), ("func", name), ("func_source", source), ("args", list(args)),
+                  ("kwargs", dict(kwargs)), ("target", target)]
         return _core.typed_key("tilelang-kernel", fields).hex()
 
     def _load(self, key: str) -> Optional[CachedKernel]:
@@ -366,6 +381,8 @@ class KernelCache:
         if decoded is None:
             return None
         meta, artifacts = decoded
+        if meta.get("kind") != "kernel" or "metadata" not in meta:
+            return None  # not what _build writes
         # The rule for code (trust.h): host code (a shared library, an
         # object, Python) from a store others can write only when signed.
         if (self._sharing == "group" and not self._signed
@@ -375,7 +392,7 @@ class KernelCache:
                                    "an object or Python): it is not loaded from there; builds run instead (set "
                                    "PROGCACHE_HMAC_KEY_FILE to share it)")
             return None
-        return CachedKernel(dict(artifacts), meta, True, key)
+        return CachedKernel(dict(artifacts), meta["metadata"], True, key)
 
     def cached(self, func: Any = None, out_idx: Any = _UNSET, *args: Any, target: Any = "auto",
                target_host: Any = None, execution_backend: str = "auto", verbose: bool = False,
@@ -491,8 +508,11 @@ class KernelCache:
             arts.append((str(name), bytes(data)))
         meta = _meta_json(metadata)
         if store:
+            # The builder's name, so that `progcache ls` shows what built it.
+            entry_meta = json.dumps({"kind": "kernel", "name": _builder_name(func),
+                                     "metadata": json.loads(meta)}, sort_keys=True)
             try:
-                self._store.put_entry(key.encode(), meta, arts)
+                self._store.put_entry(key.encode(), entry_meta, arts)
             except (OSError, RuntimeError):  # the build succeeded; a failed store costs only a later miss
                 self.errors += 1
         return CachedKernel(dict(arts), json.loads(meta), False, key)

@@ -220,7 +220,12 @@ def test_the_cli_sees_and_clears_the_kernel_caches_stores(tmp_path, monkeypatch)
 
     companions = {c["name"]: c for c in cli_json("stats")["companions"]}
     assert companions["kernels"]["entries"] == 1 and companions["pyptx"]["entries"] == 1
-    assert {e["store"] for e in cli_json("ls")} == {"kernels", "pyptx"}
+    listed = cli_json("ls")
+    assert {e["store"] for e in listed} == {"kernels", "pyptx"}
+    # Each named as a person knows it: the builder, the function and architecture.
+    names = {e["store"]: (e["kind"], e["name"]) for e in listed}
+    assert names["kernels"][0] == "kernel" and names["kernels"][1].endswith(".build_kernel"), names
+    assert names["pyptx"] == ("pyptx cubin", "f (sm_90)"), names
     subprocess.run([cli, "clear"], check=True, timeout=120)
     assert all(c["entries"] == 0 for c in cli_json("stats")["companions"])
     assert not kc.cached(build_kernel, 1).from_cache  # cleared on disk, so built again
