@@ -306,6 +306,15 @@ TEST_F(CliTest, ASettingAPersonCouldMisreadIsRefusedWhereverItIsSet) {
   EXPECT_NE(ro.out.find("PROGCACHE_READONLY = yes  (environment)"), std::string::npos) << ro.out;
   EXPECT_EQ(run({"put", "k4", file("in4.bin", "v")}, {"PROGCACHE_DISABLE="}).code, 0);
   EXPECT_EQ(run({"get", "k4"}).out, "v");
+  // Turned off by a settings file: the message names the file, not a
+  // variable nobody set.
+  fs::create_directories(m_tmp.sub("xdg/progcache"));
+  const std::string user = file("xdg/progcache/progcache.conf", "disable = yes\n");
+  ::chmod(user.c_str(), 0600);
+  auto off = run({"put", "k5", file("in5.bin", "v")});
+  EXPECT_EQ(off.code, 0) << off.err;
+  EXPECT_NE(off.err.find("disable = yes in " + user + ":1; nothing stored"), std::string::npos) << off.err;
+  EXPECT_EQ(off.err.find("PROGCACHE_DISABLE"), std::string::npos) << off.err;
 }
 
 TEST_F(CliTest, AGroupSharedRootIsUsableWithPrivacyAsTheDefault) {

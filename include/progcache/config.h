@@ -71,6 +71,9 @@ struct Config {
   std::optional<std::uint64_t> max_size_bytes = k_default_max_size;
   std::optional<std::uint64_t> max_entries;
   bool disabled = false;
+  // What turned the cache off, for messages: "PROGCACHE_DISABLE is set", or
+  // "disable = yes in FILE:LINE" when a settings file did.
+  [[nodiscard]] std::string disabled_by() const;
   Durability durability = Durability::none;
   Sharing sharing = Sharing::private_only;
   std::string hmac_key;  // the key itself, loaded from the file

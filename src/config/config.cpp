@@ -635,6 +635,13 @@ bool truthy(std::string_view value) {
   return v == "1" || v == "true" || v == "yes" || v == "on";
 }
 
+std::string Config::disabled_by() const {
+  for (const auto& s : settings) {
+    if (s.name == "PROGCACHE_DISABLE" && from_file(s)) return "disable = yes in " + s.source;
+  }
+  return "PROGCACHE_DISABLE is set";
+}
+
 FileStoreOptions Config::file_store_options() const {
   FileStoreOptions o;
   o.root = dir;

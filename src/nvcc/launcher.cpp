@@ -1577,7 +1577,7 @@ class Launcher {
     // A settings file that cannot be used is skipped (defaults apply), and said.
     for (const auto& w : cfg->warnings) std::fprintf(stderr, "progcache: warning: %s\n", w.c_str());
     if (cfg->disabled) {  // PROGCACHE_DISABLE: as if no launcher were set
-      if (m_explain) return said(k_exit_miss, "not cached: PROGCACHE_DISABLE is set, nvcc runs alone");
+      if (m_explain) return said(k_exit_miss, "not cached: " + cfg->disabled_by() + ", nvcc runs alone");
       exec_nvcc(m_nvcc, m_args);
     }
     // The root is judged before anything in it is read or written: a root

@@ -24,7 +24,7 @@ int run_put(const EntryArgs& a, const pc::Config& cfg) {
   auto data = read_file(a.file);
   if (!data.ok()) return fail(data.status());
   if (cfg.disabled) {
-    std::cerr << "progcache: PROGCACHE_DISABLE is set; nothing stored\n";
+    std::cerr << "progcache: " << cfg.disabled_by() << "; nothing stored\n";
     return k_exit_ok;
   }
   auto tiers = open_data_store(cfg);
@@ -45,7 +45,7 @@ int run_get(const EntryArgs& a, const pc::Config& cfg) {
   if (!key.ok()) return fail(key.status());
   if (pc::Status st = check_output_path(a.output); !st.ok()) return fail(st);
   if (cfg.disabled) {
-    std::cerr << "progcache: PROGCACHE_DISABLE is set; miss\n";
+    std::cerr << "progcache: " << cfg.disabled_by() << "; miss\n";
     return k_exit_miss;
   }
   auto tiers = open_data_store(cfg, /*for_reading=*/true);
