@@ -279,7 +279,7 @@ TEST_F(CliTest, ASettingAPersonCouldMisreadIsRefusedWhereverItIsSet) {
   ASSERT_EQ(run({"put", "keep-me", file("in.bin", "kept")}).code, 0);
   // A size without a unit (ccache reads 5 as 5 GB) and prune's 0 (no cap
   // everywhere else): usage errors, and nothing is pruned.
-  for (const char* size : {"10", "1.5", "0"}) {
+  for (const char* size : {"10", "1.5", "0", "5 ", " 5", "5\t"}) {
     auto r = run({"prune", "--max-size", size});
     EXPECT_EQ(r.code, 2) << size << ": " << r.err;
     EXPECT_NE(r.err.find(std::string(size) == "0" ? "would remove every entry" : "has no unit"), std::string::npos)
@@ -289,6 +289,7 @@ TEST_F(CliTest, ASettingAPersonCouldMisreadIsRefusedWhereverItIsSet) {
   auto bare = run({"stats"}, {"PROGCACHE_MAX_SIZE=5"});
   EXPECT_EQ(bare.code, 2) << bare.err;
   EXPECT_NE(bare.err.find("PROGCACHE_MAX_SIZE '5' has no unit"), std::string::npos) << bare.err;
+  EXPECT_EQ(run({"stats"}, {"PROGCACHE_MAX_SIZE=5 "}).code, 2) << "a space is no unit";
   for (const char* fine : {"PROGCACHE_MAX_SIZE=0", "PROGCACHE_MAX_SIZE=5000B", "PROGCACHE_MAX_SIZE=5G"}) {
     EXPECT_EQ(run({"stats"}, {fine}).code, 0) << fine;
   }
@@ -315,6 +316,20 @@ TEST_F(CliTest, ASettingAPersonCouldMisreadIsRefusedWhereverItIsSet) {
   EXPECT_EQ(off.code, 0) << off.err;
   EXPECT_NE(off.err.find("disable = yes in " + user + ":1; nothing stored"), std::string::npos) << off.err;
   EXPECT_EQ(off.err.find("PROGCACHE_DISABLE"), std::string::npos) << off.err;
+}
+
+TEST_F(CliTest, AMessageQuotingANameCannotForgeALineOrDriveTheTerminal) {
+  // A name holding a line break, ESC and a C1 control (U+009B, which a
+  // UTF-8 terminal reads as ESC [): each shown as '?'.
+  const std::string name = m_tmp.sub(
+      "no-such\nprogcache: stored OK\x1b[2J\xc2\x9b"
+      "2J");
+  auto r = run({"put", "k", name});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("\xc2\x9b"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no-such?progcache: stored OK?[2J?2J"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, AGroupSharedRootIsUsableWithPrivacyAsTheDefault) {

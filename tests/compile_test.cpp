@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <optional>
 #include <functional>
 #include <thread>
 
@@ -320,6 +321,46 @@ TEST_F(CompileTest, AHeldKeyLockDelaysACompileByTheTimeoutNeverStopsIt) {
   EXPECT_FALSE(r->from_cache);
   EXPECT_EQ(compile_stats().lock_waits, before.lock_waits + 1);
   EXPECT_TRUE(compile(p, TargetType::cubin, o)->from_cache);  // and it was stored
+}
+
+TEST_F(CompileTest, ACompileServedAfterWaitingForAnotherProcessCountsOneHitAndNoMiss) {
+  REQUIRE_NVRTC();
+  const Program p = saxpy_program(salt());
+  auto key = program_key(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(key.ok()) << key.status().to_string();
+  // What the other process will have stored: the same compile's entry,
+  // made in a cache of its own.
+  auto other = FileStore::open({.root = m_tmp.sub("other")});
+  ASSERT_TRUE(other.ok());
+  CompileOptions elsewhere = m_opts;
+  elsewhere.cache = other->get();
+  elsewhere.state_dir = m_tmp.sub("other");
+  ASSERT_TRUE(compile(p, TargetType::cubin, elsewhere).ok());
+  // That process holds the key's lock while it compiles: this one misses,
+  // waits, and finds the entry once the lock is let go.
+  auto held = LockFile::acquire(Env::posix(), m_opts.state_dir + "/locks", key->hex(), std::chrono::milliseconds(0));
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  m_store->zero_stats();
+  CompileOptions o = m_opts;
+  o.lock_timeout = std::chrono::seconds(60);
+  std::optional<Result<ObjectCode>> served;
+  std::thread waiter([&] { served.emplace(compile(p, TargetType::cubin, o)); });
+  const auto before = compile_stats().lock_waits;
+  for (int i = 0; i < 2000 && m_store->host_stats().misses == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string to = m_store->entry_path(*key);
+  std::filesystem::create_directories(std::filesystem::path(to).parent_path());
+  std::filesystem::copy_file((*other)->entry_path(*key), to + ".part");
+  std::filesystem::rename(to + ".part", to);
+  held->release();  // let go
+  waiter.join();
+  ASSERT_TRUE(served && served->ok()) << (served ? served->status().to_string() : "no result");
+  EXPECT_TRUE((*served)->from_cache);
+  EXPECT_EQ(compile_stats().lock_waits, before + 1);
+  const StoreStats st = m_store->host_stats();
+  EXPECT_EQ(st.hits, 1u) << "one lookup, served";
+  EXPECT_EQ(st.misses, 0u) << "the look before the wait is not the lookup's outcome";
 }
 
 TEST_F(CompileTest, EightProcessesCompileAnUncachedKernelExactlyOnce) {

@@ -129,6 +129,7 @@ class CubinCache:
                  sharing: Optional[str] = None) -> None:
         self._lock = threading.Lock()
         self._memory: dict[bytes, CacheEntry] = {}
+        self._counted: set = set()  # read from disk by a membership test: its get counts nothing more
         self.errors = 0  # failures of the disk store that were turned into misses
         cfg = _usable_config("CubinCache")
         self._disabled = cfg is not None and cfg["disabled"]  # a malformed setting leaves memory in use
@@ -157,16 +158,25 @@ class CubinCache:
         """pyptx's membership test: memory, then disk. (The program caches
         have none, as in cuda.core: there, check-then-read races other
         processes; here a False only costs a compile.)"""
-        return self.get(key) is not None
+        return self._get(key, asking=True) is not None
 
     def get(self, key: CacheKey) -> Optional[CacheEntry]:
+        return self._get(key, asking=False)
+
+    def _get(self, key: CacheKey, *, asking: bool) -> Optional[CacheEntry]:
+        """``asking``: a membership test. pyptx tests, then gets: the pair is
+        one lookup, counted once, by whichever of the two read the store (a
+        test answered by memory counts nothing; the get after a test that
+        read the disk counts nothing more)."""
         if self._disabled:
             return None
         h = key.digest()
         with self._lock:
             e = self._memory.get(h)
+            counted = h in self._counted
+            self._counted.discard(h)
         if e is not None:
-            if self._disk is not None:
+            if self._disk is not None and not asking and not counted:
                 # Served from this instance's copy of a disk entry: a hit in
                 # the root's statistics all the same.
                 try:
@@ -193,6 +203,8 @@ class CubinCache:
         e = CacheEntry(key, ptx, arts.get("cubin"), meta.get("metadata", {}))
         with self._lock:
             self._memory[h] = e
+            if asking:
+                self._counted.add(h)  # the disk counted this lookup's hit
         return e
 
     def put(self, entry: CacheEntry) -> None:
@@ -216,6 +228,7 @@ class CubinCache:
     def clear(self, *, disk: bool = False) -> None:
         with self._lock:
             self._memory.clear()
+            self._counted.clear()
         if disk and self._disk is not None:
             self._disk.clear()
 

@@ -525,6 +525,10 @@ def _cached_in(kc, func, out_idx, args, *, target, target_host, execution_backen
     with kc._memory_lock:
         kernel = kc._memory.get(ekey)
     if kernel is not None:
+        try:  # served from this cache's memory: a hit in the root's statistics all the same
+            kc._store.count_copy_hit()
+        except Exception:
+            kc.errors += 1
         return kernel
     load_args = (ctx, out_idx, pass_configs, compile_flags, func, verbose)
     missed = [False]  # the first lookup was a miss the store counted

@@ -106,7 +106,12 @@ nb::bytes to_bytes(const pc::Bytes& b) {
 nb::dict stats_dict(const pc::StoreStats& s) {
   nb::dict out;
   for (const auto& f : pc::store_stat_fields()) out[f.name] = s.*f.member;
-  out["hit_rate"] = pc::hit_rate(s);
+  // No lookups yet: no rate (None), as `progcache stats --json` says (null).
+  if (s.hits + s.misses == 0) {
+    out["hit_rate"] = nb::none();
+  } else {
+    out["hit_rate"] = pc::hit_rate(s);
+  }
   return out;
 }
 

@@ -263,6 +263,13 @@ def test_a_lookup_served_from_memory_is_a_hit_in_the_roots_statistics(tmp_path, 
     assert cubins.get(key) is not None and cubins.get(key) is not None
     pyptx = {c["name"]: c for c in stats()["companions"]}["pyptx"]
     assert pyptx["hits"] == 2, pyptx
+    # pyptx tests, then gets: one lookup, one hit, whether memory or the
+    # disk answered (a new instance reads the disk in the test).
+    assert key in cubins and cubins.get(key) is not None
+    again = CubinCache()
+    assert key in again and again.get(key) is not None
+    pyptx = {c["name"]: c for c in stats()["companions"]}["pyptx"]
+    assert (pyptx["hits"], pyptx["misses"]) == (4, 0), pyptx
 
 
 def test_cached_decorator_and_scoped_clear(tmp_path):

@@ -467,6 +467,7 @@ def test_tiered_memory_over_disk_needs_no_remote_and_counts_what_the_caller_saw(
     assert second["k"] == b"kept on disk"
     with pytest.raises(KeyError):
         second["absent"]
+    assert progcache.TieredProgramCache(tmp_path / "unused").stats()["hit_rate"] is None  # no lookups: no rate
     s = second.stats()
     # One row per library counter; a hit in any tier is one hit.
     assert set(s) == {"entries", "bytes_stored", "hits", "misses", "puts", "evictions", "corrupt_dropped",

@@ -583,7 +583,12 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
       lock.emplace(std::move(*l));
     }  // else: a lock we cannot take (timeout, unwritable dir) must not stop the compile
     if (waited) {
-      if (auto hit = lookup(o.cache, key, target, id)) return std::move(*hit);
+      // Another process compiled it meanwhile, perhaps: look again. One
+      // lookup counts once, as what it ended as: the first look's miss (a
+      // hit now) or this look's own (a miss again) is taken back.
+      auto hit = lookup(o.cache, key, target, id);
+      o.cache->uncount_miss();
+      if (hit) return std::move(*hit);
     }
   }
   PROGCACHE_ASSIGN_OR_RETURN(ObjectCode oc, run_compiler(p, target, failure));

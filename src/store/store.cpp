@@ -148,6 +148,9 @@ Result<std::uint64_t> parse_size(std::string_view text) {
 }
 
 Status check_size_unit(std::string_view name, std::string_view text) {
+  // Judged as parse_size reads it: spaces around the number are no unit.
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
   const bool bare = !text.empty() && std::all_of(text.begin(), text.end(),
                                                  [](unsigned char ch) { return std::isdigit(ch) != 0 || ch == '.'; });
   if (!bare) return {};

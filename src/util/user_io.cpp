@@ -22,16 +22,33 @@ namespace progcache::cli {
 // word, and decides only the exit code. A status without a message (none
 // should have one) says what its code means, in words.
 std::string plain(const pc::Status& st) {
-  // Messages may quote a file's text (a settings file, an entry's name):
-  // control characters are shown as '?', never sent to the terminal, but
-  // for line breaks and tabs, which a compiler's log is laid out with.
+  // Messages may quote a file's text (a settings file, an entry's name, a
+  // server's reply): control characters are shown as '?', never sent to the
+  // terminal, line breaks included (a name holding one could forge a line
+  // of its own), but in a compiler's log, which is laid out in lines and
+  // tabs and which the compiler itself would have printed so.
   if (!st.message().empty()) {
+    if (st.code() != pc::Code::compile_error) return printable(st.message());
     std::string s = st.message();
-    std::replace_if(
-        s.begin(), s.end(),
-        [](char c) { return (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7f; }, '?');
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
+    std::string out;
+    std::size_t start = 0;
+    while (start <= s.size()) {
+      const std::size_t nl = std::min(s.find('\n', start), s.size());
+      std::string line = s.substr(start, nl - start);
+      std::string shown;
+      for (std::size_t i = 0, from = 0; i <= line.size(); ++i) {
+        if (i == line.size() || line[i] == '\t') {
+          shown += printable(line.substr(from, i - from));
+          if (i < line.size()) shown += '\t';
+          from = i + 1;
+        }
+      }
+      out += shown;
+      if (nl < s.size()) out += '\n';
+      start = nl + 1;
+    }
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
   }
   std::string words(pc::code_name(st.code()));
   std::replace(words.begin(), words.end(), '_', ' ');
@@ -167,9 +184,23 @@ pc::Status OutputFile::commit() {
 // `s` with control characters shown as '?': a name read from an entry
 // (anyone who can write the cache can write one) never drives the terminal.
 std::string printable(std::string s) {
-  std::replace_if(
-      s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, '?');
-  return s;
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += '?';
+    } else if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
+      // U+0080 to U+009F in UTF-8: the C1 controls, which a UTF-8 terminal
+      // acts on as it does on ESC (U+009B introduces a control sequence).
+      out += '?';
+      ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 }  // namespace progcache::cli

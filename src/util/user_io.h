@@ -65,6 +65,7 @@ class OutputFile {
 };
 // Writes all of `data` to `fd` (retrying short writes and EINTR).
 pc::Status write_all_to(int fd, std::string_view data, const std::string& what);
-// `s` with control characters shown as '?'.
+// `s` with control characters (C0, DEL, and the C1 controls U+0080 to
+// U+009F as UTF-8 writes them) shown as '?'.
 std::string printable(std::string s);
 }  // namespace progcache::cli
