@@ -10,8 +10,8 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "progcache/entry.h"

@@ -29,7 +29,7 @@ std::string plain(const pc::Status& st) {
   // tabs and which the compiler itself would have printed so.
   if (!st.message().empty()) {
     if (st.code() != pc::Code::compile_error) return printable(st.message());
-    std::string s = st.message();
+    const std::string& s = st.message();
     std::string out;
     std::size_t start = 0;
     while (start <= s.size()) {
