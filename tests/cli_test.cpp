@@ -1758,6 +1758,23 @@ TEST_F(CliTest, ExplainSaysHitOrMissAndNamesWhatChangedWithCompilesArguments) {
   EXPECT_EQ(with({"explain", "--arch", "sm_x"}, {"k.cu"}).code, 2);
 }
 
+TEST_F(CliTest, ACompileErrorShowsTheNameEscapedAndTheLogInLines) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  // A name holding ESC, a line break and a C1 control given to compile, with a syntax error: the message's
+  // first line shows the name escaped; no ESC or C1 control anywhere, the
+  // compiler's log (which quotes the name) included.
+  const std::string bad = file(
+      "a\x1b[2Jb\nprogcache: forged\xc2\x9b"
+      "31mZ.cu",
+      "__global__ void k() { int x = ; }\n");
+  auto c = run({"compile", "--arch", "sm_90", bad});
+  EXPECT_EQ(c.code, 3) << c.err;
+  EXPECT_EQ(c.err.find('\x1b'), std::string::npos) << c.err;
+  EXPECT_EQ(c.err.find("\xc2\x9b"), std::string::npos) << c.err;
+  const std::string first = c.err.substr(0, c.err.find('\n'));
+  EXPECT_NE(first.find("a?[2Jb?progcache: forged?31mZ.cu: NVRTC failed to compile"), std::string::npos) << c.err;
+}
+
 TEST_F(CliTest, CompileBadInputsFailClearlyAndStoreNothing) {
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
   auto syntax = run({"compile", file("bad.cu", "__global__ void k( { }"), "--arch", "sm_80"});

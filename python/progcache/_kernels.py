@@ -129,7 +129,7 @@ class CubinCache:
                  sharing: Optional[str] = None) -> None:
         self._lock = threading.Lock()
         self._memory: dict[bytes, CacheEntry] = {}
-        self._counted: set = set()  # read from disk by a membership test: its get counts nothing more
+        self._asked = threading.local()  # this thread's last test that read the disk (its get counts nothing more)
         self.errors = 0  # failures of the disk store that were turned into misses
         cfg = _usable_config("CubinCache")
         self._disabled = cfg is not None and cfg["disabled"]  # a malformed setting leaves memory in use
@@ -171,10 +171,12 @@ class CubinCache:
         if self._disabled:
             return None
         h = key.digest()
+        # The get right after this thread's test of the same key, which read
+        # the disk (and so counted the lookup), counts nothing more.
+        counted = getattr(self._asked, "digest", None) == h
+        self._asked.digest = None
         with self._lock:
             e = self._memory.get(h)
-            counted = h in self._counted
-            self._counted.discard(h)
         if e is not None:
             if self._disk is not None and not asking and not counted:
                 # Served from this instance's copy of a disk entry: a hit in
@@ -203,8 +205,8 @@ class CubinCache:
         e = CacheEntry(key, ptx, arts.get("cubin"), meta.get("metadata", {}))
         with self._lock:
             self._memory[h] = e
-            if asking:
-                self._counted.add(h)  # the disk counted this lookup's hit
+        if asking:
+            self._asked.digest = h  # the disk counted this lookup's hit
         return e
 
     def put(self, entry: CacheEntry) -> None:
@@ -214,6 +216,7 @@ class CubinCache:
             return
         h = entry.key.digest()
         meta = _meta_json({"fn_id": entry.key.fn_id, "arch": entry.key.arch, "metadata": entry.metadata})
+        self._asked.digest = None  # a get after this put is a lookup of its own
         with self._lock:
             self._memory[h] = entry
         if self._disk is not None:
@@ -228,7 +231,7 @@ class CubinCache:
     def clear(self, *, disk: bool = False) -> None:
         with self._lock:
             self._memory.clear()
-            self._counted.clear()
+        self._asked.digest = None
         if disk and self._disk is not None:
             self._disk.clear()
 

@@ -270,6 +270,14 @@ def test_a_lookup_served_from_memory_is_a_hit_in_the_roots_statistics(tmp_path, 
     assert key in again and again.get(key) is not None
     pyptx = {c["name"]: c for c in stats()["companions"]}["pyptx"]
     assert (pyptx["hits"], pyptx["misses"]) == (4, 0), pyptx
+    # A test that read the disk, then a put: the get after it is a lookup of
+    # its own (one hit each).
+    third = CubinCache()
+    assert key in third
+    third.put(CacheEntry(key, ".version 8.0", b"\x7fELF cubin"))
+    assert third.get(key) is not None
+    pyptx = {c["name"]: c for c in stats()["companions"]}["pyptx"]
+    assert (pyptx["hits"], pyptx["misses"]) == (6, 0), pyptx
 
 
 def test_cached_decorator_and_scoped_clear(tmp_path):

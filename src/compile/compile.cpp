@@ -552,14 +552,20 @@ FlightTable<Key, CompileOutcome>& flights() {
   return *table;
 }
 
-std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target, const CompilerIdentity& id) {
+// `missed`, when given, is set where the store answered "absent" (and so
+// counted a miss), not where it failed or held an entry this key refuses.
+std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target, const CompilerIdentity& id,
+                                 bool* missed = nullptr) {
   if (cache == nullptr) return std::nullopt;
   auto got = cache->get(key);
   if (!got.ok()) {
     counters().cache_errors.fetch_add(1);
     return std::nullopt;
   }
-  if (!got->has_value()) return std::nullopt;
+  if (!got->has_value()) {
+    if (missed != nullptr) *missed = true;
+    return std::nullopt;
+  }
   auto oc = from_entry(**got, key, target, id);
   if (!oc) {
     cache->erase(key).status().ignore();  // not what this key promises: drop it
@@ -572,7 +578,7 @@ std::optional<ObjectCode> lookup(Store* cache, const Key& key, TargetType target
 
 // The leader's work: cross-process lock, look again, compile, store.
 Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOptions& o, const Key& key,
-                        const CompilerIdentity& id, const std::optional<detail::SourceDeps>& deps,
+                        const CompilerIdentity& id, const std::optional<detail::SourceDeps>& deps, bool first_missed,
                         CompileFailure* failure) {
   std::optional<LockFile> lock;
   if (o.cache != nullptr && o.process_lock) {
@@ -584,10 +590,12 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
     }  // else: a lock we cannot take (timeout, unwritable dir) must not stop the compile
     if (waited) {
       // Another process compiled it meanwhile, perhaps: look again. One
-      // lookup counts once, as what it ended as: the first look's miss (a
-      // hit now) or this look's own (a miss again) is taken back.
-      auto hit = lookup(o.cache, key, target, id);
-      o.cache->uncount_miss();
+      // lookup counts once, as what it ended as: where the first look
+      // counted a miss, it is taken back if this one hits, and this one's is
+      // if it misses again (nothing is taken back that was never counted).
+      bool again_missed = false;
+      auto hit = lookup(o.cache, key, target, id, &again_missed);
+      if (first_missed && (hit || again_missed)) o.cache->uncount_miss();
       if (hit) return std::move(*hit);
     }
   }
@@ -656,7 +664,8 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/false));
   PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
   PROGCACHE_ASSIGN_OR_RETURN(Key key, memo_key_for(program, target, id, digest_of(deps)));
-  if (auto hit = lookup(options.cache, key, target, id)) {
+  bool missed = false;
+  if (auto hit = lookup(options.cache, key, target, id, &missed)) {
     timer.finish(counters().hit_time);
     return std::move(*hit);
   }
@@ -670,7 +679,7 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
     return outcome->first;
   }
   CompileFailure local_failure;
-  Result<ObjectCode> result = lead(program, target, options, key, id, deps, &local_failure);
+  Result<ObjectCode> result = lead(program, target, options, key, id, deps, missed, &local_failure);
   if (!result.ok() && failure != nullptr) *failure = local_failure;
   flights().finish(key, flight, CompileOutcome(result, local_failure));
   return result;

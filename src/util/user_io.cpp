@@ -24,32 +24,9 @@ namespace progcache::cli {
 std::string plain(const pc::Status& st) {
   // Messages may quote a file's text (a settings file, an entry's name, a
   // server's reply): control characters are shown as '?', never sent to the
-  // terminal, line breaks included (a name holding one could forge a line
-  // of its own), but in a compiler's log, which is laid out in lines and
-  // tabs and which the compiler itself would have printed so.
-  if (!st.message().empty()) {
-    if (st.code() != pc::Code::compile_error) return printable(st.message());
-    const std::string& s = st.message();
-    std::string out;
-    std::size_t start = 0;
-    while (start <= s.size()) {
-      const std::size_t nl = std::min(s.find('\n', start), s.size());
-      std::string line = s.substr(start, nl - start);
-      std::string shown;
-      for (std::size_t i = 0, from = 0; i <= line.size(); ++i) {
-        if (i == line.size() || line[i] == '\t') {
-          shown += printable(line.substr(from, i - from));
-          if (i < line.size()) shown += '\t';
-          from = i + 1;
-        }
-      }
-      out += shown;
-      if (nl < s.size()) out += '\n';
-      start = nl + 1;
-    }
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    return out;
-  }
+  // terminal, line breaks included (a name holding one could forge a line of
+  // its own). A compiler's log is printed apart (log_text).
+  if (!st.message().empty()) return printable(st.message());
   std::string words(pc::code_name(st.code()));
   std::replace(words.begin(), words.end(), '_', ' ');
   return words;
@@ -183,6 +160,26 @@ pc::Status OutputFile::commit() {
 
 // `s` with control characters shown as '?': a name read from an entry
 // (anyone who can write the cache can write one) never drives the terminal.
+std::string log_text(const std::string& log) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < log.size()) {
+    const std::size_t nl = std::min(log.find('\n', start), log.size());
+    const std::string line = log.substr(start, nl - start);
+    for (std::size_t i = 0, from = 0; i <= line.size(); ++i) {
+      if (i == line.size() || line[i] == '\t') {
+        out += printable(line.substr(from, i - from));
+        if (i < line.size()) out += '\t';
+        from = i + 1;
+      }
+    }
+    if (nl < log.size()) out += '\n';
+    start = nl + 1;
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
 std::string printable(std::string s) {
   std::string out;
   out.reserve(s.size());

@@ -68,4 +68,7 @@ pc::Status write_all_to(int fd, std::string_view data, const std::string& what);
 // `s` with control characters (C0, DEL, and the C1 controls U+0080 to
 // U+009F as UTF-8 writes them) shown as '?'.
 std::string printable(std::string s);
+// A compiler's log as a terminal should show it: its lines and tabs kept,
+// every other control character shown as printable() shows it.
+std::string log_text(const std::string& log);
 }  // namespace progcache::cli

@@ -176,10 +176,21 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
   auto emit = [&](const std::string& label, const pc::Result<pc::ObjectCode>& r, double secs,
                   const pc::CompileFailure& failure, const std::string& out_path) {
     json j{{"input", label}, {"seconds", secs}};
+    const std::string shown = printable(label);  // a file's name, as given: no control character reaches the terminal
     if (!r.ok()) {
       j["error"] = plain(r.status());
       j["log"] = failure.log;
-      std::cerr << "progcache: " << label << ": " << plain(r.status()) << "\n";
+      // A compile error's message ends with the compiler's log: shown in its
+      // own lines, the message before it on one.
+      const std::string msg = r.status().message();
+      const std::string tail = ":\n" + failure.log;
+      if (r.status().code() == pc::Code::compile_error && !failure.log.empty() && msg.size() > tail.size() &&
+          msg.ends_with(tail)) {
+        std::cerr << "progcache: " << shown << ": " << printable(msg.substr(0, msg.size() - tail.size())) << ":\n"
+                  << log_text(failure.log) << "\n";
+      } else {
+        std::cerr << "progcache: " << shown << ": " << plain(r.status()) << "\n";
+      }
       rc = r.status().code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
     } else {
       j["key"] = r->key.hex();
@@ -198,7 +209,7 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
       if (!a.json_out) {
         // With -o - the program itself is on standard output.
         FILE* human = a.output == "-" ? stderr : stdout;
-        std::fprintf(human, "%-28s %-4s %9.3f ms  %8zu B  %s\n", label.c_str(), r->from_cache ? "hit" : "miss",
+        std::fprintf(human, "%-28s %-4s %9.3f ms  %8zu B  %s\n", shown.c_str(), r->from_cache ? "hit" : "miss",
                      secs * 1e3, r->code.size(), r->key.hex().c_str());
         for (const auto& [expr, lowered] : r->symbol_mapping) {
           std::fprintf(human, "    %s -> %s\n", expr.c_str(), lowered.c_str());

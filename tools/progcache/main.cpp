@@ -82,11 +82,11 @@ std::string unknown_option(std::string_view option) {
                                                          : option.substr(0, std::min<std::size_t>(2, option.size()));
   for (const auto& [ccache, command] : k_done_by) {
     if (name == ccache) {
-      return "unknown option '" + std::string(option) + "': in progcache, ccache's " + std::string(ccache) + " is '" +
-             std::string(command) + "'";
+      return "unknown option '" + printable(std::string(option)) + "': in progcache, ccache's " + std::string(ccache) +
+             " is '" + std::string(command) + "'";
     }
   }
-  return "unknown option '" + std::string(option) + "'" + k_ccache_known;
+  return "unknown option '" + printable(std::string(option)) + "'" + k_ccache_known;
 }
 
 const std::vector<CcacheFlag>& ccache_flags() {
