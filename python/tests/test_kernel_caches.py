@@ -202,13 +202,21 @@ def test_kernel_cache_leaves_no_lock_files_and_a_held_lock_only_delays(tmp_path)
     assert os.listdir(kc._locks_dir) == []
 
 
-def test_the_cli_sees_and_clears_the_kernel_caches_stores(tmp_path, monkeypatch):
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    """The progcache command (skipped where it is not built), over a root of
+    this test's own that the default caches use too."""
     here = os.path.dirname(os.path.abspath(__file__))
-    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(here, "..", "..", "build", "progcache"))
-    if not os.access(cli, os.X_OK):
+    path = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(here, "..", "..", "build", "progcache"))
+    if not os.access(path, os.X_OK):
         pytest.skip("the progcache CLI is not built (set PROGCACHE_CLI)")
     monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "root"))
     monkeypatch.delenv("PYPTX_CACHE_DIR", raising=False)
+    monkeypatch.delenv("PROGCACHE_REMOTE", raising=False)
+    return path
+
+
+def test_the_cli_sees_and_clears_the_kernel_caches_stores(cli):
     kc = KernelCache()
     kc.cached(build_kernel, 1)
     cubins = CubinCache()
@@ -231,16 +239,9 @@ def test_the_cli_sees_and_clears_the_kernel_caches_stores(tmp_path, monkeypatch)
     assert not kc.cached(build_kernel, 1).from_cache  # cleared on disk, so built again
 
 
-def test_a_lookup_served_from_memory_is_a_hit_in_the_roots_statistics(tmp_path, monkeypatch):
+def test_a_lookup_served_from_memory_is_a_hit_in_the_roots_statistics(cli):
     # What the operator reads (the CLI's headline and the store's row)
     # counts every served lookup, those a cache answered from its memory too.
-    here = os.path.dirname(os.path.abspath(__file__))
-    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(here, "..", "..", "build", "progcache"))
-    if not os.access(cli, os.X_OK):
-        pytest.skip("the progcache CLI is not built (set PROGCACHE_CLI)")
-    monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "root"))
-    monkeypatch.delenv("PYPTX_CACHE_DIR", raising=False)
-    monkeypatch.delenv("PROGCACHE_REMOTE", raising=False)
 
     def stats():
         out = subprocess.run([cli, "stats", "--json"], capture_output=True, timeout=120, check=True)
