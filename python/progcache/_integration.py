@@ -152,7 +152,7 @@ class StoreState:
                     except Exception:
                         pass
 
-    def stats(self) -> Dict[str, Union[int, float]]:
+    def stats(self) -> Dict[str, Union[int, float, None]]:
         st = self.get_state()
         out = dict(st.store.stats()) if st.store is not None else {}
         out["errors"] = st.errors

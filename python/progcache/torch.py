@@ -78,7 +78,7 @@ def _count(name: str) -> None:
         _counts[name] += 1
 
 
-def stats() -> Dict[str, Union[int, float]]:
+def stats() -> Dict[str, Union[int, float, None]]:
     """The store's counters plus this module's: C++ builds served, compiled,
     not cached (a command or an input it cannot key), stored; Inductor
     objects (graphs, AOTAutograd entries, autotuning results) served,

@@ -98,7 +98,7 @@ def reset() -> None:
     _DIRS.reset()
 
 
-def stats() -> Dict[str, Union[int, float]]:
+def stats() -> Dict[str, Union[int, float, None]]:
     """The store's counters (hits, misses, errors per tier) plus ``errors``:
     failures of this module that were turned into misses."""
     return _STORE.stats()
