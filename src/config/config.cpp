@@ -202,16 +202,23 @@ Status apply_remote_compression(Config& c, const std::optional<std::string>& tex
   return parse_level("PROGCACHE_REMOTE_COMPRESSION", text, c.remote_compression_level, shown);
 }
 
+// A yes/no setting's word as it is judged: spaces and tabs around it
+// dropped, in lower case (truthy and check_bool read it so).
+std::string yes_no_word(std::string_view value) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  std::string v(value);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  return v;
+}
+
 // A yes/no setting: one of the words for yes or no, in any case, spaces
 // around it ignored, wherever it is set; any other word is refused (a
 // mistyped PROGCACHE_READONLY=ture once read as no, and wrote to a shared
 // tier). Set empty in the environment is the same as unset.
 Status check_bool(std::string_view variable, const std::optional<std::string>& text, const Setting& shown) {
   if (!text) return {};
-  std::string v = *text;
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
-  v.erase(0, std::min(v.size(), v.find_first_not_of(" \t")));
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const std::string v = yes_no_word(*text);
   if (v.empty() && !from_file(shown)) return {};
   for (const char* w : {"1", "0", "true", "false", "yes", "no", "on", "off"}) {
     if (v == w) return {};
@@ -628,10 +635,7 @@ std::string_view library_override_variable(std::string_view library) {
 }
 
 bool truthy(std::string_view value) {
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-  std::string v(value);
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string v = yes_no_word(value);
   return v == "1" || v == "true" || v == "yes" || v == "on";
 }
 
