@@ -64,7 +64,7 @@ from . import _core, _integration, _kernel_dirs
 # CppBuilder.build) this module was tested against: (major, minor).
 TESTED_TORCH = ((2, 11), (2, 15))
 
-_SCHEMA = "2"
+_SCHEMA = "3"
 _STORE = _integration.StoreState("torch")
 _lock = threading.Lock()
 _enabled = False
@@ -157,7 +157,30 @@ def _cpu_object_key(key: str) -> bytes:
 
 def _code_readable() -> bool:
     st = _STORE.get_state()
-    return st.store is not None and _STORE.code_allowed(st)
+    ok = st.store is not None and _STORE.code_allowed(st)
+    if ok and st is not _digests_kept_for:
+        _keep_digests(st)
+    return ok
+
+
+# The store state whose root keeps the headers' digests for every process.
+_digests_kept_for: Any = None
+
+
+def _keep_digests(st: Any) -> None:
+    """A private root keeps the SHA-256 of each header the manifests name,
+    by its stat identity, for every process (python/src/held_places.cpp):
+    a warm start stats its headers instead of reading them. A group-shared
+    root does not: another member could write the file. Under
+    PROGCACHE_READONLY it is read, not written."""
+    global _digests_kept_for
+    _digests_kept_for = st
+    private = st.sharing == "private" and bool(st.host_code.get("disk"))
+    try:
+        _core.keep_header_digests(os.path.join(st.root, "header-digests.json") if private else None,
+                                  not (st.cfg or {}).get("read_only", False))
+    except Exception:
+        st.errors += 1
 
 
 def _read_object(store_key: bytes, key: str) -> Optional[Tuple[dict, Optional[bytes]]]:
@@ -391,6 +414,20 @@ def _library(name: str, dirs: List[str]) -> Optional[str]:
     return None
 
 
+# A command line with no quote, no backslash and no white space but ASCII
+# blanks between its words: shlex.split would split it at the blanks.
+_PLAIN_COMMAND = re.compile(r"[^'\"\\\s]*(?:[ \t\r\n]+[^'\"\\\s]*)*")
+
+
+def _split_command(line: str) -> List[str]:
+    """shlex.split(line), without its character-by-character loop for the
+    plain command lines torch writes (about 1 ms each, a dozen per warm
+    start)."""
+    if _PLAIN_COMMAND.fullmatch(line):
+        return line.split()
+    return shlex.split(line)
+
+
 def _plan(builder: Any) -> Optional[_Plan]:
     """The key and what the manifest needs for one CppBuilder build; None
     when the build is not cached (said in stats as ``cpp_not_cached``):
@@ -400,7 +437,7 @@ def _plan(builder: Any) -> Optional[_Plan]:
         return None
     if any(os.environ.get(v) for v in _REFUSING_VARIABLES):
         return None
-    argv = shlex.split(builder.get_command_line())
+    argv = _split_command(builder.get_command_line())
     if not argv:
         return None
     compiler = _compiler(argv[0])
@@ -635,12 +672,12 @@ def _probes(files: List[str], search: List[str], blind: bool = False) -> Optiona
     return out
 
 
-def _manifest_holds(meta: dict) -> bool:
+def _manifest_holds(arts: Dict[str, bytes]) -> bool:
     """Whether every header a build read has its bytes and every place where
-    an include operand could be found has its presence (the check and its
-    per-process memo: python/src/held_places.cpp). A manifest of any other
-    shape is damaged: not held."""
-    return _core.manifest_holds(meta.get("deps"), meta.get("probes"))
+    an include operand could be found has its presence (the manifest, its
+    check and the check's memo: python/src/held_places.cpp). A manifest
+    that is missing or damaged does not hold."""
+    return _core.manifest_holds(arts.get("manifest"))
 
 
 def _place(path: str, data: bytes) -> None:
@@ -661,9 +698,9 @@ def _serve(plan: _Plan) -> bool:
     found = _integration.decode(_STORE.get(plan.key, host_code=True))
     if found is None:
         return False
-    meta, arts = found
-    data = dict(arts).get("output")
-    if not isinstance(data, bytes) or not data or not _manifest_holds(meta):
+    arts = dict(found[1])
+    data = arts.get("output")
+    if not isinstance(data, bytes) or not data or not _manifest_holds(arts):
         return False
     try:
         _place(plan.output, data)
@@ -702,7 +739,7 @@ def _defer(plan: _Plan, builder: Any) -> bool:
     if found is None:
         return False
     digest = found[0].get("sha256")
-    if not isinstance(digest, str) or not _manifest_holds(found[0]):
+    if not isinstance(digest, str) or not _manifest_holds(dict(found[1])):
         return False
     with _memo_lock:
         _deferred[plan.output] = (plan.key, digest, builder)
@@ -738,8 +775,9 @@ def _place_deferred(paths: List[str], build) -> None:
             if os.path.exists(path):
                 continue
             found = _integration.decode(_STORE.get(entry[0], host_code=True))
-            data = dict(found[1]).get("output") if found is not None else None
-            if found is not None and isinstance(data, bytes) and data and _manifest_holds(found[0]):
+            arts = dict(found[1]) if found is not None else {}
+            data = arts.get("output")
+            if isinstance(data, bytes) and data and _manifest_holds(arts):
                 try:
                     _place(path, data)
                     continue
@@ -808,13 +846,17 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
         return
     if not data:
         return
-    meta = {"kind": "torch-cpp", "output": os.path.basename(plan.output), "deps": records,
-            "probes": [[p, e] for p, e in sorted(probes.items())]}
-    if not _STORE.put(plan.key, meta, [("output", data)]):
+    manifest = _core.encode_manifest(records, [[p, e] for p, e in sorted(probes.items())])
+    if manifest is None:
+        return
+    _core.save_header_digests()
+    meta = {"kind": "torch-cpp", "output": os.path.basename(plan.output), "headers": len(records),
+            "places": len(probes)}
+    if not _STORE.put(plan.key, meta, [("output", data), ("manifest", manifest)]):
         return
     if plan.output.endswith(".gch"):
         meta = dict(meta, kind="torch-pch-digest", sha256=hashlib.sha256(data).hexdigest())
-        _STORE.put(_header_key(plan.key), meta, [])
+        _STORE.put(_header_key(plan.key), meta, [("manifest", manifest)])
     _count("cpp_stored")
 
 

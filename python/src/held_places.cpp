@@ -7,7 +7,11 @@
 // process-wide memo:
 //
 // - a file's SHA-256 by its stat identity (device, inode, size, times):
-//   hashed once per process while the identity holds;
+//   hashed once per process while the identity holds, and, where the
+//   caller names a file for them (keep_header_digests: a private root's),
+//   once for every process: the digests are kept there as the NVRTC
+//   path's include scan keeps its own (ScanMemo), and used only while the
+//   identity holds and the file system is still a local one;
 // - a place seen empty by the identity of the deepest directory on its
 //   path that exists. A place can fill only if an entry is added to that
 //   directory, which changes its modification and change times (the change
@@ -54,7 +58,9 @@
 #include <utility>
 #include <vector>
 
+#include "compile/deps_manifest.h"
 #include "compile/scan_files.h"
+#include "progcache/bytes.h"
 #include "progcache/hash.h"
 
 namespace nb = nanobind;
@@ -143,6 +149,10 @@ struct Memo {
   std::unordered_map<std::string, std::pair<FileStamp, std::string>> digests;  // path -> (identity, hex)
   std::unordered_map<std::string, std::pair<std::string, DirId>> absent;       // place -> (directory, identity)
   std::optional<std::set<std::uint64_t>> local;
+  // The digests kept for every process (keep_header_digests), and whether
+  // this process may write them.
+  progcache::detail::ScanMemo* kept = nullptr;
+  bool write_kept = false;
 };
 
 Memo& memo() {
@@ -164,12 +174,23 @@ std::optional<std::string> digest(const std::string& path) {
   if (stat_path(path, st, true) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   const FileStamp id = stamp_of(st);
   Memo& m = memo();
+  progcache::detail::ScanMemo* kept = nullptr;
   {
     std::lock_guard lock(m.mu);
     auto it = m.digests.find(path);
     if (it != m.digests.end() && it->second.first == id) return it->second.second;
+    kept = m.kept;
   }
   const std::int64_t started = now_ns();
+  const bool settled = std::max(id.mtime, id.ctime) < started - k_dir_slack_ns && local_devices().count(id.dev) != 0;
+  if (kept != nullptr && settled) {
+    if (auto f = kept->find(path, id); f && f->sha256.size() == 32) {
+      std::string hex = progcache::to_hex(f->sha256);
+      std::lock_guard lock(m.mu);
+      m.digests[path] = {id, hex};
+      return hex;
+    }
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return std::nullopt;
   struct stat opened {};
@@ -194,13 +215,17 @@ std::optional<std::string> digest(const std::string& path) {
   struct stat after {};
   ok = ok && stat_path(path, after, true) == 0 && stamp_of(after) == id;
   if (!ok) return std::nullopt;
-  std::string hex = progcache::digest_hex(sha.finish());
+  const auto raw = sha.finish();
+  std::string hex = progcache::digest_hex(raw);
   // Remembered only where the identity must change with the bytes: a file
   // changed within the slack, or on a file system with coarse or cached
   // times, may be written again with the same size and times.
-  if (std::max(id.mtime, id.ctime) < started - k_dir_slack_ns && local_devices().count(id.dev) != 0) {
-    std::lock_guard lock(m.mu);
-    m.digests[path] = {id, hex};
+  if (settled) {
+    {
+      std::lock_guard lock(m.mu);
+      m.digests[path] = {id, hex};
+    }
+    if (kept != nullptr) kept->add(path, {id, std::string(reinterpret_cast<const char*>(raw.data()), raw.size()), {}});
   }
   return hex;
 }
@@ -309,15 +334,14 @@ std::optional<std::string> fs_string(nb::handle h) {
   return out;
 }
 
-// [path, sha256] pairs and [path, present] pairs, taken from a manifest as
-// stored; nullopt when either is not that shape (a damaged manifest).
+// [path, sha256] pairs and [path, present] pairs: what a manifest holds.
 struct Lists {
   std::vector<std::pair<std::string, std::string>> deps;
   std::vector<std::pair<std::string, bool>> probes;
 };
 
-// Exact lists and strs only (what a JSON manifest holds): their items are
-// read with no Python code run, so nothing can change them under the loop.
+// Exact lists and strs only: their items are read with no Python code run,
+// so nothing can change them under the loop. nullopt for any other shape.
 std::optional<Lists> lists_of(nb::handle deps, nb::handle probes) {
   if (!PyList_CheckExact(deps.ptr()) || !PyList_CheckExact(probes.ptr())) return std::nullopt;
   auto pair = [](PyObject* list, Py_ssize_t i) -> std::optional<std::pair<PyObject*, PyObject*>> {
@@ -344,6 +368,66 @@ std::optional<Lists> lists_of(nb::handle deps, nb::handle probes) {
   return out;
 }
 
+// A manifest as stored: a header line, then one record per header read
+// ('h', its path, its SHA-256 in 64 hex digits) and per place ('p' held a
+// header, 'a' held none, its path), each path framed by its length (four
+// bytes, little-endian), so that any byte of a name survives, and '.' last
+// (a manifest cut short anywhere is damaged, not a shorter one). Read here in
+// C++ as it comes from the store: a warm start's manifests name tens of
+// thousands of places, which as JSON cost more to decode than to check.
+constexpr std::string_view k_manifest_magic = "progcache-torch-manifest 1\n";
+constexpr std::size_t k_hex_sha256 = 64;
+
+bool is_hex_sha256(std::string_view s) {
+  return s.size() == k_hex_sha256 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+std::optional<std::string> encode(const Lists& l) {
+  std::string out(k_manifest_magic);
+  auto put = [&out](char kind, const std::string& path) {
+    if (path.size() > UINT32_MAX) return false;
+    const auto n = static_cast<std::uint32_t>(path.size());
+    out.push_back(kind);
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xffU));
+    out += path;
+    return true;
+  };
+  for (const auto& [path, sum] : l.deps) {
+    if (!is_hex_sha256(sum) || !put('h', path)) return std::nullopt;
+    out += sum;
+  }
+  for (const auto& [place, present] : l.probes) {
+    if (!put(present ? 'p' : 'a', place)) return std::nullopt;
+  }
+  out.push_back('.');
+  return out;
+}
+
+// nullopt for anything encode() did not write (a damaged manifest).
+std::optional<Lists> decode(std::string_view b) {
+  if (b.substr(0, k_manifest_magic.size()) != k_manifest_magic) return std::nullopt;
+  b.remove_prefix(k_manifest_magic.size());
+  Lists out;
+  while (b != ".") {
+    const char kind = b.empty() ? '\0' : b.front();
+    if ((kind != 'h' && kind != 'p' && kind != 'a') || b.size() < 5) return std::nullopt;
+    std::uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(static_cast<unsigned char>(b[1 + i])) << (8 * i);
+    b.remove_prefix(5);
+    if (b.size() < n) return std::nullopt;
+    std::string path(b.substr(0, n));
+    b.remove_prefix(n);
+    if (kind == 'h') {
+      if (b.size() < k_hex_sha256 || !is_hex_sha256(b.substr(0, k_hex_sha256))) return std::nullopt;
+      out.deps.emplace_back(std::move(path), std::string(b.substr(0, k_hex_sha256)));
+      b.remove_prefix(k_hex_sha256);
+    } else {
+      out.probes.emplace_back(std::move(path), kind == 'p');
+    }
+  }
+  return out;
+}
+
 bool holds(const Lists& l) {
   for (const auto& [path, sum] : l.deps) {
     if (digest(path) != sum) return false;
@@ -355,6 +439,17 @@ bool holds(const Lists& l) {
   }
   check.remember(started);
   return true;
+}
+
+// Writes the kept digests if this process added any and may write them.
+void save_kept() {
+  Memo& m = memo();
+  progcache::detail::ScanMemo* kept = nullptr;
+  {
+    std::lock_guard lock(m.mu);
+    if (m.write_kept) kept = m.kept;
+  }
+  if (kept != nullptr) kept->save();
 }
 
 }  // namespace
@@ -371,15 +466,46 @@ void bind_held_places(nb::module_& m) {
       "SHA-256 (hex) of a regular file, remembered for the process by its stat identity; None when the path "
       "is not a readable regular file or changed while read.");
   m.def(
-      "manifest_holds",
-      [](nb::handle deps, nb::handle probes) {
+      "keep_header_digests",
+      [](std::optional<std::string> file, bool write) {
+        Memo& m = memo();
+        std::lock_guard lock(m.mu);
+        m.kept = file && !file->empty() ? &progcache::detail::ScanMemo::for_file(*file) : nullptr;
+        m.write_kept = write;
+      },
+      nb::arg("file").none(), nb::arg("write") = true,
+      "Keeps the files' digests for every process in `file` (a private directory's: it is read only when it is "
+      "this user's and no one else may write it), written when a check or save_header_digests() added some and "
+      "`write`; None keeps them for this process alone.");
+  m.def(
+      "save_header_digests", [] { save_kept(); },
+      "Writes the digests kept for every process, if this process added any (see keep_header_digests).");
+  m.def(
+      "encode_manifest",
+      [](nb::handle deps, nb::handle probes) -> std::optional<nb::bytes> {
         auto l = lists_of(deps, probes);
-        if (!l) return false;
-        return holds(*l);
+        if (!l) return std::nullopt;
+        auto blob = encode(*l);
+        if (!blob) return std::nullopt;
+        return nb::bytes(blob->data(), blob->size());
       },
       nb::arg("deps").none(), nb::arg("probes").none(),
-      "Whether every [path, sha256] of deps has those bytes and every [place, present] of probes holds a "
-      "header exactly when present says so; False for lists of any other shape.");
+      "A manifest as stored, from [path, sha256 hex] pairs (the headers read) and [place, present] pairs (the "
+      "places an include operand could be found); None for lists of any other shape.");
+  m.def(
+      "manifest_holds",
+      [](nb::handle manifest) {
+        if (!PyBytes_CheckExact(manifest.ptr())) return false;
+        auto l = decode(std::string_view(PyBytes_AS_STRING(manifest.ptr()),
+                                         static_cast<std::size_t>(PyBytes_GET_SIZE(manifest.ptr()))));
+        if (!l) return false;
+        const bool held = holds(*l);
+        save_kept();
+        return held;
+      },
+      nb::arg("manifest").none(),
+      "Whether every header a manifest (encode_manifest) names has those bytes and every place it names holds "
+      "a header exactly when it did; False for bytes encode_manifest did not write.");
   m.def(
       "header_at",
       [](nb::handle name) -> std::optional<bool> {

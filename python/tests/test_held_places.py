@@ -3,12 +3,17 @@ docs/torch.md, "The C++ builds"), without torch: a manifest holds only while
 every file it read has its bytes and every place where an include operand
 could be found holds a header exactly when it did. Within a process, a place
 seen empty is remembered by the identity of the deepest directory on its path
-that exists; every way of filling it after that is seen."""
+that exists; every way of filling it after that is seen. A file's digest is
+remembered by its identity, for every process where a private root keeps
+them; a digest so kept is used only while the file's identity holds."""
 
 import hashlib
+import json
 import mmap
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -22,23 +27,30 @@ def sha(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
+def holds(deps, probes):
+    """The check of a manifest written from these lists (None: lists of a
+    shape no manifest is written from)."""
+    blob = _core.encode_manifest(deps, probes)
+    return blob is not None and _core.manifest_holds(blob)
+
+
 def test_a_file_read_holds_only_with_its_bytes(tmp_path):
     h = tmp_path / "a.h"
     h.write_text("#define A 1\n")
     deps = [[str(h), sha(h)]]
     assert _core.file_sha256(str(h)) == sha(h)
-    assert _core.manifest_holds(deps, [])
-    assert _core.manifest_holds(deps, [])  # remembered by its stat identity
+    assert holds(deps, [])
+    assert holds(deps, [])  # remembered by its stat identity
     # Same size, same modification time put back: the change time and the
     # bytes still tell.
     st = os.stat(h)
     h.write_text("#define A 2\n")
     os.utime(h, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert not _core.manifest_holds(deps, [])
+    assert not holds(deps, [])
     h.write_text("#define A 1\n")
-    assert _core.manifest_holds(deps, [])
+    assert holds(deps, [])
     os.remove(h)
-    assert not _core.manifest_holds(deps, [])
+    assert not holds(deps, [])
     assert _core.file_sha256(str(h)) is None
     (tmp_path / "d").mkdir()
     assert _core.file_sha256(str(tmp_path / "d")) is None  # not a regular file
@@ -52,25 +64,25 @@ def test_a_place_holds_a_header_exactly_when_recorded(tmp_path):
     inc.mkdir()
     (inc / "there.h").write_text("// here\n")
     present, absent = str(inc / "there.h"), str(inc / "later.h")
-    assert _core.manifest_holds([], [[present, True], [absent, False]])
+    assert holds([], [[present, True], [absent, False]])
     (inc / "later.h").write_text("// created after the compile\n")
-    assert not _core.manifest_holds([], [[absent, False]])
+    assert not holds([], [[absent, False]])
     os.remove(inc / "there.h")
-    assert not _core.manifest_holds([], [[present, True]])
+    assert not holds([], [[present, True]])
     # A directory or a dangling link where a header could be is no header.
     (inc / "dir.h").mkdir()
     os.symlink(tmp_path / "nowhere.h", inc / "dangling.h")
-    assert _core.manifest_holds([], [[str(inc / "dir.h"), False], [str(inc / "dangling.h"), False]])
-    assert not _core.manifest_holds([], [[str(inc / "dir.h"), True]])
+    assert holds([], [[str(inc / "dir.h"), False], [str(inc / "dangling.h"), False]])
+    assert not holds([], [[str(inc / "dir.h"), True]])
     # Relative places, and places below a missing directory or a file.
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        assert _core.manifest_holds([], [["inc/later.h", True], ["inc/none.h", False]])
-        assert not _core.manifest_holds([], [["inc/later.h", False]])
+        assert holds([], [["inc/later.h", True], ["inc/none.h", False]])
+        assert not holds([], [["inc/later.h", False]])
     finally:
         os.chdir(cwd)
-    assert _core.manifest_holds([], [[str(tmp_path / "no" / "such" / "dir.h"), False],
+    assert holds([], [[str(tmp_path / "no" / "such" / "dir.h"), False],
                                      [str(inc / "later.h" / "x.h"), False]])
 
 
@@ -83,17 +95,17 @@ def test_what_g_plus_plus_would_open_is_a_header(tmp_path):
     inc.mkdir()
     places = {"null": inc / "null.h", "fifo": inc / "fifo.h", "loop": inc / "loop.h"}
     for p in places.values():
-        assert _core.manifest_holds([], [[str(p), False]])
+        assert holds([], [[str(p), False]])
     os.symlink("/dev/null", places["null"])
     os.mkfifo(places["fifo"])
     os.symlink(places["loop"], places["loop"])
     for k in ("null", "fifo"):
         assert _core.header_at(str(places[k])) is True, k
-        assert not _core.manifest_holds([], [[str(places[k]), False]]), k
-        assert _core.manifest_holds([], [[str(places[k]), True]]), k
+        assert not holds([], [[str(places[k]), False]]), k
+        assert holds([], [[str(places[k]), True]]), k
     assert _core.header_at(str(places["loop"])) is None
     for present in (False, True):
-        assert not _core.manifest_holds([], [[str(places["loop"]), present]])
+        assert not holds([], [[str(places["loop"]), present]])
     assert _core.header_at(str(inc)) is False and _core.header_at(str(inc / "none.h")) is False
 
 
@@ -117,11 +129,11 @@ def test_a_manifest_of_another_shape_is_damage_not_held(tmp_path):
     h = tmp_path / "a.h"
     h.write_text("x\n")
     good = [[str(h), sha(h)]]
-    assert _core.manifest_holds(good, [])
+    assert holds(good, [])
     for deps, probes in [(None, []), (good, None), ({}, []), ([[str(h)]], []), ([(str(h), sha(h))], []),
                          ([[str(h), 1]], []), (good, [[str(h), None]]), (good, [[str(h), 1]]),
                          (good, [[str(h)]]), (good, [[b"/x", False]]), (good, ["/x"])]:
-        assert not _core.manifest_holds(deps, probes), (deps, probes)
+        assert not holds(deps, probes), (deps, probes)
 
     # Only exact lists and strs, as JSON gives: a subclass could run code that
     # changes the lists while they are read.
@@ -131,29 +143,29 @@ def test_a_manifest_of_another_shape_is_damage_not_held(tmp_path):
             return 2
 
     outer = [Shrinking([str(h), sha(h)])]
-    assert not _core.manifest_holds(outer, [])
+    assert not holds(outer, [])
 
     class Path(str):
         pass
 
-    assert not _core.manifest_holds([[Path(str(h)), sha(h)]], [])
-    assert not _core.manifest_holds(good, [[Path(str(h)), True]])
+    assert not holds([[Path(str(h)), sha(h)]], [])
+    assert not holds(good, [[Path(str(h)), True]])
 
 
 def test_names_no_file_system_accepts_or_that_are_not_utf8(tmp_path):
     # A NUL byte: absent, not an exception (as os.stat raises ValueError).
-    assert _core.manifest_holds([], [[str(tmp_path) + "/a\0b.h", False]])
-    assert not _core.manifest_holds([], [[str(tmp_path) + "/a\0b.h", True]])
+    assert holds([], [[str(tmp_path) + "/a\0b.h", False]])
+    assert not holds([], [[str(tmp_path) + "/a\0b.h", True]])
     # A name that is not UTF-8 reaches the file system as its bytes, as
     # os.fsdecode spells it (surrogate escapes), the way the scan records it.
     raw = os.path.join(os.fsencode(str(tmp_path)), b"caf\xe9.h")
     with open(raw, "wb") as f:
         f.write(b"// latin-1 name\n")
     name = os.fsdecode(raw)
-    assert _core.manifest_holds([[name, hashlib.sha256(b"// latin-1 name\n").hexdigest()]], [[name, True]])
+    assert holds([[name, hashlib.sha256(b"// latin-1 name\n").hexdigest()]], [[name, True]])
     os.remove(raw)
-    assert not _core.manifest_holds([], [[name, True]])
-    assert _core.manifest_holds([], [[name, False]])
+    assert not holds([], [[name, True]])
+    assert holds([], [[name, False]])
 
 
 def test_a_place_remembered_empty_is_seen_filled(tmp_path):
@@ -166,13 +178,13 @@ def test_a_place_remembered_empty_is_seen_filled(tmp_path):
     places = {"create": str(base / "inc" / "a.h"), "mkdirs": str(base / "deep" / "x" / "y" / "b.h"),
               "rename": str(base / "inc" / "c.h"), "link": str(base / "swap" / "inc" / "d.h")}
     # A directory changed within 2 s is not trusted to change its times again.
-    assert _core.manifest_holds([], [[p, False] for p in places.values()])
+    assert holds([], [[p, False] for p in places.values()])
     assert not any(_core.place_remembered_empty(p) for p in places.values())
     time.sleep(2.2)
     for k, p in places.items():
-        assert _core.manifest_holds([], [[p, False]]), k
+        assert holds([], [[p, False]]), k
         assert _core.place_remembered_empty(p), k  # the next check stats the directory only
-        assert _core.manifest_holds([], [[p, False]]), k
+        assert holds([], [[p, False]]), k
     (base / "inc" / "a.h").write_text("// new\n")
     (base / "deep" / "x" / "y").mkdir(parents=True)
     (base / "deep" / "x" / "y" / "b.h").write_text("// new\n")
@@ -183,7 +195,7 @@ def test_a_place_remembered_empty_is_seen_filled(tmp_path):
     for k, p in places.items():
         assert os.path.isfile(p)
         assert not _core.place_remembered_empty(p), k
-        assert not _core.manifest_holds([], [[p, False]]), f"{k}: a header now there was reported absent"
+        assert not holds([], [[p, False]]), f"{k}: a header now there was reported absent"
 
 
 def test_checks_in_threads_agree(tmp_path):
@@ -197,10 +209,10 @@ def test_checks_in_threads_agree(tmp_path):
         files.append([str(inc / f"h{i}.h"), sha(inc / f"h{i}.h")])
     probes = [[str(inc / f"h{i}.h"), True] for i in range(50)] + [[str(inc / f"n{i}.h"), False] for i in range(500)]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        assert all(pool.map(lambda _: _core.manifest_holds(files, probes), range(64)))
+        assert all(pool.map(lambda _: holds(files, probes), range(64)))
     (inc / "n7.h").write_text("// now there\n")
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        assert not any(pool.map(lambda _: _core.manifest_holds(files, probes), range(64)))
+        assert not any(pool.map(lambda _: holds(files, probes), range(64)))
 
 
 def test_a_fork_while_another_thread_checks_leaves_the_child_able_to_check(tmp_path):
@@ -211,7 +223,7 @@ def test_a_fork_while_another_thread_checks_leaves_the_child_able_to_check(tmp_p
 
     def busy():
         while not stop.is_set():
-            _core.manifest_holds([], probes)
+            holds([], probes)
 
     t = threading.Thread(target=busy)
     t.start()
@@ -221,7 +233,7 @@ def test_a_fork_while_another_thread_checks_leaves_the_child_able_to_check(tmp_p
                 warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads, on purpose
                 pid = os.fork()
             if pid == 0:
-                os._exit(0 if _core.manifest_holds([], probes) else 1)
+                os._exit(0 if holds([], probes) else 1)
             deadline = time.monotonic() + 30
             while True:
                 done, status = os.waitpid(pid, os.WNOHANG)
@@ -236,3 +248,87 @@ def test_a_fork_while_another_thread_checks_leaves_the_child_able_to_check(tmp_p
     finally:
         stop.set()
         t.join()
+
+
+def test_a_manifest_cut_short_or_damaged_is_not_held(tmp_path):
+    h = tmp_path / "a.h"
+    h.write_text("x\n")
+    blob = _core.encode_manifest([[str(h), sha(h)]], [[str(tmp_path / "b.h"), False], [str(h), True]])
+    assert _core.manifest_holds(blob)
+    for n in range(len(blob)):
+        assert not _core.manifest_holds(blob[:n]), n  # never a shorter manifest that holds
+    for bad in (blob + b".", blob + b"a", b"x" + blob[1:], blob.replace(b"\nh", b"\nq", 1),
+                bytearray(blob), memoryview(blob), blob.decode("latin-1"), None):
+        assert not _core.manifest_holds(bad), bad
+    # Digests are 64 lowercase hex digits: no manifest is written with another.
+    assert _core.encode_manifest([[str(h), sha(h).upper()]], []) is None
+    assert _core.encode_manifest([[str(h), sha(h)[:63]]], []) is None
+
+
+_KEEPER = """
+import json, sys
+from progcache import _core
+_core.keep_header_digests(sys.argv[1] if sys.argv[1] != "-" else None, sys.argv[2] == "write")
+print(json.dumps([_core.file_sha256(p) for p in sys.argv[3:]]))
+_core.save_header_digests()
+"""
+
+
+def digests_in_a_new_process(memo, *paths, write=True):
+    p = subprocess.run([sys.executable, "-c", _KEEPER, str(memo), "write" if write else "read", *map(str, paths)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def plant(memo, path, data):
+    doc = json.loads(memo.read_text())
+    doc["files"][str(path)]["sha256"] = hashlib.sha256(data).hexdigest()
+    memo.write_text(json.dumps(doc))
+    memo.chmod(0o600)
+
+
+def test_digests_kept_for_every_process_are_used_only_while_the_file_is_unchanged(tmp_path):
+    if not _core.on_local_file_system(str(tmp_path)):
+        pytest.skip("identities are trusted only on local file systems with fine times")
+    (tmp_path / "private").mkdir(mode=0o700)
+    memo = tmp_path / "private" / "header-digests.json"
+    a, b = tmp_path / "a.h", tmp_path / "b.h"
+    a.write_bytes(b"one\n")
+    b.write_bytes(b"two\n")
+    time.sleep(2.1)  # a file changed within 2 s is never remembered by its identity
+    assert digests_in_a_new_process(memo, a, b) == [sha(a), sha(b)]
+    assert os.stat(memo).st_mode & 0o777 == 0o600
+    kept = json.loads(memo.read_text())["files"]
+    assert set(kept) == {str(a), str(b)}
+    # A later process takes the kept digest instead of reading the file:
+    # one planted in the file is what it answers while the identity holds.
+    plant(memo, a, b"planted\n")
+    assert digests_in_a_new_process(memo, a) == [hashlib.sha256(b"planted\n").hexdigest()]
+    # The file changed (same size, its modification time put back): its
+    # change time differs, so the kept digest is not used, now or later.
+    st = os.stat(a)
+    a.write_bytes(b"ONE\n")
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert digests_in_a_new_process(memo, a) == [sha(a)]
+    time.sleep(2.1)
+    plant(memo, b, b"planted\n")
+    assert digests_in_a_new_process(memo, a) == [sha(a)]
+    # A file anyone else may write, or another user's, is not read.
+    memo.chmod(0o620)
+    assert digests_in_a_new_process(memo, b, write=False) == [sha(b)]
+    memo.chmod(0o600)
+    if os.geteuid() == 0:
+        os.chown(memo, 12345, -1)
+        assert digests_in_a_new_process(memo, b, write=False) == [sha(b)]
+        os.chown(memo, 0, -1)
+    assert digests_in_a_new_process(memo, b, write=False) == [hashlib.sha256(b"planted\n").hexdigest()]
+    # A damaged file is no memo, and is written again whole.
+    memo.write_bytes(b'{"version": 4, "files": {"')
+    assert digests_in_a_new_process(memo, a, b) == [sha(a), sha(b)]
+    assert set(json.loads(memo.read_text())["files"]) == {str(a), str(b)}
+    # Read-only, or none named: nothing is written.
+    other = tmp_path / "private" / "other.json"
+    assert digests_in_a_new_process(other, a, write=False) == [sha(a)]
+    assert digests_in_a_new_process("-", a) == [sha(a)]
+    assert os.listdir(tmp_path / "private") == ["header-digests.json"]

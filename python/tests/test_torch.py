@@ -436,6 +436,31 @@ def test_a_cpp_build_is_served_only_while_every_header_and_search_place_holds(cp
     assert not served_now and data == _oracle(tmp_path, includes)
 
 
+def test_a_private_root_keeps_the_headers_digests_for_every_process_a_group_root_does_not(cpp_tree, monkeypatch):
+    tmp_path, includes = cpp_tree
+    time.sleep(2.1)  # the headers settle: one changed within 2 s is never remembered by its identity
+    assert _build(tmp_path, includes)[0] is False
+    memo = tmp_path / "root" / "torch" / "header-digests.json"
+    assert str(includes[1] / "value.h") in json.loads(memo.read_text())["files"]
+    assert os.stat(memo).st_mode & 0o077 == 0
+    # A group-shared root (signed, so its entries are read) keeps none:
+    # another member could write the file.
+    key = tmp_path / "hmac.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
+    monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "group"))
+    monkeypatch.setenv("PROGCACHE_SHARING", "group")
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(key))
+    pt.reset()
+    assert _build(tmp_path, includes)[0] is False
+    value = includes[1] / "value.h"
+    value.write_bytes(value.read_bytes())  # the same bytes, a new identity: hashed again
+    time.sleep(2.1)
+    assert _build(tmp_path, includes)[0]
+    assert (tmp_path / "group" / "torch" / "v1").is_dir()
+    assert not (tmp_path / "group" / "torch" / "header-digests.json").exists()
+
+
 def test_a_cpp_build_with_an_option_it_cannot_key_is_not_cached(cpp_tree, monkeypatch):
     tmp_path, includes = cpp_tree
     monkeypatch.setenv("DEPENDENCIES_OUTPUT", str(tmp_path / "deps.d"))

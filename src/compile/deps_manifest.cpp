@@ -30,13 +30,25 @@ constexpr std::size_t k_max_memo_files = 50000;
 
 // ---------------------------------------------------------------- scan memo
 
-ScanMemo& ScanMemo::for_dir(const std::string& state_dir) {
+namespace {
+
+ScanMemo& memo_of(const std::string& file, bool own_file_only) {
   static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<ScanMemo>> memos;
+  static std::map<std::pair<std::string, bool>, std::unique_ptr<ScanMemo>> memos;
   std::lock_guard lock(mu);
-  auto& m = memos[state_dir];
-  if (!m) m = std::make_unique<ScanMemo>(state_dir);
+  auto& m = memos[{file, own_file_only}];
+  if (!m) m = std::make_unique<ScanMemo>(file, own_file_only);
   return *m;
+}
+
+}  // namespace
+
+ScanMemo& ScanMemo::for_dir(const std::string& state_dir) {
+  return memo_of(state_dir.empty() ? std::string() : join_path(state_dir, "deps-memo.json"), false);
+}
+
+ScanMemo& ScanMemo::for_file(const std::string& file) {
+  return memo_of(file, true);
 }
 
 std::optional<ScannedFile> ScanMemo::find(const std::string& path, const FileStamp& stamp) {
@@ -57,7 +69,7 @@ void ScanMemo::add(const std::string& path, ScannedFile f) {
 
 void ScanMemo::save() {
   MutexLock lock(m_mu);
-  if (!m_dirty || m_dir.empty()) return;
+  if (!m_dirty || m_file.empty()) return;
   m_dirty = false;
   // Bounded: past the cap, only what this process used is kept.
   if (m_files.size() > k_max_memo_files) std::erase_if(m_files, [](const auto& kv) { return !kv.second.used; });
@@ -71,19 +83,26 @@ void ScanMemo::save() {
   }
   const nlohmann::json doc{{"version", k_memo_version}, {"files", std::move(files)}};
   Env* env = Env::posix();
-  const std::string path = join_path(m_dir, "deps-memo.json");
-  if (Status s = env->mkdir(m_dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return;
-  write_file_atomic(env, path, temp_path_beside(path), doc.dump(), 0600, Durability::none).ignore();
+  const std::string dir = parent_of(m_file);
+  if (Status s = env->mkdir(dir.empty() ? "." : dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return;
+  write_file_atomic(env, m_file, temp_path_beside(m_file), doc.dump(), 0600, Durability::none).ignore();
 }
 
 void ScanMemo::load_once() {
   if (m_loaded) return;
   m_loaded = true;
-  if (!m_dir.empty()) load();
+  if (!m_file.empty()) load();
 }
 
 void ScanMemo::load() {
-  auto text = read_regular(join_path(m_dir, "deps-memo.json"));
+  if (m_own_file_only) {
+    struct stat st {};
+    if (::lstat(m_file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+        (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      return;
+    }
+  }
+  auto text = read_regular(m_file);
   if (!text.ok()) return;
   const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || doc.value("version", nlohmann::json()) != k_memo_version) return;

@@ -40,11 +40,17 @@ struct ScannedFile {
 // <state_dir>/deps-memo.json. Entries are made only for files unchanged for
 // two seconds; a stamp that differs means a re-read. Everything read from
 // the file is type-checked; a damaged memo is ignored. Thread-safe.
+//
+// for_file() keeps a memo of digests alone (no directives) in a file of its
+// own: progcache.torch's headers (python/src/held_places.cpp). That file is
+// read only when it is a regular file of this user's that no one else may
+// write.
 class ScanMemo {
  public:
   static ScanMemo& for_dir(const std::string& state_dir);
+  static ScanMemo& for_file(const std::string& file);
 
-  explicit ScanMemo(std::string state_dir) : m_dir(std::move(state_dir)) {}
+  ScanMemo(std::string file, bool own_file_only) : m_file(std::move(file)), m_own_file_only(own_file_only) {}
 
   std::optional<ScannedFile> find(const std::string& path, const FileStamp& stamp);
   void add(const std::string& path, ScannedFile f);
@@ -55,7 +61,8 @@ class ScanMemo {
   void load_once() PROGCACHE_REQUIRES(m_mu);
   void load() PROGCACHE_REQUIRES(m_mu);
 
-  std::string m_dir;
+  const std::string m_file;  // empty: kept in memory only
+  const bool m_own_file_only;
   Mutex m_mu;
   std::map<std::string, ScannedFile> m_files PROGCACHE_GUARDED_BY(m_mu);
   bool m_dirty PROGCACHE_GUARDED_BY(m_mu) = false;
