@@ -15,7 +15,8 @@ each round runs fresh processes and times the first call of the compiled model
   warm progcache root.
 
 Prints medians and the ratio of the last to Inductor's own warm start, and
-with --json the raw times. Run it with the Python that has torch and
+with --json the raw times. With --fill-once the two warm starts of each round run back to back,
+each first in every other round. Run it with the Python that has torch and
 progcache installed (scripts/test-torch.sh makes .venv-torch):
 
     .venv-torch/bin/python bench/torch_warm_start.py --rounds 5
@@ -146,10 +147,16 @@ def main():
                 own, dirs, root = (os.path.join(base, n) for n in ("own", "dirs", "root"))
                 t["cold"].append(cold(model, own, root, False, args.device))
                 t["cold + progcache"].append(cold(model, dirs, root, True, args.device))
-                for _ in range(args.rounds):
+                for i in range(args.rounds):
+                    # The two warm starts of a round run back to back, in
+                    # turn first: neither is always the one after the other.
+                    if i % 2:
+                        wipe(dirs)
+                        t["new machine, progcache"].append(warm(model, dirs, root, True, args.device))
                     t["Inductor warm (local)"].append(warm(model, own, root, False, args.device))
-                    wipe(dirs)
-                    t["new machine, progcache"].append(warm(model, dirs, root, True, args.device))
+                    if not i % 2:
+                        wipe(dirs)
+                        t["new machine, progcache"].append(warm(model, dirs, root, True, args.device))
         for _ in range(0 if args.fill_once else args.rounds):
             with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
                 dirs, root = os.path.join(base, "dirs"), os.path.join(base, "root")

@@ -9,9 +9,14 @@
 // - a file's SHA-256 by its stat identity (device, inode, size, times):
 //   hashed once per process while the identity holds, and, where the
 //   caller names a file for them (keep_header_digests: a private root's),
-//   once for every process: the digests are kept there as the NVRTC
-//   path's include scan keeps its own (ScanMemo), and used only while the
-//   identity holds and the file system is still a local one;
+//   once per boot for every process: the digests are kept there as the
+//   NVRTC path's include scan keeps its own (ScanMemo), under the identity
+//   of the mount the file was read through (statx's unique mount ID, Linux
+//   6.8 and later: never given to another mount while the machine runs)
+//   instead of the device number (which a file system mounted later may
+//   be given, holding other bytes at the same inode, size and times), and
+//   for this boot only (the kernel's boot ID); where the kernel gives no
+//   unique mount ID, nothing is kept for other processes;
 // - a place seen empty by the identity of the deepest directory on its
 //   path that exists. A place can fill only if an entry is added to that
 //   directory, which changes its modification and change times (the change
@@ -40,6 +45,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -84,6 +90,38 @@ int stat_path(const std::string& path, struct stat& st, bool follow) {
   if (path.find('\0') != std::string::npos) return EINVAL;
   const int rc = follow ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st);
   return rc == 0 ? 0 : errno;
+}
+
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x00004000U  // Linux 6.8; older headers lack the name
+#endif
+
+// The identity a digest is kept under for other processes: the file's, with
+// the unique ID of the mount it was reached through in place of the device
+// number; nullopt where the kernel gives none, or the file is no longer the
+// one `id` describes.
+std::optional<FileStamp> kept_identity(const std::string& path, const FileStamp& id) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, path.c_str(), 0, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE, &sx) != 0 ||
+      (sx.stx_mask & STATX_MNT_ID_UNIQUE) == 0) {
+    return std::nullopt;
+  }
+  auto ns = [](const struct statx_timestamp& t) { return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; };
+  const FileStamp now{makedev(sx.stx_dev_major, sx.stx_dev_minor), sx.stx_ino, static_cast<std::int64_t>(sx.stx_size),
+                      ns(sx.stx_mtime), ns(sx.stx_ctime)};
+  if (!(now == id)) return std::nullopt;
+  return FileStamp{sx.stx_mnt_id, id.ino, id.size, id.mtime, id.ctime};
+}
+
+// This boot's ID ("" where it cannot be read: then nothing is kept).
+const std::string& boot_id() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string s;
+    std::getline(in, s);
+    return s.size() == 36 ? s : std::string();
+  }();
+  return id;
 }
 
 // What a place holds now, as g++ sees it.
@@ -183,8 +221,10 @@ std::optional<std::string> digest(const std::string& path) {
   }
   const std::int64_t started = now_ns();
   const bool settled = std::max(id.mtime, id.ctime) < started - k_dir_slack_ns && local_devices().count(id.dev) != 0;
-  if (kept != nullptr && settled) {
-    if (auto f = kept->find(path, id); f && f->sha256.size() == 32) {
+  const std::optional<FileStamp> kept_id =
+      kept != nullptr && settled ? kept_identity(path, id) : std::optional<FileStamp>();
+  if (kept_id) {
+    if (auto f = kept->find(path, *kept_id); f && f->sha256.size() == 32) {
       std::string hex = progcache::to_hex(f->sha256);
       std::lock_guard lock(m.mu);
       m.digests[path] = {id, hex};
@@ -225,7 +265,7 @@ std::optional<std::string> digest(const std::string& path) {
       std::lock_guard lock(m.mu);
       m.digests[path] = {id, hex};
     }
-    if (kept != nullptr) kept->add(path, {id, std::string(reinterpret_cast<const char*>(raw.data()), raw.size()), {}});
+    if (kept_id) kept->add(path, {*kept_id, std::string(reinterpret_cast<const char*>(raw.data()), raw.size()), {}});
   }
   return hex;
 }
@@ -449,7 +489,11 @@ void save_kept() {
     std::lock_guard lock(m.mu);
     if (m.write_kept) kept = m.kept;
   }
-  if (kept != nullptr) kept->save();
+  if (kept == nullptr) return;
+  try {
+    kept->save();  // best effort: a memo not written costs the next process reads
+  } catch (const std::exception&) {
+  }
 }
 
 }  // namespace
@@ -470,13 +514,15 @@ void bind_held_places(nb::module_& m) {
       [](std::optional<std::string> file, bool write) {
         Memo& m = memo();
         std::lock_guard lock(m.mu);
-        m.kept = file && !file->empty() ? &progcache::detail::ScanMemo::for_file(*file) : nullptr;
+        m.kept = file && !file->empty() && !boot_id().empty() ? &progcache::detail::ScanMemo::for_file(*file, boot_id())
+                                                              : nullptr;
         m.write_kept = write;
       },
       nb::arg("file").none(), nb::arg("write") = true,
-      "Keeps the files' digests for every process in `file` (a private directory's: it is read only when it is "
-      "this user's and no one else may write it), written when a check or save_header_digests() added some and "
-      "`write`; None keeps them for this process alone.");
+      "Keeps the files' digests for every process of this boot in `file` (a private directory's: it is read only "
+      "when it is this user's and no one else may write it), by the unique ID of the mount each file was read "
+      "through (none where the kernel gives no such ID); written when a check or save_header_digests() added "
+      "some and `write`. None keeps them for this process alone.");
   m.def(
       "save_header_digests", [] { save_kept(); },
       "Writes the digests kept for every process, if this process added any (see keep_header_digests).");
@@ -492,6 +538,15 @@ void bind_held_places(nb::module_& m) {
       nb::arg("deps").none(), nb::arg("probes").none(),
       "A manifest as stored, from [path, sha256 hex] pairs (the headers read) and [place, present] pairs (the "
       "places an include operand could be found); None for lists of any other shape.");
+  m.def(
+      "keeps_digests_for_other_processes",
+      [](nb::handle name) {
+        auto path = fs_string(name);
+        if (!path) throw nb::type_error("keeps_digests_for_other_processes: the path must be a str");
+        struct stat st {};
+        return !boot_id().empty() && stat_path(*path, st, true) == 0 && kept_identity(*path, stamp_of(st)).has_value();
+      },
+      nb::arg("path"), "Whether this kernel gives the identity a file's digest is kept under for other processes.");
   m.def(
       "manifest_holds",
       [](nb::handle manifest) {

@@ -288,9 +288,17 @@ def plant(memo, path, data):
     memo.chmod(0o600)
 
 
-def test_digests_kept_for_every_process_are_used_only_while_the_file_is_unchanged(tmp_path):
+def needs_kept_digests(tmp_path):
     if not _core.on_local_file_system(str(tmp_path)):
         pytest.skip("identities are trusted only on local file systems with fine times")
+    probe = tmp_path / "probe"
+    probe.write_text("")
+    if not _core.keeps_digests_for_other_processes(str(probe)):
+        pytest.skip("this kernel gives no unique mount ID (Linux 6.8 and later): no digest is kept for other processes")
+
+
+def test_digests_kept_for_every_process_are_used_only_while_the_file_is_unchanged(tmp_path):
+    needs_kept_digests(tmp_path)
     (tmp_path / "private").mkdir(mode=0o700)
     memo = tmp_path / "private" / "header-digests.json"
     a, b = tmp_path / "a.h", tmp_path / "b.h"
@@ -332,3 +340,75 @@ def test_digests_kept_for_every_process_are_used_only_while_the_file_is_unchange
     assert digests_in_a_new_process(other, a, write=False) == [sha(a)]
     assert digests_in_a_new_process("-", a) == [sha(a)]
     assert os.listdir(tmp_path / "private") == ["header-digests.json"]
+
+
+def test_a_kept_digest_is_tied_to_its_mount_and_its_boot(tmp_path):
+    # Device numbers are given again to file systems mounted later, which
+    # can hold other bytes at the same inode, size and times (an image
+    # built with copied times, mounted on the same loop device): a digest is
+    # kept under the mount's unique ID, and for this boot only.
+    needs_kept_digests(tmp_path)
+    (tmp_path / "private").mkdir(mode=0o700)
+    memo = tmp_path / "private" / "header-digests.json"
+    a = tmp_path / "a.h"
+    a.write_bytes(b"one\n")
+    time.sleep(2.1)
+    assert digests_in_a_new_process(memo, a) == [sha(a)]
+    plant(memo, a, b"planted\n")
+    planted = hashlib.sha256(b"planted\n").hexdigest()
+    assert digests_in_a_new_process(memo, a, write=False) == [planted]
+    doc = json.loads(memo.read_text())
+    stamp = doc["files"][str(a)]["stamp"]
+    assert stamp[1:] == [os.stat(a).st_ino, os.stat(a).st_size, os.stat(a).st_mtime_ns, os.stat(a).st_ctime_ns]
+    # An entry under the device number instead: not used.
+    doc["files"][str(a)]["stamp"] = [os.stat(a).st_dev] + stamp[1:]
+    memo.write_text(json.dumps(doc))
+    assert digests_in_a_new_process(memo, a, write=False) == [sha(a)]
+    # A memo of another boot: not used.
+    doc["files"][str(a)]["stamp"] = stamp
+    doc["epoch"] = "00000000-0000-0000-0000-000000000000"
+    memo.write_text(json.dumps(doc))
+    assert digests_in_a_new_process(memo, a, write=False) == [sha(a)]
+    doc["epoch"] = open("/proc/sys/kernel/random/boot_id").read().strip()
+    memo.write_text(json.dumps(doc))
+    assert digests_in_a_new_process(memo, a, write=False) == [planted]
+
+
+def test_the_memo_file_is_never_read_through_a_link_and_odd_names_never_fail_a_check(tmp_path):
+    needs_kept_digests(tmp_path)
+    (tmp_path / "private").mkdir(mode=0o700)
+    memo = tmp_path / "private" / "header-digests.json"
+    a = tmp_path / "a.h"
+    a.write_bytes(b"one\n")
+    odd = os.path.join(os.fsencode(str(tmp_path)), b"caf\xe9.h")  # not UTF-8: JSON cannot hold the name
+    with open(odd, "wb") as f:
+        f.write(b"two\n")
+    time.sleep(2.1)
+    assert digests_in_a_new_process(memo, a, os.fsdecode(odd)) == [sha(a), hashlib.sha256(b"two\n").hexdigest()]
+    assert set(json.loads(memo.read_text())["files"]) == {str(a)}  # the other name left out, the rest written
+    plant(memo, a, b"planted\n")
+    elsewhere = tmp_path / "elsewhere.json"
+    os.replace(memo, elsewhere)
+    memo.symlink_to(elsewhere)
+    assert digests_in_a_new_process(memo, a, write=False) == [sha(a)]
+
+
+def test_processes_saving_in_turn_keep_each_others_digests(tmp_path):
+    # One process reads the memo, another saves a digest in it meanwhile,
+    # then the first saves: both digests are in the file.
+    needs_kept_digests(tmp_path)
+    (tmp_path / "private").mkdir(mode=0o700)
+    memo = tmp_path / "private" / "header-digests.json"
+    first, second = tmp_path / "first.h", tmp_path / "second.h"
+    first.write_text("#define FIRST\n")
+    second.write_text("#define SECOND\n")
+    time.sleep(2.1)
+    script = (f"import subprocess, sys\nfrom progcache import _core\n"
+              f"_core.keep_header_digests({str(memo)!r}, True)\n"
+              f"_core.file_sha256({str(first)!r})  # reads the memo (none yet), remembers a digest\n"
+              f"subprocess.run([sys.executable, '-c', {_KEEPER!r}, {str(memo)!r}, 'write', {str(second)!r}], "
+              f"check=True, stdout=subprocess.DEVNULL)\n"
+              f"_core.save_header_digests()\n")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert set(json.loads(memo.read_text())["files"]) == {str(first), str(second)}

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "progcache/env.h"
 #include "progcache/hash.h"
@@ -25,6 +26,8 @@ namespace {
 // body is a header name.
 constexpr int k_memo_version = 4;
 constexpr std::size_t k_max_memo_files = 50000;
+// A memo file larger than this is not read (50 000 entries take about 10 MiB).
+constexpr std::size_t k_max_memo_bytes = std::size_t{64} << 20;
 
 }  // namespace
 
@@ -32,23 +35,64 @@ constexpr std::size_t k_max_memo_files = 50000;
 
 namespace {
 
-ScanMemo& memo_of(const std::string& file, bool own_file_only) {
+ScanMemo& memo_of(const std::string& file, bool own_file_only, const std::string& epoch) {
   static std::mutex mu;
-  static std::map<std::pair<std::string, bool>, std::unique_ptr<ScanMemo>> memos;
+  static std::map<std::tuple<std::string, bool, std::string>, std::unique_ptr<ScanMemo>> memos;
   std::lock_guard lock(mu);
-  auto& m = memos[{file, own_file_only}];
-  if (!m) m = std::make_unique<ScanMemo>(file, own_file_only);
+  auto& m = memos[{file, own_file_only, epoch}];
+  if (!m) m = std::make_unique<ScanMemo>(file, own_file_only, epoch);
   return *m;
+}
+
+// A memo file of this user's that no one else may write, read through one
+// descriptor opened without following a link (the checks and the read see
+// the same file); nullopt otherwise.
+std::optional<std::string> read_own_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || static_cast<std::uint64_t>(st.st_size) > k_max_memo_bytes) {
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::nullopt;
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+    if (out.size() > k_max_memo_bytes) return std::nullopt;
+  }
+  return out;
+}
+
+// Whether a string can be written as JSON text (valid UTF-8): a name that
+// cannot is left out of the memo (it is read again next time).
+bool json_writable(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
 
 ScanMemo& ScanMemo::for_dir(const std::string& state_dir) {
-  return memo_of(state_dir.empty() ? std::string() : join_path(state_dir, "deps-memo.json"), false);
+  return memo_of(state_dir.empty() ? std::string() : join_path(state_dir, "deps-memo.json"), false, "");
 }
 
-ScanMemo& ScanMemo::for_file(const std::string& file) {
-  return memo_of(file, true);
+ScanMemo& ScanMemo::for_file(const std::string& file, const std::string& epoch) {
+  return memo_of(file, true, epoch);
 }
 
 std::optional<ScannedFile> ScanMemo::find(const std::string& path, const FileStamp& stamp) {
@@ -71,43 +115,62 @@ void ScanMemo::save() {
   MutexLock lock(m_mu);
   if (!m_dirty || m_file.empty()) return;
   m_dirty = false;
+  // What another process wrote since this one read the file is kept (this
+  // process's own entries first), so that processes saving in turn do not
+  // drop each other's.
+  for (auto& [path, f] : read()) m_files.emplace(path, std::move(f));
   // Bounded: past the cap, only what this process used is kept.
   if (m_files.size() > k_max_memo_files) std::erase_if(m_files, [](const auto& kv) { return !kv.second.used; });
   nlohmann::json files = nlohmann::json::object();
   for (const auto& [path, f] : m_files) {
+    if (!json_writable(path)) continue;
     nlohmann::json incs = nlohmann::json::array();
-    for (const auto& d : f.directives) incs.push_back({static_cast<int>(d.kind), d.name, d.line});
+    bool writable = true;
+    for (const auto& d : f.directives) {
+      writable = writable && json_writable(d.name);
+      incs.push_back({static_cast<int>(d.kind), d.name, d.line});
+    }
+    if (!writable) continue;
     files[path] = {{"stamp", {f.stamp.dev, f.stamp.ino, f.stamp.size, f.stamp.mtime, f.stamp.ctime}},
                    {"sha256", to_hex(f.sha256)},
                    {"includes", std::move(incs)}};
   }
-  const nlohmann::json doc{{"version", k_memo_version}, {"files", std::move(files)}};
+  nlohmann::json doc{{"version", k_memo_version}, {"files", std::move(files)}};
+  if (!m_epoch.empty()) doc["epoch"] = m_epoch;
   Env* env = Env::posix();
   const std::string dir = parent_of(m_file);
   if (Status s = env->mkdir(dir.empty() ? "." : dir, 0700); !s.ok() && s.code() != Code::failed_precondition) return;
-  write_file_atomic(env, m_file, temp_path_beside(m_file), doc.dump(), 0600, Durability::none).ignore();
+  std::string text;
+  try {
+    text = doc.dump();
+  } catch (const nlohmann::json::exception&) {
+    return;  // best effort: the next process reads the headers again
+  }
+  write_file_atomic(env, m_file, temp_path_beside(m_file), text, 0600, Durability::none).ignore();
 }
 
 void ScanMemo::load_once() {
   if (m_loaded) return;
   m_loaded = true;
-  if (!m_file.empty()) load();
+  if (m_file.empty()) return;
+  for (auto& [path, f] : read()) m_files.emplace(path, std::move(f));  // what this process added first
 }
 
-void ScanMemo::load() {
+std::map<std::string, ScannedFile> ScanMemo::read() const {
+  std::map<std::string, ScannedFile> out;
+  std::optional<std::string> text;
   if (m_own_file_only) {
-    struct stat st {};
-    if (::lstat(m_file.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-        (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-      return;
-    }
+    text = read_own_file(m_file);
+  } else if (auto r = read_regular(m_file); r.ok()) {
+    text = std::move(*r);
   }
-  auto text = read_regular(m_file);
-  if (!text.ok()) return;
+  if (!text) return out;
   const auto doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || doc.value("version", nlohmann::json()) != k_memo_version) return;
+  if (!doc.is_object() || doc.value("version", nlohmann::json()) != k_memo_version) return out;
+  // A memo kept for one epoch (a boot) is no memo in another.
+  if (!m_epoch.empty() && doc.value("epoch", nlohmann::json()) != m_epoch) return out;
   auto files = doc.find("files");
-  if (files == doc.end() || !files->is_object()) return;
+  if (files == doc.end() || !files->is_object()) return out;
   for (const auto& [path, f] : files->items()) {
     if (!f.is_object()) continue;
     auto st = f.find("stamp");
@@ -132,8 +195,9 @@ void ScanMemo::load() {
       }
       sf.directives.push_back({static_cast<Operand>(d[0].get<int>()), d[1].get<std::string>(), d[2].get<int>()});
     }
-    if (ok) m_files.emplace(path, std::move(sf));
+    if (ok) out.emplace(path, std::move(sf));
   }
+  return out;
 }
 
 // ---------------------------------------------------------------- manifest

@@ -44,13 +44,15 @@ struct ScannedFile {
 // for_file() keeps a memo of digests alone (no directives) in a file of its
 // own: progcache.torch's headers (python/src/held_places.cpp). That file is
 // read only when it is a regular file of this user's that no one else may
-// write.
+// write (through one descriptor, never through a link), and only when it was
+// written in the same epoch (the caller's: a boot).
 class ScanMemo {
  public:
   static ScanMemo& for_dir(const std::string& state_dir);
-  static ScanMemo& for_file(const std::string& file);
+  static ScanMemo& for_file(const std::string& file, const std::string& epoch);
 
-  ScanMemo(std::string file, bool own_file_only) : m_file(std::move(file)), m_own_file_only(own_file_only) {}
+  ScanMemo(std::string file, bool own_file_only, std::string epoch)
+      : m_file(std::move(file)), m_own_file_only(own_file_only), m_epoch(std::move(epoch)) {}
 
   std::optional<ScannedFile> find(const std::string& path, const FileStamp& stamp);
   void add(const std::string& path, ScannedFile f);
@@ -59,10 +61,13 @@ class ScanMemo {
 
  private:
   void load_once() PROGCACHE_REQUIRES(m_mu);
-  void load() PROGCACHE_REQUIRES(m_mu);
+  // The entries of the file as it is now (none where it is missing,
+  // damaged, not trusted or of another epoch).
+  std::map<std::string, ScannedFile> read() const;
 
   const std::string m_file;  // empty: kept in memory only
   const bool m_own_file_only;
+  const std::string m_epoch;
   Mutex m_mu;
   std::map<std::string, ScannedFile> m_files PROGCACHE_GUARDED_BY(m_mu);
   bool m_dirty PROGCACHE_GUARDED_BY(m_mu) = false;
