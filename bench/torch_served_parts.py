@@ -72,13 +72,7 @@ atexit.register(lambda: print("TIMES " + json.dumps(TIMES), flush=True))
 
 
 def run(model, dirs, root, progcache):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "TRITON_", "PROGCACHE_"))}
-    os.makedirs(os.path.join(dirs, "tmp"), exist_ok=True)
-    env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(dirs, "inductor"),
-                "TRITON_CACHE_DIR": os.path.join(dirs, "triton"), "TMPDIR": os.path.join(dirs, "tmp"),
-                "PROGCACHE_DIR": root})
-    if progcache:
-        env["PROGCACHE_TORCH"] = "1"
+    env = torch_warm_start.child_env(dirs, root, progcache)
     child = torch_warm_start.CHILD.replace("t0 = time.perf_counter()\nimport torch\n",
                                            WRAP + "t0 = time.perf_counter()\n")
     p = subprocess.run([sys.executable, "-c", child, json.dumps({"model": model, "device": "cpu"})], env=env,

@@ -89,7 +89,9 @@ print(json.dumps({"first_call": t2 - t1, "import": t1 - t0, "correct": bool(corr
 """
 
 
-def run(model, dirs, root, progcache, device):
+def child_env(dirs, root, progcache):
+    """A child's environment: Inductor's, Triton's and the temporary
+    directories under ``dirs``, the progcache root, progcache.torch on or off."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH", "TRITON_", "PROGCACHE_"))}
     os.makedirs(os.path.join(dirs, "tmp"), exist_ok=True)
     env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(dirs, "inductor"),
@@ -97,6 +99,11 @@ def run(model, dirs, root, progcache, device):
                 "PROGCACHE_DIR": root})
     if progcache:
         env["PROGCACHE_TORCH"] = "1"
+    return env
+
+
+def run(model, dirs, root, progcache, device):
+    env = child_env(dirs, root, progcache)
     p = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"model": model, "device": device})], env=env, capture_output=True,
                        text=True, timeout=1800)
     if p.returncode != 0:

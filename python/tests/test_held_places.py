@@ -288,19 +288,21 @@ def plant(memo, path, data):
     memo.chmod(0o600)
 
 
-def needs_kept_digests(tmp_path):
+def private_memo(tmp_path):
+    """Where a private root would keep the digests (a directory only its
+    owner may use); skips where the kernel cannot key them."""
     if not _core.on_local_file_system(str(tmp_path)):
         pytest.skip("identities are trusted only on local file systems with fine times")
     probe = tmp_path / "probe"
     probe.write_text("")
     if not _core.keeps_digests_for_other_processes(str(probe)):
         pytest.skip("this kernel gives no unique mount ID (Linux 6.8 and later): no digest is kept for other processes")
+    (tmp_path / "private").mkdir(mode=0o700)
+    return tmp_path / "private" / "header-digests.json"
 
 
 def test_digests_kept_for_every_process_are_used_only_while_the_file_is_unchanged(tmp_path):
-    needs_kept_digests(tmp_path)
-    (tmp_path / "private").mkdir(mode=0o700)
-    memo = tmp_path / "private" / "header-digests.json"
+    memo = private_memo(tmp_path)
     a, b = tmp_path / "a.h", tmp_path / "b.h"
     a.write_bytes(b"one\n")
     b.write_bytes(b"two\n")
@@ -347,9 +349,7 @@ def test_a_kept_digest_is_tied_to_its_mount_and_its_boot(tmp_path):
     # can hold other bytes at the same inode, size and times (an image
     # built with copied times, mounted on the same loop device): a digest is
     # kept under the mount's unique ID, and for this boot only.
-    needs_kept_digests(tmp_path)
-    (tmp_path / "private").mkdir(mode=0o700)
-    memo = tmp_path / "private" / "header-digests.json"
+    memo = private_memo(tmp_path)
     a = tmp_path / "a.h"
     a.write_bytes(b"one\n")
     time.sleep(2.1)
@@ -375,9 +375,7 @@ def test_a_kept_digest_is_tied_to_its_mount_and_its_boot(tmp_path):
 
 
 def test_the_memo_file_is_never_read_through_a_link_and_odd_names_never_fail_a_check(tmp_path):
-    needs_kept_digests(tmp_path)
-    (tmp_path / "private").mkdir(mode=0o700)
-    memo = tmp_path / "private" / "header-digests.json"
+    memo = private_memo(tmp_path)
     a = tmp_path / "a.h"
     a.write_bytes(b"one\n")
     odd = os.path.join(os.fsencode(str(tmp_path)), b"caf\xe9.h")  # not UTF-8: JSON cannot hold the name
@@ -396,9 +394,7 @@ def test_the_memo_file_is_never_read_through_a_link_and_odd_names_never_fail_a_c
 def test_processes_saving_in_turn_keep_each_others_digests(tmp_path):
     # One process reads the memo, another saves a digest in it meanwhile,
     # then the first saves: both digests are in the file.
-    needs_kept_digests(tmp_path)
-    (tmp_path / "private").mkdir(mode=0o700)
-    memo = tmp_path / "private" / "header-digests.json"
+    memo = private_memo(tmp_path)
     first, second = tmp_path / "first.h", tmp_path / "second.h"
     first.write_text("#define FIRST\n")
     second.write_text("#define SECOND\n")
