@@ -1,18 +1,24 @@
-"""triton_key() memoised under a manifest of what it read.
+"""Keys computed by hashing a framework's own files, memoised under a
+manifest of what they read: Triton's ``triton_key()`` and, under
+progcache.torch, Inductor's ``torch_key()``.
 
 Triton's ``triton_key()`` hashes Triton's own Python sources and its
 ``libtriton.so`` (about 500 MB) once per process: 0.5-0.6 s before any cache
-is asked. Its value changes only when one of those files changes, so it is
-memoised in the local cache root under a manifest, in the scheme the include
-scan's manifests use (docs/compile.md): the stat identity (size, mtime,
-ctime, inode) of every file the real computation opened and of every
-directory it listed. A lookup stats each of them; any difference (an edited,
-added, removed or reinstalled file) and the key is computed again by Triton's
-own function, and the memo replaced.
+is asked. Inductor's ``torch_key()`` hashes every Python module of torch
+(about 2 500 files, 0.2 s). Each value changes only when one of those files
+changes, so it is memoised in the local cache root under a manifest, in the
+scheme the include scan's manifests use (docs/compile.md): the stat identity
+(device, inode, size, mtime, ctime) of every file the real computation
+opened and of every directory it listed. A lookup stats each of them; any
+difference (an edited, added, removed or reinstalled file) and the key is
+computed again by the framework's own function, and the memo replaced. A
+computation none of whose files changed within two seconds before it began,
+nor while it ran, is memoised; otherwise not (a file rewritten while it was
+read, or within one tick of a coarse clock, could keep its identity).
 
 Which files are read is not assumed: the real computation runs with an audit
 hook (PEP 578) recording every ``open`` and directory listing it makes, so a
-Triton that hashes more files is covered as it is.
+framework that hashes more files is covered as it is.
 
 The same memo answers ``ptxas --version``, which Triton's CUDA backend runs
 (twice, as a subprocess) before its first lookup in a process, while the
@@ -26,11 +32,16 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 from typing import Callable, Optional
 
 from . import _core
 
-_SCHEMA = 1
+_SCHEMA = 2
+# A file changed this recently before a computation began (or while it ran)
+# is not trusted to have changed its identity with its bytes: the include
+# scan's window (src/compile/scan_files.h, k_recent_ns).
+_SETTLE_NS = 2_000_000_000
 _recording = threading.local()
 _hook_installed = False
 _install_lock = threading.Lock()
@@ -58,25 +69,30 @@ def _ident(path: str) -> Optional[list]:
         st = os.stat(path)
     except OSError:
         return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
-_memo_store: list = []
+_memo_stores: dict = {}
 
 
-def _store():
-    """The local memo store, opened once per process (the key and the two
-    version checks each ask for it)."""
-    if not _memo_store:
-        _memo_store.append(_open_store())
-    return _memo_store[0]
+def _store(companion: str = "triton"):
+    """The local memo store of a companion store's root, opened once per
+    process (the keys and the two version checks each ask for it); None
+    where the cache is off or the root cannot be used."""
+    if companion not in _memo_stores:
+        try:
+            opened = _open_store(companion)
+        except Exception:
+            opened = None
+        _memo_stores[companion] = opened
+    return _memo_stores[companion]
 
 
-def _open_store():
+def _open_store(companion: str):
     cfg = _core.resolve_config()
     if cfg["disabled"]:
         return None
-    root = os.path.join(cfg["dir"], _core.COMPANION_STORES["triton"])
+    root = os.path.join(cfg["dir"], _core.COMPANION_STORES[companion])
     # The local disk only: a manifest of stat identities means nothing on
     # another machine.
     return _core.open_file_store(root, cfg["max_size_bytes"], cfg["max_entries"], cfg["fsync"], cfg["hmac_key"],
@@ -105,14 +121,11 @@ def compute_recorded(original: Callable[[], str]) -> tuple:
     return key, sorted(paths)
 
 
-def memoised_key(cache_module, original: Callable[[], str]) -> str:
-    """triton_key() from the memo when every recorded file and directory is
-    as it was; else Triton's computation, recorded and memoised."""
-    try:
-        store = _store()
-    except Exception:
-        store = None
-    mkey = _memo_key(cache_module)
+def memoised(mkey: bytes, name: str, compute: Callable[[], bytes], companion: str = "triton") -> bytes:
+    """``compute()`` from the memo under ``mkey`` (in the local store of
+    ``companion``'s root) when every file and directory it read is as it
+    was; else computed, recorded and memoised."""
+    store = _store(companion)
     if store is not None:
         try:
             found = store.get_entry(mkey)
@@ -121,22 +134,32 @@ def memoised_key(cache_module, original: Callable[[], str]) -> str:
                 manifest = meta["manifest"]
                 if (meta.get("schema") == _SCHEMA and manifest
                         and all(_ident(p) == ident for p, ident in manifest)):
-                    return dict(found[1])["key"].decode("utf-8")
+                    value = dict(found[1])["value"]
+                    if isinstance(value, bytes):
+                        return value
         except Exception:
             pass  # a damaged memo is a recomputation
-    key, paths = compute_recorded(original)
+    began = time.time_ns()
+    value, paths = compute_recorded(compute)
     if store is not None:
         manifest = [[p, _ident(p)] for p in paths]
-        # A file that vanished while being read, or nothing recorded at all:
+        # A file that vanished, or changed while (or just before) it was
+        # read; or nothing recorded at all (the value was already computed):
         # nothing to check later, so nothing is memoised.
-        if manifest and all(ident is not None for _, ident in manifest):
+        if manifest and all(ident is not None and max(ident[1], ident[2]) < began - _SETTLE_NS
+                            for _, ident in manifest):
             try:
-                store.put_entry(mkey, json.dumps({"schema": _SCHEMA, "kind": "triton-key-memo", "name": "triton_key()",
-                                                  "manifest": manifest}),
-                                [("key", key.encode("utf-8"))])
+                store.put_entry(mkey, json.dumps({"schema": _SCHEMA, "kind": "key-memo", "name": name,
+                                                  "manifest": manifest}), [("value", value)])
             except Exception:
                 pass
-    return key
+    return value
+
+
+def memoised_key(cache_module, original: Callable[[], str]) -> str:
+    """triton_key() from the memo when every recorded file and directory is
+    as it was; else Triton's computation, recorded and memoised."""
+    return memoised(_memo_key(cache_module), "triton_key()", lambda: original().encode("utf-8")).decode("utf-8")
 
 
 class _VersionMemo:

@@ -978,6 +978,89 @@ def _cached_probe(original):
     return probe
 
 
+# ------------------------------------------------------- keys of the installs
+
+
+def _torch_key_memo_key() -> bytes:
+    from torch._inductor import codecache  # type: ignore[import-not-found, unused-ignore]
+
+    return _core.typed_key("torch-key-memo", [
+        ("schema", _SCHEMA), ("module", os.path.abspath(codecache.__file__)), ("torch", torch.__version__),
+        ("python", sys.version), ("executable", sys.executable)])
+
+
+def _memoised_torch_key(original):
+    """Inductor's torch_key() (the SHA-256 of every Python module of torch,
+    0.2 s per process) answered from a memo kept under a manifest of the
+    files and directories it read (progcache/_triton_key.py), by setting it
+    into torch's own cache before its first use. torch's ``set`` (with
+    which its compile workers receive the value), ``clear`` and ``prefetch``
+    go to torch's function; a value torch already holds is kept."""
+    lock = threading.Lock()
+    tried: List[bool] = []
+
+    def torch_key() -> bytes:
+        if not tried:
+            with lock:
+                if not tried:
+                    tried.append(True)
+                    try:
+                        from . import _triton_key
+
+                        value = _triton_key.memoised(_torch_key_memo_key(), "torch_key()", original, "torch")
+                        with contextlib.suppress(RuntimeError):  # torch holds a value already: its own
+                            original.set(value)
+                    except Exception:
+                        _STORE.get_state().errors += 1
+        return original()
+
+    def set_value(value: bytes) -> None:
+        tried.append(True)
+        original.set(value)
+
+    def clear() -> None:
+        tried.clear()
+        original.clear()
+
+    torch_key.set = set_value  # type: ignore[attr-defined]
+    torch_key.clear = clear  # type: ignore[attr-defined]
+    torch_key.prefetch = original.prefetch  # type: ignore[attr-defined]
+    torch_key.__wrapped__ = original  # type: ignore[attr-defined]
+    torch_key._progcache_memo = True  # type: ignore[attr-defined]
+    return torch_key
+
+
+def _rebind(name: str, current: Any, replacement: Any) -> None:
+    """Replaces a function in every loaded module that holds it by name
+    (modules imported later take it from the module it is defined in)."""
+    for mod in list(sys.modules.values()):
+        # The module's own namespace only: getattr could run a module's lazy
+        # __getattr__ and import things.
+        namespace = getattr(mod, "__dict__", None)
+        if isinstance(namespace, dict) and namespace.get(name) is current:
+            namespace[name] = replacement
+
+
+def _install_key_memos() -> None:
+    """torch_key() and Triton's triton_key() (0.4 s per process, computed
+    for every FX graph cache key, CPU or GPU) from memos: the two hashes of
+    installed files a warm start otherwise repeats in every process."""
+    from torch._inductor import codecache  # type: ignore[import-not-found, unused-ignore]
+
+    current = getattr(codecache, "torch_key", None)
+    if (current is not None and not getattr(current, "_progcache_memo", False)
+            and all(callable(getattr(current, a, None)) for a in ("set", "clear", "prefetch"))):
+        _saved["torch_key"] = current
+        _rebind("torch_key", current, _memoised_torch_key(current))
+    try:
+        import triton.runtime.cache as tcache  # type: ignore[import-not-found, unused-ignore]
+    except Exception:  # no Triton: Inductor computes no triton_key either
+        return
+    from . import _triton_key
+
+    _triton_key.install(tcache)
+
+
 # ------------------------------------------------------------------ switch
 
 
@@ -1012,6 +1095,7 @@ def _install() -> None:
     if probe is not None and not getattr(probe, "_progcache", False):
         _saved["probe"] = probe
         cpu_vec_isa.VecISA._probe_load = _cached_probe(probe)
+    _install_key_memos()
     if not os.environ.get("TRITON_CACHE_MANAGER"):
         _saved["triton_manager"] = True
         os.environ["TRITON_CACHE_MANAGER"] = "progcache.triton:CacheManager"
@@ -1069,6 +1153,10 @@ def _restore() -> None:
         elif k == "probe":
             from torch._inductor import cpu_vec_isa  # type: ignore[import-not-found, unused-ignore]
             cpu_vec_isa.VecISA._probe_load = v
+        elif k == "torch_key":
+            from torch._inductor import codecache  # type: ignore[import-not-found, unused-ignore]
+
+            _rebind("torch_key", codecache.torch_key, v)
         elif k == "triton_manager":
             os.environ.pop("TRITON_CACHE_MANAGER", None)
         elif k == "variable":

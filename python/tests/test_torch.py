@@ -324,6 +324,85 @@ def test_a_full_disk_never_fails_a_compile(tmp_path):
         subprocess.run(["umount", "-l", str(small)], capture_output=True)
 
 
+# ------------------------------------------------- torch_key() from the memo
+
+KEY_PROBE = r"""
+import json, os, sys
+import torch
+import torch._inductor.codecache as cc  # PROGCACHE_TORCH turns progcache.torch on here
+home = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+opened = []
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0].endswith(".py") and \
+            os.path.abspath(args[0]).startswith(home):
+        opened.append(args[0])
+sys.addaudithook(hook)
+if os.environ.get("SET_FIRST"):
+    cc.torch_key.set(b"set by torch" * 2)
+memo = cc.torch_key()
+hashed = len(opened)
+own = cc.torch_key.__wrapped__
+own.clear()
+print(json.dumps({"memo": memo.hex(), "real": own().hex(), "hashed": hashed, "torch": torch.__file__,
+                  "memoised": getattr(cc.torch_key, "_progcache_memo", False)}))
+"""
+
+
+def _torch_key(m, site=None, **more):
+    e = m.env(**more)
+    if site:
+        e["PYTHONPATH"] = site + os.pathsep + e.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, "-c", KEY_PROBE], env=e, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _replace(path, data):
+    os.unlink(path)  # never write through the hard link into the installed file
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_torch_key_from_the_memo_is_torchs_own_and_follows_every_file_it_hashes(tmp_path):
+    # A copy of the installed torch made of hard links, so its files can be
+    # replaced without touching the installed ones.
+    src = os.path.dirname(torch.__file__)
+    site = tmp_path / "site"
+    site.mkdir()
+    if subprocess.run(["cp", "-al", src, str(site / "torch")], capture_output=True).returncode != 0:
+        pytest.skip("cannot hard-link a copy of torch here (another file system)")
+    time.sleep(2.2)  # linking changed every file's ctime: nothing younger than two seconds is memoised
+    m = Machine(tmp_path)
+    first = _torch_key(m, str(site))
+    assert first["torch"].startswith(str(site)) and first["memoised"]
+    assert first["memo"] == first["real"] and first["hashed"] > 1000  # torch hashed its modules
+    hit = _torch_key(m, str(site))
+    assert hit["memo"] == first["real"] and hit["hashed"] == 0  # the memo answered: no module of torch read
+    seen = {first["real"]}
+    inductor = site / "torch" / "_inductor"
+    for edit in ("module", "added", "extra"):
+        if edit == "module":
+            path = inductor / "codegen" / "cpp.py"
+            _replace(path, path.read_bytes() + b"\n# edited\n")
+        elif edit == "added":
+            (inductor / "added_by_test.py").write_text("X = 1\n")
+        else:
+            path = inductor / "script.ld"
+            _replace(path, path.read_bytes() + b"\n")
+        after = _torch_key(m, str(site))
+        assert after["memo"] == after["real"] and after["memo"] not in seen, edit
+        seen.add(after["memo"])
+
+
+def test_a_value_torch_sets_is_kept_over_the_memo(tmp_path):
+    # torch's compile workers receive torch_key() from their parent through
+    # its set(); the memo never replaces it, nor makes set() fail.
+    m = Machine(tmp_path)
+    _torch_key(m)
+    got = _torch_key(m, SET_FIRST="1")
+    assert bytes.fromhex(got["memo"]) == b"set by torch" * 2
+
+
 # ----------------------------------------------------------- in this process
 
 

@@ -332,13 +332,22 @@ def test_an_unsupported_triton_version_says_what_is_needed(tmp_path):
 KEY_PROBE = """
 import json, os, sys, time
 import progcache.triton as pt
+import triton
 from triton.runtime import cache
+home = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
+opened = []
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str) and os.path.abspath(args[0]).startswith(home):
+        opened.append(args[0])
 t = time.perf_counter()
+sys.addaudithook(hook)
 memo = cache.triton_key()
 took = time.perf_counter() - t
+hashed = len(opened)
 real = cache.triton_key.__wrapped__()
 import triton.runtime.autotuner as at
-print(json.dumps({"memo": memo, "real": real, "took": took, "everywhere": at.triton_key is cache.triton_key,
+print(json.dumps({"memo": memo, "real": real, "took": took, "hashed": hashed,
+                  "everywhere": at.triton_key is cache.triton_key,
                   "memoised": getattr(cache.triton_key, "_progcache_memo", False)}))
 """
 
@@ -360,6 +369,7 @@ def test_the_memoised_triton_key_is_tritons_and_replaces_every_holder(tmp_path):
     assert first["memo"] == first["real"]
     second = _key_probe(env)
     assert second["memo"] == second["real"] == first["real"]
+    assert first["hashed"] > 0 and second["hashed"] == 0  # the second process read none of Triton's files
 
 
 @pytest.mark.parametrize("warm_start", ["1", None])
@@ -415,10 +425,14 @@ def _replace(path, data):
 @pytest.mark.parametrize("edit", ["compiler", "backend", "language", "frontend", "libtriton", "new_module"])
 def test_editing_any_file_triton_hashes_changes_the_memoised_key(tmp_path, edit):
     copy = _triton_copy(tmp_path)
+    # Linking changed every file's ctime: no memo is kept for files changed
+    # within the last two seconds (progcache/_triton_key.py).
+    time.sleep(2.2)
     env = Env(tmp_path, "a")
     before = _key_probe(env, str(copy.parent))
     assert before["memo"] == before["real"]
-    assert _key_probe(env, str(copy.parent))["memo"] == before["real"]  # memo hit
+    hit = _key_probe(env, str(copy.parent))
+    assert hit["memo"] == before["real"] and hit["hashed"] == 0  # memo hit
     if edit == "compiler":
         path = copy / "compiler" / "code_generator.py"
     elif edit == "backend":

@@ -1,0 +1,130 @@
+"""The memo behind the keys frameworks compute by hashing their own files
+(Triton's triton_key(), Inductor's torch_key(); progcache/_triton_key.py),
+without either framework: a memoised value is answered only while every file
+the computation opened and every directory it listed keeps its stat identity,
+and a computation that read a file changed just before it began, or while it
+ran, is never memoised (its file could keep an identity that no longer
+stands for the bytes it read)."""
+
+import hashlib
+import os
+import time
+
+import pytest
+
+from progcache import _core, _triton_key as tk
+
+SETTLE = tk._SETTLE_NS / 1e9 + 0.1
+
+
+@pytest.fixture
+def memo(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "root"))
+    for v in ("PROGCACHE_DISABLE", "PROGCACHE_REMOTE", "PROGCACHE_READONLY", "PROGCACHE_SHARING"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(tk, "_memo_stores", {})
+    return tmp_path
+
+
+class Hasher:
+    """A computation like triton_key(): lists a directory, hashes each file
+    in it. Counts its runs."""
+
+    def __init__(self, where):
+        self.where = where
+        self.runs = 0
+        self.after_reading = None
+
+    def __call__(self):
+        self.runs += 1
+        h = hashlib.sha256()
+        for name in sorted(os.listdir(self.where)):
+            with open(os.path.join(self.where, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+        if self.after_reading is not None:
+            self.after_reading()
+        return h.digest()
+
+
+KEY = _core.typed_key("test-key-memo", [("case", "1")])
+
+
+def tree(memo):
+    pkg = memo / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("A = 1\n")
+    (pkg / "b.py").write_text("B = 2\n")
+    time.sleep(SETTLE)  # files older than the window before the first computation
+    return pkg
+
+
+def change(pkg, how):
+    if how == "edit":
+        st = os.stat(pkg / "a.py")
+        (pkg / "a.py").write_text("A = 3\n")  # same size; mtime put back: the ctime still moves
+        os.utime(pkg / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif how == "add":
+        (pkg / "c.py").write_text("C = 1\n")
+    elif how == "remove":
+        os.unlink(pkg / "b.py")
+    elif how == "replace":
+        (pkg / "new").write_text("B = 9\n")
+        os.replace(pkg / "new", pkg / "b.py")
+
+
+@pytest.mark.parametrize("how", ["edit", "add", "remove", "replace"])
+def test_a_memo_answers_only_while_every_file_and_directory_read_is_unchanged(memo, how):
+    pkg = tree(memo)
+    f = Hasher(str(pkg))
+    first = tk.memoised(KEY, "test", f)
+    assert tk.memoised(KEY, "test", f) == first and f.runs == 1  # the memo answered
+    change(pkg, how)
+    after = tk.memoised(KEY, "test", f)
+    assert f.runs == 2 and after == Hasher(str(pkg))() != first  # computed again: the new value
+
+
+def test_a_file_changed_just_before_the_computation_is_not_memoised(memo):
+    pkg = tree(memo)
+    (pkg / "a.py").write_text("A = 5\n")  # within the window: its identity is not trusted yet
+    f = Hasher(str(pkg))
+    tk.memoised(KEY, "test", f)
+    tk.memoised(KEY, "test", f)
+    assert f.runs == 2
+    time.sleep(SETTLE)
+    tk.memoised(KEY, "test", f)
+    tk.memoised(KEY, "test", f)
+    assert f.runs == 3  # settled: memoised once, then answered
+
+
+def test_a_file_changed_while_the_computation_ran_is_not_memoised(memo):
+    # A writer replaces a file's bytes after the computation read them and
+    # before it looked at the identities: memoised, the old value would be
+    # answered for the new bytes from then on.
+    pkg = tree(memo)
+    f = Hasher(str(pkg))
+    f.after_reading = lambda: (pkg / "a.py").write_text("A = 7\n")
+    stale = tk.memoised(KEY, "test", f)
+    f.after_reading = None
+    now = tk.memoised(KEY, "test", f)
+    assert f.runs == 2 and now == Hasher(str(pkg))() != stale
+
+
+def test_nothing_read_nothing_memoised_and_a_disabled_cache_keeps_no_memo(memo, monkeypatch):
+    f = lambda: b"constant"  # noqa: E731 - reads no file: nothing could say when it changes
+    calls = []
+
+    def counted():
+        calls.append(1)
+        return f()
+
+    tk.memoised(KEY, "test", counted)
+    tk.memoised(KEY, "test", counted)
+    assert len(calls) == 2
+    pkg = tree(memo)
+    monkeypatch.setenv("PROGCACHE_DIR", str(memo / "other-root"))
+    monkeypatch.setenv("PROGCACHE_DISABLE", "1")
+    monkeypatch.setattr(tk, "_memo_stores", {})
+    g = Hasher(str(pkg))
+    tk.memoised(KEY, "test", g)
+    tk.memoised(KEY, "test", g)
+    assert g.runs == 2 and not (memo / "other-root").exists()
