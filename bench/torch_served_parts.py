@@ -62,6 +62,8 @@ clocked(cc.CppPythonBindingsCodeCache, "load_pybinding_async", "C++ kernels load
 clocked(cc, "_precompile_header", "precompiled header (_precompile_header)")
 clocked(vi.VecISA, "check_build", "instruction-set probes (check_build)")
 clocked(cb.CppBuilder, "build", "CppBuilder.build")
+clocked(cc, "torch_key", "torch_key()")
+clocked(cc, "triton_key", "triton_key()")
 if os.environ.get("PROGCACHE_TORCH"):
     import progcache.torch as pt
     for n in ("_plan", "_serve", "_manifest_holds", "_place", "get_object"):

@@ -12,7 +12,12 @@ each round runs fresh processes and times the first call of the compiled model
   its own caches (FX graph, AOTAutograd, C++ libraries) warm;
 - new machine, progcache: empty Inductor, Triton and temporary directories
   (where Inductor keeps its caches and precompiled headers), served only by a
-  warm progcache root.
+  warm progcache root;
+- (with --fill-once) new machine, first process: the same, without what a
+  root keeps of the machine itself (the memos of torch_key() and
+  triton_key(), the headers' digests), as the first process on a machine
+  whose local root is empty and whose entries come from a shared tier (read
+  here from the local disk: a network tier's transfer is not timed).
 
 Prints medians and the ratio of the last to Inductor's own warm start, and
 with --json the raw times. With --fill-once the two warm starts of each round run back to back,
@@ -24,6 +29,7 @@ progcache installed (scripts/test-torch.sh makes .venv-torch):
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -36,6 +42,9 @@ CHILD = r"""
 import json, sys, time
 spec = json.loads(sys.argv[1])
 t0 = time.perf_counter()
+if spec.get("first"):
+    import progcache._triton_key as tk
+    tk._memo_stores.update(torch=None, triton=None)  # no memo read or written
 import torch
 torch.manual_seed(0)
 kind = spec["model"]
@@ -102,10 +111,13 @@ def child_env(dirs, root, progcache):
     return env
 
 
-def run(model, dirs, root, progcache, device):
+def run(model, dirs, root, progcache, device, first=False):
     env = child_env(dirs, root, progcache)
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"model": model, "device": device})], env=env, capture_output=True,
-                       text=True, timeout=1800)
+    if first:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, "torch", "header-digests.json"))
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"model": model, "device": device, "first": first})],
+                       env=env, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         raise SystemExit(f"{model}: the child failed:\n{p.stderr[-3000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -150,20 +162,21 @@ def main():
     for model in args.models.split(","):
         t = {"cold": [], "cold + progcache": [], "Inductor warm (local)": [], "new machine, progcache": []}
         if args.fill_once:
+            t["new machine, first process"] = []
+        if args.fill_once:
             with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
                 own, dirs, root = (os.path.join(base, n) for n in ("own", "dirs", "root"))
                 t["cold"].append(cold(model, own, root, False, args.device))
                 t["cold + progcache"].append(cold(model, dirs, root, True, args.device))
+                starts = [("Inductor warm (local)", own, False, False), ("new machine, progcache", dirs, True, False),
+                          ("new machine, first process", dirs, True, True)]
                 for i in range(args.rounds):
-                    # The two warm starts of a round run back to back, in
-                    # turn first: neither is always the one after the other.
-                    if i % 2:
-                        wipe(dirs)
-                        t["new machine, progcache"].append(warm(model, dirs, root, True, args.device))
-                    t["Inductor warm (local)"].append(warm(model, own, root, False, args.device))
-                    if not i % 2:
-                        wipe(dirs)
-                        t["new machine, progcache"].append(warm(model, dirs, root, True, args.device))
+                    # The warm starts of a round run back to back, each in
+                    # turn first: none is always the one after another.
+                    for kind, d, progcache, first in starts[i % 3:] + starts[:i % 3]:
+                        if progcache:
+                            wipe(dirs)
+                        t[kind].append(warm(model, d, root, progcache, args.device, first))
         for _ in range(0 if args.fill_once else args.rounds):
             with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
                 dirs, root = os.path.join(base, "dirs"), os.path.join(base, "root")
@@ -182,6 +195,9 @@ def main():
         paired = statistics.median(n / o for n, o in zip(t["new machine, progcache"], t["Inductor warm (local)"]))
         print(f"{model:12s} " + "  ".join(f"{k} {v:6.2f}" for k, v in med.items()) +
               f"  new machine / Inductor warm {ratio:4.2f} (median of the rounds' ratios {paired:4.2f})")
+        if "new machine, first process" in t:
+            first = statistics.median(n / o for n, o in zip(t["new machine, first process"], t["Inductor warm (local)"]))
+            print(f"{'':12s} new machine's first process / Inductor warm: median of the rounds' ratios {first:4.2f}")
     if args.json:
         print(json.dumps(rows))
 
