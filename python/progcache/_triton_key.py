@@ -7,14 +7,25 @@ Triton's ``triton_key()`` hashes Triton's own Python sources and its
 is asked. Inductor's ``torch_key()`` hashes every Python module of torch
 (about 2 500 files, 0.2 s). Each value changes only when one of those files
 changes, so it is memoised in the local cache root under a manifest, in the
-scheme the include scan's manifests use (docs/compile.md): the stat identity
-(device, inode, size, mtime, ctime) of every file the real computation
-opened and of every directory it listed. A lookup stats each of them; any
-difference (an edited, added, removed or reinstalled file) and the key is
-computed again by the framework's own function, and the memo replaced. A
-computation none of whose files changed within two seconds before it began,
-nor while it ran, is memoised; otherwise not (a file rewritten while it was
-read, or within one tick of a coarse clock, could keep its identity).
+scheme the include scan's manifests use (docs/compile.md): the identity of
+every file the real computation opened and of every directory it listed. A
+lookup stats each of them; any difference (an edited, added, removed or
+reinstalled file) and the value is computed again by the framework's own
+function, and the memo replaced.
+
+The identity is the one the kept header digests use (python/src/
+held_places.cpp): the unique ID of the mount a path is reached through
+(statx, Linux 6.8 and later), inode, size, modification and change times and
+type, for this boot only; where the kernel gives no unique mount ID nothing
+is memoised (a file system mounted again may be given the old device number
+and hold other bytes at the same inode, size and times). A computation is
+memoised only if each path's identity when it was first read is its identity
+after the computation (nothing changed under it, no link on its way
+switched), none changed within two seconds before the computation began (a
+file rewritten in one tick of a coarse clock could keep its identity), and
+no directory it listed holds a link to nothing (an existence check through
+it is a stat no audit hook sees; creating its target would change no
+identity recorded).
 
 Which files are read is not assumed: the real computation runs with an audit
 hook (PEP 578) recording every ``open`` and directory listing it makes, so a
@@ -31,13 +42,14 @@ import json
 import os
 import sys
 import sysconfig
+import stat
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from . import _core
 
-_SCHEMA = 2
+_SCHEMA = 3
 # A file changed this recently before a computation began (or while it ran)
 # is not trusted to have changed its identity with its bytes: the include
 # scan's window (src/compile/scan_files.h, k_recent_ns).
@@ -61,15 +73,31 @@ def _audit(event: str, args: tuple) -> None:
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     if isinstance(path, str):
-        rec.add(os.path.abspath(path if path else "."))
+        path = os.path.abspath(path if path else ".")
+        if path not in rec:
+            # Its identity before it is read: one that differs after the
+            # computation means it changed under it.
+            rec[path] = _ident(path)
 
 
 def _ident(path: str) -> Optional[list]:
+    """A path's identity for a memo (``_core.memo_identities``): the unique
+    ID of the mount it is reached through, inode, size, times, type; None
+    where it cannot be looked at or the kernel gives no unique mount ID
+    (then nothing is memoised)."""
+    return _core.memo_identities([path])[0]
+
+
+def _holds_a_dangling_link(directory: str) -> bool:
+    """Whether a directory the computation listed holds a symbolic link to
+    nothing: an existence check through it (os.path.isdir, exists) is a stat
+    no audit hook sees, and creating its target changes no identity
+    recorded."""
     try:
-        st = os.stat(path)
+        with os.scandir(directory) as entries:
+            return any(e.is_symlink() and not os.path.exists(e.path) for e in entries)
     except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        return True
 
 
 _memo_stores: dict = {}
@@ -101,59 +129,80 @@ def _open_store(companion: str):
 
 
 def _memo_key(cache_module) -> bytes:
+    # triton_key() starts with the version Triton's package set when it was
+    # imported (no file read while recording says it).
+    version = getattr(cache_module, "__version__", None) or getattr(sys.modules.get("triton"), "__version__", "")
     return _core.typed_key("triton-key-memo", [
-        ("schema", _SCHEMA), ("module", os.path.abspath(cache_module.__file__)), ("python", sys.version),
+        ("schema", _SCHEMA), ("module", os.path.abspath(cache_module.__file__)), ("version", str(version)),
+        ("python", sys.version),
         ("ext_suffix", sysconfig.get_config_var("EXT_SUFFIX") or ""), ("executable", sys.executable)])
 
 
 def compute_recorded(original: Callable[[], str]) -> tuple:
-    """Runs Triton's own computation (bypassing its lru_cache), recording
-    every file it opened and directory it listed: (key, sorted paths)."""
+    """Runs the computation (Triton's own, past its lru_cache), recording
+    every file it opened and directory it listed: (value, sorted [(path,
+    identity before it was first read)])."""
     global _hook_installed
     if not _hook_installed:
         sys.addaudithook(_audit)  # audit hooks cannot be removed; idle unless recording
         _hook_installed = True
-    _recording.paths = set()
+    _recording.paths = {}
     try:
         key = original()
     finally:
-        paths, _recording.paths = _recording.paths, None
-    return key, sorted(paths)
+        seen, _recording.paths = _recording.paths, None
+    return key, sorted(seen.items())
 
 
 def memoised(mkey: bytes, name: str, compute: Callable[[], bytes], companion: str = "triton") -> bytes:
     """``compute()`` from the memo under ``mkey`` (in the local store of
     ``companion``'s root) when every file and directory it read is as it
-    was; else computed, recorded and memoised."""
+    was; else computed, recorded and, when that is safe, memoised."""
     store = _store(companion)
-    if store is not None:
+    boot = _core.boot_id() if store is not None else ""
+    if boot:
         try:
             found = store.get_entry(mkey)
             if found is not None:
                 meta = json.loads(found[0])
-                manifest = meta["manifest"]
-                if (meta.get("schema") == _SCHEMA and manifest
-                        and all(_ident(p) == ident for p, ident in manifest)):
+                if (meta.get("schema") == _SCHEMA and meta.get("boot") == boot and meta["paths"]
+                        and _core.memo_identities(meta["paths"]) == meta["ids"]):
                     value = dict(found[1])["value"]
                     if isinstance(value, bytes):
                         return value
         except Exception:
             pass  # a damaged memo is a recomputation
     began = time.time_ns()
-    value, paths = compute_recorded(compute)
-    if store is not None:
-        manifest = [[p, _ident(p)] for p in paths]
-        # A file that vanished, or changed while (or just before) it was
-        # read; or nothing recorded at all (the value was already computed):
-        # nothing to check later, so nothing is memoised.
-        if manifest and all(ident is not None and max(ident[1], ident[2]) < began - _SETTLE_NS
-                            for _, ident in manifest):
-            try:
-                store.put_entry(mkey, json.dumps({"schema": _SCHEMA, "kind": "key-memo", "name": name,
-                                                  "manifest": manifest}), [("value", value)])
-            except Exception:
-                pass
+    value, seen = compute_recorded(compute)
+    if boot and seen:
+        try:
+            meta = _manifest(seen, began)
+            if meta is not None:
+                meta.update({"schema": _SCHEMA, "kind": "key-memo", "name": name, "boot": boot})
+                store.put_entry(mkey, json.dumps(meta), [("value", value)])
+        except Exception:
+            pass
     return value
+
+
+def _manifest(seen: List[tuple], began: int) -> Optional[dict]:
+    """What a later lookup checks, or None where nothing can be memoised: a
+    path that vanished or has no identity a later process can trust, a file
+    or link changed while (or just before) the computation ran, a listed
+    directory holding a link to nothing."""
+    paths = [p for p, _ in seen]
+    ids = _core.memo_identities(paths)
+    # Each identity is taken as the path is first read and again now: one
+    # that differs was changed, or reached another file (a link on its way
+    # switched), while the computation ran.
+    if ids != [i for _, i in seen]:
+        return None
+    limit = began - _SETTLE_NS
+    if any(i is None or max(i[3], i[4]) >= limit for i in ids):
+        return None
+    if any(i[5] == stat.S_IFDIR and _holds_a_dangling_link(p) for p, i in zip(paths, ids)):
+        return None
+    return {"paths": paths, "ids": ids}
 
 
 def memoised_key(cache_module, original: Callable[[], str]) -> str:
@@ -183,7 +232,10 @@ class _VersionMemo:
         ident = _ident(tool)
         if ident is None:
             return real(args, *rest, **kwargs)
-        mkey = _core.typed_key("tool-version", [("schema", _SCHEMA), ("argv", list(args)),
+        boot = _core.boot_id()
+        if not boot:
+            return real(args, *rest, **kwargs)
+        mkey = _core.typed_key("tool-version", [("schema", _SCHEMA), ("argv", list(args)), ("boot", boot),
                                                 ("stderr", repr(kwargs.get("stderr")))])
         try:
             store = _store()
@@ -256,3 +308,16 @@ def install(cache_module) -> None:
         cache_module.triton_key = triton_key
         _installed_for = triton_key
         _install_version_memo()
+
+
+def uninstall() -> None:
+    """Gives Triton's modules their own ``subprocess`` back (the caller puts
+    the function install() replaced back where it was)."""
+    global _installed_for
+    with _install_lock:
+        for name in ("triton.knobs", "triton.backends.nvidia.compiler"):
+            mod = sys.modules.get(name)
+            held = getattr(mod, "subprocess", None)
+            if isinstance(held, _VersionMemo):
+                setattr(mod, "subprocess", held._real)
+        _installed_for = None

@@ -996,14 +996,17 @@ def _memoised_torch_key(original):
     into torch's own cache before its first use. torch's ``set`` (with
     which its compile workers receive the value), ``clear`` and ``prefetch``
     go to torch's function; a value torch already holds is kept."""
-    lock = threading.Lock()
+    lock = threading.RLock()
     tried: List[bool] = []
+    busy = threading.local()
 
     def torch_key() -> bytes:
-        if not tried:
+        # Other threads wait for the first's answer (not each hashing torch
+        # beside it); a call from within the computation goes to torch.
+        if not tried and not getattr(busy, "on", False):
             with lock:
                 if not tried:
-                    tried.append(True)
+                    busy.on = True
                     try:
                         from . import _triton_key
 
@@ -1012,6 +1015,9 @@ def _memoised_torch_key(original):
                             original.set(value)
                     except Exception:
                         _STORE.get_state().errors += 1
+                    finally:
+                        busy.on = False
+                        tried.append(True)
         return original()
 
     def set_value(value: bytes) -> None:
@@ -1058,7 +1064,10 @@ def _install_key_memos() -> None:
         return
     from . import _triton_key
 
+    before = tcache.triton_key
     _triton_key.install(tcache)
+    if tcache.triton_key is not before:  # installed here, not by PROGCACHE_TRITON_WARM_START: undone by disable()
+        _saved["triton_key"] = (tcache, before)
 
 
 # ------------------------------------------------------------------ switch
@@ -1157,6 +1166,12 @@ def _restore() -> None:
             from torch._inductor import codecache  # type: ignore[import-not-found, unused-ignore]
 
             _rebind("torch_key", codecache.torch_key, v)
+        elif k == "triton_key":
+            tcache, before = v
+            _rebind("triton_key", tcache.triton_key, before)
+            from . import _triton_key
+
+            _triton_key.uninstall()
         elif k == "triton_manager":
             os.environ.pop("TRITON_CACHE_MANAGER", None)
         elif k == "variable":

@@ -496,6 +496,25 @@ void save_kept() {
   }
 }
 
+// A path's identity for a memo other processes use: the unique ID of the
+// mount it is reached through, inode, size, modification and change times,
+// file type; nullopt where it cannot be looked at or the kernel gives no
+// unique mount ID (a mount ID reused by a later mount could stand for other
+// bytes at the same inode, size and times).
+std::optional<std::array<std::int64_t, 6>> memo_identity(const std::string& path, bool follow) {
+  if (path.find('\0') != std::string::npos) return std::nullopt;
+  struct statx sx {};
+  if (::statx(AT_FDCWD, path.c_str(), follow ? 0 : AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE,
+              &sx) != 0 ||
+      (sx.stx_mask & STATX_MNT_ID_UNIQUE) == 0) {
+    return std::nullopt;
+  }
+  auto ns = [](const struct statx_timestamp& t) { return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; };
+  return std::array<std::int64_t, 6>{static_cast<std::int64_t>(sx.stx_mnt_id), static_cast<std::int64_t>(sx.stx_ino),
+                                     static_cast<std::int64_t>(sx.stx_size), ns(sx.stx_mtime), ns(sx.stx_ctime),
+                                     static_cast<std::int64_t>(sx.stx_mode & S_IFMT)};
+}
+
 }  // namespace
 
 void bind_held_places(nb::module_& m) {
@@ -547,6 +566,29 @@ void bind_held_places(nb::module_& m) {
         return !boot_id().empty() && stat_path(*path, st, true) == 0 && kept_identity(*path, stamp_of(st)).has_value();
       },
       nb::arg("path"), "Whether this kernel gives the identity a file's digest is kept under for other processes.");
+  m.def(
+      "memo_identities",
+      [](nb::handle paths, bool follow) -> nb::list {
+        if (!PyList_CheckExact(paths.ptr())) throw nb::type_error("memo_identities: the paths must be a list");
+        nb::list out;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(paths.ptr()); ++i) {
+          auto path = fs_string(PyList_GET_ITEM(paths.ptr(), i));
+          const auto id = path ? memo_identity(*path, follow) : std::nullopt;
+          if (!id) {
+            out.append(nb::none());
+            continue;
+          }
+          nb::list one;
+          for (const std::int64_t v : *id) one.append(v);
+          out.append(one);
+        }
+        return out;
+      },
+      nb::arg("paths"), nb::arg("follow") = true,
+      "For each path, [unique mount ID, inode, size, mtime ns, ctime ns, file type] as statx gives them "
+      "(following links, or of the link itself); None where the path cannot be looked at or the kernel gives no "
+      "unique mount ID (Linux 6.8 and later do).");
+  m.def("boot_id", [] { return boot_id(); }, "This boot's ID (the kernel's), or \"\" where it cannot be read.");
   m.def(
       "manifest_holds",
       [](nb::handle manifest) {

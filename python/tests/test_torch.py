@@ -364,6 +364,9 @@ def _replace(path, data):
 
 
 def test_torch_key_from_the_memo_is_torchs_own_and_follows_every_file_it_hashes(tmp_path):
+    from progcache import _core
+    if _core.memo_identities([str(tmp_path)])[0] is None:
+        pytest.skip("this kernel gives no unique mount ID (Linux 6.8 and later do): nothing is memoised here")
     # A copy of the installed torch made of hard links, so its files can be
     # replaced without touching the installed ones.
     src = os.path.dirname(torch.__file__)
@@ -392,6 +395,36 @@ def test_torch_key_from_the_memo_is_torchs_own_and_follows_every_file_it_hashes(
         after = _torch_key(m, str(site))
         assert after["memo"] == after["real"] and after["memo"] not in seen, edit
         seen.add(after["memo"])
+
+
+ROUND_TRIP = r"""
+import json, subprocess
+import torch
+import torch._inductor.codecache as cc
+import torch._inductor.async_compile as ac
+import triton.runtime.cache as tc
+import triton.runtime.autotuner as at
+import triton.knobs as tk
+import progcache.torch as pt
+before = (cc.torch_key, ac.torch_key if hasattr(ac, "torch_key") else None, tc.triton_key, at.triton_key)
+assert pt.enable()
+on = (cc.torch_key is not before[0], tc.triton_key is not before[2], at.triton_key is not before[3],
+      tk.subprocess is not subprocess)
+pt.disable()
+after = (cc.torch_key, ac.torch_key if hasattr(ac, "torch_key") else None, tc.triton_key, at.triton_key)
+print(json.dumps({"on": on, "back": [a is b for a, b in zip(before, after)], "subprocess": tk.subprocess is subprocess}))
+"""
+
+
+def test_disable_gives_torch_and_triton_their_own_key_functions_back(tmp_path):
+    pytest.importorskip("triton")
+    e = Machine(tmp_path).env()
+    e.pop("PROGCACHE_TORCH")
+    p = subprocess.run([sys.executable, "-c", ROUND_TRIP], env=e, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert all(got["on"]), got
+    assert all(got["back"]) and got["subprocess"], got
 
 
 def test_a_value_torch_sets_is_kept_over_the_memo(tmp_path):
