@@ -22,10 +22,13 @@ and hold other bytes at the same inode, size and times). A computation is
 memoised only if each path's identity when it was first read is its identity
 after the computation (nothing changed under it, no link on its way
 switched), none changed within two seconds before the computation began (a
-file rewritten in one tick of a coarse clock could keep its identity), and
-no directory it listed holds a link to nothing (an existence check through
-it is a stat no audit hook sees; creating its target would change no
-identity recorded).
+file rewritten in one tick of a coarse clock could keep its identity), no
+directory it listed holds a link the computation did not read through (an
+existence check through it is a stat no audit hook sees; what it leads to
+could change without changing any identity recorded), and every read was
+named by a path without ".." (which the kernel resolves after the links
+before it). Identities are read with AT_STATX_FORCE_SYNC: a network or FUSE
+file system answers with the server's attributes, not cached ones.
 
 Which files are read is not assumed: the real computation runs with an audit
 hook (PEP 578) recording every ``open`` and directory listing it makes, so a
@@ -55,6 +58,7 @@ _SCHEMA = 3
 # scan's window (src/compile/scan_files.h, k_recent_ns).
 _SETTLE_NS = 2_000_000_000
 _recording = threading.local()
+_UNNAMED = "\0unnamed"  # recorded where a read cannot be named by a path
 _hook_installed = False
 _install_lock = threading.Lock()
 _installed_for: Optional[Callable] = None
@@ -72,12 +76,19 @@ def _audit(event: str, args: tuple) -> None:
         return
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    if isinstance(path, str):
-        path = os.path.abspath(path if path else ".")
-        if path not in rec:
-            # Its identity before it is read: one that differs after the
-            # computation means it changed under it.
-            rec[path] = _ident(path)
+    if not isinstance(path, str) or ".." in path.split("/"):
+        # A descriptor, or a path whose ".." the kernel resolves after the
+        # links before it (abspath would drop it as text): what was read
+        # cannot be named for a later look, so nothing is memoised.
+        rec[_UNNAMED] = None
+        return
+    # Without "..", normpath changes only the spelling ("//", "/./", a
+    # trailing slash), never where the path leads.
+    path = os.path.normpath(os.path.join(os.getcwd(), path) if not path.startswith("/") else path)
+    if path not in rec:
+        # Its identity before it is read: one that differs after the
+        # computation means it changed under it.
+        rec[path] = _ident(path)
 
 
 def _ident(path: str) -> Optional[list]:
@@ -88,14 +99,16 @@ def _ident(path: str) -> Optional[list]:
     return _core.memo_identities([path])[0]
 
 
-def _holds_a_dangling_link(directory: str) -> bool:
-    """Whether a directory the computation listed holds a symbolic link to
-    nothing: an existence check through it (os.path.isdir, exists) is a stat
-    no audit hook sees, and creating its target changes no identity
-    recorded."""
+def _holds_an_unread_link(directory: str, recorded: set) -> bool:
+    """Whether a directory the computation listed holds a symbolic link the
+    computation did not read through: a check through it (os.path.isdir,
+    exists) is a stat no audit hook sees, and what the link leads to can
+    change (created, a file made a package) without changing any identity
+    recorded. A link it did read through is recorded with the identity of
+    what it led to."""
     try:
         with os.scandir(directory) as entries:
-            return any(e.is_symlink() and not os.path.exists(e.path) for e in entries)
+            return any(e.is_symlink() and e.path not in recorded for e in entries)
     except OSError:
         return True
 
@@ -190,6 +203,8 @@ def _manifest(seen: List[tuple], began: int) -> Optional[dict]:
     path that vanished or has no identity a later process can trust, a file
     or link changed while (or just before) the computation ran, a listed
     directory holding a link to nothing."""
+    if any(p == _UNNAMED for p, _ in seen):
+        return None
     paths = [p for p, _ in seen]
     ids = _core.memo_identities(paths)
     # Each identity is taken as the path is first read and again now: one
@@ -200,7 +215,8 @@ def _manifest(seen: List[tuple], began: int) -> Optional[dict]:
     limit = began - _SETTLE_NS
     if any(i is None or max(i[3], i[4]) >= limit for i in ids):
         return None
-    if any(i[5] == stat.S_IFDIR and _holds_a_dangling_link(p) for p, i in zip(paths, ids)):
+    recorded = set(paths)
+    if any(i[5] == stat.S_IFDIR and _holds_an_unread_link(p, recorded) for p, i in zip(paths, ids)):
         return None
     return {"paths": paths, "ids": ids}
 
@@ -209,6 +225,14 @@ def memoised_key(cache_module, original: Callable[[], str]) -> str:
     """triton_key() from the memo when every recorded file and directory is
     as it was; else Triton's computation, recorded and memoised."""
     return memoised(_memo_key(cache_module), "triton_key()", lambda: original().encode("utf-8")).decode("utf-8")
+
+
+def _is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 class _VersionMemo:
@@ -230,7 +254,9 @@ class _VersionMemo:
             return real(args, *rest, **kwargs)
         tool = args[0]
         ident = _ident(tool)
-        if ident is None:
+        # A program of its own only (a script may run any other, whose
+        # identity is not recorded), settled as the key memos' files are.
+        if ident is None or max(ident[3], ident[4]) >= time.time_ns() - _SETTLE_NS or not _is_elf(tool):
             return real(args, *rest, **kwargs)
         boot = _core.boot_id()
         if not boot:
@@ -274,6 +300,15 @@ def _install_version_memo() -> None:
             setattr(mod, "subprocess", _VersionMemo(subprocess))
 
 
+def fork_safe_lock(make=threading.Lock) -> list:
+    """[lock], given a new lock in a child forked while another thread held
+    it (a fork during a first computation would leave the child's lock held
+    forever)."""
+    holder = [make()]
+    os.register_at_fork(after_in_child=lambda: holder.__setitem__(0, make()))
+    return holder
+
+
 def install(cache_module) -> None:
     """Replaces triton_key everywhere Triton holds it (its cache module, and
     every loaded module that imported the function by name, such as the
@@ -285,13 +320,13 @@ def install(cache_module) -> None:
         if getattr(current, "_progcache_memo", False):
             return
         original = getattr(current, "__wrapped__", current)  # past Triton's lru_cache
-        lock = threading.Lock()
+        lock = fork_safe_lock()
         value: list = []
 
         def triton_key() -> str:
             if value:
                 return value[0]
-            with lock:
+            with lock[0]:
                 if not value:
                     value.append(memoised_key(cache_module, original))
             return value[0]

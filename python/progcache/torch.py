@@ -66,8 +66,9 @@ TESTED_TORCH = ((2, 11), (2, 15))
 
 _SCHEMA = "3"
 _STORE = _integration.StoreState("torch")
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered where the install's own import of Inductor reaches enable()
 _enabled = False
+_installing = False
 _saved: Dict[str, Any] = {}
 _counts = {"probes_served": 0, "cpp_served": 0, "cpp_deferred": 0, "cpp_compiled": 0, "cpp_not_cached": 0, "cpp_stored": 0, "objects_served": 0,
            "objects_missed": 0, "objects_stored": 0}
@@ -996,7 +997,9 @@ def _memoised_torch_key(original):
     into torch's own cache before its first use. torch's ``set`` (with
     which its compile workers receive the value), ``clear`` and ``prefetch``
     go to torch's function; a value torch already holds is kept."""
-    lock = threading.RLock()
+    from . import _triton_key
+
+    lock = _triton_key.fork_safe_lock(threading.RLock)
     tried: List[bool] = []
     busy = threading.local()
 
@@ -1004,12 +1007,10 @@ def _memoised_torch_key(original):
         # Other threads wait for the first's answer (not each hashing torch
         # beside it); a call from within the computation goes to torch.
         if not tried and not getattr(busy, "on", False):
-            with lock:
+            with lock[0]:
                 if not tried:
                     busy.on = True
                     try:
-                        from . import _triton_key
-
                         value = _triton_key.memoised(_torch_key_memo_key(), "torch_key()", original, "torch")
                         with contextlib.suppress(RuntimeError):  # torch holds a value already: its own
                             original.set(value)
@@ -1120,10 +1121,16 @@ def enable() -> bool:
     the cache cannot be used; False, silently, under PROGCACHE_DISABLE.
     Idempotent. Call it before the first torch.compile; ``PROGCACHE_TORCH=1``
     calls it when Inductor is first imported."""
-    global _enabled
+    global _enabled, _installing
     with _lock:
         if _enabled:
             return True
+        if _installing:  # called again from within the install (an import it made)
+            return False
+        # Enabling now: the watch that would enable on Inductor's import goes
+        # (the install imports Inductor's cache module itself).
+        for f in [f for f in sys.meta_path if isinstance(f, _Watch)]:
+            sys.meta_path.remove(f)
         st = _STORE.get_state()
         if st.disabled or st.store is None:
             return False  # said once by the store when it failed
@@ -1132,11 +1139,14 @@ def enable() -> bool:
             _integration.warn_once("torch", "unsupported", why)
             return False
         try:
+            _installing = True
             _install()
         except Exception as e:  # an internal moved: torch keeps its caches
             _restore()
             _integration.warn_once("torch", "install", f"torch.compile keeps its own caches ({e})")
             return False
+        finally:
+            _installing = False
         _enabled = True
         return True
 

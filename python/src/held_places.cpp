@@ -504,8 +504,11 @@ void save_kept() {
 std::optional<std::array<std::int64_t, 6>> memo_identity(const std::string& path, bool follow) {
   if (path.find('\0') != std::string::npos) return std::nullopt;
   struct statx sx {};
-  if (::statx(AT_FDCWD, path.c_str(), follow ? 0 : AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE,
-              &sx) != 0 ||
+  // AT_STATX_FORCE_SYNC: a network or FUSE file system asks its server
+  // instead of answering from attributes it cached (local ones answer as
+  // always).
+  const int flags = AT_STATX_FORCE_SYNC | (follow ? 0 : AT_SYMLINK_NOFOLLOW);
+  if (::statx(AT_FDCWD, path.c_str(), flags, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE, &sx) != 0 ||
       (sx.stx_mask & STATX_MNT_ID_UNIQUE) == 0) {
     return std::nullopt;
   }

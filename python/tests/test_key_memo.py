@@ -197,3 +197,94 @@ def test_a_path_identity_names_its_mount_not_its_device(tmp_path):
     st = os.stat(p)
     assert got[0][1:5] == [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] and got[1] is None
     assert got[0][0] != st.st_dev  # the unique mount ID (never reused while the machine runs)
+
+
+def walk(where):
+    """A computation like pkgutil's: hashes the .py files of a directory and
+    of each subdirectory, which it finds with os.path.isdir (a stat no audit
+    hook sees)."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(where)):
+        path = os.path.join(where, name)
+        if name.endswith(".py"):
+            with open(path, "rb") as f:
+                h.update(name.encode() + f.read())
+        elif os.path.isdir(path):
+            h.update(name.encode() + walk(path))
+    return h.digest()
+
+
+def test_a_listed_directory_holding_a_link_not_read_through_is_not_memoised(memo):
+    pkg = tree(memo)
+    (memo / "target").write_text("a file, not a package")
+    os.symlink(str(memo / "target"), pkg / "ext")
+    time.sleep(SETTLE)
+    runs = []
+    f = lambda: runs.append(1) or walk(str(pkg))  # noqa: E731
+    first = tk.memoised(KEY, "test", f)
+    os.unlink(memo / "target")
+    (memo / "target").mkdir()
+    (memo / "target" / "m.py").write_text("M = 1\n")  # the link now leads to a package: nothing listed changed
+    after = tk.memoised(KEY, "test", f)
+    assert len(runs) == 2 and after == walk(str(pkg)) != first
+
+
+@pytest.mark.parametrize("how", ["dotdot", "descriptor"])
+def test_a_read_no_path_names_for_a_later_look_is_not_memoised(memo, how):
+    pkg = tree(memo)
+    runs = []
+
+    def f():
+        runs.append(1)
+        with open(pkg / "b.py", "rb") as fh:  # a read named by its path, recorded
+            named = fh.read()
+        if how == "dotdot":  # the kernel resolves ".." after the links before it; abspath would drop it as text
+            with open(os.path.join(str(pkg), "..", "pkg", "a.py"), "rb") as fh:
+                return named + fh.read()
+        fd = os.open(str(pkg), os.O_RDONLY)
+        try:
+            return named + "\0".join(sorted(os.listdir(fd))).encode()
+        finally:
+            os.close(fd)
+
+    tk.memoised(KEY, "test", f)
+    tk.memoised(KEY, "test", f)
+    assert len(runs) == 2
+
+
+def test_a_child_forked_while_the_lock_is_held_has_its_own():
+    lock = tk.fork_safe_lock()
+    lock[0].acquire()  # as a first computation in another thread holds it
+    pid = os.fork()
+    if pid == 0:
+        ok = lock[0].acquire(timeout=5)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    lock[0].release()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_tools_version_is_memoised_only_for_a_program_of_its_own(memo, tmp_path):
+    import shutil
+    import subprocess
+    # A wrapper script (as TRITON_PTXAS_PATH may name) running the real tool:
+    # the tool changes, the script does not.
+    inner = tmp_path / "inner"
+    inner.write_text("#!/bin/sh\necho one\n")
+    script = tmp_path / "tool"
+    script.write_text(f"#!/bin/sh\nexec {inner} \"$@\"\n")
+    for p in (inner, script):
+        p.chmod(0o755)
+    time.sleep(SETTLE)
+    memo_sp = tk._VersionMemo(subprocess)
+    assert memo_sp.check_output([str(script), "--version"]) == b"one\n"
+    inner.write_text("#!/bin/sh\necho two\n")
+    assert memo_sp.check_output([str(script), "--version"]) == b"two\n"  # a script is never memoised
+    true = shutil.which("true")
+    if true is None or open(true, "rb").read(4) != b"\x7fELF":
+        pytest.skip("no ELF `true` here")
+    got = memo_sp.check_output([os.path.realpath(true), "--version"])
+    found = tk._store("triton").get_entry(_core.typed_key("tool-version", [
+        ("schema", tk._SCHEMA), ("argv", [os.path.realpath(true), "--version"]), ("boot", _core.boot_id()),
+        ("stderr", repr(None))]))
+    assert found is not None and dict(found[1])["output"] == got  # a program of its own is memoised
