@@ -513,8 +513,11 @@ std::optional<std::array<std::int64_t, 6>> memo_identity(const std::string& path
     return std::nullopt;
   }
   auto ns = [](const struct statx_timestamp& t) { return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; };
-  return std::array<std::int64_t, 6>{static_cast<std::int64_t>(sx.stx_mnt_id), static_cast<std::int64_t>(sx.stx_ino),
-                                     static_cast<std::int64_t>(sx.stx_size), ns(sx.stx_mtime), ns(sx.stx_ctime),
+  return std::array<std::int64_t, 6>{static_cast<std::int64_t>(sx.stx_mnt_id),
+                                     static_cast<std::int64_t>(sx.stx_ino),
+                                     static_cast<std::int64_t>(sx.stx_size),
+                                     ns(sx.stx_mtime),
+                                     ns(sx.stx_ctime),
                                      static_cast<std::int64_t>(sx.stx_mode & S_IFMT)};
 }
 
@@ -591,7 +594,8 @@ void bind_held_places(nb::module_& m) {
       "For each path, [unique mount ID, inode, size, mtime ns, ctime ns, file type] as statx gives them "
       "(following links, or of the link itself); None where the path cannot be looked at or the kernel gives no "
       "unique mount ID (Linux 6.8 and later do).");
-  m.def("boot_id", [] { return boot_id(); }, "This boot's ID (the kernel's), or \"\" where it cannot be read.");
+  m.def(
+      "boot_id", [] { return boot_id(); }, "This boot's ID (the kernel's), or \"\" where it cannot be read.");
   m.def(
       "manifest_holds",
       [](nb::handle manifest) {
