@@ -41,10 +41,10 @@ import tempfile
 CHILD = r"""
 import json, sys, time
 spec = json.loads(sys.argv[1])
-t0 = time.perf_counter()
 if spec.get("first"):
     import progcache._triton_key as tk
     tk._memo_stores.update(torch=None, triton=None)  # no memo read or written
+t0 = time.perf_counter()
 import torch
 torch.manual_seed(0)
 kind = spec["model"]
