@@ -1066,7 +1066,11 @@ def _install_key_memos() -> None:
     from . import _triton_key
 
     before = tcache.triton_key
-    _triton_key.install(tcache)
+    try:
+        _triton_key.install(tcache)
+    except Exception:  # Triton computes its key itself: a cost, not a fault of the caches
+        _STORE.get_state().errors += 1
+        return
     if tcache.triton_key is not before:  # installed here, not by PROGCACHE_TRITON_WARM_START: undone by disable()
         _saved["triton_key"] = (tcache, before)
 
