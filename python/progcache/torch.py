@@ -23,6 +23,10 @@ install with ``pip install --target`` and ``PYTHONPATH``). What it does
   ``-march=native``, the processor; a manifest of every header the compile
   read (by content) and of every place where a header named in any of them
   could be found (present or absent) is checked before a hit is served.
+- torch's ``torch_key()`` and Triton's ``triton_key()``, hashes of the
+  installed files that every FX graph cache key holds (0.6 s per process
+  here), come from memos in the local root, kept under the identity of every
+  file and directory they read (progcache/_triton_key.py).
 - Triton kernels (GPU) go through ``progcache.triton``'s cache manager,
   which this module names in ``TRITON_CACHE_MANAGER`` when nothing else is
   named there.
