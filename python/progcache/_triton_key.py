@@ -48,7 +48,7 @@ import sysconfig
 import stat
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from . import _core
 
@@ -151,7 +151,7 @@ def _memo_key(cache_module) -> bytes:
         ("ext_suffix", sysconfig.get_config_var("EXT_SUFFIX") or ""), ("executable", sys.executable)])
 
 
-def compute_recorded(original: Callable[[], str]) -> tuple:
+def compute_recorded(original: Callable[[], Any]) -> tuple:
     """Runs the computation (Triton's own, past its lru_cache), recording
     every file it opened and directory it listed: (value, sorted [(path,
     identity before it was first read)])."""
@@ -216,7 +216,8 @@ def _manifest(seen: List[tuple], began: int) -> Optional[dict]:
     if any(i is None or max(i[3], i[4]) >= limit for i in ids):
         return None
     recorded = set(paths)
-    if any(i[5] == stat.S_IFDIR and _holds_an_unread_link(p, recorded) for p, i in zip(paths, ids)):
+    if any(i is not None and i[5] == stat.S_IFDIR and _holds_an_unread_link(p, recorded)
+           for p, i in zip(paths, ids)):
         return None
     return {"paths": paths, "ids": ids}
 

@@ -994,7 +994,7 @@ def _torch_key_memo_key() -> bytes:
         ("python", sys.version), ("executable", sys.executable)])
 
 
-def _memoised_torch_key(original):
+def _memoised_torch_key(original: Any) -> Any:
     """Inductor's torch_key() (the SHA-256 of every Python module of torch,
     0.2 s per process) answered from a memo kept under a manifest of the
     files and directories it read (progcache/_triton_key.py), by setting it
@@ -1064,7 +1064,7 @@ def _install_key_memos() -> None:
         _saved["torch_key"] = current
         _rebind("torch_key", current, _memoised_torch_key(current))
     try:
-        import triton.runtime.cache as tcache  # type: ignore[import-not-found, unused-ignore]
+        import triton.runtime.cache as tcache  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except Exception:  # no Triton: Inductor computes no triton_key either
         return
     from . import _triton_key
