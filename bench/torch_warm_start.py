@@ -91,7 +91,9 @@ with torch.no_grad():
     correct = torch.allclose(y, m(x), atol=1e-3, rtol=1e-3)
 from torch._dynamo.utils import counters
 from torch._inductor import cpu_vec_isa
+pt = sys.modules.get("progcache.torch")
 print(json.dumps({"first_call": t2 - t1, "import": t1 - t0, "correct": bool(correct),
+                  "progcache": bool(pt is not None and pt._enabled),
                   "isa_picked": cpu_vec_isa.valid_vec_isa_list.cache_info().currsize > 0,
                   "fx_hit": counters["inductor"].get("fxgraph_cache_hit", 0),
                   "fx_miss": counters["inductor"].get("fxgraph_cache_miss", 0)}))
@@ -121,6 +123,12 @@ def run(model, dirs, root, progcache, device, first=False):
     if p.returncode != 0:
         raise SystemExit(f"{model}: the child failed:\n{p.stderr[-3000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
+    if r["progcache"] != progcache:
+        # PROGCACHE_TORCH acts through progcache-autoload.pth, which Python
+        # runs only from a site directory (not from PYTHONPATH alone).
+        raise SystemExit(f"{model}: progcache.torch was {'off' if progcache else 'on'} in a child that should have "
+                         f"it {'on' if progcache else 'off'}: install progcache in a site directory "
+                         "(docs/python.md, \"Switches without site directories\")")
     if not r["correct"]:
         raise SystemExit(f"{model}: the compiled model's output differs from eager's")
     if os.environ.get("BENCH_VERBOSE"):
@@ -152,6 +160,8 @@ def main():
     ap.add_argument("--fill-once", action="store_true",
                     help="fill the caches with one cold run of each kind, then time only the two warm starts "
                          "each round (shorter; for a machine lent for minutes)")
+    ap.add_argument("--no-first-process", action="store_true",
+                    help="with --fill-once, leave out the new machine's first process (shorter)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     import torch  # noqa: F401 - the version is part of the report
@@ -161,7 +171,7 @@ def main():
     rows = {}
     for model in args.models.split(","):
         t = {"cold": [], "cold + progcache": [], "Inductor warm (local)": [], "new machine, progcache": []}
-        if args.fill_once:
+        if args.fill_once and not args.no_first_process:
             t["new machine, first process"] = []
         if args.fill_once:
             with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
@@ -170,10 +180,11 @@ def main():
                 t["cold + progcache"].append(cold(model, dirs, root, True, args.device))
                 starts = [("Inductor warm (local)", own, False, False), ("new machine, progcache", dirs, True, False),
                           ("new machine, first process", dirs, True, True)]
+                starts = [s for s in starts if s[0] in t]
                 for i in range(args.rounds):
                     # The warm starts of a round run back to back, each in
                     # turn first: none is always the one after another.
-                    for kind, d, progcache, first in starts[i % 3:] + starts[:i % 3]:
+                    for kind, d, progcache, first in starts[i % len(starts):] + starts[:i % len(starts)]:
                         if progcache:
                             wipe(dirs)
                         t[kind].append(warm(model, d, root, progcache, args.device, first))
