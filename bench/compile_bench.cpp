@@ -3,6 +3,8 @@
 // Kernels come from examples/kernels/manifest.json. Link jobs are measured
 // by the main job, not here.
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "compile/scan_files.h"
 #include "progcache/compile.h"
 #include "progcache/file_store.h"
 #include "progcache/memory_store.h"
@@ -117,8 +120,24 @@ void register_all() {
 
 }  // namespace
 
+// The stat a manifest check makes per path (docs/compile.md, "Stat
+// identities"): identity_stat (statx, naming the mount) against the plain
+// fstatat it replaced, on one toolkit header.
+void register_stat() {
+  const std::string header = cuda_root() + "/include/cuda.h";
+  benchmark::RegisterBenchmark("stat/fstatat", [header](benchmark::State& st) {
+    struct stat s {};
+    for (auto _ : st) benchmark::DoNotOptimize(::fstatat(AT_FDCWD, header.c_str(), &s, 0));
+  });
+  benchmark::RegisterBenchmark("stat/identity_stat", [header](benchmark::State& st) {
+    struct stat s {};
+    for (auto _ : st) benchmark::DoNotOptimize(pc::detail::identity_stat(header, s));
+  });
+}
+
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
+  register_stat();
   register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

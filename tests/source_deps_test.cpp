@@ -4,17 +4,23 @@
 // the program name) and asserts that the cached result equals a fresh
 // compile of the same program now (cache off), so a stale hit fails the
 // test whatever the implementation. Needs NVRTC; skips without it.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "progcache/compile.h"
 #include "progcache/file_store.h"
+#include "progcache/hash.h"
 #include "testing/test_util.h"
 
 namespace progcache {
@@ -561,6 +567,197 @@ TEST_F(SourceDepsTest, FingerprintedTreesTolerateDanglingLinksAndMissingDirector
   fs::create_directories(m_tmp.sub("not-there"));
   write_all(m_tmp.sub("not-there/extra.h"), "\n");
   EXPECT_FALSE(compile_matches_fresh(p)) << "a directory created on the include path was not seen";
+}
+
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x00004000U
+#endif
+
+// What a record kept for other processes must name a file by: the unique
+// ID of its mount where the kernel gives one, else its device number with
+// the top bit set; and the device number as plain stat gives it.
+struct Naming {
+  std::uint64_t kept = 0, device = 0;
+};
+Naming naming_of(const std::string& path) {
+  struct statx sx {};
+  EXPECT_EQ(::statx(AT_FDCWD, path.c_str(), 0, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE, &sx), 0) << path;
+  const std::uint64_t device = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  return {(sx.stx_mask & STATX_MNT_ID_UNIQUE) != 0 ? sx.stx_mnt_id : device | (std::uint64_t{1} << 63), device};
+}
+
+std::string this_boot() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+// The scan memo vouches for a header's digest by the identity it kept:
+// the file's mount (not its device number, which the next file system
+// mounted at that place may be given, with the same inodes and times) and
+// this boot. A digest planted under the right identity is believed (which
+// shows the memo is read); planted under the device number, or under
+// another boot, it is not.
+TEST_F(SourceDepsTest, AKeptDigestHoldsOnlyForItsMountAndItsBoot) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 51\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  const std::string memo_file = m_tmp.sub("cache/deps-memo.json");
+  const auto memo = nlohmann::json::parse(testing::read_all(memo_file));
+  ASSERT_EQ(memo.value("epoch", ""), "boot " + this_boot());
+  const std::string key = fs::path(m_tmp.sub("src/val.h")).lexically_normal().string();
+  ASSERT_TRUE(memo["files"].contains(key)) << memo.dump();
+  const Naming n = naming_of(m_tmp.sub("src/val.h"));
+  ASSERT_EQ(memo["files"][key]["stamp"][0].get<std::uint64_t>(), n.kept) << "the memo keeps another identity";
+  struct Case {
+    const char* label;
+    std::uint64_t dev;
+    std::string epoch;
+    bool believed;
+  };
+  const std::vector<Case> cases = {Case{"the kept identity", n.kept, "boot " + this_boot(), true},
+                                   Case{"the device number", n.device, "boot " + this_boot(), false},
+                                   Case{"another boot", n.kept, "boot 00000000-0000-0000-0000-000000000000", false}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    auto doc = memo;
+    // A digest of its own per case: a believed one is a miss (a result
+    // stored under one planted digest would serve the next).
+    doc["files"][key]["sha256"] = digest_hex(sha256("#define V " + std::to_string(60 + i) + "\n"));
+    doc["files"][key]["stamp"][0] = c.dev;
+    doc["epoch"] = c.epoch;
+    const std::string state = m_tmp.sub(std::string("state-") + std::to_string(c.dev) + c.epoch.substr(5, 4));
+    fs::create_directories(state);
+    write_all(state + "/deps-memo.json", doc.dump());
+    CompileOptions o = m_opts;
+    o.state_dir = state;
+    auto r = compile(p, TargetType::ptx, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // Believed, the planted digest makes another key: a miss. Not
+    // believed, the header is read again: the stored result's key, a hit.
+    EXPECT_EQ(r->from_cache, !c.believed)
+        << "a digest kept under " << c.label << (c.believed ? " was not used" : " was used");
+  }
+}
+
+// A manifest of the scan: its parts, as deps_manifest.cpp writes them.
+struct ManifestParts {
+  std::string epoch, digest;
+  std::vector<std::size_t> dev_offsets;  // of each identity's device field
+  std::size_t digest_offset = 0;
+};
+std::optional<ManifestParts> parse_manifest(const std::string& m) {
+  ManifestParts out;
+  std::size_t at = 8;
+  auto u32 = [&](std::uint32_t& v) {
+    if (at + 4 > m.size()) return false;
+    std::memcpy(&v, m.data() + at, 4);
+    at += 4;
+    return true;
+  };
+  auto str = [&](std::string& v) {
+    std::uint32_t n = 0;
+    if (!u32(n) || at + n > m.size()) return false;
+    v = m.substr(at, n);
+    at += n;
+    return true;
+  };
+  std::uint32_t files = 0, dirs = 0;
+  if (!str(out.epoch)) return std::nullopt;
+  out.digest_offset = at + 4;
+  if (!str(out.digest) || !u32(files)) return std::nullopt;
+  for (std::uint32_t i = 0; i < files; ++i) {
+    std::string a, b, c;
+    if (!str(a) || !str(b) || !str(c)) return std::nullopt;
+  }
+  if (!u32(dirs)) return std::nullopt;
+  for (std::uint32_t d = 0; d < dirs; ++d) {
+    std::string dir;
+    std::uint32_t n = 0;
+    if (!str(dir) || !u32(n)) return std::nullopt;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      std::string name;
+      if (!str(name) || at + 1 + 40 + 4 > m.size()) return std::nullopt;
+      if (m[at] != 0) out.dev_offsets.push_back(at + 1);
+      at += 1 + 40 + 4;
+    }
+  }
+  if (at + 8 != m.size()) return std::nullopt;
+  return out;
+}
+
+std::string resealed(std::string m) {
+  m.resize(m.size() - 8);
+  const std::uint64_t sum = xxh3_64(m);
+  m.append(reinterpret_cast<const char*>(&sum), 8);
+  return m;
+}
+
+// The manifest vouches for the scan's answer by identities taken through
+// the mount and in this boot. A manifest whose answer is planted (another
+// digest) is believed under its own identities, which shows it is used;
+// with the device numbers, or another boot, in their place, it is not: the
+// scan runs and finds the true answer.
+TEST_F(SourceDepsTest, AManifestHoldsOnlyForItsMountsAndItsBoot) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 53\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  EXPECT_TRUE(compile_matches_fresh(p));
+  std::vector<fs::path> written;
+  for (const auto& e : fs::directory_iterator(m_tmp.sub("cache/deps"))) written.push_back(e.path());
+  ASSERT_EQ(written.size(), 1u);
+  const std::string original = testing::read_all(written[0].string());
+  const auto parts = parse_manifest(original);
+  ASSERT_TRUE(parts.has_value());
+  ASSERT_EQ(parts->epoch, "boot " + this_boot());
+  ASSERT_FALSE(parts->dev_offsets.empty());
+  const Naming n = naming_of(m_tmp.sub("src/val.h"));
+  std::uint64_t first = 0;
+  std::memcpy(&first, original.data() + parts->dev_offsets[0], 8);
+  EXPECT_EQ(first >> 63, n.kept >> 63) << "the manifest names devices where the kernel names mounts";
+  struct Case {
+    const char* label;
+    std::function<void(std::string&)> change;
+    bool believed;
+  };
+  const std::vector<Case> cases = {
+      {"its own identities", [](std::string&) {}, true},
+      {"device numbers",
+       [&](std::string& m) {
+         // Every identity with its mount's device number, as stat gives it.
+         for (std::size_t off : parts->dev_offsets) {
+           std::uint64_t v = 0;
+           std::memcpy(&v, m.data() + off, 8);
+           const std::uint64_t device = v == n.kept ? n.device : v & ~(std::uint64_t{1} << 63);
+           std::memcpy(m.data() + off, &device, 8);
+         }
+       },
+       false},
+      {"another boot",
+       [&](std::string& m) {
+         const std::size_t at = m.find(parts->epoch);
+         m[at + parts->epoch.size() - 1] = m[at + parts->epoch.size() - 1] == '0' ? '1' : '0';
+       },
+       false},
+  };
+  // Each case plants an answer of its own: a believed one is a miss (a
+  // result stored under one planted answer would serve the next).
+  std::string spare = "0123456789abcdef";
+  spare.erase(spare.find(original[parts->digest_offset]), 1);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    auto m = original;
+    m[parts->digest_offset] = spare[i];
+    c.change(m);
+    write_all(written[0].string(), resealed(m));
+    auto r = compile(p, TargetType::ptx, m_opts);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->from_cache, !c.believed)
+        << "a manifest under " << c.label << (c.believed ? " was not used" : " was used");
+  }
 }
 
 TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {

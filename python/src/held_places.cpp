@@ -73,6 +73,7 @@ namespace nb = nanobind;
 
 namespace {
 
+using progcache::detail::boot_id;
 using progcache::detail::FileStamp;
 using progcache::detail::join;
 using progcache::detail::now_ns;
@@ -111,17 +112,6 @@ std::optional<FileStamp> kept_identity(const std::string& path, const FileStamp&
                       ns(sx.stx_mtime), ns(sx.stx_ctime)};
   if (!(now == id)) return std::nullopt;
   return FileStamp{sx.stx_mnt_id, id.ino, id.size, id.mtime, id.ctime};
-}
-
-// This boot's ID ("" where it cannot be read: then nothing is kept).
-const std::string& boot_id() {
-  static const std::string id = [] {
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    std::string s;
-    std::getline(in, s);
-    return s.size() == 36 ? s : std::string();
-  }();
-  return id;
 }
 
 // What a place holds now, as g++ sees it.

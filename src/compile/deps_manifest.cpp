@@ -88,7 +88,10 @@ bool json_writable(const std::string& s) {
 }  // namespace
 
 ScanMemo& ScanMemo::for_dir(const std::string& state_dir) {
-  return memo_of(state_dir.empty() ? std::string() : join_path(state_dir, "deps-memo.json"), false, "");
+  // Kept for other processes only under an epoch (identity_stat's
+  // identities hold in one boot); in memory alone without one.
+  const bool kept = !state_dir.empty() && !identity_epoch().empty();
+  return memo_of(kept ? join_path(state_dir, "deps-memo.json") : std::string(), false, identity_epoch());
 }
 
 ScanMemo& ScanMemo::for_file(const std::string& file, const std::string& epoch) {
@@ -208,7 +211,7 @@ void CheckLog::empty_place(const std::string& path) {
     std::string dir = parent_of(child);
     if (dir.empty()) dir = ".";
     struct stat st {};
-    if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (identity_stat(dir, st) == 0 && S_ISDIR(st.st_mode)) {
       // The entry under it that the path goes through must not exist: a
       // dangling link, or a link to a file, can come to lead somewhere
       // without the directory changing. Then no manifest: every lookup
@@ -233,7 +236,8 @@ namespace {
 
 constexpr std::uint32_t k_magic = 0x4d44'4350;  // "PCDM"
 // 2: each file read carries its content digest and the operand that found it.
-constexpr std::uint32_t k_version = 2;
+// 3: identities name the mount (identity_stat), under the epoch they hold in.
+constexpr std::uint32_t k_version = 3;
 constexpr std::uint64_t k_max_bytes = std::uint64_t{64} << 20;
 constexpr std::size_t k_max_manifests = 4096;
 
@@ -292,8 +296,10 @@ std::optional<SourceDeps> verify(std::string_view text) {
   Reader r(body);
   std::uint32_t magic = 0, version = 0, n_files = 0, n_dirs = 0;
   SourceDeps deps;
-  if (!r.u32(magic) || !r.u32(version) || magic != k_magic || version != k_version || !r.str(deps.digest) ||
-      !r.u32(n_files)) {
+  std::string epoch;
+  // Identities taken in another boot vouch for nothing now.
+  if (!r.u32(magic) || !r.u32(version) || magic != k_magic || version != k_version || !r.str(epoch) || epoch.empty() ||
+      epoch != identity_epoch() || !r.str(deps.digest) || !r.u32(n_files)) {
     return std::nullopt;
   }
   for (std::uint32_t i = 0; i < n_files; ++i) {
@@ -322,7 +328,7 @@ std::optional<SourceDeps> verify(std::string_view text) {
         return std::nullopt;
       }
       struct stat st {};
-      const int rc = name.empty() ? ::fstat(dfd, &st) : ::fstatat(dfd, name.c_str(), &st, 0);
+      const int rc = identity_stat(dfd, name.c_str(), name.empty() ? AT_EMPTY_PATH : 0, st);
       if (exists == 0) {
         if (rc == 0 || (errno != ENOENT && errno != ENOTDIR)) return std::nullopt;
         continue;
@@ -386,7 +392,7 @@ std::optional<SourceDeps> check(const std::string& state_dir, const std::string&
 }
 
 void write(const std::string& state_dir, const std::string& key, const SourceDeps& deps, const CheckLog& log) {
-  if (state_dir.empty() || log.broken()) return;
+  if (state_dir.empty() || log.broken() || identity_epoch().empty()) return;
   const std::int64_t now = now_ns();
   // Grouped by directory, so a check opens each directory once.
   std::map<std::string, std::map<std::string, const Check*>> groups;
@@ -408,6 +414,7 @@ void write(const std::string& state_dir, const std::string& key, const SourceDep
   std::string out;
   put32(out, k_magic);
   put32(out, k_version);
+  put_str(out, identity_epoch());
   put_str(out, deps.digest);
   put32(out, static_cast<std::uint32_t>(deps.files.size()));
   for (const auto& f : deps.files) {

@@ -1,7 +1,13 @@
 #include "scan_files.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <vector>
 
 #include "progcache/env.h"
@@ -88,6 +94,61 @@ std::string join(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   if (dir.back() == '/') return dir + name;
   return dir + "/" + name;
+}
+
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x00004000U  // Linux 6.8; older headers lack the name
+#endif
+
+int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device) {
+  struct statx sx {};
+  if (::statx(dirfd, name, flags, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE, &sx) != 0) {
+    if (errno != ENOSYS) return -1;
+    // No statx (a kernel before 4.11, or a filter that refuses it).
+    if (::fstatat(dirfd, name, &st, flags) != 0) return -1;
+    if (device != nullptr) *device = st.st_dev;
+    st.st_dev = static_cast<dev_t>(static_cast<std::uint64_t>(st.st_dev) | (std::uint64_t{1} << 63));
+    return 0;
+  }
+  st = {};
+  const dev_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  if (device != nullptr) *device = dev;
+  st.st_dev = static_cast<dev_t>(
+      (sx.stx_mask & STATX_MNT_ID_UNIQUE) != 0 ? sx.stx_mnt_id : std::uint64_t{dev} | (std::uint64_t{1} << 63));
+  st.st_ino = static_cast<ino_t>(sx.stx_ino);
+  st.st_mode = sx.stx_mode;
+  st.st_nlink = sx.stx_nlink;
+  st.st_uid = sx.stx_uid;
+  st.st_gid = sx.stx_gid;
+  st.st_rdev = makedev(sx.stx_rdev_major, sx.stx_rdev_minor);
+  st.st_size = static_cast<off_t>(sx.stx_size);
+  st.st_blksize = static_cast<blksize_t>(sx.stx_blksize);
+  st.st_blocks = static_cast<blkcnt_t>(sx.stx_blocks);
+  auto ts = [](const struct statx_timestamp& t) {
+    struct timespec out {};
+    out.tv_sec = t.tv_sec;
+    out.tv_nsec = t.tv_nsec;
+    return out;
+  };
+  st.st_atim = ts(sx.stx_atime);
+  st.st_mtim = ts(sx.stx_mtime);
+  st.st_ctim = ts(sx.stx_ctime);
+  return 0;
+}
+
+const std::string& boot_id() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string s;
+    std::getline(in, s);
+    return s.size() == 36 ? s : std::string();
+  }();
+  return id;
+}
+
+const std::string& identity_epoch() {
+  static const std::string epoch = boot_id().empty() ? std::string() : "boot " + boot_id();
+  return epoch;
 }
 
 FileStamp stamp_of(const struct stat& st) {

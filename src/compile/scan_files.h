@@ -3,6 +3,7 @@
 // part of the scan hashes with.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cstdint>
@@ -51,5 +52,33 @@ struct FileStamp {
   friend bool operator==(const FileStamp&, const FileStamp&) = default;
 };
 FileStamp stamp_of(const struct stat& st);
+
+// stat(2) of `name` (relative to `dirfd`; flags as fstatat's:
+// AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH), through statx, with st_dev naming
+// the mount the path is reached through: its unique ID where the kernel
+// gives one (Linux 6.8+), else the device number with the top bit set (so
+// the two never meet). A device number is given again to the next file
+// system mounted, and that file system's inodes, sizes and times can all
+// repeat (two images built reproducibly, mounted in turn at one place); a
+// unique mount ID is never given again within a boot. Every stat identity
+// the include scan and its manifests record is taken so, and those kept for
+// other processes belong to identity_epoch(). 0, or -1
+// with errno set, as stat returns; `device`, when given, receives the
+// device number.
+int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device = nullptr);
+inline int identity_stat(const std::string& path, struct stat& st) {
+  return identity_stat(AT_FDCWD, path.c_str(), 0, st);
+}
+inline int identity_lstat(const std::string& path, struct stat& st) {
+  return identity_stat(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, st);
+}
+
+// This boot's ID, as the kernel gives it; "" where it cannot be read.
+const std::string& boot_id();
+// What identities kept for other processes (manifests, the scan memo) are
+// valid in: this boot (unique mount IDs restart, and device numbers may be
+// given out otherwise, after a reboot). "" where the boot's ID cannot be
+// read: then none is kept.
+const std::string& identity_epoch();
 
 }  // namespace progcache::detail

@@ -81,7 +81,7 @@ class Scanner {
     const std::string key = normal(path, /*keep_dotdot=*/true);
     if (!m_seen.insert(key).second) return {};
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
+    if (identity_stat(path, st) != 0) {
       if (errno == ENOENT || errno == ENOTDIR) {
         add_field(m_sha, "absent", key);
         m_log.empty_place(key);
@@ -109,7 +109,7 @@ class Scanner {
       // and only if the file was not replaced between the stat and the read.
       struct stat after {};
       const std::int64_t now = now_ns();
-      if (::stat(path.c_str(), &after) == 0 && stamp_of(after) == stamp && now - stamp.mtime >= k_recent_ns &&
+      if (identity_stat(path, after) == 0 && stamp_of(after) == stamp && now - stamp.mtime >= k_recent_ns &&
           now - stamp.ctime >= k_recent_ns) {
         m_memo.add(key, *known);
       }
@@ -156,7 +156,7 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
   const std::int64_t now = now_ns();
   std::vector<std::string> stack{""};
   struct stat root {};
-  if (::stat(dir.c_str(), &root) != 0) {
+  if (identity_stat(dir, root) != 0) {
     if ((errno != ENOENT && errno != ENOTDIR) || log == nullptr) {
       return errno_status(errno, "cannot read include directory", dir);
     }
@@ -187,7 +187,8 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
       std::string child_rel = rel.empty() ? std::string(name) : rel + "/" + std::string(name);
       struct stat st {};
       const std::string child_path = normal(join(dir, child_rel), /*keep_dotdot=*/true);
-      if (::fstatat(dfd, ent->d_name, &st, 0) != 0) {
+      dev_t device = 0;  // the fingerprint names the device (a key must outlive the boot)
+      if (identity_stat(dfd, ent->d_name, 0, st, &device) != 0) {
         lines.push_back(child_rel + "|dangling");  // a broken link: the compiler finds nothing there
         if (log != nullptr) log->absent(child_path);
         errno = 0;  // readdir's end is told by errno: this failure is not its
@@ -201,7 +202,7 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
       }
       std::string l = child_rel + "|" + std::to_string(st.st_mode & S_IFMT) + "|" + std::to_string(st.st_size) + "|" +
                       std::to_string(ns_of(st.st_mtim)) + "|" + std::to_string(ns_of(st.st_ctim)) + "|" +
-                      std::to_string(st.st_dev) + "|" + std::to_string(st.st_ino);
+                      std::to_string(device) + "|" + std::to_string(st.st_ino);
       if (S_ISREG(st.st_mode) && (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns)) {
         PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(join(dir, child_rel)));
         l += "|" + digest_hex(sha256(content));
