@@ -4,13 +4,16 @@
 #include "progcache/compile.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -483,6 +486,73 @@ TEST_F(CompileTest, WrongTypedMetadataIsAMissNeverACrash) {
               "\x7f"
               "ELF")
         << meta;
+  }
+}
+
+// The memo of NVRTC's identity (its version and the digest of its file,
+// part of every key) is found by the library file's identity as the
+// include scan takes it (identity_stat: the mount's unique ID on a file
+// system whose times come from an image), inode, size, both times, and
+// the boot. A fingerprint planted under that identity is believed (which
+// shows the memo is read); under the device number as stat gives it, or
+// another boot, it is not.
+TEST_F(CompileTest, ALibrarysKeptIdentityHoldsOnlyForItsMountAndItsBoot) {
+  REQUIRE_NVRTC();
+  const Program p = saxpy_program(salt());
+  const auto real = program_key(p, TargetType::cubin, m_opts);
+  ASSERT_TRUE(real.ok()) << real.status().to_string();
+  std::string id;
+  for (const auto& e : fs::directory_iterator(m_tmp.sub("cache") + "/compilers")) {
+    const auto j = nlohmann::json::parse(testing::read_all(e.path().string()));
+    if (j.value("id", "").starts_with("nvrtc|")) id = j["id"];
+  }
+  ASSERT_FALSE(id.empty()) << "no memo of NVRTC's identity";
+  // nvrtc|<path>|<size>|<mtime>|<inode>|<mount>|<ctime>|<epoch>
+  std::vector<std::string> f;
+  for (std::size_t at = 0;;) {
+    const auto bar = id.find('|', at);
+    f.push_back(id.substr(at, bar == std::string::npos ? std::string::npos : bar - at));
+    if (bar == std::string::npos) break;
+    at = bar + 1;
+  }
+  ASSERT_EQ(f.size(), 8u) << id;
+  struct stat st {};
+  ASSERT_EQ(::stat(f[1].c_str(), &st), 0) << f[1];
+  const std::uint64_t device = st.st_dev;
+  EXPECT_NE(f[5], std::to_string(device)) << "the memo names the library's file by its device number as stat gives it";
+  const auto joined = [](std::vector<std::string> v) {
+    std::string out;
+    for (std::size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "" : "|") + v[i];
+    return out;
+  };
+  struct Case {
+    const char* label;
+    std::string id;
+    bool believed;
+  };
+  auto by_device = f;
+  by_device[5] = std::to_string(device);
+  auto other_boot = f;
+  other_boot[7] = "boot 00000000-0000-0000-0000-000000000000";
+  const std::vector<Case> cases = {{"its own identity", id, true},
+                                   {"the device number", joined(by_device), false},
+                                   {"another boot", joined(other_boot), false}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::string state = m_tmp.sub("state-" + std::to_string(i));
+    fs::create_directories(state + "/compilers");
+    const Digest256 d = sha256(c.id);
+    static constexpr char k_hex[] = "0123456789abcdef";
+    std::string name;
+    for (std::size_t b = 0; b < 16; ++b) name += {k_hex[d[b] >> 4], k_hex[d[b] & 15]};
+    const nlohmann::json planted{{"id", c.id}, {"version", "12.0"}, {"fingerprint", std::string(64, 'a' + i)}};
+    testing::write_all(state + "/compilers/" + name + ".json", planted.dump());
+    CompileOptions o = m_opts;
+    o.state_dir = state;
+    const auto k = program_key(p, TargetType::cubin, o);
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    EXPECT_EQ(*k != *real, c.believed) << "a library identity kept under " << c.label
+                                       << (c.believed ? " was not used" : " was used");
   }
 }
 

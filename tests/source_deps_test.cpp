@@ -6,11 +6,21 @@
 // test whatever the implementation. Needs NVRTC; skips without it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/loop.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -569,21 +579,11 @@ TEST_F(SourceDepsTest, FingerprintedTreesTolerateDanglingLinksAndMissingDirector
   EXPECT_FALSE(compile_matches_fresh(p)) << "a directory created on the include path was not seen";
 }
 
-#ifndef STATX_MNT_ID_UNIQUE
-#define STATX_MNT_ID_UNIQUE 0x00004000U
-#endif
-
-// What a record kept for other processes must name a file by: the unique
-// ID of its mount where the kernel gives one, else its device number with
-// the top bit set; and the device number as plain stat gives it.
-struct Naming {
-  std::uint64_t kept = 0, device = 0;
-};
-Naming naming_of(const std::string& path) {
-  struct statx sx {};
-  EXPECT_EQ(::statx(AT_FDCWD, path.c_str(), 0, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE, &sx), 0) << path;
-  const std::uint64_t device = makedev(sx.stx_dev_major, sx.stx_dev_minor);
-  return {(sx.stx_mask & STATX_MNT_ID_UNIQUE) != 0 ? sx.stx_mnt_id : device | (std::uint64_t{1} << 63), device};
+// A file's device number, as stat gives it.
+std::uint64_t device_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_dev;
 }
 
 std::string this_boot() {
@@ -593,12 +593,13 @@ std::string this_boot() {
   return s;
 }
 
-// The scan memo vouches for a header's digest by the identity it kept:
-// the file's mount (not its device number, which the next file system
-// mounted at that place may be given, with the same inodes and times) and
-// this boot. A digest planted under the right identity is believed (which
-// shows the memo is read); planted under the device number, or under
-// another boot, it is not.
+// The scan memo vouches for a header's digest by the identity it kept,
+// which is not the device number as stat gives it (for a file system whose
+// times come from an image it is the mount's unique ID: the next image
+// mounted at that place may be given the same device number, with the
+// same inodes and times), and only in this boot. A digest planted under
+// the kept identity is believed (which shows the memo is read); planted
+// under the device number, or under another boot, it is not.
 TEST_F(SourceDepsTest, AKeptDigestHoldsOnlyForItsMountAndItsBoot) {
   write_all(m_tmp.sub("src/val.h"), "#define V 51\n");
   std::this_thread::sleep_for(std::chrono::milliseconds(2100));
@@ -609,17 +610,18 @@ TEST_F(SourceDepsTest, AKeptDigestHoldsOnlyForItsMountAndItsBoot) {
   ASSERT_EQ(memo.value("epoch", ""), "boot " + this_boot());
   const std::string key = fs::path(m_tmp.sub("src/val.h")).lexically_normal().string();
   ASSERT_TRUE(memo["files"].contains(key)) << memo.dump();
-  const Naming n = naming_of(m_tmp.sub("src/val.h"));
-  ASSERT_EQ(memo["files"][key]["stamp"][0].get<std::uint64_t>(), n.kept) << "the memo keeps another identity";
+  const std::uint64_t kept = memo["files"][key]["stamp"][0].get<std::uint64_t>();
+  const std::uint64_t device = device_of(m_tmp.sub("src/val.h"));
+  EXPECT_NE(kept, device) << "the memo keeps the device number as stat gives it";
   struct Case {
     const char* label;
     std::uint64_t dev;
     std::string epoch;
     bool believed;
   };
-  const std::vector<Case> cases = {Case{"the kept identity", n.kept, "boot " + this_boot(), true},
-                                   Case{"the device number", n.device, "boot " + this_boot(), false},
-                                   Case{"another boot", n.kept, "boot 00000000-0000-0000-0000-000000000000", false}};
+  const std::vector<Case> cases = {Case{"the kept identity", kept, "boot " + this_boot(), true},
+                                   Case{"the device number", device, "boot " + this_boot(), false},
+                                   Case{"another boot", kept, "boot 00000000-0000-0000-0000-000000000000", false}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     auto doc = memo;
@@ -695,8 +697,8 @@ std::string resealed(std::string m) {
   return m;
 }
 
-// The manifest vouches for the scan's answer by identities taken through
-// the mount and in this boot. A manifest whose answer is planted (another
+// The manifest vouches for the scan's answer by identities that are not
+// the device numbers as stat gives them, taken in this boot. A manifest whose answer is planted (another
 // digest) is believed under its own identities, which shows it is used;
 // with the device numbers, or another boot, in their place, it is not: the
 // scan runs and finds the true answer.
@@ -714,10 +716,10 @@ TEST_F(SourceDepsTest, AManifestHoldsOnlyForItsMountsAndItsBoot) {
   ASSERT_TRUE(parts.has_value());
   ASSERT_EQ(parts->epoch, "boot " + this_boot());
   ASSERT_FALSE(parts->dev_offsets.empty());
-  const Naming n = naming_of(m_tmp.sub("src/val.h"));
-  std::uint64_t first = 0;
+  const std::uint64_t device = device_of(m_tmp.sub("src/val.h"));
+  std::uint64_t first = 0;  // every record here is of the test's own directory
   std::memcpy(&first, original.data() + parts->dev_offsets[0], 8);
-  EXPECT_EQ(first >> 63, n.kept >> 63) << "the manifest names devices where the kernel names mounts";
+  EXPECT_NE(first, device) << "the manifest keeps the device number as stat gives it";
   struct Case {
     const char* label;
     std::function<void(std::string&)> change;
@@ -731,8 +733,8 @@ TEST_F(SourceDepsTest, AManifestHoldsOnlyForItsMountsAndItsBoot) {
          for (std::size_t off : parts->dev_offsets) {
            std::uint64_t v = 0;
            std::memcpy(&v, m.data() + off, 8);
-           const std::uint64_t device = v == n.kept ? n.device : v & ~(std::uint64_t{1} << 63);
-           std::memcpy(m.data() + off, &device, 8);
+           const std::uint64_t as_stat = v == first ? device : v & ~(std::uint64_t{1} << 63);
+           std::memcpy(m.data() + off, &as_stat, 8);
          }
        },
        false},
@@ -757,6 +759,156 @@ TEST_F(SourceDepsTest, AManifestHoldsOnlyForItsMountsAndItsBoot) {
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->from_cache, !c.believed)
         << "a manifest under " << c.label << (c.believed ? " was not used" : " was used");
+  }
+}
+
+// The case the identities name mounts for, as it happens: two file
+// system images built alike, differing in one byte of one header, mounted
+// in turn at one place through one loop device, so that the header has
+// the same device number, inode, size and times under both. The second
+// image's compile must be its own (the manifest and the memo of the first
+// must not vouch for it). In a child, in a mount namespace of its own;
+// skips, saying why, where loop devices, mounting or mke2fs are not at hand.
+TEST_F(SourceDepsTest, AnImageMountedWhereAnotherWasIsNeverServedTheOthersResult) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: loop devices and mounts";
+  if (std::system("command -v mke2fs >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mke2fs (e2fsprogs)";
+  fs::create_directories(m_tmp.sub("tree/inc"));
+  write_all(m_tmp.sub("tree/inc/v.h"), "#define V 71\n");
+  const std::string a = m_tmp.sub("a.img"), b = m_tmp.sub("b.img"), mnt = m_tmp.sub("mnt");
+  fs::create_directories(mnt);
+  const std::string mk = "mke2fs -q -F -t ext2 -d '" + m_tmp.sub("tree") + "' '" + a + "' 2M >/dev/null 2>&1";
+  if (std::system(mk.c_str()) != 0) GTEST_SKIP() << "mke2fs could not make an image";
+  std::string image = testing::read_all(a);
+  const auto at = image.find("#define V 71");
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(image.find("#define V 71", at + 1), std::string::npos);
+  image[at + 11] = '2';  // the same file system, but the header's byte
+  write_all(b, image);
+  Program p = program("#include <v.h>", m_tmp.sub("k.cu"));
+  p.options.push_back("-I" + mnt + "/inc");
+  // Settled (the images hold the times the tree had), so that the memo
+  // and the manifest are written.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::alarm(120);
+    auto say = [&](int code, const std::string& what) {
+      [[maybe_unused]] const auto n = ::write(fds[1], what.data(), what.size());
+      ::_exit(code);
+    };
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      say(77, std::string("no mount namespace: ") + std::strerror(errno));
+    }
+    const int ctl = ::open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    const int n = ctl < 0 ? -1 : ::ioctl(ctl, LOOP_CTL_GET_FREE);
+    if (n < 0) say(77, std::string("no free loop device: ") + std::strerror(errno));
+    const std::string loop = "/dev/loop" + std::to_string(n);
+    int lfd = -1;
+    auto attach = [&](const std::string& img) {
+      lfd = ::open(loop.c_str(), O_RDWR | O_CLOEXEC);
+      const int ifd = lfd < 0 ? -1 : ::open(img.c_str(), O_RDWR | O_CLOEXEC);
+      // A loop device just cleared may still be busy for a moment.
+      bool set = false;
+      for (int i = 0; ifd >= 0 && i < 100 && !(set = ::ioctl(lfd, LOOP_SET_FD, ifd) == 0) && errno == EBUSY; ++i) {
+        ::usleep(20000);
+      }
+      const bool ok = set && ::mount(loop.c_str(), mnt.c_str(), "ext2", MS_RDONLY, nullptr) == 0;
+      if (ifd >= 0) ::close(ifd);
+      return ok;
+    };
+    auto detach = [&] {
+      for (int i = 0; i < 100 && ::umount(mnt.c_str()) != 0 && errno == EBUSY; ++i) ::usleep(20000);
+      for (int i = 0; lfd >= 0 && i < 100 && ::ioctl(lfd, LOOP_CLR_FD) != 0; ++i) ::usleep(20000);
+      if (lfd >= 0) ::close(lfd);
+      lfd = -1;
+    };
+    if (!attach(a)) {
+      detach();
+      say(77, "cannot mount an image through " + loop + ": " + std::strerror(errno));
+    }
+    struct stat first {};
+    ::stat((mnt + "/inc/v.h").c_str(), &first);
+    auto cached = compile(p, TargetType::ptx, m_opts);
+    auto again = compile(p, TargetType::ptx, m_opts);
+    if (!cached.ok() || !again.ok() || !again->from_cache || !fs::exists(m_tmp.sub("cache/deps"))) {
+      detach();
+      say(2, "the first image's program was not stored and served");
+    }
+    detach();
+    if (!attach(b)) {
+      detach();
+      say(77, "cannot mount the second image through " + loop + ": " + std::strerror(errno));
+    }
+    struct stat second {};
+    ::stat((mnt + "/inc/v.h").c_str(), &second);
+    if (second.st_dev != first.st_dev || second.st_ino != first.st_ino || second.st_size != first.st_size ||
+        second.st_mtim.tv_nsec != first.st_mtim.tv_nsec || second.st_mtim.tv_sec != first.st_mtim.tv_sec ||
+        second.st_ctim.tv_sec != first.st_ctim.tv_sec || second.st_ctim.tv_nsec != first.st_ctim.tv_nsec) {
+      detach();
+      say(77, "the two images' headers differ in their stat: the case does not arise here");
+    }
+    auto served = compile(p, TargetType::ptx, m_opts);
+    auto fresh = compile(p, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = m_opts.state_dir});
+    detach();
+    if (!served.ok() || !fresh.ok()) say(2, "a compile of the second image failed");
+    if (served->code.str() != fresh->code.str()) say(1, "the second image was served the first image's result");
+    say(0, "");
+  }
+  ::close(fds[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (signal " << WTERMSIG(status) << ")";
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << said;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << said;
+}
+
+// Where statx is refused (a seccomp filter of an older container runtime
+// answers EPERM, an old kernel ENOSYS), the scan takes stat's answer: the
+// compile, the hit and an edit seen are as anywhere else.
+TEST_F(SourceDepsTest, AFilterThatRefusesStatxCostsNothing) {
+  write_all(m_tmp.sub("src/val.h"), "#define V 81\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  for (const int refusal : {EPERM, ENOSYS}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::alarm(120);
+      struct sock_filter f[] = {
+          BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+          BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_statx, 0, 1),
+          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(refusal) & SECCOMP_RET_DATA)),
+          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      };
+      struct sock_fprog prog = {static_cast<unsigned short>(sizeof f / sizeof f[0]), f};
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+        ::_exit(77);
+      }
+      // A state directory of its own: identities of stat's form.
+      CompileOptions o = m_opts;
+      o.state_dir = m_tmp.sub("state-" + std::to_string(refusal));
+      auto first = compile(p, TargetType::ptx, o);
+      auto second = compile(p, TargetType::ptx, o);
+      auto fresh = compile(p, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = o.state_dir});
+      const bool ok = first.ok() && second.ok() && fresh.ok() && second->from_cache &&
+                      second->code.str() == fresh->code.str() && fs::exists(o.state_dir + "/deps-memo.json");
+      ::_exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot install a seccomp filter here";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "with statx refused (errno " << refusal
+                                      << "), a compile failed, missed where it should hit, or differed";
   }
 }
 

@@ -19,6 +19,7 @@
 #include "progcache/config.h"
 #include "progcache/env.h"
 #include "progcache/hash.h"
+#include "scan_files.h"
 
 namespace progcache::cuda {
 
@@ -234,28 +235,34 @@ bool bind(void* handle, F& fn, std::initializer_list<const char*> names) {
   return false;
 }
 
-// What makes a library file the same file to the identity memo.
+// What makes a library file the same file to the identity memo: its
+// identity as identity_stat takes it (the mount, not the device number,
+// which the next file system mounted at one place can be given with the
+// same inodes and times), its size and both times.
 struct FileStamp {
   dev_t dev = 0;
   ino_t ino = 0;
   off_t size = 0;
   timespec mtime{};
+  timespec ctime{};
 
-  static FileStamp of(const struct stat& st) { return {st.st_dev, st.st_ino, st.st_size, st.st_mtim}; }
+  static FileStamp of(const struct stat& st) { return {st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim}; }
   bool operator==(const FileStamp& o) const {
     return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
-           mtime.tv_nsec == o.mtime.tv_nsec;
+           mtime.tv_nsec == o.mtime.tv_nsec && ctime.tv_sec == o.ctime.tv_sec && ctime.tv_nsec == o.ctime.tv_nsec;
   }
-  // The memo files' spelling, unchanged from earlier releases.
+  // The memo files' spelling; the epoch ties it to the boot whose mount IDs
+  // it names.
   std::string spelling() const {
     return std::to_string(size) + "|" + std::to_string(mtime.tv_sec) + "." + std::to_string(mtime.tv_nsec) + "|" +
-           std::to_string(ino) + "|" + std::to_string(dev);
+           std::to_string(ino) + "|" + std::to_string(dev) + "|" + std::to_string(ctime.tv_sec) + "." +
+           std::to_string(ctime.tv_nsec) + "|" + detail::identity_epoch();
   }
 };
 
 Result<FileStamp> stamp_of(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return errno_status(errno, "stat", path);
+  if (detail::identity_stat(path, st) != 0) return errno_status(errno, "stat", path);
   return FileStamp::of(st);
 }
 
@@ -417,7 +424,7 @@ Result<std::string> fingerprint_file(const std::string& path, const FileStamp& s
   if (fd < 0) return errno_status(errno, "open", path);
   const std::unique_ptr<const int, void (*)(const int*)> closer(&fd, [](const int* f) { ::close(*f); });
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return errno_status(errno, "fstat", path);
+  if (detail::identity_stat(fd, "", AT_EMPTY_PATH, st) != 0) return errno_status(errno, "fstat", path);
   if (!(FileStamp::of(st) == stamp)) return failed_precondition("'" + path + "' changed while it was fingerprinted");
   Sha256 sha;
   std::string buf(1 << 20, '\0');
@@ -482,7 +489,7 @@ Result<LibraryIdentity> identity_at(std::string_view library, const std::string&
     // Best effort: a memo that cannot be written only costs the next
     // process one library load.
     Env* env = Env::posix();
-    if (version_is_this_files) {
+    if (version_is_this_files && !detail::identity_epoch().empty()) {
       if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
         const nlohmann::json j{{"id", file_id}, {"version", id.version}, {"fingerprint", id.fingerprint}};
         write_file_atomic(env, memo_path, temp_path_beside(memo_path), j.dump(), 0600, Durability::none).ignore();

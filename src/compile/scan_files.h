@@ -55,16 +55,23 @@ FileStamp stamp_of(const struct stat& st);
 
 // stat(2) of `name` (relative to `dirfd`; flags as fstatat's:
 // AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH), through statx, with st_dev naming
-// the mount the path is reached through: its unique ID where the kernel
-// gives one (Linux 6.8+), else the device number with the top bit set (so
-// the two never meet). A device number is given again to the next file
-// system mounted, and that file system's inodes, sizes and times can all
-// repeat (two images built reproducibly, mounted in turn at one place); a
-// unique mount ID is never given again within a boot. Every stat identity
-// the include scan and its manifests record is taken so, and those kept for
-// other processes belong to identity_epoch(). 0, or -1
-// with errno set, as stat returns; `device`, when given, receives the
-// device number.
+// the file system the way a record kept for later may trust it. A device
+// number, an inode and both times name one version of a file where the
+// kernel stamps every change with its clock; not on a file system that
+// holds the times it was built with (an image on a loop or network block
+// device; squashfs, erofs, iso9660, cramfs, udf, romfs; overlayfs and FUSE,
+// which pass on another's), where the next image mounted at one place can
+// have the same device number, inodes and times for other bytes. There
+// st_dev is the mount's unique ID, never given again within a boot (Linux
+// 6.8+); everywhere else, and where the kernel gives no such ID, it is the
+// device number with the top bit set (so the two never meet), which every
+// mount namespace sees alike: containers sharing a cache root share what
+// it records. Where statx is refused (ENOSYS, or EPERM from an older
+// container runtime's filter), stat's answer serves. Every stat identity
+// the include scan, its manifests and the compiler identity memo record is
+// taken so, and those kept for other processes belong to identity_epoch().
+// 0, or -1 with errno set, as stat returns; `device`, when given, receives
+// the device number.
 int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device = nullptr);
 inline int identity_stat(const std::string& path, struct stat& st) {
   return identity_stat(AT_FDCWD, path.c_str(), 0, st);
