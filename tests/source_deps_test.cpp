@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -910,6 +911,48 @@ TEST_F(SourceDepsTest, AFilterThatRefusesStatxCostsNothing) {
     EXPECT_EQ(WEXITSTATUS(status), 0) << "with statx refused (errno " << refusal
                                       << "), a compile failed, missed where it should hit, or differed";
   }
+}
+
+// Identities name mounts, and every mount namespace (a container, a
+// sandbox) has mounts of its own: two namespaces sharing one cache root
+// each keep a manifest of their own, so neither rewrites the other's (each
+// then scanned again on every call, alternating).
+TEST_F(SourceDepsTest, MountNamespacesSharingARootKeepTheirOwnManifests) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: a mount namespace";
+  write_all(m_tmp.sub("src/val.h"), "#define V 91\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  EXPECT_FALSE(compile_matches_fresh(p));
+  const auto manifests = [&] {
+    std::map<std::string, std::string> out;
+    for (const auto& e : fs::directory_iterator(m_tmp.sub("cache/deps"))) {
+      out[e.path().filename().string()] = testing::read_all(e.path().string());
+    }
+    return out;
+  };
+  const auto before = manifests();
+  ASSERT_EQ(before.size(), 1u);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(120);
+    if (::unshare(CLONE_NEWNS) != 0) ::_exit(77);
+    auto r = compile(p, TargetType::ptx, m_opts);
+    ::_exit(r.ok() && r->from_cache ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "unshare(CLONE_NEWNS) refused";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the other namespace's lookup did not hit";
+  const auto after = manifests();
+  EXPECT_EQ(after.size(), 2u) << "the other namespace wrote no manifest of its own";
+  for (const auto& [name, bytes] : before) {
+    ASSERT_TRUE(after.contains(name));
+    EXPECT_EQ(after.at(name), bytes) << "the other namespace rewrote this one's manifest";
+  }
+  EXPECT_TRUE(compile_matches_fresh(p));
+  EXPECT_EQ(manifests(), after) << "this namespace scanned again after the other's lookup";
 }
 
 TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {

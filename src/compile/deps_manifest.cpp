@@ -88,10 +88,8 @@ bool json_writable(const std::string& s) {
 }  // namespace
 
 ScanMemo& ScanMemo::for_dir(const std::string& state_dir) {
-  // Kept for other processes only under an epoch (identity_stat's
-  // identities hold in one boot); in memory alone without one.
-  const bool kept = !state_dir.empty() && !identity_epoch().empty();
-  return memo_of(kept ? join_path(state_dir, "deps-memo.json") : std::string(), false, identity_epoch());
+  // Kept for other processes under the epoch its identities hold in.
+  return memo_of(state_dir.empty() ? std::string() : join_path(state_dir, "deps-memo.json"), false, identity_epoch());
 }
 
 ScanMemo& ScanMemo::for_file(const std::string& file, const std::string& epoch) {
@@ -374,6 +372,8 @@ std::string key_of(const Program& p, const std::vector<std::string>& canonical_o
   else
     cwd = "?";
   add_field(sha, "cwd", cwd);
+  // One manifest per mount namespace: its identities are of its mounts.
+  add_field(sha, "mounts", mount_namespace_id());
   add_field(sha, "name", p.name);
   add_field(sha, "code", p.code);
   for (const auto& o : canonical_options) add_field(sha, "option", o);
@@ -392,7 +392,7 @@ std::optional<SourceDeps> check(const std::string& state_dir, const std::string&
 }
 
 void write(const std::string& state_dir, const std::string& key, const SourceDeps& deps, const CheckLog& log) {
-  if (state_dir.empty() || log.broken() || identity_epoch().empty()) return;
+  if (state_dir.empty() || log.broken()) return;
   const std::int64_t now = now_ns();
   // Grouped by directory, so a check opens each directory once.
   std::map<std::string, std::map<std::string, const Check*>> groups;

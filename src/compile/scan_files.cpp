@@ -3,15 +3,12 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/vfs.h>
 
 #include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "progcache/env.h"
@@ -108,91 +105,24 @@ namespace {
 
 constexpr std::uint64_t k_device_form = std::uint64_t{1} << 63;
 
-// Set once statx is refused (a kernel before 4.11, or a seccomp filter of
-// an older container runtime answering EPERM): stat's answer serves.
-std::atomic<bool> g_statx_refused{false};
-
-// File systems whose files' times are not the kernel's own record of the
-// last change on this device: read-only images (squashfs, erofs, iso9660,
-// cramfs, udf, romfs) carry the times they were built with, and overlayfs
-// and FUSE pass on another file system's or a server's. Two such images
-// built reproducibly hold the same inodes, sizes and times for files whose
-// bytes differ, and the next one mounted where the other was, on a loop
-// device or an anonymous device number given out again, has the same
-// device number too. Everywhere else a change stamps ctime with the
-// kernel's clock, so a device number, an inode and both times name one
-// version of a file.
-bool times_from_an_image(std::int64_t magic) {
-  switch (static_cast<std::uint32_t>(magic)) {
-    case 0x73717368U:  // squashfs
-    case 0xE0F5E1E2U:  // erofs
-    case 0x9660U:      // iso9660
-    case 0x28cd3d45U:  // cramfs
-    case 0x453dcd28U:  // cramfs, other byte order
-    case 0x15013346U:  // udf
-    case 0x7275U:      // romfs
-    case 0x65735546U:  // FUSE (squashfuse, fuse-overlayfs, ...)
-    case 0x794c7630U:  // overlayfs
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Whether a block device of this major number is backed by a file or a
-// server (loop, 7; network block device, 43): any file system on it holds
-// the times it was built with, and the device goes to the next image set up.
-bool on_an_image_device(unsigned major) {
-  return major == 7 || major == 43;
-}
-
-// Whether the mount `mnt_id` (a unique ID) holds a file system of the kind
-// above, learned once per mount (the ID is never given to another mount
-// in this boot) from the file `dirfd`/`name` was found on. Unknown (the
-// file gone, or now on another mount): yes, which costs a hit at most.
-bool mount_times_from_an_image(std::uint64_t mnt_id, int dirfd, const char* name, int flags) {
-  // The last mount this thread asked about (most stats in a row are of
-  // one), then every mount this process learned.
-  thread_local std::uint64_t last_mount = 0;
-  thread_local bool last_image = true;
-  if (mnt_id == last_mount && mnt_id != 0) return last_image;
-  static std::mutex mu;
-  static std::unordered_map<std::uint64_t, bool> known;
-  {
-    std::lock_guard lock(mu);
-    if (auto it = known.find(mnt_id); it != known.end()) {
-      last_mount = mnt_id;
-      last_image = it->second;
-      return it->second;
-    }
-  }
-  const bool empty = (flags & AT_EMPTY_PATH) != 0 && name[0] == '\0';
-  const int fd =
-      empty ? dirfd : ::openat(dirfd, name, O_PATH | O_CLOEXEC | ((flags & AT_SYMLINK_NOFOLLOW) != 0 ? O_NOFOLLOW : 0));
-  if (fd < 0) return true;
-  struct statfs fs {};
-  struct statx sx {};
-  const bool ok = ::fstatfs(fd, &fs) == 0 && ::statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID_UNIQUE, &sx) == 0 &&
-                  (sx.stx_mask & STATX_MNT_ID_UNIQUE) != 0 && sx.stx_mnt_id == mnt_id;
-  if (!empty) ::close(fd);
-  if (!ok) return true;
-  const bool image = times_from_an_image(fs.f_type);
-  std::lock_guard lock(mu);
-  known.emplace(mnt_id, image);
-  last_mount = mnt_id;
-  last_image = image;
-  return image;
-}
+// Set once statx is found missing (a kernel before 4.11): stat serves.
+std::atomic<bool> g_no_statx{false};
 
 }  // namespace
 
 int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device) {
   struct statx sx {};
-  if (g_statx_refused.load(std::memory_order_relaxed) ||
+  // Mount IDs are named only where records can be tied to the boot they
+  // were taken in (they are counted afresh in every boot).
+  const bool named_mounts = !boot_id().empty();
+  if (g_no_statx.load(std::memory_order_relaxed) ||
       ::statx(dirfd, name, flags, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE, &sx) != 0) {
-    if (!g_statx_refused.load(std::memory_order_relaxed)) {
-      if (errno != ENOSYS && errno != EPERM && errno != EINVAL) return -1;  // the path's own failure
-      g_statx_refused.store(true, std::memory_order_relaxed);
+    // Refused for this call (ENOSYS: no statx; EPERM: an older container
+    // runtime's seccomp filter; EINVAL): stat's answer, in the device
+    // form. Any other failure is the path's own.
+    if (!g_no_statx.load(std::memory_order_relaxed)) {
+      if (errno != ENOSYS && errno != EPERM && errno != EINVAL) return -1;
+      if (errno == ENOSYS) g_no_statx.store(true, std::memory_order_relaxed);
     }
     if (::fstatat(dirfd, name, &st, flags) != 0) return -1;
     if (device != nullptr) *device = st.st_dev;
@@ -202,13 +132,7 @@ int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t
   st = {};
   const dev_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
   if (device != nullptr) *device = dev;
-  // The mount's unique ID where a device number could name another file
-  // system's files with the same inodes and times; else the device number,
-  // which every mount namespace (every container) sees alike, so that they
-  // share what they record.
-  const bool by_mount =
-      (sx.stx_mask & STATX_MNT_ID_UNIQUE) != 0 &&
-      (on_an_image_device(sx.stx_dev_major) || mount_times_from_an_image(sx.stx_mnt_id, dirfd, name, flags));
+  const bool by_mount = named_mounts && (sx.stx_mask & STATX_MNT_ID_UNIQUE) != 0;
   st.st_dev = static_cast<dev_t>(by_mount ? sx.stx_mnt_id : std::uint64_t{dev} | k_device_form);
   st.st_ino = static_cast<ino_t>(sx.stx_ino);
   st.st_mode = sx.stx_mode;
@@ -231,6 +155,17 @@ int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t
   return 0;
 }
 
+std::string mount_namespace_id() {
+  // Asked each time (one statx): a process may enter another namespace
+  // (unshare, setns) after its first lookup.
+  struct statx sx {};
+  if (boot_id().empty() || ::statx(AT_FDCWD, "/", 0, STATX_MNT_ID_UNIQUE, &sx) != 0 ||
+      (sx.stx_mask & STATX_MNT_ID_UNIQUE) == 0) {
+    return std::string();
+  }
+  return std::to_string(sx.stx_mnt_id);
+}
+
 const std::string& boot_id() {
   static const std::string id = [] {
     std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -242,7 +177,9 @@ const std::string& boot_id() {
 }
 
 const std::string& identity_epoch() {
-  static const std::string epoch = boot_id().empty() ? std::string() : "boot " + boot_id();
+  // Without a boot ID, identities are device numbers (identity_stat), kept
+  // as they always were.
+  static const std::string epoch = boot_id().empty() ? std::string("devices") : "boot " + boot_id();
   return epoch;
 }
 

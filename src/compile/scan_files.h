@@ -55,23 +55,21 @@ FileStamp stamp_of(const struct stat& st);
 
 // stat(2) of `name` (relative to `dirfd`; flags as fstatat's:
 // AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH), through statx, with st_dev naming
-// the file system the way a record kept for later may trust it. A device
-// number, an inode and both times name one version of a file where the
-// kernel stamps every change with its clock; not on a file system that
-// holds the times it was built with (an image on a loop or network block
-// device; squashfs, erofs, iso9660, cramfs, udf, romfs; overlayfs and FUSE,
-// which pass on another's), where the next image mounted at one place can
-// have the same device number, inodes and times for other bytes. There
-// st_dev is the mount's unique ID, never given again within a boot (Linux
-// 6.8+); everywhere else, and where the kernel gives no such ID, it is the
-// device number with the top bit set (so the two never meet), which every
-// mount namespace sees alike: containers sharing a cache root share what
-// it records. Where statx is refused (ENOSYS, or EPERM from an older
-// container runtime's filter), stat's answer serves. Every stat identity
-// the include scan, its manifests and the compiler identity memo record is
-// taken so, and those kept for other processes belong to identity_epoch().
-// 0, or -1 with errno set, as stat returns; `device`, when given, receives
-// the device number.
+// the mount the path is reached through by its unique ID (Linux 6.8+),
+// never given again within a boot. A device number is given again to the
+// next file system mounted, and a file system that holds the times it was
+// built with (an image on a loop device, however partitioned or mapped;
+// squashfs; a btrfs or ext4 image, whose device number is anonymous or the
+// loop's) can show the same inodes, sizes and times for other bytes; no
+// rule on device numbers or file system types tells those apart from the
+// rest, so none is used. Where the kernel gives no unique mount ID, or the
+// boot's ID cannot be read, st_dev is the device number with the top bit
+// set (the two forms never meet); where statx is refused for a call
+// (ENOSYS, or EPERM from an older container runtime's filter), stat's
+// answer, so. Every stat identity the include scan, its manifests and the
+// compiler identity memo record is taken so, and those kept for other
+// processes belong to identity_epoch(). 0, or -1 with errno set, as stat
+// returns; `device`, when given, receives the device number.
 int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device = nullptr);
 inline int identity_stat(const std::string& path, struct stat& st) {
   return identity_stat(AT_FDCWD, path.c_str(), 0, st);
@@ -82,10 +80,15 @@ inline int identity_lstat(const std::string& path, struct stat& st) {
 
 // This boot's ID, as the kernel gives it; "" where it cannot be read.
 const std::string& boot_id();
-// What identities kept for other processes (manifests, the scan memo) are
-// valid in: this boot (unique mount IDs restart, and device numbers may be
-// given out otherwise, after a reboot). "" where the boot's ID cannot be
-// read: then none is kept.
+// The unique ID of the mount "/" is in this process: one per mount
+// namespace (a container, a sandbox), so that records of identities, which
+// differ between namespaces, are kept apart per namespace instead of each
+// namespace rewriting the other's; "" where identities are device numbers.
+std::string mount_namespace_id();
+// What identities kept for other processes (manifests, the scan memo, the
+// compiler identity memo) are valid in: this boot (unique mount IDs are
+// counted afresh in every boot); "devices" where identities are device
+// numbers (no boot ID), kept as they always were.
 const std::string& identity_epoch();
 
 }  // namespace progcache::detail
