@@ -439,25 +439,9 @@ Result<std::string> fingerprint_file(const std::string& path, const FileStamp& s
   return digest_hex(sha.finish());
 }
 
-// Keeps the memo directory to k_max_identity_memos files: each library file
-// seen through another mount (a container) or in another boot has one.
-// Past the bound, the oldest written go first.
+// The most identity memos kept: each library file seen through another
+// mount (a container) or in another boot has one.
 constexpr std::size_t k_max_identity_memos = 256;
-void bound_memos(const std::string& dir) {
-  auto names = Env::posix()->list_dir(dir);
-  if (!names.ok() || names->size() <= k_max_identity_memos) return;
-  std::vector<std::pair<std::int64_t, std::string>> by_age;
-  for (const auto& e : *names) {
-    struct stat st {};
-    const std::string path = join_path(dir, e.name);
-    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      by_age.emplace_back(std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, path);
-    }
-  }
-  std::sort(by_age.begin(), by_age.end());
-  const std::size_t keep = k_max_identity_memos * 3 / 4;
-  for (std::size_t i = 0; i + keep < by_age.size(); ++i) ::unlink(by_age[i].second.c_str());
-}
 
 // The identity of the file `stamp` describes at `path`. Memoized in memory
 // and in <state_dir>/compilers/ under the stamp.
@@ -514,7 +498,7 @@ Result<LibraryIdentity> identity_at(std::string_view library, const std::string&
       if (Status s = env->mkdir(dir, 0700); s.ok() || s.code() == Code::failed_precondition) {
         const nlohmann::json j{{"id", file_id}, {"version", id.version}, {"fingerprint", id.fingerprint}};
         write_file_atomic(env, memo_path, temp_path_beside(memo_path), j.dump(), 0600, Durability::none).ignore();
-        bound_memos(dir);
+        detail::keep_newest_files(dir, k_max_identity_memos);
       }
     }
   }

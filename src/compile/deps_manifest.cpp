@@ -340,22 +340,10 @@ std::optional<SourceDeps> verify(std::string_view text) {
   return deps;
 }
 
-// Keeps the directory to k_max_manifests files, now and then: past it, the
-// oldest written go first.
+// Keeps the directory to k_max_manifests files, now and then.
 void bound(const std::string& dir) {
   static std::atomic<unsigned> writes{0};
-  if (writes.fetch_add(1) % 32 != 0) return;
-  auto names = Env::posix()->list_dir(dir);
-  if (!names.ok() || names->size() <= k_max_manifests) return;
-  std::vector<std::pair<std::int64_t, std::string>> by_age;
-  for (const auto& e : *names) {
-    struct stat st {};
-    const std::string path = join_path(dir, e.name);
-    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) by_age.emplace_back(ns_of(st.st_mtim), path);
-  }
-  std::sort(by_age.begin(), by_age.end());
-  const std::size_t keep = k_max_manifests * 3 / 4;
-  for (std::size_t i = 0; i + keep < by_age.size(); ++i) ::unlink(by_age[i].second.c_str());
+  if (writes.fetch_add(1) % 32 == 0) keep_newest_files(dir, k_max_manifests);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -164,6 +165,20 @@ std::string mount_namespace_id() {
     return std::string();
   }
   return std::to_string(sx.stx_mnt_id);
+}
+
+void keep_newest_files(const std::string& dir, std::size_t max_files) {
+  auto names = Env::posix()->list_dir(dir);
+  if (!names.ok() || names->size() <= max_files) return;
+  std::vector<std::pair<std::int64_t, std::string>> by_age;
+  for (const auto& e : *names) {
+    struct stat st {};
+    const std::string path = join_path(dir, e.name);
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) by_age.emplace_back(ns_of(st.st_mtim), path);
+  }
+  std::sort(by_age.begin(), by_age.end());
+  const std::size_t keep = max_files * 3 / 4;
+  for (std::size_t i = 0; i + keep < by_age.size(); ++i) ::unlink(by_age[i].second.c_str());
 }
 
 const std::string& boot_id() {

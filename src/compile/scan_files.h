@@ -78,6 +78,10 @@ inline int identity_lstat(const std::string& path, struct stat& st) {
   return identity_stat(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, st);
 }
 
+// Keeps a directory of records to `max_files` regular files: past it, the
+// oldest written go until three quarters are left.
+void keep_newest_files(const std::string& dir, std::size_t max_files);
+
 // This boot's ID, as the kernel gives it; "" where it cannot be read.
 const std::string& boot_id();
 // The unique ID of the mount "/" is in this process: one per mount
