@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
@@ -109,6 +110,15 @@ constexpr std::uint64_t k_device_form = std::uint64_t{1} << 63;
 // Set once statx is found missing (a kernel before 4.11): stat serves.
 std::atomic<bool> g_no_statx{false};
 
+// One 63-bit name for a mount's unique ID and a device number (the top
+// bit clear: never the device form).
+std::uint64_t mount_and_device(std::uint64_t mnt_id, std::uint64_t dev) {
+  char both[16];
+  std::memcpy(both, &mnt_id, 8);
+  std::memcpy(both + 8, &dev, 8);
+  return xxh3_64(std::string_view(both, sizeof both)) & ~k_device_form;
+}
+
 }  // namespace
 
 int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device) {
@@ -118,13 +128,10 @@ int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t
   const bool named_mounts = !boot_id().empty();
   if (g_no_statx.load(std::memory_order_relaxed) ||
       ::statx(dirfd, name, flags, STATX_BASIC_STATS | STATX_MNT_ID_UNIQUE, &sx) != 0) {
-    // Refused for this call (ENOSYS: no statx; EPERM: an older container
-    // runtime's seccomp filter; EINVAL): stat's answer, in the device
-    // form. Any other failure is the path's own.
-    if (!g_no_statx.load(std::memory_order_relaxed)) {
-      if (errno != ENOSYS && errno != EPERM && errno != EINVAL) return -1;
-      if (errno == ENOSYS) g_no_statx.store(true, std::memory_order_relaxed);
-    }
+    // Whatever statx answered (ENOSYS: none; EPERM or another errno from an
+    // older container runtime's seccomp filter), stat decides, in the
+    // device form: the scan fails only where stat fails.
+    if (errno == ENOSYS) g_no_statx.store(true, std::memory_order_relaxed);
     if (::fstatat(dirfd, name, &st, flags) != 0) return -1;
     if (device != nullptr) *device = st.st_dev;
     st.st_dev = static_cast<dev_t>(static_cast<std::uint64_t>(st.st_dev) | k_device_form);
@@ -134,7 +141,10 @@ int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t
   const dev_t dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
   if (device != nullptr) *device = dev;
   const bool by_mount = named_mounts && (sx.stx_mask & STATX_MNT_ID_UNIQUE) != 0;
-  st.st_dev = static_cast<dev_t>(by_mount ? sx.stx_mnt_id : std::uint64_t{dev} | k_device_form);
+  // The mount and the device both: within one mount, btrfs and bcachefs
+  // subvolumes each have a device number of their own, and inode numbers
+  // that repeat between them.
+  st.st_dev = static_cast<dev_t>(by_mount ? mount_and_device(sx.stx_mnt_id, dev) : std::uint64_t{dev} | k_device_form);
   st.st_ino = static_cast<ino_t>(sx.stx_ino);
   st.st_mode = sx.stx_mode;
   st.st_nlink = sx.stx_nlink;
@@ -159,12 +169,15 @@ int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t
 std::string mount_namespace_id() {
   // Asked each time (one statx): a process may enter another namespace
   // (unshare, setns) after its first lookup.
+  // The root's inode too: a chroot whose root is no mount point has the
+  // mount of the directory it was made in.
   struct statx sx {};
-  if (boot_id().empty() || ::statx(AT_FDCWD, "/", 0, STATX_MNT_ID_UNIQUE, &sx) != 0 ||
+  if (boot_id().empty() || g_no_statx.load(std::memory_order_relaxed) ||
+      ::statx(AT_FDCWD, "/", 0, STATX_INO | STATX_MNT_ID_UNIQUE, &sx) != 0 ||
       (sx.stx_mask & STATX_MNT_ID_UNIQUE) == 0) {
     return std::string();
   }
-  return std::to_string(sx.stx_mnt_id);
+  return std::to_string(sx.stx_mnt_id) + ":" + std::to_string(sx.stx_ino);
 }
 
 void keep_newest_files(const std::string& dir, std::size_t max_files) {

@@ -56,20 +56,21 @@ FileStamp stamp_of(const struct stat& st);
 // stat(2) of `name` (relative to `dirfd`; flags as fstatat's:
 // AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH), through statx, with st_dev naming
 // the mount the path is reached through by its unique ID (Linux 6.8+),
-// never given again within a boot. A device number is given again to the
-// next file system mounted, and a file system that holds the times it was
-// built with (an image on a loop device, however partitioned or mapped;
-// squashfs; a btrfs or ext4 image, whose device number is anonymous or the
-// loop's) can show the same inodes, sizes and times for other bytes; no
-// rule on device numbers or file system types tells those apart from the
-// rest, so none is used. Where the kernel gives no unique mount ID, or the
-// boot's ID cannot be read, st_dev is the device number with the top bit
-// set (the two forms never meet); where statx is refused for a call
-// (ENOSYS, or EPERM from an older container runtime's filter), stat's
-// answer, so. Every stat identity the include scan, its manifests and the
-// compiler identity memo record is taken so, and those kept for other
-// processes belong to identity_epoch(). 0, or -1 with errno set, as stat
-// returns; `device`, when given, receives the device number.
+// never given again within a boot, together with the device number (one
+// 63-bit digest of both). A device number is given again to the next file
+// system mounted, and a file system that holds the times it was built with
+// (an image on a loop device, however partitioned or mapped; squashfs; a
+// btrfs or ext4 image, whose device number is anonymous or the loop's) can
+// show the same inodes, sizes and times for other bytes; no rule on device
+// numbers or file system types tells those apart from the rest, so none is
+// used. Where the kernel gives no unique mount ID, or the boot's ID cannot
+// be read, st_dev is the device number with the top bit set (the two forms
+// never meet); where statx fails for a call (ENOSYS, or an older container
+// runtime's filter), stat decides, so. Every stat identity the include
+// scan, its manifests and the compiler identity memo record is taken so,
+// and those kept for other processes belong to identity_epoch(). 0, or -1
+// with errno set, as stat returns; `device`, when given, receives the
+// device number.
 int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device = nullptr);
 inline int identity_stat(const std::string& path, struct stat& st) {
   return identity_stat(AT_FDCWD, path.c_str(), 0, st);
@@ -84,10 +85,11 @@ void keep_newest_files(const std::string& dir, std::size_t max_files);
 
 // This boot's ID, as the kernel gives it; "" where it cannot be read.
 const std::string& boot_id();
-// The unique ID of the mount "/" is in this process: one per mount
-// namespace (a container, a sandbox), so that records of identities, which
-// differ between namespaces, are kept apart per namespace instead of each
-// namespace rewriting the other's; "" where identities are device numbers.
+// The unique ID of the mount "/" is in, and the root's inode (a chroot):
+// one per mount namespace (a container, a sandbox), so that records of
+// identities, which differ between namespaces, are kept apart per
+// namespace instead of each namespace rewriting the other's; "" where
+// identities are device numbers.
 std::string mount_namespace_id();
 // What identities kept for other processes (manifests, the scan memo, the
 // compiler identity memo) are valid in: this boot (unique mount IDs are
