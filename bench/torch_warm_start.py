@@ -26,6 +26,12 @@ progcache installed (scripts/test-torch.sh makes .venv-torch):
 
     .venv-torch/bin/python bench/torch_warm_start.py --rounds 5
     python3 bench/torch_warm_start.py --device cuda --rounds 3   # on a GPU machine
+
+progcache must be installed in a site directory of that Python (pip install
+of the wheel, not pip install --target on PYTHONPATH): PROGCACHE_TORCH acts
+through progcache-autoload.pth, which Python runs only from a site
+directory, and a child where progcache.torch was not on as asked stops the
+run with a message.
 """
 
 import argparse
