@@ -237,9 +237,10 @@ bool bind(void* handle, F& fn, std::initializer_list<const char*> names) {
 }
 
 // What makes a library file the same file to the identity memo: its
-// identity as identity_stat takes it (the mount, not the device number,
-// which the next file system mounted at one place can be given with the
-// same inodes and times), its size and both times.
+// identity as identity_stat takes it (the mount's unique ID with the
+// device number: a device number alone can be given to the next file
+// system mounted at one place, with the same inodes and times), its size
+// and both times.
 struct FileStamp {
   dev_t dev = 0;
   ino_t ino = 0;
