@@ -5,6 +5,7 @@
 // compile of the same program now (cache off), so a stale hit fails the
 // test whatever the implementation. Needs NVRTC; skips without it.
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/loop.h>
@@ -953,6 +954,170 @@ TEST_F(SourceDepsTest, MountNamespacesSharingARootKeepTheirOwnManifests) {
   }
   EXPECT_TRUE(compile_matches_fresh(p));
   EXPECT_EQ(manifests(), after) << "this namespace scanned again after the other's lookup";
+}
+
+// Runs `body` in a child process as an ordinary user (as nobody when the
+// test runs as root, which every permission lets through) and returns its
+// exit code: 0 passed, 77 could not become that user, anything else failed
+// (the child prints why).
+int as_ordinary_user(const std::string& tree, const std::function<int()>& body) {
+  const bool root = ::geteuid() == 0;
+  if (root) {
+    for (const auto& e : fs::recursive_directory_iterator(tree)) {
+      if (::lchown(e.path().c_str(), 65534, 65534) != 0) return 77;
+    }
+    if (::chown(tree.c_str(), 65534, 65534) != 0) return 77;
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) return 77;
+  if (pid == 0) {
+    ::alarm(120);
+    if (root && (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+                 ::setresuid(65534, 65534, 65534) != 0)) {
+      ::_exit(77);
+    }
+    ::_exit(body());
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// What the process may not reach (a directory on the search path it may not
+// search, a header it may not read), NVRTC skips, going on to the next
+// directory; so must the scan. Before, such a place failed every compile,
+// the cache off too. The compiler's own answer is the oracle: the PTX names
+// the value of the header NVRTC took. Opening the place up is a miss, and
+// the result again equals a fresh compile.
+TEST_F(SourceDepsTest, WhatTheProcessCannotReachIsSkippedAsNvrtcSkipsIt) {
+  for (const char* d : {"locked", "unread", "good"}) fs::create_directories(m_tmp.sub(d));
+  write_all(m_tmp.sub("locked/v.h"), "#define V 2222\n");
+  write_all(m_tmp.sub("unread/v.h"), "#define V 3333\n");
+  write_all(m_tmp.sub("good/v.h"), "#define V 1111\n");
+  Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
+  for (const char* d : {"locked", "unread", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
+  // A header naming the next through a macro: every -I directory is
+  // fingerprinted whole, the closed one too.
+  fs::create_directories(m_tmp.sub("comp"));
+  write_all(m_tmp.sub("comp/comp.h"), "#define NEXT <w.h>\n#include NEXT\n");
+  write_all(m_tmp.sub("locked/w.h"), "#define V 6666\n");
+  write_all(m_tmp.sub("good/w.h"), "#define V 5555\n");
+  Program tree = program("#include <comp.h>", m_tmp.sub("src/t.cu"));
+  for (const char* d : {"locked", "unread", "good", "comp"}) tree.options.push_back("-I" + m_tmp.sub(d));
+  const int code = as_ordinary_user(m_tmp.path(), [&] {
+    // The manifest is written only for places settled for two seconds: let
+    // it be, so that its check of the locked directory is what decides.
+    ::chmod(m_tmp.sub("locked").c_str(), 0);
+    ::chmod(m_tmp.sub("unread/v.h").c_str(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+    int failures = 0;
+    const auto one = [&](const Program& prog, const char* what, const char* value, bool hit) {
+      auto cached = compile(prog, TargetType::ptx, m_opts);
+      auto fresh = compile(prog, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = m_opts.state_dir});
+      if (!cached.ok() || !fresh.ok()) {
+        std::fprintf(stderr, "%s: %s / %s\n", what, cached.status().to_string().c_str(),
+                     fresh.status().to_string().c_str());
+        ++failures;
+        return;
+      }
+      if (fresh->code.str().find(value) == std::string::npos) {
+        std::fprintf(stderr, "%s: NVRTC did not take the header defining %s\n", what, value);
+        ++failures;
+      }
+      if (cached->code.str() != fresh->code.str()) {
+        std::fprintf(stderr, "%s: the cached result differs from a fresh compile\n", what);
+        ++failures;
+      }
+      if (cached->from_cache != hit) {
+        std::fprintf(stderr, "%s: %s where a %s was due\n", what, cached->from_cache ? "a hit" : "a miss",
+                     hit ? "hit" : "miss");
+        ++failures;
+      }
+    };
+    // `tree`'s fingerprints name each file's ctime: every mode change is a miss.
+    const auto step = [&](const std::string& what, const char* value, bool hit, const char* tree_value, bool tree_hit) {
+      one(p, what.c_str(), value, hit);
+      one(tree, (what + ", through a macro").c_str(), tree_value, tree_hit);
+    };
+    step("closed directory and unreadable header skipped", "1111", false, "5555", false);
+    step("the same again", "1111", true, "5555", true);
+    ::chmod(m_tmp.sub("locked").c_str(), 0755);
+    step("the directory opened", "2222", false, "6666", false);
+    ::chmod(m_tmp.sub("locked").c_str(), 0);
+    ::chmod(m_tmp.sub("unread/v.h").c_str(), 0644);
+    step("the header made readable", "3333", false, "5555", false);
+    ::chmod(m_tmp.sub("unread/v.h").c_str(), 0);
+    step("both closed again", "1111", true, "5555", false);
+    ::chmod(m_tmp.sub("locked").c_str(), 0755);
+    return failures == 0 ? 0 : 1;
+  });
+  if (code == 77) GTEST_SKIP() << "could not run as an ordinary user";
+  EXPECT_EQ(code, 0) << "see the child's lines above";
+}
+
+// What a scan found depends on who looked: a user who may not search a
+// directory, or read a header, that another user of the same root may is
+// never given the other's answer (a kept digest of a header it may not
+// read), and the other is never given its answer (a manifest recording the
+// directory it may not search as empty). Each key equals the one a scan of
+// that user's own from an empty state directory gives.
+TEST_F(SourceDepsTest, AScansRecordsHoldOnlyForTheCredentialsTheyWereTakenWith) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: a second user";
+  for (const char* d : {"locked", "unread", "good"}) fs::create_directories(m_tmp.sub(d));
+  write_all(m_tmp.sub("locked/v.h"), "#define V 2222\n");
+  write_all(m_tmp.sub("unread/v.h"), "#define V 3333\n");
+  write_all(m_tmp.sub("good/v.h"), "#define V 1111\n");
+  ::chmod(m_tmp.sub("locked").c_str(), 0700);  // root's: nobody may not search it
+  ::chmod(m_tmp.sub("unread/v.h").c_str(), 0600);
+  Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
+  for (const char* d : {"locked", "unread", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  CompileOptions shared{.cache = nullptr, .state_dir = m_opts.state_dir};
+  auto root_key = program_key(p, TargetType::ptx, shared);
+  ASSERT_TRUE(root_key.ok()) << root_key.status().to_string();
+  ASSERT_TRUE(fs::exists(m_tmp.sub("cache/deps-memo.json")));
+  ASSERT_FALSE(fs::is_empty(m_tmp.sub("cache/deps"))) << "no manifest was written";
+  // Everything readable by the other user but the two places above.
+  ASSERT_EQ(std::system(("chmod -R a+rwX " + m_tmp.sub("cache") + " " + m_tmp.sub("src") + " " + m_tmp.sub("good") +
+                         " && chmod a+rx " + m_tmp.path() + " " + m_tmp.sub("unread"))
+                            .c_str()),
+            0);
+  fs::create_directories(m_tmp.sub("own-state"));
+  ::chmod(m_tmp.sub("own-state").c_str(), 0777);
+  // Settled again after the mode changes, so that the other user's scan
+  // writes a manifest of its own.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(120);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0) {
+      ::_exit(77);
+    }
+    auto through_shared = program_key(p, TargetType::ptx, shared);
+    auto own = program_key(p, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = m_tmp.sub("own-state")});
+    if (!through_shared.ok() || !own.ok()) {
+      std::fprintf(stderr, "%s / %s\n", through_shared.status().to_string().c_str(), own.status().to_string().c_str());
+      ::_exit(2);
+    }
+    if (*through_shared == *root_key) ::_exit(3);
+    ::_exit(*through_shared == *own ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "could not become another user";
+  EXPECT_NE(WEXITSTATUS(status), 2) << "a scan as the other user failed";
+  EXPECT_NE(WEXITSTATUS(status), 3) << "the other user was given root's answer (a manifest it cannot vouch for)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the other user's key differs from its own scan's";
+  // The other user's scan left its records in the shared state directory:
+  // root, who may search the directory, still gets its own answer.
+  auto again = program_key(p, TargetType::ptx, shared);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(*again, *root_key) << "root was given the other user's answer (its manifest)";
+  EXPECT_EQ(std::distance(fs::directory_iterator(m_tmp.sub("cache/deps")), fs::directory_iterator()), 2)
+      << "the two users do not each have a manifest of their own";
 }
 
 TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {

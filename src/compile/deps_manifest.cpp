@@ -328,7 +328,9 @@ std::optional<SourceDeps> verify(std::string_view text) {
       struct stat st {};
       const int rc = identity_stat(dfd, name.c_str(), name.empty() ? AT_EMPTY_PATH : 0, st);
       if (exists == 0) {
-        if (rc == 0 || (errno != ENOENT && errno != ENOTDIR)) return std::nullopt;
+        // Still nothing the compiler can open (the scan treats every
+        // failure to stat a place as its absence).
+        if (rc == 0) return std::nullopt;
         continue;
       }
       const FileStamp want{dev, ino, static_cast<std::int64_t>(size), static_cast<std::int64_t>(mtime),
@@ -362,6 +364,10 @@ std::string key_of(const Program& p, const std::vector<std::string>& canonical_o
   add_field(sha, "cwd", cwd);
   // One manifest per mount namespace: its identities are of its mounts.
   add_field(sha, "mounts", mount_namespace_id());
+  // And per credentials: what the compiler may search and read depends on
+  // them, and a missing place is recorded by the directory above it, whose
+  // identity does not change with who asks.
+  add_field(sha, "credentials", credentials_id());
   add_field(sha, "name", p.name);
   add_field(sha, "code", p.code);
   for (const auto& o : canonical_options) add_field(sha, "option", o);

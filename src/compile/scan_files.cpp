@@ -1,8 +1,11 @@
 #include "scan_files.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -192,6 +195,32 @@ void keep_newest_files(const std::string& dir, std::size_t max_files) {
   std::sort(by_age.begin(), by_age.end());
   const std::size_t keep = max_files * 3 / 4;
   for (std::size_t i = 0; i + keep < by_age.size(); ++i) ::unlink(by_age[i].second.c_str());
+}
+
+std::string credentials_id() {
+  std::string out = std::to_string(::geteuid()) + ":" + std::to_string(::getegid()) + ":";
+  std::vector<gid_t> groups(64);
+  int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
+  if (n < 0 && errno == EINVAL) {
+    n = ::getgroups(0, nullptr);
+    groups.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    n = n > 0 ? ::getgroups(n, groups.data()) : n;
+  }
+  if (n < 0) return out + "?";
+  groups.resize(static_cast<std::size_t>(n));
+  std::sort(groups.begin(), groups.end());
+  for (const gid_t g : groups) out += std::to_string(g) + ",";
+  // The effective capabilities (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH let
+  // the compiler read past permissions); no wrapper in glibc.
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): the raw system call
+  if (::syscall(SYS_capget, &header, data) != 0) return out + ":?";
+  return out + ":" + std::to_string(data[0].effective) + "," + std::to_string(data[1].effective);
+}
+
+bool may_read(const std::string& path) {
+  return ::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) == 0;
 }
 
 const std::string& boot_id() {

@@ -97,4 +97,15 @@ std::string mount_namespace_id();
 // numbers (no boot ID), kept as they always were.
 const std::string& identity_epoch();
 
+// Who this process is to the file system: effective user and group, the
+// supplementary groups and the effective capabilities. What the compiler
+// can search and read depends on them (a directory without search
+// permission, a header without read permission, CAP_DAC_OVERRIDE), so a
+// record of what a scan found holds only for the same credentials. Asked
+// each time (a process may change them).
+std::string credentials_id();
+// Whether this process may open `path` for reading (faccessat with the
+// effective IDs). False with errno set where it may not.
+bool may_read(const std::string& path);
+
 }  // namespace progcache::detail

@@ -82,18 +82,29 @@ class Scanner {
     if (!m_seen.insert(key).second) return {};
     struct stat st {};
     if (identity_stat(path, st) != 0) {
-      if (errno == ENOENT || errno == ENOTDIR) {
-        add_field(m_sha, "absent", key);
-        m_log.empty_place(key);
-        return {};
-      }
-      return errno_status(errno, "cannot look for header", path);
+      // Nothing the compiler can open: not there, or not reachable by this
+      // process (a directory on the way it may not search, a loop of
+      // links). NVRTC goes on to the next directory of the search path, as
+      // for a missing file, and so does the key. Whether a directory is
+      // searchable depends on who asks: manifests are kept per credentials
+      // (manifest::key_of).
+      add_field(m_sha, "absent", key);
+      m_log.empty_place(key);
+      return {};
     }
     m_log.exists(key, st);
     if (!S_ISREG(st.st_mode)) {
       // A directory or a FIFO where a header could be: the compiler cannot
       // use it; record its kind, never open it.
       add_field(m_sha, "other", key + "|" + std::to_string(st.st_mode & S_IFMT));
+      return {};
+    }
+    // A file this process may not read, NVRTC skips as if it were not there.
+    // Asked before the memo too: the memo is shared by every user of the
+    // root, and another may read what this one may not. A change of its
+    // mode changes its ctime, which the manifest checks.
+    if (!may_read(path) && (errno == EACCES || errno == EPERM)) {
+      add_field(m_sha, "unreadable", key);
       return {};
     }
     const FileStamp stamp = stamp_of(st);
@@ -157,11 +168,10 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
   std::vector<std::string> stack{""};
   struct stat root {};
   if (identity_stat(dir, root) != 0) {
-    if ((errno != ENOENT && errno != ENOTDIR) || log == nullptr) {
-      return errno_status(errno, "cannot read include directory", dir);
-    }
-    // NVRTC skips an include directory that is not there: so does the
-    // fingerprint, and one created later changes it.
+    if (log == nullptr) return errno_status(errno, "cannot read include directory", dir);
+    // NVRTC skips an include directory that is not there, or that this
+    // process cannot reach: so does the fingerprint, and one created (or
+    // opened to it) later changes it.
     add_field(sha, "tree-absent", dir);
     log->empty_place(normal(dir, /*keep_dotdot=*/true));
     return {};
@@ -174,7 +184,17 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
     stack.pop_back();
     const std::string abs = rel.empty() ? dir : join(dir, rel);
     DIR* d = ::opendir(abs.c_str());
-    if (d == nullptr) return errno_status(errno, "cannot read include directory", abs);
+    if (d == nullptr) {
+      // A directory this process may neither list nor search: the compiler
+      // can open nothing below it either. One it may search but not list
+      // could hold files the compiler opens by name: that cannot be keyed.
+      if ((errno == EACCES || errno == EPERM) && ::faccessat(AT_FDCWD, abs.c_str(), X_OK, AT_EACCESS) != 0 &&
+          (errno == EACCES || errno == EPERM)) {
+        lines.push_back(rel + "|closed");
+        continue;
+      }
+      return errno_status(errno, "cannot read include directory", abs);
+    }
     struct DirCloser {
       DIR* d;
       ~DirCloser() { ::closedir(d); }
@@ -204,8 +224,13 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
                       std::to_string(ns_of(st.st_mtim)) + "|" + std::to_string(ns_of(st.st_ctim)) + "|" +
                       std::to_string(device) + "|" + std::to_string(st.st_ino);
       if (S_ISREG(st.st_mode) && (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns)) {
-        PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(join(dir, child_rel)));
-        l += "|" + digest_hex(sha256(content));
+        const std::string file = join(dir, child_rel);
+        if (!may_read(file) && (errno == EACCES || errno == EPERM)) {
+          l += "|unreadable";  // nothing the compiler can read either
+        } else {
+          PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(file));
+          l += "|" + digest_hex(sha256(content));
+        }
       }
       lines.push_back(std::move(l));
       errno = 0;
