@@ -122,7 +122,8 @@ void register_all() {
 
 // The stat a manifest check makes per path (docs/compile.md, "Stat
 // identities"): identity_stat (statx, naming the mount) against the plain
-// fstatat it replaced, on one toolkit header.
+// fstatat it replaced, on one toolkit header; and the credentials a
+// manifest's name holds.
 void register_stat() {
   const std::string header = cuda_root() + "/include/cuda.h";
   benchmark::RegisterBenchmark("stat/fstatat", [header](benchmark::State& st) {
@@ -132,6 +133,11 @@ void register_stat() {
   benchmark::RegisterBenchmark("stat/identity_stat", [header](benchmark::State& st) {
     struct stat s {};
     for (auto _ : st) benchmark::DoNotOptimize(pc::detail::identity_stat(header, s));
+  });
+  // What a warm lookup of a program with headers adds to name its manifest
+  // by the credentials (docs/compile.md, "Stat identities").
+  benchmark::RegisterBenchmark("stat/credentials_id", [](benchmark::State& st) {
+    for (auto _ : st) benchmark::DoNotOptimize(pc::detail::credentials_id());
   });
 }
 
