@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/loop.h>
 #include <linux/seccomp.h>
@@ -875,7 +876,9 @@ TEST_F(SourceDepsTest, AnImageMountedWhereAnotherWasIsNeverServedTheOthersResult
 
 // Where statx is refused (a seccomp filter of an older container runtime
 // answers EPERM or another errno, an old kernel ENOSYS), the scan takes
-// stat's answer: the compile and the hit are as anywhere else.
+// stat's answer: the compile and the hit are as anywhere else. The same
+// filter refuses faccessat and faccessat2, which the scan must not rely on
+// to tell whether a header can be read.
 TEST_F(SourceDepsTest, AFilterThatRefusesStatxCostsNothing) {
   write_all(m_tmp.sub("src/val.h"), "#define V 81\n");
   std::this_thread::sleep_for(std::chrono::milliseconds(2100));
@@ -885,11 +888,15 @@ TEST_F(SourceDepsTest, AFilterThatRefusesStatxCostsNothing) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       ::alarm(120);
+      // faccessat and faccessat2 too (older runtimes refuse the second):
+      // whether a header can be read is never asked of them.
       struct sock_filter f[] = {
           BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-          BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_statx, 0, 1),
-          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(refusal) & SECCOMP_RET_DATA)),
+          BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_statx, 3, 0),
+          BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_faccessat, 2, 0),
+          BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_faccessat2, 1, 0),
           BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+          BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(refusal) & SECCOMP_RET_DATA)),
       };
       struct sock_fprog prog = {static_cast<unsigned short>(sizeof f / sizeof f[0]), f};
       if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
@@ -903,14 +910,26 @@ TEST_F(SourceDepsTest, AFilterThatRefusesStatxCostsNothing) {
       auto fresh = compile(p, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = o.state_dir});
       const bool ok = first.ok() && second.ok() && fresh.ok() && second->from_cache &&
                       second->code.str() == fresh->code.str() && fs::exists(o.state_dir + "/deps-memo.json");
-      ::_exit(ok ? 0 : 1);
+      // An edit is seen (the header's content is keyed, not taken for
+      // unreadable), then the header is as it was for the next errno.
+      write_all(m_tmp.sub("src/val.h"), "#define V 82\n");
+      auto edited = compile(p, TargetType::ptx, o);
+      auto edited_fresh = compile(p, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = o.state_dir});
+      const bool seen = edited.ok() && edited_fresh.ok() && edited->code.str() == edited_fresh->code.str() &&
+                        edited->code.str().find("82") != std::string::npos;
+      ::_exit(!ok ? 1 : !seen ? 2 : 0);
     }
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status));
     if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot install a seccomp filter here";
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "with statx refused (errno " << refusal
+    EXPECT_NE(WEXITSTATUS(status), 2) << "with faccessat refused (errno " << refusal
+                                      << "), an edited header was served stale";
+    EXPECT_NE(WEXITSTATUS(status), 1) << "with statx refused (errno " << refusal
                                       << "), a compile failed, missed where it should hit, or differed";
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    write_all(m_tmp.sub("src/val.h"), "#define V 81\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   }
 }
 
@@ -1071,6 +1090,15 @@ TEST_F(SourceDepsTest, AScansRecordsHoldOnlyForTheCredentialsTheyWereTakenWith) 
   ::chmod(m_tmp.sub("unread/v.h").c_str(), 0600);
   Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
   for (const char* d : {"locked", "unread", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
+  // Through a function-like macro: the -I directories are fingerprinted
+  // whole, where only unread/w.h's readability differs between the users.
+  fs::create_directories(m_tmp.sub("comp"));
+  write_all(m_tmp.sub("comp/comp.h"), "#define HDR(n) <n.h>\n#include HDR(w)\n");
+  write_all(m_tmp.sub("unread/w.h"), "#define V 7777\n");
+  write_all(m_tmp.sub("good/w.h"), "#define V 5555\n");
+  ::chmod(m_tmp.sub("unread/w.h").c_str(), 0600);
+  Program tree = program("#include <comp.h>", m_tmp.sub("src/t.cu"));
+  for (const char* d : {"comp", "unread", "good"}) tree.options.push_back("-I" + m_tmp.sub(d));
   std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   CompileOptions shared{.cache = nullptr, .state_dir = m_opts.state_dir};
   auto root_key = program_key(p, TargetType::ptx, shared);
@@ -1079,14 +1107,17 @@ TEST_F(SourceDepsTest, AScansRecordsHoldOnlyForTheCredentialsTheyWereTakenWith) 
   ASSERT_FALSE(fs::is_empty(m_tmp.sub("cache/deps"))) << "no manifest was written";
   // Everything readable by the other user but the two places above.
   ASSERT_EQ(std::system(("chmod -R a+rwX " + m_tmp.sub("cache") + " " + m_tmp.sub("src") + " " + m_tmp.sub("good") +
-                         " && chmod a+rx " + m_tmp.path() + " " + m_tmp.sub("unread"))
+                         " " + m_tmp.sub("comp") + " && chmod a+rx " + m_tmp.path() + " " + m_tmp.sub("unread"))
                             .c_str()),
             0);
   fs::create_directories(m_tmp.sub("own-state"));
   ::chmod(m_tmp.sub("own-state").c_str(), 0777);
   // Settled again after the mode changes, so that the other user's scan
-  // writes a manifest of its own.
+  // writes a manifest of its own. The tree's key is taken after them: its
+  // lines name every file's ctime.
   std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  auto root_tree_key = program_key(tree, TargetType::ptx, shared);
+  ASSERT_TRUE(root_tree_key.ok()) << root_tree_key.status().to_string();
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -1102,7 +1133,13 @@ TEST_F(SourceDepsTest, AScansRecordsHoldOnlyForTheCredentialsTheyWereTakenWith) 
       ::_exit(2);
     }
     if (*through_shared == *root_key) ::_exit(3);
-    ::_exit(*through_shared == *own ? 0 : 4);
+    if (*through_shared != *own) ::_exit(4);
+    auto tree_shared = program_key(tree, TargetType::ptx, shared);
+    auto tree_own =
+        program_key(tree, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = m_tmp.sub("own-state")});
+    if (!tree_shared.ok() || !tree_own.ok()) ::_exit(2);
+    if (*tree_shared == *root_tree_key) ::_exit(5);
+    ::_exit(*tree_shared == *tree_own ? 0 : 6);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -1110,14 +1147,89 @@ TEST_F(SourceDepsTest, AScansRecordsHoldOnlyForTheCredentialsTheyWereTakenWith) 
   if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "could not become another user";
   EXPECT_NE(WEXITSTATUS(status), 2) << "a scan as the other user failed";
   EXPECT_NE(WEXITSTATUS(status), 3) << "the other user was given root's answer (a manifest it cannot vouch for)";
+  EXPECT_NE(WEXITSTATUS(status), 5) << "a fingerprinted tree holding a header only root may read gave both users "
+                                       "one key (and so one compiled result)";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the other user's key differs from its own scan's";
   // The other user's scan left its records in the shared state directory:
   // root, who may search the directory, still gets its own answer.
   auto again = program_key(p, TargetType::ptx, shared);
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(*again, *root_key) << "root was given the other user's answer (its manifest)";
-  EXPECT_EQ(std::distance(fs::directory_iterator(m_tmp.sub("cache/deps")), fs::directory_iterator()), 2)
+  EXPECT_EQ(std::distance(fs::directory_iterator(m_tmp.sub("cache/deps")), fs::directory_iterator()), 4)
       << "the two users do not each have a manifest of their own";
+}
+
+// User 0 inside a user namespace (`unshare -U -r`), with every capability
+// there, is an ordinary user to files outside it: a directory only the real
+// root may search stays closed to it. Its records must not be believed by
+// the real root, whose user and group IDs and capabilities read the same.
+TEST_F(SourceDepsTest, AUserNamespacesRootIsNotTakenForRoot) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: a directory only root may search";
+  fs::create_directories(m_tmp.sub("locked"));
+  fs::create_directories(m_tmp.sub("good"));
+  write_all(m_tmp.sub("locked/v.h"), "#define V 2222\n");
+  write_all(m_tmp.sub("good/v.h"), "#define V 1111\n");
+  ::chmod(m_tmp.sub("locked").c_str(), 0700);
+  ASSERT_EQ(std::system(("chmod -R a+rwX " + m_tmp.sub("cache") + " " + m_tmp.sub("src") + " " + m_tmp.sub("good") +
+                         " && chmod a+rx " + m_tmp.path())
+                            .c_str()),
+            0);
+  fs::create_directories(m_tmp.sub("own-state"));
+  Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
+  for (const char* d : {"locked", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct mine[2]{};
+  ASSERT_EQ(::syscall(SYS_capget, &header, mine), 0);
+  const CompileOptions shared{.cache = nullptr, .state_dir = m_opts.state_dir};
+  const auto in_child = [](const std::function<int()>& body) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(120);
+      ::_exit(body());
+    }
+    int status = 0;
+    return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const auto write_file = [](const char* path, const std::string& text) {
+    const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+    const bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    if (fd >= 0) ::close(fd);
+    return ok;
+  };
+  // Nobody, as user 0 of a namespace of its own, with root's capabilities
+  // there and no supplementary groups, scans through the shared state.
+  const int ns = in_child([&] {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0 ||
+        // A changed user leaves the process undumpable, its /proc files
+        // root's: the maps below could not be written.
+        ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0 || ::unshare(CLONE_NEWUSER) != 0 ||
+        !write_file("/proc/self/setgroups", "deny") || !write_file("/proc/self/uid_map", "0 65534 1") ||
+        !write_file("/proc/self/gid_map", "0 65534 1")) {
+      return 77;
+    }
+    __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct caps[2]{};
+    if (::syscall(SYS_capget, &h, caps) != 0) return 77;
+    for (int i = 0; i < 2; ++i) caps[i].effective = mine[i].effective & caps[i].permitted;
+    if (::syscall(SYS_capset, &h, caps) != 0 || ::geteuid() != 0 || ::getegid() != 0) return 77;
+    return program_key(p, TargetType::ptx, shared).ok() ? 0 : 1;
+  });
+  if (ns == 77) GTEST_SKIP() << "no user namespace here";
+  ASSERT_EQ(ns, 0) << "the namespace's scan failed";
+  ASSERT_FALSE(fs::is_empty(m_tmp.sub("cache/deps"))) << "the namespace's scan wrote no manifest";
+  // The real root, without supplementary groups either: its own answer.
+  const int real = in_child([&] {
+    if (::setgroups(0, nullptr) != 0) return 77;
+    auto through_shared = program_key(p, TargetType::ptx, shared);
+    auto own = program_key(p, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = m_tmp.sub("own-state")});
+    if (!through_shared.ok() || !own.ok()) return 1;
+    return *through_shared == *own ? 0 : 2;
+  });
+  if (real == 77) GTEST_SKIP() << "cannot drop the supplementary groups";
+  EXPECT_NE(real, 1) << "root's scan failed";
+  EXPECT_EQ(real, 0) << "root was given the namespace's answer (the directory it may search taken for closed)";
 }
 
 TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -216,11 +217,33 @@ std::string credentials_id() {
   __user_cap_data_struct data[2]{};
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): the raw system call
   if (::syscall(SYS_capget, &header, data) != 0) return out + ":?";
-  return out + ":" + std::to_string(data[0].effective) + "," + std::to_string(data[1].effective);
+  out += ":" + std::to_string(data[0].effective) + "," + std::to_string(data[1].effective);
+  // The user namespace those IDs and capabilities are in: user 0 with every
+  // capability inside `unshare -U -r` is an ordinary user outside it.
+  struct stat ns {};
+  out += ":" + (::stat("/proc/self/ns/user", &ns) == 0 ? std::to_string(ns.st_ino) : std::string("?"));
+  // no_new_privs, which a Landlock or seccomp sandbox of an ordinary user
+  // sets: such a process may be refused reads that permissions allow.
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): prctl is variadic
+  out += ":" + std::to_string(::prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0));
+  // The security module's label (AppArmor, SELinux), whose policy may
+  // refuse reads too. Read once: a process rarely changes its own label.
+  static const std::string label = [] {
+    std::ifstream in("/proc/self/attr/current");
+    std::string l;
+    return in && std::getline(in, l) ? l : std::string();
+  }();
+  return out + ":" + label;
 }
 
 bool may_read(const std::string& path) {
-  return ::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) == 0;
+  // Opened, as the compiler opens it: faccessat can say yes where open says
+  // no (a Landlock or AppArmor policy) and no where open says yes (a seccomp
+  // filter refusing faccessat2).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
 }
 
 const std::string& boot_id() {

@@ -98,14 +98,16 @@ std::string mount_namespace_id();
 const std::string& identity_epoch();
 
 // Who this process is to the file system: effective user and group, the
-// supplementary groups and the effective capabilities. What the compiler
+// supplementary groups, the effective capabilities, the user namespace they
+// hold in, no_new_privs and the security module's label. What the compiler
 // can search and read depends on them (a directory without search
-// permission, a header without read permission, CAP_DAC_OVERRIDE), so a
-// record of what a scan found holds only for the same credentials. Asked
-// each time (a process may change them).
+// permission, a header without read permission, CAP_DAC_OVERRIDE, a
+// sandbox), so a record of what a scan found holds only for the same
+// credentials. Asked each time (a process may change them), but for the
+// label, read once.
 std::string credentials_id();
-// Whether this process may open `path` for reading (faccessat with the
-// effective IDs). False with errno set where it may not.
+// Whether this process can open the regular file `path` for reading: it is
+// opened (and closed). False with errno set where it cannot.
 bool may_read(const std::string& path);
 
 }  // namespace progcache::detail

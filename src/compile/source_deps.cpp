@@ -99,7 +99,7 @@ class Scanner {
       add_field(m_sha, "other", key + "|" + std::to_string(st.st_mode & S_IFMT));
       return {};
     }
-    // A file this process may not read, NVRTC skips as if it were not there.
+    // A file this process cannot open, NVRTC skips as if it were not there.
     // Asked before the memo too: the memo is shared by every user of the
     // root, and another may read what this one may not. A change of its
     // mode changes its ctime, which the manifest checks.
@@ -188,9 +188,9 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
       // A directory this process may neither list nor search: the compiler
       // can open nothing below it either. One it may search but not list
       // could hold files the compiler opens by name: that cannot be keyed.
-      if ((errno == EACCES || errno == EPERM) && ::faccessat(AT_FDCWD, abs.c_str(), X_OK, AT_EACCESS) != 0 &&
-          (errno == EACCES || errno == EPERM)) {
-        lines.push_back(rel + "|closed");
+      struct stat dot {};
+      if ((errno == EACCES || errno == EPERM) && ::stat((abs + "/.").c_str(), &dot) != 0 && errno == EACCES) {
+        lines.push_back(rel + "|closed");  // "." cannot be looked up in it: not searchable
         continue;
       }
       return errno_status(errno, "cannot read include directory", abs);
@@ -223,11 +223,14 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
       std::string l = child_rel + "|" + std::to_string(st.st_mode & S_IFMT) + "|" + std::to_string(st.st_size) + "|" +
                       std::to_string(ns_of(st.st_mtim)) + "|" + std::to_string(ns_of(st.st_ctim)) + "|" +
                       std::to_string(device) + "|" + std::to_string(st.st_ino);
-      if (S_ISREG(st.st_mode) && (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns)) {
+      if (S_ISREG(st.st_mode)) {
+        // Whether the compiler can read it depends on who asks (permissions,
+        // a sandbox), and keys are shared by every user of a store: every
+        // file's line says whether this process can.
         const std::string file = join(dir, child_rel);
         if (!may_read(file) && (errno == EACCES || errno == EPERM)) {
-          l += "|unreadable";  // nothing the compiler can read either
-        } else {
+          l += "|unreadable";
+        } else if (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns) {
           PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(file));
           l += "|" + digest_hex(sha256(content));
         }
