@@ -1232,6 +1232,41 @@ TEST_F(SourceDepsTest, AUserNamespacesRootIsNotTakenForRoot) {
   EXPECT_EQ(real, 0) << "root was given the namespace's answer (the directory it may search taken for closed)";
 }
 
+// Where who asks cannot be told (no /proc: no user namespace, no ID maps),
+// nothing is recorded for other processes: the scan runs every time, one
+// program keeps its key and an edit changes it.
+TEST_F(SourceDepsTest, WithoutProcNoManifestIsKept) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: a mount namespace";
+  write_all(m_tmp.sub("src/val.h"), "#define V 93\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));
+  const CompileOptions o{.cache = nullptr, .state_dir = m_tmp.sub("state")};
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(120);
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("none", "/proc", "tmpfs", 0, nullptr) != 0) {
+      ::_exit(77);
+    }
+    auto k = program_key(p, TargetType::ptx, o);
+    auto again = program_key(p, TargetType::ptx, o);
+    write_all(m_tmp.sub("src/val.h"), "#define V 94\n");
+    auto edited = program_key(p, TargetType::ptx, o);
+    if (!k.ok() || !again.ok() || !edited.ok()) ::_exit(1);
+    if (*k != *again || *edited == *k) ::_exit(2);
+    ::_exit(fs::exists(m_tmp.sub("state/deps")) && !fs::is_empty(m_tmp.sub("state/deps")) ? 3 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot hide /proc here";
+  EXPECT_NE(WEXITSTATUS(status), 1) << "the scan failed without /proc";
+  EXPECT_NE(WEXITSTATUS(status), 2) << "without /proc, an unchanged program changed key or an edit was not seen";
+  EXPECT_NE(WEXITSTATUS(status), 3) << "a manifest was kept though who asks could not be told";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST_F(SourceDepsTest, DamagedScanMemoIsIgnored) {
   write_all(m_tmp.sub("src/val.h"), "#define V 27\n");
   const Program p = program("#include \"val.h\"", m_tmp.sub("src/k.cu"));

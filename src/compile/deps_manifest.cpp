@@ -367,7 +367,9 @@ std::string key_of(const Program& p, const std::vector<std::string>& canonical_o
   // And per credentials: what the compiler may search and read depends on
   // them, and a missing place is recorded by the directory above it, whose
   // identity does not change with who asks.
-  add_field(sha, "credentials", credentials_id());
+  const std::string credentials = credentials_id();
+  if (credentials.empty()) return std::string();  // who asks cannot be told: no manifest
+  add_field(sha, "credentials", credentials);
   add_field(sha, "name", p.name);
   add_field(sha, "code", p.code);
   for (const auto& o : canonical_options) add_field(sha, "option", o);

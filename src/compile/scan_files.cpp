@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "progcache/env.h"
@@ -198,6 +199,26 @@ void keep_newest_files(const std::string& dir, std::size_t max_files) {
   for (std::size_t i = 0; i + keep < by_age.size(); ++i) ::unlink(by_age[i].second.c_str());
 }
 
+namespace {
+
+// A small file of /proc, whole; nullopt where it cannot be read.
+std::optional<std::string> read_proc(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buf[512];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) {
+      ::close(fd);
+      return n == 0 ? std::optional<std::string>(std::move(out)) : std::nullopt;
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+}  // namespace
+
 std::string credentials_id() {
   std::string out = std::to_string(::geteuid()) + ":" + std::to_string(::getegid()) + ":";
   std::vector<gid_t> groups(64);
@@ -207,7 +228,7 @@ std::string credentials_id() {
     groups.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
     n = n > 0 ? ::getgroups(n, groups.data()) : n;
   }
-  if (n < 0) return out + "?";
+  if (n < 0) return std::string();
   groups.resize(static_cast<std::size_t>(n));
   std::sort(groups.begin(), groups.end());
   for (const gid_t g : groups) out += std::to_string(g) + ",";
@@ -216,12 +237,17 @@ std::string credentials_id() {
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): the raw system call
-  if (::syscall(SYS_capget, &header, data) != 0) return out + ":?";
+  if (::syscall(SYS_capget, &header, data) != 0) return std::string();
   out += ":" + std::to_string(data[0].effective) + "," + std::to_string(data[1].effective);
-  // The user namespace those IDs and capabilities are in: user 0 with every
-  // capability inside `unshare -U -r` is an ordinary user outside it.
+  // The user namespace those IDs and capabilities hold in, by its ID maps
+  // (user 0 with every capability inside `unshare -U -r` is an ordinary
+  // user outside it) and its inode (inodes of namespaces that have ended are
+  // given again, so never alone).
   struct stat ns {};
-  out += ":" + (::stat("/proc/self/ns/user", &ns) == 0 ? std::to_string(ns.st_ino) : std::string("?"));
+  const auto uid_map = read_proc("/proc/self/uid_map");
+  const auto gid_map = read_proc("/proc/self/gid_map");
+  if (::stat("/proc/self/ns/user", &ns) != 0 || !uid_map || !gid_map) return std::string();
+  out += ":" + std::to_string(ns.st_ino) + ":" + *uid_map + ":" + *gid_map;
   // no_new_privs, which a Landlock or seccomp sandbox of an ordinary user
   // sets: such a process may be refused reads that permissions allow.
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): prctl is variadic
@@ -234,6 +260,24 @@ std::string credentials_id() {
     return in && std::getline(in, l) ? l : std::string();
   }();
   return out + ":" + label;
+}
+
+bool dac_may_read(const struct stat& st) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): the raw system call
+  if (::syscall(SYS_capget, &header, data) == 0 &&
+      (data[0].effective & ((1U << CAP_DAC_OVERRIDE) | (1U << CAP_DAC_READ_SEARCH))) != 0) {
+    return true;
+  }
+  if (st.st_uid == ::geteuid()) return (st.st_mode & S_IRUSR) != 0;
+  bool member = st.st_gid == ::getegid();
+  if (!member) {
+    std::vector<gid_t> groups(256);
+    const int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
+    member = n > 0 && std::find(groups.begin(), groups.begin() + n, st.st_gid) != groups.begin() + n;
+  }
+  return (st.st_mode & (member ? S_IRGRP : S_IROTH)) != 0;
 }
 
 bool may_read(const std::string& path) {

@@ -99,13 +99,19 @@ const std::string& identity_epoch();
 
 // Who this process is to the file system: effective user and group, the
 // supplementary groups, the effective capabilities, the user namespace they
-// hold in, no_new_privs and the security module's label. What the compiler
-// can search and read depends on them (a directory without search
-// permission, a header without read permission, CAP_DAC_OVERRIDE, a
-// sandbox), so a record of what a scan found holds only for the same
-// credentials. Asked each time (a process may change them), but for the
-// label, read once.
+// hold in (its inode and ID maps), no_new_privs and the security module's
+// label. What the compiler can search and read depends on them (a directory
+// without search permission, a header without read permission,
+// CAP_DAC_OVERRIDE, a sandbox), so a record of what a scan found holds only
+// for the same credentials. Asked each time (a process may change them),
+// but for the label, read once. "" where any part cannot be told (no /proc):
+// then nothing is recorded for other processes.
 std::string credentials_id();
+// Whether the permission bits of `st` let this process read it (owner,
+// group, others; CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH read anything),
+// without opening it. Access control lists and security modules are not
+// seen.
+bool dac_may_read(const struct stat& st);
 // Whether this process can open the regular file `path` for reading: it is
 // opened (and closed). False with errno set where it cannot.
 bool may_read(const std::string& path);

@@ -224,15 +224,22 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
                       std::to_string(ns_of(st.st_mtim)) + "|" + std::to_string(ns_of(st.st_ctim)) + "|" +
                       std::to_string(device) + "|" + std::to_string(st.st_ino);
       if (S_ISREG(st.st_mode)) {
-        // Whether the compiler can read it depends on who asks (permissions,
-        // a sandbox), and keys are shared by every user of a store: every
-        // file's line says whether this process can.
+        // Whether the compiler can read it depends on who asks, and keys are
+        // shared by every user of a store: every file's line says whether
+        // its permission bits let this process read it. Told from the stat,
+        // not by opening it: the compiler opens only what it includes, and
+        // an open can block (a FUSE server), cost a round trip (NFS) or
+        // break a lease. A recent file is read, or found unreadable.
         const std::string file = join(dir, child_rel);
-        if (!may_read(file) && (errno == EACCES || errno == EPERM)) {
+        if (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns) {
+          if (!may_read(file) && (errno == EACCES || errno == EPERM)) {
+            l += "|unreadable";
+          } else {
+            PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(file));
+            l += "|" + digest_hex(sha256(content));
+          }
+        } else if (!dac_may_read(st)) {
           l += "|unreadable";
-        } else if (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns) {
-          PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(file));
-          l += "|" + digest_hex(sha256(content));
         }
       }
       lines.push_back(std::move(l));
@@ -279,7 +286,7 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
   // read: manifests are for programs with headers.
   const bool includes = !pre_includes.empty() || !directives(p.code).empty();
   const std::string manifest_key = includes ? manifest::key_of(p, opts) : std::string();
-  if (includes) {
+  if (!manifest_key.empty()) {
     if (auto known = manifest::check(state_dir, manifest_key)) return std::move(*known);
   }
   ScanMemo& memo = ScanMemo::for_dir(state_dir);
@@ -312,7 +319,7 @@ Result<SourceDeps> scan_source_deps(const Program& p, const std::string& state_d
   SourceDeps out;
   out.digest = digest_hex(scanner.sha().finish());
   out.files = scanner.take_files();
-  if (includes) manifest::write(state_dir, manifest_key, out, log);
+  if (!manifest_key.empty()) manifest::write(state_dir, manifest_key, out, log);
   return out;
 }
 
