@@ -1177,7 +1177,24 @@ TEST_F(SourceDepsTest, AUserNamespacesRootIsNotTakenForRoot) {
   fs::create_directories(m_tmp.sub("own-state"));
   Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
   for (const char* d : {"locked", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
+  // A fingerprinted tree holding a header only root may read: the
+  // namespace's capabilities do not reach a file whose owner it does not
+  // map, so its key must differ from root's.
+  fs::create_directories(m_tmp.sub("comp"));
+  fs::create_directories(m_tmp.sub("private"));
+  write_all(m_tmp.sub("comp/comp.h"), "#define HDR(n) <n.h>\n#include HDR(w)\n");
+  write_all(m_tmp.sub("private/w.h"), "#define V 7777\n");
+  write_all(m_tmp.sub("good/w.h"), "#define V 5555\n");
+  ASSERT_EQ(std::system(("chmod -R a+rX " + m_tmp.sub("comp") + " " + m_tmp.sub("good") + " && chmod 0755 " +
+                         m_tmp.sub("private") + " && chmod 0600 " + m_tmp.sub("private/w.h"))
+                            .c_str()),
+            0);
+  Program tree = program("#include <comp.h>", m_tmp.sub("src/t.cu"));
+  for (const char* d : {"comp", "private", "good"}) tree.options.push_back("-I" + m_tmp.sub(d));
   std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  auto root_tree_key =
+      program_key(tree, TargetType::ptx, CompileOptions{.cache = nullptr, .state_dir = m_tmp.sub("root-state")});
+  ASSERT_TRUE(root_tree_key.ok()) << root_tree_key.status().to_string();
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct mine[2]{};
   ASSERT_EQ(::syscall(SYS_capget, &header, mine), 0);
@@ -1214,9 +1231,12 @@ TEST_F(SourceDepsTest, AUserNamespacesRootIsNotTakenForRoot) {
     if (::syscall(SYS_capget, &h, caps) != 0) return 77;
     for (int i = 0; i < 2; ++i) caps[i].effective = mine[i].effective & caps[i].permitted;
     if (::syscall(SYS_capset, &h, caps) != 0 || ::geteuid() != 0 || ::getegid() != 0) return 77;
-    return program_key(p, TargetType::ptx, shared).ok() ? 0 : 1;
+    auto tree_key = program_key(tree, TargetType::ptx, shared);
+    if (!program_key(p, TargetType::ptx, shared).ok() || !tree_key.ok()) return 1;
+    return *tree_key == *root_tree_key ? 3 : 0;
   });
   if (ns == 77) GTEST_SKIP() << "no user namespace here";
+  ASSERT_NE(ns, 3) << "a tree holding a header only root may read gave the namespace's root root's key";
   ASSERT_EQ(ns, 0) << "the namespace's scan failed";
   ASSERT_FALSE(fs::is_empty(m_tmp.sub("cache/deps"))) << "the namespace's scan wrote no manifest";
   // The real root, without supplementary groups either: its own answer.

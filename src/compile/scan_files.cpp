@@ -262,24 +262,6 @@ std::string credentials_id() {
   return out + ":" + label;
 }
 
-bool dac_may_read(const struct stat& st) {
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2]{};
-  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-vararg): the raw system call
-  if (::syscall(SYS_capget, &header, data) == 0 &&
-      (data[0].effective & ((1U << CAP_DAC_OVERRIDE) | (1U << CAP_DAC_READ_SEARCH))) != 0) {
-    return true;
-  }
-  if (st.st_uid == ::geteuid()) return (st.st_mode & S_IRUSR) != 0;
-  bool member = st.st_gid == ::getegid();
-  if (!member) {
-    std::vector<gid_t> groups(256);
-    const int n = ::getgroups(static_cast<int>(groups.size()), groups.data());
-    member = n > 0 && std::find(groups.begin(), groups.begin() + n, st.st_gid) != groups.begin() + n;
-  }
-  return (st.st_mode & (member ? S_IRGRP : S_IROTH)) != 0;
-}
-
 bool may_read(const std::string& path) {
   // Opened, as the compiler opens it: faccessat can say yes where open says
   // no (a Landlock or AppArmor policy) and no where open says yes (a seccomp

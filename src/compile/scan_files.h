@@ -107,11 +107,6 @@ const std::string& identity_epoch();
 // but for the label, read once. "" where any part cannot be told (no /proc):
 // then nothing is recorded for other processes.
 std::string credentials_id();
-// Whether the permission bits of `st` let this process read it (owner,
-// group, others; CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH read anything),
-// without opening it. Access control lists and security modules are not
-// seen.
-bool dac_may_read(const struct stat& st);
 // Whether this process can open the regular file `path` for reading: it is
 // opened (and closed). False with errno set where it cannot.
 bool may_read(const std::string& path);

@@ -226,20 +226,22 @@ Status fingerprint_tree(const std::string& dir, Sha256& sha, CheckLog* log = nul
       if (S_ISREG(st.st_mode)) {
         // Whether the compiler can read it depends on who asks, and keys are
         // shared by every user of a store: every file's line says whether
-        // its permission bits let this process read it. Told from the stat,
-        // not by opening it: the compiler opens only what it includes, and
-        // an open can block (a FUSE server), cost a round trip (NFS) or
-        // break a lease. A recent file is read, or found unreadable.
+        // this process can. A file whose permission bits let every class
+        // read it is readable to all; only the others are opened to tell
+        // (no reasoning about owners, groups, capabilities or user
+        // namespaces, where the kernel's answer is the only exact one). Not
+        // every file: the compiler opens only what it includes, and an open
+        // can block (a FUSE server), cost a round trip (NFS) or break a
+        // lease. A recent file is read, or found unreadable.
         const std::string file = join(dir, child_rel);
-        if (now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns) {
-          if (!may_read(file) && (errno == EACCES || errno == EPERM)) {
-            l += "|unreadable";
-          } else {
-            PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(file));
-            l += "|" + digest_hex(sha256(content));
-          }
-        } else if (!dac_may_read(st)) {
+        constexpr mode_t k_all_read = S_IRUSR | S_IRGRP | S_IROTH;
+        const bool recent = now - ns_of(st.st_mtim) < k_recent_ns || now - ns_of(st.st_ctim) < k_recent_ns;
+        if ((recent || (st.st_mode & k_all_read) != k_all_read) && !may_read(file) &&
+            (errno == EACCES || errno == EPERM)) {
           l += "|unreadable";
+        } else if (recent) {
+          PROGCACHE_ASSIGN_OR_RETURN(std::string content, read_regular(file));
+          l += "|" + digest_hex(sha256(content));
         }
       }
       lines.push_back(std::move(l));
