@@ -82,6 +82,18 @@ class SourceDepsTest : public ::testing::Test {
     return p;
   }
 
+  // Three -I directories each holding v.h, in search order: locked (2222),
+  // unread (3333) and good (1111); a program including <v.h> through them.
+  Program three_places() {
+    for (const char* d : {"locked", "unread", "good"}) fs::create_directories(m_tmp.sub(d));
+    write_all(m_tmp.sub("locked/v.h"), "#define V 2222\n");
+    write_all(m_tmp.sub("unread/v.h"), "#define V 3333\n");
+    write_all(m_tmp.sub("good/v.h"), "#define V 1111\n");
+    Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
+    for (const char* d : {"locked", "unread", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
+    return p;
+  }
+
   // Compiles through the cache and without it; asserts equal PTX. Returns
   // whether the cached route hit.
   bool compile_matches_fresh(const Program& p) {
@@ -1009,12 +1021,7 @@ int as_ordinary_user(const std::string& tree, const std::function<int()>& body) 
 // the value of the header NVRTC took. Opening the place up is a miss, and
 // the result again equals a fresh compile.
 TEST_F(SourceDepsTest, WhatTheProcessCannotReachIsSkippedAsNvrtcSkipsIt) {
-  for (const char* d : {"locked", "unread", "good"}) fs::create_directories(m_tmp.sub(d));
-  write_all(m_tmp.sub("locked/v.h"), "#define V 2222\n");
-  write_all(m_tmp.sub("unread/v.h"), "#define V 3333\n");
-  write_all(m_tmp.sub("good/v.h"), "#define V 1111\n");
-  Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
-  for (const char* d : {"locked", "unread", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
+  Program p = three_places();
   // A header naming the next through a macro: every -I directory is
   // fingerprinted whole, the closed one too.
   fs::create_directories(m_tmp.sub("comp"));
@@ -1082,14 +1089,9 @@ TEST_F(SourceDepsTest, WhatTheProcessCannotReachIsSkippedAsNvrtcSkipsIt) {
 // that user's own from an empty state directory gives.
 TEST_F(SourceDepsTest, AScansRecordsHoldOnlyForTheCredentialsTheyWereTakenWith) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root: a second user";
-  for (const char* d : {"locked", "unread", "good"}) fs::create_directories(m_tmp.sub(d));
-  write_all(m_tmp.sub("locked/v.h"), "#define V 2222\n");
-  write_all(m_tmp.sub("unread/v.h"), "#define V 3333\n");
-  write_all(m_tmp.sub("good/v.h"), "#define V 1111\n");
+  Program p = three_places();
   ::chmod(m_tmp.sub("locked").c_str(), 0700);  // root's: nobody may not search it
   ::chmod(m_tmp.sub("unread/v.h").c_str(), 0600);
-  Program p = program("#include <v.h>", m_tmp.sub("src/k.cu"));
-  for (const char* d : {"locked", "unread", "good"}) p.options.push_back("-I" + m_tmp.sub(d));
   // Through a function-like macro: the -I directories are fingerprinted
   // whole, where only unread/w.h's readability differs between the users.
   fs::create_directories(m_tmp.sub("comp"));
