@@ -733,6 +733,7 @@ TEST_F(CliTest, AnImportThatOverflowsTheCapKeepsTheMostRecentlyUsedAndSaysSo) {
       const std::time_t used = base + static_cast<std::time_t>(rank[i]) * 60;
       const timespec times[2] = {{used, 0}, {used, 0}};
       ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+      testing::forget_recorded_use(path);
     }
   }
   const std::string bundle = m_tmp.sub("b.pcb");
@@ -1082,6 +1083,7 @@ TEST_F(CliTest, OneCapBoundsEveryStoreOfTheRoot) {
       ASSERT_TRUE((*kernels)->put(k, testing::make_entry(testing::make_payload(10000, i))).ok());
       struct timespec old[2] = {{1000000000 + i, 0}, {1000000000 + i, 0}};
       ASSERT_EQ(::utimensat(AT_FDCWD, (*kernels)->entry_path(k).c_str(), old, AT_SYMLINK_NOFOLLOW), 0);
+      testing::forget_recorded_use((*kernels)->entry_path(k));
     }
   }
   ASSERT_EQ(run({"-M", "40K"}).code, 0);
@@ -1254,6 +1256,25 @@ TEST_F(CliTest, DisabledOrRefusedCommandsNeverTouchTheCacheRoot) {
   EXPECT_EQ(bad_out.code, 3) << bad_out.err;
   struct stat st {};
   EXPECT_NE(::stat(fresh.c_str(), &st), 0) << "a refused command created the cache root";
+}
+
+// Under a cap that holds two entries, `put a; put b; get a; put c` evicts b,
+// the entry read least recently, though every step lies within a minute.
+TEST_F(CliTest, UnderACapTheEntryReadLeastRecentlyGoesFirst) {
+  const std::string payload = file("p", testing::make_payload(2000, 1));
+  ASSERT_EQ(run({"--dir", m_tmp.sub("probe"), "put", "a", payload}).code, 0);
+  auto probe = FileStore::open({.root = m_tmp.sub("probe")});
+  ASSERT_TRUE(probe.ok());
+  const auto entry = std::filesystem::file_size((*probe)->entry_path(key_from_user("a")));
+  const std::string cap = "PROGCACHE_MAX_SIZE=" + std::to_string(entry * 5 / 2) + "B";
+  for (const auto& step : std::vector<std::vector<std::string>>{
+           {"put", "a", payload}, {"put", "b", payload}, {"get", "a", "-o", m_tmp.sub("o")}, {"put", "c", payload}}) {
+    ASSERT_EQ(run(step, {cap}).code, 0) << step[0] << " " << step[1];
+  }
+  EXPECT_EQ(run({"get", "a", "-o", m_tmp.sub("o")}, {cap}).code, 0) << "a, read after b was written, was evicted";
+  EXPECT_NE(run({"get", "b", "-o", m_tmp.sub("o")}, {cap}).code, 0);
+  EXPECT_EQ(run({"get", "c", "-o", m_tmp.sub("o")}, {cap}).code, 0);
+  EXPECT_EQ(testing::entry_files_on_disk(cache()), 2u);
 }
 
 TEST_F(CliTest, EntryCapFromEnvironmentIsEnforced) {

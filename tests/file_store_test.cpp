@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "store/file/recency.h"
 #include "testing/fault_env.h"
 #include "testing/test_util.h"
 
@@ -52,9 +53,11 @@ class FileStoreTest : public ::testing::Test {
     return n;
   }
 
-  // Sets atime and mtime (mtime defaults to the atime). Note that on
-  // relatime mounts the kernel itself refreshes an atime that is not newer
-  // than the mtime when the file is read.
+  // Sets atime and mtime (mtime defaults to the atime); for an entry, what
+  // the recency table recorded of it is dropped, so the times set stand for
+  // its whole history of use. Note that on relatime mounts the kernel itself
+  // refreshes an atime that is not newer than the mtime when the file is
+  // read.
   static void set_times(const std::string& path, std::int64_t atime_s, std::optional<std::int64_t> mtime_s = {}) {
     struct timespec ts[2];
     ts[0].tv_sec = atime_s;
@@ -62,6 +65,7 @@ class FileStoreTest : public ::testing::Test {
     ts[1].tv_sec = mtime_s.value_or(atime_s);
     ts[1].tv_nsec = 0;
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW), 0);
+    if (fs::path(path).filename().string().size() == 62) testing::forget_recorded_use(path);
   }
 
   // A store capped at 4 entries holding keys 1..4 of shard 0x42, their ages
@@ -811,6 +815,119 @@ TEST_F(FileStoreTest, RecencyIsStampedOnlyWhenOlderThanTheGranularity) {
   ::stat(path.c_str(), &st);
   EXPECT_GE(st.st_atim.tv_sec, now_s - 1);     // stale: stamped now
   EXPECT_EQ(st.st_mtim.tv_sec, now_s - 3700);  // mtime untouched
+}
+
+// Eviction follows every read, not only reads a minute apart (the atime's
+// granularity): under a cap that holds two entries, a third put evicts the
+// entry read least recently, whichever was written first.
+TEST_F(FileStoreTest, EvictionFollowsEveryReadNotOnlyReadsAMinuteApart) {
+  const auto payload = std::string(2000, 'p');
+  std::uint64_t entry = 0;
+  {
+    auto probe = open_store({.root = m_tmp.sub("probe")});
+    ASSERT_TRUE(probe->put(make_key(1), make_entry(payload)).ok());
+    entry = fs::file_size(probe->entry_path(make_key(1)));
+  }
+  const auto survivors = [&](const std::string& name, const std::vector<std::string>& steps) {
+    // The default granularity (60 s): every step lies within one minute.
+    auto s = open_store({.root = m_tmp.sub(name), .max_size_bytes = entry * 5 / 2});
+    std::string alive;
+    for (const auto& step : steps) {
+      const Key k = make_key(static_cast<unsigned char>(step[1]));
+      if (step[0] == 'p') {
+        EXPECT_TRUE(s->put(k, make_entry(payload)).ok());
+      } else {
+        EXPECT_TRUE((*s->get(k)).has_value()) << step;
+      }
+    }
+    for (const char c : std::string("abc")) alive += fs::exists(s->entry_path(make_key(c))) ? std::string(1, c) : "";
+    return alive;
+  };
+  EXPECT_EQ(survivors("one", {"pa", "pb", "ga", "pc"}), "ac");
+  EXPECT_EQ(survivors("two", {"pa", "pb", "gb", "ga", "gb", "pc"}), "bc");
+  EXPECT_EQ(survivors("three", {"pa", "pb", "ga", "gb", "pc"}), "bc");
+}
+
+TEST_F(FileStoreTest, AReadInAnotherProcessCountsForEviction) {
+  const auto payload = std::string(2000, 'p');
+  auto s = open_store();
+  ASSERT_TRUE(s->put(make_key(1), make_entry(payload)).ok());
+  const std::uint64_t entry = fs::file_size(s->entry_path(make_key(1)));
+  s.reset();
+  const FileStoreOptions o{.root = m_tmp.sub("cache"), .max_size_bytes = entry * 5 / 2};
+  s = open_store(o);
+  ASSERT_TRUE(s->put(make_key(2), make_entry(payload)).ok());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto own = FileStore::open(o);
+    ::_exit(own.ok() && (*own)->get(make_key(1)).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(s->put(make_key(3), make_entry(payload)).ok());
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(1)))) << "the entry the other process read was evicted";
+  EXPECT_FALSE(fs::exists(s->entry_path(make_key(2))));
+  EXPECT_TRUE(fs::exists(s->entry_path(make_key(3))));
+}
+
+// Keys that share one group of the recency table: where the group is taken
+// by keys used in the last minute, a read is stamped on the entry's file.
+TEST_F(FileStoreTest, AReadTheRecencyTableCannotHoldIsStampedOnTheFile) {
+  std::vector<Key> keys{make_key(1)};
+  for (std::uint64_t i = 2; keys.size() < file_store::RecencyTable::k_ways + 1; ++i) {
+    if (file_store::RecencyTable::group_of(make_key(i)) == file_store::RecencyTable::group_of(keys[0])) {
+      keys.push_back(make_key(i));
+    }
+  }
+  const auto payload = std::string(2000, 'p');
+  auto s = open_store();
+  for (const Key& k : keys) ASSERT_TRUE(s->put(k, make_entry(payload)).ok());
+  const std::uint64_t entry = fs::file_size(s->entry_path(keys[0]));
+  s.reset();
+  // Room for the five and one more: a sixth put trims two.
+  s = open_store({.max_size_bytes = entry * 11 / 2});
+  const Key& late = keys.back();  // its put found the group full
+  // Used 30 s ago by its file's times: within the granularity, so only the
+  // table's refusal has the read stamped.
+  const std::int64_t now_s = ::time(nullptr);
+  struct timespec old[2] = {{now_s - 30, 0}, {now_s - 30, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, s->entry_path(late).c_str(), old, AT_SYMLINK_NOFOLLOW), 0);
+  ASSERT_TRUE((*s->get(late)).has_value());
+  ASSERT_TRUE(s->put(make_key(1000), make_entry(payload)).ok());
+  EXPECT_TRUE(fs::exists(s->entry_path(late))) << "its read was not recorded";
+  EXPECT_FALSE(fs::exists(s->entry_path(keys[0])));
+  EXPECT_FALSE(fs::exists(s->entry_path(keys[1])));
+}
+
+// A slot idle for a minute goes to another key; the read it held is written
+// to its entry's file, so it still counts.
+TEST_F(FileStoreTest, AReadTheRecencyTableGivesUpIsKeptOnTheFile) {
+  std::vector<Key> keys{make_key(1)};
+  for (std::uint64_t i = 2; keys.size() < file_store::RecencyTable::k_ways + 1; ++i) {
+    if (file_store::RecencyTable::group_of(make_key(i)) == file_store::RecencyTable::group_of(keys[0])) {
+      keys.push_back(make_key(i));
+    }
+  }
+  FaultEnv env;
+  auto s = open_store({.env = &env});
+  for (const Key& k : keys) ASSERT_TRUE(s->put(k, make_entry("x")).ok());
+  const std::int64_t t = env.now_ns() + 5 * std::int64_t{1'000'000'000};
+  env.set_now(t);
+  for (std::size_t i = 0; i + 1 < keys.size(); ++i) ASSERT_TRUE((*s->get(keys[i])).has_value());
+  env.set_now(t + 120 * std::int64_t{1'000'000'000});
+  ASSERT_TRUE((*s->get(keys.back())).has_value());  // takes keys[0]'s slot, idle longest
+  struct stat st {};
+  ASSERT_EQ(::stat(s->entry_path(keys[0]).c_str(), &st), 0);
+  EXPECT_EQ(st.st_atim.tv_sec * std::int64_t{1'000'000'000} + st.st_atim.tv_nsec, t);
+  auto listed = s->list();
+  ASSERT_TRUE(listed.ok());
+  for (const auto& e : *listed) {
+    if (e.key == keys[0]) {
+      EXPECT_EQ(e.last_used_ns, t);
+    }
+  }
 }
 
 TEST_F(FileStoreTest, ByteCapHoldsAndAccountingMatchesTheFiles) {

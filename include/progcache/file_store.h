@@ -78,7 +78,10 @@ struct FileStoreOptions {
   Env* env = nullptr;
   // Temp files older than this are swept (default one hour).
   std::int64_t stale_temp_ns = std::int64_t{3600} * 1'000'000'000;
-  // A hit re-stamps atime only when it is older than this (default 60 s).
+  // A hit re-stamps the entry file's atime only when it is older than this
+  // (default 60 s); every read is recorded at once in the store's recency
+  // table all the same, which eviction reads with the atime
+  // (docs/file-store.md, "Recency follows every read").
   std::int64_t recency_granularity_ns = std::int64_t{60} * 1'000'000'000;
 };
 

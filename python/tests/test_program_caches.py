@@ -241,6 +241,27 @@ def test_file_cache_evicts_least_recently_used_first_with_few_entries(tmp_path):
     assert path(keys[oldest]).exists() and not path(keys[oldest + 1]).exists()
 
 
+def test_file_cache_lru_follows_a_read_within_the_minute(tmp_path):
+    """cuda.core's own case (test_filestream_cache_atime_lru_promotes_recently_read)
+    with progcache's class: under a cap that holds two entries, the one read
+    after the other was written survives the third, though all of it takes
+    well under a minute (no sleeps: a read counts at once)."""
+    probe = FileStreamProgramCache(tmp_path / "probe", max_size_bytes=None)
+    probe[b"a"] = b"A" * 2000
+    entry = sum(p.stat().st_size for p in (tmp_path / "probe").rglob("*") if p.is_file() and len(p.name) == 62)
+    probe.close()
+    root = tmp_path / "fc"
+    with FileStreamProgramCache(root, max_size_bytes=entry * 5 // 2) as cache:
+        cache[b"a"] = b"A" * 2000  # written first
+        cache[b"b"] = b"B" * 2000
+        assert cache[b"a"] == b"A" * 2000  # read last
+        cache[b"c"] = b"C" * 2000  # one eviction
+    with FileStreamProgramCache(root, max_size_bytes=entry * 5 // 2) as cache:
+        assert cache.get(b"b") is None
+        assert cache.get(b"a") == b"A" * 2000
+        assert cache.get(b"c") == b"C" * 2000
+
+
 def test_file_cache_none_is_no_cap_and_a_number_is_the_cap(tmp_path):
     # What the library applies, read back from the opened store.
     assert FileStreamProgramCache(tmp_path / "a", max_size_bytes=None).max_size_bytes is None

@@ -16,6 +16,8 @@
 #include <random>
 #include <sstream>
 
+#include "store/file/recency.h"
+
 namespace progcache::testing {
 
 TempDir::TempDir() {
@@ -197,6 +199,15 @@ std::string compressible_payload(std::size_t size, unsigned seed) {
   }
   out.resize(size);
   return out;
+}
+
+void forget_recorded_use(const std::string& entry_path) {
+  const std::filesystem::path p(entry_path);
+  auto key = Key::from_hex(p.parent_path().filename().string() + p.filename().string());
+  ASSERT_TRUE(key.ok()) << entry_path << " is not an entry's path";
+  file_store::RecencyTable table;
+  ASSERT_TRUE(table.open(Env::posix(), (p.parent_path().parent_path() / "recency").string(), 0600).ok());
+  table.forget(*key);
 }
 
 }  // namespace progcache::testing

@@ -67,5 +67,9 @@ pid_t spawn_quiet(std::vector<std::string> args);
 std::size_t entry_files_on_disk(const std::string& root);
 std::uint64_t entry_bytes_on_disk(const std::string& root);
 void write_all(const std::string& path, std::string_view data);
+// Drops the reads and puts the store's recency table (src/store/file/
+// recency.h) holds for the entry file at `entry_path`, so that the file's
+// own times, set by a test to stand for a history of use, decide its age.
+void forget_recorded_use(const std::string& entry_path);
 
 }  // namespace progcache::testing

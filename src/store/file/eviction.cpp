@@ -35,12 +35,17 @@ Result<bool> move_to_quarantine(Env* env, const std::string& path, const std::st
 
 }  // namespace
 
-// Recency is the atime (stamped on hits). A time more than a minute ahead of
-// the clock is no evidence of use (a clock that jumped back, a planted date):
+// Recency is the later of the atime (stamped on hits once a minute) and the
+// read the table records (recency.h). A time more than a minute ahead of the
+// clock is no evidence of use (a clock that jumped back, a planted date):
 // such an entry counts as least recently used, so it cannot outlive entries
 // used since.
-std::int64_t FileStoreImpl::last_used(const FileInfo& info, std::int64_t now) {
-  return info.atime_ns > now + k_future_slack_ns ? 0 : info.atime_ns;
+std::int64_t FileStoreImpl::last_used(int shard, const std::string& name, const FileInfo& info,
+                                      std::int64_t now) const {
+  const auto trusted = [now](std::int64_t t) { return t > now + k_future_slack_ns ? 0 : t; };
+  std::int64_t read = 0;
+  if (auto key = Layout::key_of(shard, name); key.ok()) read = m_recency.last_read(*key);
+  return std::max(trusted(info.atime_ns), trusted(read));
 }
 
 // Moves whatever is at `path` out under a unique quarantine name (ours
@@ -97,9 +102,10 @@ Result<bool> FileStoreImpl::remove_if_same(int shard, const std::string& path, c
   return false;
 }
 
-void FileStoreImpl::count_eviction(int shard, const FileInfo& removed) {
+void FileStoreImpl::count_eviction(int shard, const std::string& name, const FileInfo& removed) {
   m_acct.charge(shard, -static_cast<std::int64_t>(removed.size), -1);
   m_acct.count(Event::eviction);
+  if (auto key = Layout::key_of(shard, name); key.ok()) m_recency.forget(*key);
 }
 
 FileStoreImpl::Totals FileStoreImpl::totals() const {
@@ -217,6 +223,7 @@ void FileStoreImpl::trim_to_low_water(const Written& written) {
     FileStoreImpl* store;
     int shard;
     ScannedFile file;
+    std::int64_t used;
   };
   bool progress = false;
   const auto evict = [&](const Candidate& c) {
@@ -225,19 +232,20 @@ void FileStoreImpl::trim_to_low_water(const Written& written) {
         c.store->remove_if_same(c.shard, join_path(c.store->m_layout.shard_dir(c.shard), c.file.name), c.file.info);
     if (removed.ok() && *removed) {
       progress = true;
-      c.store->count_eviction(c.shard, c.file.info);
+      c.store->count_eviction(c.shard, c.file.name, c.file.info);
     }
   };
   const std::int64_t now = m_env->now_ns();
-  const auto older = [now](const Candidate& a, const Candidate& b) {
-    return last_used(a.file.info, now) < last_used(b.file.info, now);
-  };
-  const auto scan = [](FileStoreImpl* store, int shard, std::vector<Candidate>& into) {
+  const auto older = [](const Candidate& a, const Candidate& b) { return a.used < b.used; };
+  const auto scan = [now](FileStoreImpl* store, int shard, std::vector<Candidate>& into) {
     // Swept too: a dead writer's temp is charged until it is removed, so
     // a store over its cap by such temps is brought back by this trim.
     auto files = store->scan_shard(shard, Reconcile::gross);
     if (!files.ok()) return;
-    for (auto& f : *files) into.push_back({store, shard, std::move(f)});
+    for (auto& f : *files) {
+      const std::int64_t used = store->last_used(shard, f.name, f.info, now);
+      into.push_back({store, shard, std::move(f), used});
+    }
   };
   if (totals().count <= k_exact_lru_entries) {
     std::vector<Candidate> all;

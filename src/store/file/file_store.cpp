@@ -52,6 +52,8 @@ Status FileStoreImpl::init() {
     for (int shard = 0; shard < k_shards; ++shard) PROGCACHE_TRY(scan_shard(shard, Reconcile::yes).status());
     return {};
   }));
+  // Without the table every read stamps its file: slower, never wrong.
+  m_recency.open(m_env, m_layout.recency_path(), m_dirs.file_perms()).ignore();
   // Each open visits one shard: sweeps its stale temps and reconciles its
   // counters, so even a store that never reaches its cap is tidied over time.
   std::random_device rd;
@@ -70,7 +72,9 @@ Status FileStoreImpl::init_peer() {
   }
   PROGCACHE_ASSIGN_OR_RETURN(m_evict_fd,
                              m_env->open_file(m_layout.evict_lock_path(), OpenMode::read_write, m_dirs.file_perms()));
-  return m_acct.open_initialised(m_env, m_layout.accounting_path(), m_dirs.file_perms());
+  PROGCACHE_TRY(m_acct.open_initialised(m_env, m_layout.accounting_path(), m_dirs.file_perms()));
+  m_recency.open(m_env, m_layout.recency_path(), m_dirs.file_perms()).ignore();
+  return {};
 }
 
 Status FileStoreImpl::check_open() const {
@@ -105,14 +109,32 @@ Result<std::optional<int>> FileStoreImpl::open_entry(const Key& key, const std::
   return std::optional<int>();
 }
 
-// Recency is the atime, which progcache stamps itself on hits, so LRU works
-// on relatime and noatime mounts: not more often than the granularity, and
-// always when the stamp is in the future (a clock that jumped back).
-void FileStoreImpl::stamp_use(int fd, const FileInfo& info) {
+// Every read is recorded, so eviction follows reads exactly: in the shared
+// table (a store to memory), or where the table cannot take it in the
+// file's atime. The atime, which progcache stamps itself so LRU works on
+// relatime and noatime mounts, is also refreshed once per granularity (for
+// a table lost or a version of progcache without one), and always when it
+// is in the future (a clock that jumped back).
+void FileStoreImpl::stamp_use(int fd, const Key& key, const FileInfo& info) {
   const std::int64_t now = m_env->now_ns();
-  if (now - info.atime_ns > m_opt.recency_granularity_ns || info.atime_ns > now + k_future_slack_ns) {
+  std::optional<RecencyTable::Displaced> displaced;
+  const bool recorded = m_recency.record(key, now, &displaced);
+  if (!recorded || now - info.atime_ns > m_opt.recency_granularity_ns || info.atime_ns > now + k_future_slack_ns) {
     m_env->set_atime(fd, now).ignore();
   }
+  if (displaced) write_back(*displaced);
+}
+
+void FileStoreImpl::write_back(const RecencyTable::Displaced& d) {
+  const std::int64_t now = m_env->now_ns();
+  if (d.read_ns <= 0 || d.read_ns > now + k_future_slack_ns) return;
+  if (!shard_checked(Layout::shard_of(d.key), /*create=*/false)) return;
+  auto fd = m_env->open_file(m_layout.entry_path(d.key), OpenMode::read, 0);
+  if (!fd.ok()) return;  // gone since: nothing to keep
+  if (auto info = m_env->fstat(*fd); info.ok() && info->is_regular() && info->atime_ns < d.read_ns) {
+    m_env->set_atime(*fd, d.read_ns).ignore();
+  }
+  m_env->close_file(*fd).ignore();
 }
 
 Result<EntryRead> read_entry_file(Env* env, int fd, const Key& key, const EntryCodecOptions& codec) {
@@ -161,7 +183,7 @@ Result<EntryRead> read_entry_file(Env* env, int fd, const Key& key, const EntryC
 
 Result<FileStoreImpl::ReadResult> FileStoreImpl::read_entry(int fd, const Key& key, bool stamp) {
   PROGCACHE_ASSIGN_OR_RETURN(EntryRead r, read_entry_file(m_env, fd, key, m_opt.codec));
-  if (stamp && r.entry) stamp_use(fd, r.info);
+  if (stamp && r.entry) stamp_use(fd, key, r.info);
   return r;
 }
 
@@ -211,7 +233,7 @@ Result<bool> FileStoreImpl::get_primary_into(const Key& key, const EntryReader::
     read = data_loss("larger than any entry");
   } else {
     read = EntryReader(pread_of(m_env, *fd), preadv_of(m_env, *fd), info->size, m_opt.codec).read_primary(key, alloc);
-    if (read.ok()) stamp_use(*fd, *info);
+    if (read.ok()) stamp_use(*fd, key, *info);
   }
   m_env->close_file(*fd).ignore();
   if (read.ok()) {
@@ -320,6 +342,12 @@ Status FileStoreImpl::publish(const Key& key, const std::string& encoded) {
   m_acct.charge(shard, dbytes, dcount);
   m_acct.count(Event::put);
   m_acct.wrote(encoded.size());
+  // Its time of use is the put's, by the clock reads are recorded with (a
+  // file's own times come from the kernel's coarser clock, a tick behind).
+  // Where the table has no room the file's time serves.
+  std::optional<RecencyTable::Displaced> displaced;
+  m_recency.record(key, m_env->now_ns(), &displaced);
+  if (displaced) write_back(*displaced);
   // The entry just written is the most recently used: a trim it causes
   // never removes it.
   maybe_trim(Written{shard, path.substr(path.size() - k_entry_name_size)});
@@ -332,6 +360,7 @@ Result<bool> FileStoreImpl::erase(const Key& key) {
   if (!shard_checked(shard, false)) return false;
   auto removed = take_out(shard, m_layout.entry_path(key));
   if (!removed.ok()) return count_error(removed.status());
+  if (*removed) m_recency.forget(key);
   return *removed;
 }
 

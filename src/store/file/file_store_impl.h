@@ -3,6 +3,7 @@
 //   layout.h        every name (entries, temps, quarantine, shards, files)
 //   permissions.h   which directories the store trusts, and how it makes them
 //   accounting.h    the shared, mapped counters
+//   recency.h       the shared, mapped record of each entry's last read
 //   file_store.cpp  open, get, put, erase, clear, stats: the Store operations
 //   eviction.cpp    removal by inode, caps, trimming in LRU order
 //   maintenance.cpp shard scans, list, verify, prune
@@ -21,6 +22,7 @@
 #include "store/file/accounting.h"
 #include "store/file/layout.h"
 #include "store/file/permissions.h"
+#include "store/file/recency.h"
 #include "util/mutex.h"
 
 namespace progcache::file_store {
@@ -123,7 +125,18 @@ class FileStoreImpl final : public FileStore {
   Result<std::optional<int>> open_entry(const Key& key, const std::string& path);
   // Reads and verifies the entry open at `fd`; `stamp`: record the use.
   Result<ReadResult> read_entry(int fd, const Key& key, bool stamp);
-  void stamp_use(int fd, const FileInfo& info);
+  // Records a read of `key` (open at `fd`): in the recency table, and in
+  // the file's atime when that is older than the granularity, in the
+  // future, or the table could not take it.
+  void stamp_use(int fd, const Key& key, const FileInfo& info);
+  // Writes a read the table displaced to its entry's atime, unless the file
+  // records a later one already.
+  void write_back(const RecencyTable::Displaced& d);
+  // When the entry `name` of `shard` (lstat'ed as `info`) was last used:
+  // the later of its atime and its read in the table; 0 for a time in the
+  // future (no evidence of use).
+  [[nodiscard]] std::int64_t last_used(int shard, const std::string& name, const FileInfo& info,
+                                       std::int64_t now) const;
   // Whether shard `shard` is a directory the store trusts (cached per process).
   bool shard_checked(int shard, bool create);
   // Makes the root, the version directory and a shard again after they were
@@ -133,7 +146,6 @@ class FileStoreImpl final : public FileStore {
   Status ensure_version_dir();
 
   // eviction.cpp
-  static std::int64_t last_used(const FileInfo& info, std::int64_t now);
   // The totals the caps bound: this store's, plus its peers' under a cap
   // per root.
   struct Totals {
@@ -153,7 +165,8 @@ class FileStoreImpl final : public FileStore {
   void trim_to_low_water(const Written& written) PROGCACHE_REQUIRES(m_trim_mu);
   Result<bool> take_out(int shard, const std::string& path);
   Result<bool> remove_if_same(int shard, const std::string& path, const FileInfo& expected);
-  void count_eviction(int shard, const FileInfo& removed);
+  // Charges and counts the removal of entry `name` and forgets its reads.
+  void count_eviction(int shard, const std::string& name, const FileInfo& removed);
 
   // maintenance.cpp
   static bool stale_transient(const FileInfo& info, std::int64_t now, std::int64_t stale);
@@ -183,6 +196,7 @@ class FileStoreImpl final : public FileStore {
   Layout m_layout;
   DirPolicy m_dirs;
   Accounting m_acct;
+  RecencyTable m_recency;
   std::array<std::atomic<bool>, k_shards> m_shard_ok;
   int m_evict_fd = -1;
   Mutex m_trim_mu;

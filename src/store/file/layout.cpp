@@ -27,6 +27,10 @@ std::string Layout::evict_lock_path() const {
   return join_path(m_dir, "evict.lock");
 }
 
+std::string Layout::recency_path() const {
+  return join_path(m_dir, "recency");
+}
+
 std::string Layout::shard_hex(int shard) {
   const char byte = static_cast<char>(shard);
   return to_hex(std::string_view(&byte, 1));

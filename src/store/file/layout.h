@@ -5,6 +5,7 @@
 //
 //   <root>/v1/accounting            shared counters (accounting.h)
 //   <root>/v1/evict.lock            one trimming process at a time
+//   <root>/v1/recency               the last read of each entry (recency.h)
 //   <root>/v1/<2 hex>/<62 hex>      an entry: its key's hex, split after the first byte
 //   <root>/v1/<2 hex>/.tmp.w.<p>.<n>.<r>  a put in flight (pid, counter, random),
 //                                   locked by its writer while it lives
@@ -44,6 +45,7 @@ class Layout {
   [[nodiscard]] const std::string& dir() const { return m_dir; }
   [[nodiscard]] std::string accounting_path() const;
   [[nodiscard]] std::string evict_lock_path() const;
+  [[nodiscard]] std::string recency_path() const;
   [[nodiscard]] std::string shard_dir(int shard) const;
   [[nodiscard]] std::string entry_path(const Key& key) const;
   // A fresh name in `shard` for a put's temp file or a removal's quarantine

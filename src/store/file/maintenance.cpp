@@ -161,7 +161,7 @@ Result<std::vector<FileEntryInfo>> FileStoreImpl::list(const ProgressFn& progres
       e.path = join_path(m_layout.shard_dir(shard), f.name);
       e.key = *key;
       e.size = f.info.size;
-      e.last_used_ns = f.info.atime_ns;
+      e.last_used_ns = std::max(f.info.atime_ns, m_recency.last_read(*key));
       peek_entry(e);
       out.push_back(std::move(e));
     }
@@ -300,20 +300,23 @@ Result<PruneReport> FileStoreImpl::prune(std::optional<std::uint64_t> max_size,
     FileStoreImpl* store;
     int shard;
     ScannedFile file;
+    std::int64_t used;
   };
   std::vector<Item> items;
   const std::uint64_t scan_steps = std::uint64_t{k_shards} * stores.size();
+  const std::int64_t now = m_env->now_ns();
   for (std::size_t s = 0; s < stores.size(); ++s) {
     for (int shard = 0; shard < k_shards; ++shard) {
       if (progress) progress(s * k_shards + shard, 2 * scan_steps);
       auto files = stores[s]->scan_shard(shard, Reconcile::gross);
       if (!files.ok()) return files.status();
-      for (auto& f : *files) items.push_back({stores[s], shard, std::move(f)});
+      for (auto& f : *files) {
+        const std::int64_t used = stores[s]->last_used(shard, f.name, f.info, now);
+        items.push_back({stores[s], shard, std::move(f), used});
+      }
     }
   }
-  const std::int64_t now = m_env->now_ns();
-  std::sort(items.begin(), items.end(),
-            [now](const Item& a, const Item& b) { return last_used(a.file.info, now) < last_used(b.file.info, now); });
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.used < b.used; });
   PruneReport report;
   report.stores = stores.size();
   std::uint64_t total = 0;
@@ -321,7 +324,7 @@ Result<PruneReport> FileStoreImpl::prune(std::optional<std::uint64_t> max_size,
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (progress && i % 64 == 0) progress(scan_steps + (scan_steps * i) / items.size(), 2 * scan_steps);
     const auto& it = items[i];
-    const bool too_old = older_than_ns && now - last_used(it.file.info, now) > *older_than_ns;
+    const bool too_old = older_than_ns && now - it.used > *older_than_ns;
     const bool too_big = max_size && total > *max_size;
     if (!too_old && !too_big) continue;
     auto removed = it.store->remove_if_same(it.shard, join_path(it.store->m_layout.shard_dir(it.shard), it.file.name),
@@ -330,7 +333,7 @@ Result<PruneReport> FileStoreImpl::prune(std::optional<std::uint64_t> max_size,
       total -= it.file.info.size;
       ++report.removed;
       report.bytes_removed += it.file.info.size;
-      it.store->count_eviction(it.shard, it.file.info);
+      it.store->count_eviction(it.shard, it.file.name, it.file.info);
     }
   }
   if (progress) progress(2 * scan_steps, 2 * scan_steps);
