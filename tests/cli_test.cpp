@@ -1554,6 +1554,36 @@ TEST_F(CliTest, CompileSeesAnEditedHeaderBesideTheSourceFromAnyDirectory) {
   EXPECT_EQ(testing::read_all(m_tmp.sub("e.cubin")), testing::read_all(m_tmp.sub("b.cubin")));
 }
 
+// What the cache cannot key still compiles, with the cache on and off: an
+// include named through a macro, outside any -I directory. Before, both
+// exited 2 where NVRTC compiles it.
+TEST_F(CliTest, AProgramThatCannotBeKeyedCompilesUncachedWithTheCacheOnAndOff) {
+  if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
+  fs::create_directories(m_tmp.sub("proj"));
+  file("proj/val.h", "#define V 41\n");
+  file("proj/k.cu", "#define HEADER \"val.h\"\n#include HEADER\n__global__ void k(int* x) { x[0] = V; }\n");
+  std::vector<std::string> outputs;
+  for (const std::vector<std::string>& env : {std::vector<std::string>{}, {"PROGCACHE_DISABLE=1"}}) {
+    const std::string out = m_tmp.sub("k" + std::to_string(outputs.size()) + ".cubin");
+    auto r = run({"compile", "k.cu", "--arch", "sm_80", "--json", "-o", out}, env, m_tmp.sub("proj"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out)[0];
+    EXPECT_TRUE(j["key"].is_null()) << r.out;
+    EXPECT_EQ(j["hit"], false);
+    EXPECT_NE(j["uncacheable"].get<std::string>().find("macro"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("not cached"), std::string::npos) << r.err;
+    outputs.push_back(testing::read_all(out));
+    EXPECT_EQ(outputs.back().substr(0, 4),
+              "\x7f"
+              "ELF");
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(testing::entry_files_on_disk(cache()), 0u);
+  auto human = run({"compile", "k.cu", "--arch", "sm_80", "-o", m_tmp.sub("h.cubin")}, {}, m_tmp.sub("proj"));
+  EXPECT_EQ(human.code, 0) << human.err;
+  EXPECT_NE(human.out.find("(not cached)"), std::string::npos) << human.out;
+}
+
 TEST_F(CliTest, PlantedMemosAreNeverAHangAndARefusedRootIsNotReadAtAll) {
   if (!have_nvrtc()) GTEST_SKIP() << "no CUDA toolkit (NVRTC) on this machine";
   const std::string src = file("plain.cu", "__global__ void plain(int* x) { x[0] = 7; }\n");

@@ -69,6 +69,11 @@ struct ObjectCode {
   CompilerIdentity compiler;
   Key key;
   bool from_cache = false;
+  // Why this program could not be keyed, and so was compiled without the
+  // cache, neither looked up nor stored (what the include scan cannot
+  // follow, an option with side effects: the message says which, and what
+  // to do); `key` is then all zero. Empty when it was keyed.
+  std::string uncacheable;
 };
 
 // Filled when a compile fails: the compiler's log and what it was given, as data.
@@ -88,6 +93,7 @@ struct CompileStats {
   std::uint64_t cache_errors = 0;     // cache lookups or stores that failed (compile still returned)
   std::uint64_t unstable_inputs = 0;  // compiles not stored: a header, or the compiler file, changed meanwhile
   std::uint64_t bytes_served = 0;     // bytes of the object code hits returned
+  std::uint64_t uncacheable = 0;      // compiles that could not be keyed (ObjectCode::uncacheable says why)
   // Time of a whole compile() call that hit (one in 16 of each thread, and
   // its first) and of each compiler run, median and 99th percentile in
   // nanoseconds, within 12.5 %.
@@ -112,10 +118,12 @@ struct CompileOptions {
   bool process_lock = true;
 };
 
-// Compiles `program` to `target` through `options.cache`. Errors:
-// invalid_argument (bad options, impossible target), unavailable (compiler
-// library not found: the message lists every place searched), compile_error
-// (the log is in the message and in *failure when given).
+// Compiles `program` to `target` through `options.cache`. What cannot be
+// keyed is compiled uncached (ObjectCode::uncacheable), never refused: a
+// cache failure costs at most a miss. Errors: invalid_argument (an
+// impossible target or code type, an option holding a NUL byte), unavailable
+// (compiler library not found: the message lists every place searched),
+// compile_error (the log is in the message and in *failure when given).
 Result<ObjectCode> compile(const Program& program, TargetType target, const CompileOptions& options = {},
                            CompileFailure* failure = nullptr);
 

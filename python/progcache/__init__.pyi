@@ -74,9 +74,10 @@ class CompiledProgram:
     symbol_mapping: dict[Union[str, bytes], str]
     log: str
     from_cache: bool
-    key: bytes
+    key: Optional[bytes]
+    uncacheable: Optional[str]
     def __init__(self, code: bytes, code_type: str, symbol_mapping: dict, log: str, from_cache: bool,
-                 key: bytes) -> None: ...
+                 key: Optional[bytes], uncacheable: Optional[str] = ...) -> None: ...
 
 def compile_stats() -> dict[str, int]: ...
 def compile(code: Union[str, bytes], code_type: str = ..., target: str = ..., options: Any = ...,

@@ -237,17 +237,22 @@ class CompileError(RuntimeError):
 class CompiledProgram:
     """What compile() returns: ``code`` (bytes), ``symbol_mapping`` (name
     expression → lowered name), ``log``, ``from_cache``, ``key`` (the 32-byte
-    key, as make_program_cache_key returns it)."""
+    key, as make_program_cache_key returns it) and ``uncacheable``: None, or
+    why the program could not be keyed (an include named through a macro
+    outside the include path, an option with side effects, ...), in which
+    case it was compiled without the cache and ``key`` is None."""
 
-    __slots__ = ("code", "code_type", "symbol_mapping", "log", "from_cache", "key")
+    __slots__ = ("code", "code_type", "symbol_mapping", "log", "from_cache", "key", "uncacheable")
 
-    def __init__(self, code: bytes, code_type: str, symbol_mapping: dict, log: str, from_cache: bool, key: bytes):
+    def __init__(self, code: bytes, code_type: str, symbol_mapping: dict, log: str, from_cache: bool,
+                 key: Optional[bytes], uncacheable: Optional[str] = None):
         self.code = code
         self.code_type = code_type
         self.symbol_mapping = symbol_mapping
         self.log = log
         self.from_cache = from_cache
         self.key = key
+        self.uncacheable = uncacheable
 
     def __repr__(self) -> str:
         return (f"CompiledProgram({self.code_type}, {len(self.code)} bytes, from_cache={self.from_cache}, "
@@ -272,7 +277,8 @@ def compile_stats() -> dict:
     """This process's compile() counters: compiles, compile_errors, hits,
     shared_waits (threads that waited for another's compile), lock_waits,
     cache_errors, unstable_inputs (compiles not stored because a header
-    changed while the compiler ran)."""
+    changed while the compiler ran), uncacheable (compiles of programs that
+    could not be keyed, done without the cache)."""
     return dict(_core.compile_stats())
 
 
@@ -309,8 +315,9 @@ def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
     if i.code_type == "nvvm":
         raise ValueError("NVVM IR is compiled by libNVVM, which progcache does not drive: compile it with "
                          "cuda.core and cache the bytes under make_program_cache_key(...)")
-    ok, a, log, symbols, from_cache, key = _core.compile(i.code, i.code_type, i.target, i.options, i.names, i.name,
-                                                         i.extra_digest, store, os.fspath(state_dir))
+    ok, a, log, symbols, from_cache, key, uncacheable = _core.compile(i.code, i.code_type, i.target, i.options,
+                                                                      i.names, i.name, i.extra_digest, store,
+                                                                      os.fspath(state_dir))
     if not ok:
         raise CompileError(a, log, i.options)
     # The mapping is keyed by the name expressions as the caller gave them
@@ -319,7 +326,7 @@ def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
     for n in name_expressions:
         if isinstance(n, bytes) and n.decode("utf-8") in mapping:
             mapping[n] = mapping.pop(n.decode("utf-8"))
-    return CompiledProgram(a, i.target, mapping, log, bool(from_cache), key)
+    return CompiledProgram(a, i.target, mapping, log, bool(from_cache), key, uncacheable)
 
 
 def explain(code: Union[str, bytes], code_type: str = "c++", target: str = "cubin", options: Any = (),

@@ -877,6 +877,7 @@ NB_MODULE(_core, m) {
                                                 {"lock_waits", s.lock_waits},
                                                 {"cache_errors", s.cache_errors},
                                                 {"unstable_inputs", s.unstable_inputs},
+                                                {"uncacheable", s.uncacheable},
                                                 {"bytes_served", s.bytes_served},
                                                 {"hit_samples", s.hit_samples},
                                                 {"hit_p50_ns", s.hit_p50_ns},
@@ -905,12 +906,17 @@ NB_MODULE(_core, m) {
         }
         if (!r.ok()) {
           if (r.status().code() == pc::Code::compile_error) {
-            return nb::make_tuple(false, r.status().message(), failure.log, nb::none(), nb::none(), nb::none());
+            return nb::make_tuple(false, r.status().message(), failure.log, nb::none(), nb::none(), nb::none(),
+                                  nb::none());
           }
           raise(r.status());
         }
+        // What could not be keyed was compiled uncached: no key, and why.
+        if (!r->uncacheable.empty()) {
+          return nb::make_tuple(true, to_bytes(r->code), r->log, r->symbol_mapping, false, nb::none(), r->uncacheable);
+        }
         return nb::make_tuple(true, to_bytes(r->code), r->log, r->symbol_mapping, r->from_cache,
-                              nb::bytes(r->key.bytes.data(), r->key.bytes.size()));
+                              nb::bytes(r->key.bytes.data(), r->key.bytes.size()), nb::none());
       },
       nb::arg("code"), nb::arg("code_type"), nb::arg("target"), nb::arg("options"), nb::arg("name_expressions"),
       nb::arg("name"), nb::arg("extra_digest").none(), nb::arg("cache").none(), nb::arg("state_dir"));

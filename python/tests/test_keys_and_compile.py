@@ -334,6 +334,32 @@ def test_compile_through_the_cache_keeps_symbols_and_log(tmp_path):
 
 
 @requires_nvrtc
+def test_what_cannot_be_keyed_compiles_uncached_with_the_cache_on_and_off(tmp_path, monkeypatch):
+    """An include named through a macro, outside the include path: no key can
+    say what NVRTC read, yet NVRTC compiles it. compile() compiles it too,
+    uncached, saying why; with the cache off the same."""
+    (tmp_path / "val.h").write_text("#define V 42\n")
+    src = '#define HEADER "val.h"\n#include HEADER\n__global__ void k(int* x) { x[0] = V; }\n'
+    name = str(tmp_path / "k.cu")
+    before = progcache.compile_stats()["uncacheable"]
+    cache = progcache.FileStreamProgramCache(tmp_path / "c")
+    on = progcache.compile(src, options=["-arch=sm_80"], cache=cache, name=name)
+    assert on.key is None and not on.from_cache
+    assert "macro" in on.uncacheable
+    assert on.code[:4] == b"\x7fELF"
+    assert len(cache) == 0
+    monkeypatch.setenv("PROGCACHE_DISABLE", "1")
+    off = progcache.compile(src, options=["-arch=sm_80"], cache=progcache.FileStreamProgramCache(tmp_path / "c"),
+                            name=name)
+    assert off.code == on.code and off.key is None
+    assert progcache.compile_stats()["uncacheable"] == before + 2
+    # A key for it cannot be made either: make_program_cache_key says why.
+    with pytest.raises(ValueError):
+        progcache.make_program_cache_key(code=src, code_type="c++", options=_program_options()(arch="sm_80", name=name),
+                                         target_type="cubin")
+
+
+@requires_nvrtc
 def test_explain_says_hit_or_miss_and_names_what_changed(tmp_path):
     cache = progcache.FileStreamProgramCache(tmp_path / "c")
     inc = tmp_path / "inc"

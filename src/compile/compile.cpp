@@ -35,7 +35,7 @@ using nlohmann::json;
 
 struct Counters {
   std::atomic<std::uint64_t> compiles{0}, compile_errors{0}, hits{0}, shared_waits{0}, lock_waits{0}, cache_errors{0},
-      unstable_inputs{0}, bytes_served{0};
+      unstable_inputs{0}, bytes_served{0}, uncacheable{0};
   LatencyHistogram hit_time, compile_time;
 };
 constexpr int k_compile_hit_site = 200;  // sample_this_call's site for compile()
@@ -97,6 +97,13 @@ Status check_program(const Program& p, TargetType target, bool for_compile) {
     return invalid_argument("link inputs are PTX or LTO-IR modules; compile C++ to ltoir first, then link");
   }
   if (p.code.empty()) return invalid_argument("program '" + p.name + "' is empty");
+  // The compiler takes options as C strings: one holding a NUL would reach
+  // it cut short.
+  for (std::size_t i = 0; i < p.options.size(); ++i) {
+    if (p.options[i].find('\0') != std::string::npos) {
+      return invalid_argument("option at position " + std::to_string(i) + " contains a NUL byte");
+    }
+  }
   return {};
 }
 
@@ -634,6 +641,21 @@ Result<ObjectCode> lead(const Program& p, TargetType target, const CompileOption
   return oc;
 }
 
+// What cannot be keyed (an include named through a macro outside the -I
+// directories, a tree the scan cannot list, an option with side effects) is
+// compiled all the same, neither looked up nor stored: the compiler, not the
+// cache, decides whether the program compiles.
+Result<ObjectCode> compile_uncached(const Program& p, TargetType target, const CompilerIdentity& id, const Status& why,
+                                    CompileFailure* failure) {
+  counters().uncacheable.fetch_add(1);
+  PROGCACHE_ASSIGN_OR_RETURN(ObjectCode oc, run_compiler(p, target, failure));
+  oc.compiler = id;
+  oc.key = Key{};
+  oc.from_cache = false;
+  oc.uncacheable = why.message();
+  return oc;
+}
+
 }  // namespace
 
 CompileStats compile_stats() {
@@ -641,6 +663,7 @@ CompileStats compile_stats() {
   CompileStats s{c.compiles.load(),        c.compile_errors.load(), c.hits.load(),
                  c.shared_waits.load(),    c.lock_waits.load(),     c.cache_errors.load(),
                  c.unstable_inputs.load(), c.bytes_served.load()};
+  s.uncacheable = c.uncacheable.load();
   const LatencySummary h = c.hit_time.summary(), k = c.compile_time.summary();
   s.hit_samples = h.samples;
   s.hit_p50_ns = h.p50_ns;
@@ -662,8 +685,12 @@ Result<ObjectCode> compile(const Program& program, TargetType target, const Comp
   SampledTimer timer(sample_this_call<k_compile_hit_site>());
   PROGCACHE_TRY(check_program(program, target, /*for_compile=*/true));
   PROGCACHE_ASSIGN_OR_RETURN(CompilerIdentity id, identity_for(program, options, /*tolerate_missing=*/false));
-  PROGCACHE_ASSIGN_OR_RETURN(auto deps, deps_for(program, options));
-  PROGCACHE_ASSIGN_OR_RETURN(Key key, memo_key_for(program, target, id, digest_of(deps)));
+  auto deps_or = deps_for(program, options);
+  if (!deps_or.ok()) return compile_uncached(program, target, id, deps_or.status(), failure);
+  const std::optional<detail::SourceDeps> deps = std::move(*deps_or);
+  auto key_or = memo_key_for(program, target, id, digest_of(deps));
+  if (!key_or.ok()) return compile_uncached(program, target, id, key_or.status(), failure);
+  const Key key = *key_or;
   bool missed = false;
   if (auto hit = lookup(options.cache, key, target, id, &missed)) {
     timer.finish(counters().hit_time);

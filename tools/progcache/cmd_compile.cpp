@@ -193,8 +193,14 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
       }
       rc = r.status().code() == pc::Code::invalid_argument ? k_exit_usage : k_exit_error;
     } else {
-      j["key"] = r->key.hex();
+      // What could not be keyed was compiled all the same, uncached.
+      const bool keyed = r->uncacheable.empty();
+      j["key"] = keyed ? json(r->key.hex()) : json(nullptr);
       j["hit"] = r->from_cache;
+      if (!keyed) {
+        j["uncacheable"] = r->uncacheable;
+        std::cerr << "progcache: warning: " << shown << ": not cached: " << printable(r->uncacheable) << "\n";
+      }
       j["target"] = pc::target_type_name(r->kind);
       j["bytes"] = r->code.size();
       j["symbols"] = r->symbol_mapping;
@@ -209,8 +215,9 @@ int run_compile(const CompileArgs& a, const std::vector<std::string>& extras, co
       if (!a.json_out) {
         // With -o - the program itself is on standard output.
         FILE* human = a.output == "-" ? stderr : stdout;
-        std::fprintf(human, "%-28s %-4s %9.3f ms  %8zu B  %s\n", shown.c_str(), r->from_cache ? "hit" : "miss",
-                     secs * 1e3, r->code.size(), r->key.hex().c_str());
+        std::fprintf(human, "%-28s %-4s %9.3f ms  %8zu B  %s\n", shown.c_str(),
+                     r->from_cache ? "hit" : (keyed ? "miss" : "off"), secs * 1e3, r->code.size(),
+                     keyed ? r->key.hex().c_str() : "(not cached)");
         for (const auto& [expr, lowered] : r->symbol_mapping) {
           std::fprintf(human, "    %s -> %s\n", expr.c_str(), lowered.c_str());
         }
