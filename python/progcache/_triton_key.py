@@ -133,6 +133,13 @@ def _open_store(companion: str):
     cfg = _core.resolve_config()
     if cfg["disabled"]:
         return None
+    # A memoised key decides what every later lookup is served (torch_key()
+    # is part of each FX graph's key), so it follows the rule for code
+    # (trust.h): read and written only where host code may come from, the
+    # private root or signed entries. In a group-shared root without
+    # signing any member could plant one.
+    if not cfg["host_code"]["disk"]:
+        return None
     root = os.path.join(cfg["dir"], _core.COMPANION_STORES[companion])
     # The local disk only: a manifest of stat identities means nothing on
     # another machine.

@@ -288,3 +288,72 @@ def test_a_tools_version_is_memoised_only_for_a_program_of_its_own(memo, tmp_pat
         ("schema", tk._SCHEMA), ("argv", [os.path.realpath(true), "--version"]), ("boot", _core.boot_id()),
         ("stderr", repr(None))]))
     assert found is not None and dict(found[1])["output"] == got  # a program of its own is memoised
+
+
+def _plant_as(uid, root, mkey, value, paths):
+    """In a child running as `uid` (a member of the root's group), writes a
+    memo of `value` for `mkey` that names `paths` as they are now: what a
+    member of a team's root could leave for the others."""
+    import json
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            store = _core.open_file_store(os.path.join(root, _core.COMPANION_STORES["triton"]), None, None, False,
+                                          b"", "group", count_lookups=False)
+            meta = {"schema": tk._SCHEMA, "kind": "key-memo", "name": "planted", "boot": _core.boot_id(),
+                    "paths": paths, "ids": _core.memo_identities(paths)}
+            store.put_entry(mkey, json.dumps(meta), [("value", value)])
+            code = 0
+        except BaseException as e:  # noqa: BLE001 - said, then the child's exit code fails the test
+            os.write(2, f"member: {e!r}\n".encode())
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the member could not write its memo"
+
+
+def test_a_memo_in_a_group_shared_root_is_used_only_where_its_entries_are_signed(memo, monkeypatch, second_uid):
+    """A memoised key decides what every lookup after it is served (torch_key()
+    is in each FX graph's key): it follows the rule for code. In a team's
+    root without signing, another member's memo is never taken, nor is one
+    kept; with signing, this user's own memo is used and the member's
+    unsigned one refused."""
+    import pathlib
+    import shutil
+    import tempfile
+    # Where the member can reach (pytest's own directories are private).
+    base = pathlib.Path(tempfile.mkdtemp(prefix="progcache-team-"))
+    os.chmod(base, 0o755)
+    try:
+        _group_root_case(base, monkeypatch, second_uid)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _group_root_case(base, monkeypatch, second_uid):
+    pkg = tree(base)
+    root = base / "team"
+    root.mkdir()
+    os.chown(root, 0, second_uid)
+    os.chmod(root, 0o2770)
+    monkeypatch.setenv("PROGCACHE_DIR", str(root))
+    monkeypatch.setenv("PROGCACHE_SHARING", "group")
+    paths = [str(pkg), str(pkg / "a.py"), str(pkg / "b.py")]
+    _plant_as(second_uid, str(root), KEY, b"planted", paths)
+    h = Hasher(pkg)
+    assert tk.memoised(KEY, "k", h) == h() and h.runs == 2, "another member's memo decided the key"
+    monkeypatch.setattr(tk, "_memo_stores", {})
+    assert tk.memoised(KEY, "k", h) != b"planted" and h.runs == 3, "a memo was kept in a root others write"
+    # Signed: the member's unsigned memo is refused, this user's own kept.
+    key = base / "hmac.key"
+    key.write_bytes(b"k" * 32)
+    monkeypatch.setenv("PROGCACHE_HMAC_KEY_FILE", str(key))
+    monkeypatch.setattr(tk, "_memo_stores", {})
+    h = Hasher(pkg)
+    first = tk.memoised(KEY, "k", h)
+    assert first != b"planted" and h.runs == 1
+    assert tk.memoised(KEY, "k", h) == first and h.runs == 1, "a signed root kept no memo"
