@@ -148,6 +148,15 @@ Result<CompilerInfo> compiler_info(const CompileOptions& options = {});
 // Every place searched for `library` ("nvrtc", "nvJitLink", "cuda"), in order.
 std::vector<std::string> library_search_paths(std::string_view library);
 
+// Makes `path` the file of `library` ("nvrtc", "nvJitLink") this process
+// compiles and keys with from now on, where its override variable
+// (PROGCACHE_NVRTC, PROGCACHE_NVJITLINK) is not set: so that progcache runs,
+// and its keys name, the compiler another part of the process loads
+// (Python's progcache follows cuda-python's choice this way). An empty path
+// forgets the preference. A library progcache has loaded already stays the
+// one it runs, and its keys name it.
+void prefer_library(std::string_view library, std::string path);
+
 // A digest of every file under `dirs` (relative path, type, size, mtime,
 // ctime, device, inode; symbolic links followed; files changed in the last
 // two seconds by content): editing, adding or removing any header there

@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from . import _core
 from ._caches import FileStreamProgramCache, InMemoryProgramCache, _NullStore, _StoreCache, _config
 
 _private_state: Optional[str] = None
+_followed_cuda_python = False
+
+
+def _follow_cuda_python() -> None:
+    """Where cuda-python is in use in this process (cuda.core, or
+    cuda.bindings' NVRTC), compiles and keys with the NVRTC and nvJitLink it
+    loads: cuda-pathfinder's choice (pip's NVIDIA wheels before the system
+    toolkit, a library already loaded first of all), not progcache's own
+    search (the toolkit first). Otherwise one process would hold two
+    compilers: cuda.core's cubin and progcache's would differ for one
+    program, and a key progcache made would name a compiler other than the
+    one whose bytes cuda.core stored under it. Asked once, when first
+    needed with cuda-python loaded (loading cuda.pathfinder costs about
+    60 ms, so a process without cuda-python never pays it);
+    ``$PROGCACHE_NVRTC`` and ``$PROGCACHE_NVJITLINK`` still win."""
+    global _followed_cuda_python
+    if _followed_cuda_python or not ("cuda.core" in sys.modules or "cuda.bindings.nvrtc" in sys.modules):
+        return
+    _followed_cuda_python = True
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+    except Exception:  # noqa: BLE001 - an older cuda-python: progcache's own search
+        return
+    for library in ("nvrtc", "nvJitLink"):
+        try:
+            path = load_nvidia_dynamic_lib(library).abs_path
+        except Exception:  # noqa: BLE001 - not found by it: progcache's own search
+            continue
+        _core.prefer_library(library, path)
 
 
 def _state_dir() -> str:
@@ -197,6 +227,7 @@ def _inputs(code: Any, code_type: Any, target: Any, options: Any, name_expressio
 
 
 def _key_of(i: _Inputs) -> bytes:
+    _follow_cuda_python()
     return _core.program_key(i.code, i.code_type, i.target, i.options, i.names, i.name, i.extra_digest,
                              i.nvvm_sources, i.use_libdevice, _state_dir())
 
@@ -315,6 +346,7 @@ def compile(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
     if i.code_type == "nvvm":
         raise ValueError("NVVM IR is compiled by libNVVM, which progcache does not drive: compile it with "
                          "cuda.core and cache the bytes under make_program_cache_key(...)")
+    _follow_cuda_python()
     ok, a, log, symbols, from_cache, key, uncacheable = _core.compile(i.code, i.code_type, i.target, i.options,
                                                                       i.names, i.name, i.extra_digest, store,
                                                                       os.fspath(state_dir))
@@ -351,5 +383,6 @@ def explain(code: Union[str, bytes], code_type: str = "c++", target: str = "cubi
     store = cache._store
     state_dir = store.root() or _state_dir()
     i = _inputs(code, code_type, target, options, list(name_expressions), name, extra_digest, strict=False)
+    _follow_cuda_python()
     return _core.explain(i.code, i.code_type, i.target, i.options, i.names, i.name, i.extra_digest, store,
                          os.fspath(state_dir))

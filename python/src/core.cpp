@@ -868,6 +868,11 @@ NB_MODULE(_core, m) {
     return nb::bytes(d.data(), d.size());
   });
 
+  m.def(
+      "prefer_library",
+      [](const std::string& library, std::string path) { pc::prefer_library(library, std::move(path)); },
+      nb::arg("library"), nb::arg("path"));
+
   m.def("compile_stats", []() {
     const pc::CompileStats s = pc::compile_stats();
     return std::map<std::string, std::uint64_t>{{"compiles", s.compiles},

@@ -466,6 +466,61 @@ def test_cuda_core_program_compile_accepts_progcache_caches(tmp_path):
     assert bytes(second.code) == bytes(first.code)
 
 
+# One process, cuda.core and progcache: the compiler progcache runs, and its
+# keys name, is the one cuda.core loads (cuda-pathfinder's choice: pip's
+# NVIDIA wheel before the system toolkit). Each case in a fresh interpreter,
+# so that the order of loads is the user's.
+_ONE_PROCESS = """
+import json, sys, progcache
+from cuda.core import Program, ProgramOptions
+src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }'
+o = ProgramOptions(arch="sm_80", name="prog")
+obj = Program(src, "c++", options=o).compile("cubin")
+theirs = bytes(obj.code)
+key = progcache.make_program_cache_key(code=src, code_type="c++", options=o, target_type="cubin")
+cache = progcache.FileStreamProgramCache(sys.argv[1])
+cache[key] = obj  # cuda.core's documented way to fill a cache by hand
+fresh = progcache.compile(src, options=o, cache=None)
+from cuda.pathfinder import load_nvidia_dynamic_lib
+print(json.dumps({"theirs": theirs.hex(), "fresh": fresh.code.hex(), "stored": bytes(cache[key]).hex(),
+                  "key": key.hex(),
+                  "nvrtc": load_nvidia_dynamic_lib("nvrtc").abs_path}))
+"""
+
+
+def _one_process(tmp_path, name, **env):
+    import json
+    r = subprocess.run([sys.executable, "-c", _ONE_PROCESS, str(tmp_path / name)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, **env})
+    if r.returncode != 0 and ("DynamicLibNotFoundError" in r.stderr or "CUDAError" in r.stderr):
+        pytest.skip(f"cuda.core cannot compile here: {r.stderr[-300:]}")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_one_process_one_compiler_for_cuda_core_and_progcache(tmp_path):
+    try:
+        import cuda.core  # noqa: F401
+        import cuda.pathfinder  # noqa: F401
+    except Exception as e:
+        pytest.skip(f"cuda.core not importable here: {e}")
+    got = _one_process(tmp_path, "a")
+    assert got["fresh"] == got["theirs"], "progcache compiled with another NVRTC than cuda.core's"
+    # Filled by hand with cuda.core's bytes under progcache's key: what a
+    # reader of that key gets is what progcache would compile now.
+    assert got["stored"] == got["fresh"]
+    # The key names the compiler: another NVRTC file (the toolkit's, named
+    # explicitly, which wins over cuda-python's choice) gives another key
+    # wherever its bytes differ.
+    system = "/usr/local/cuda/lib64/libnvrtc.so.13"
+    if not os.path.exists(system) or os.path.realpath(system) == os.path.realpath(got["nvrtc"]):
+        pytest.skip("no second NVRTC on this machine to compare keys with")
+    with open(system, "rb") as a, open(got["nvrtc"], "rb") as b:
+        same_file = a.read() == b.read()
+    other = _one_process(tmp_path, "b", PROGCACHE_NVRTC=system)
+    assert (other["key"] == got["key"]) == same_file
+
+
 def test_fsync_durability_and_bad_value(tmp_path, monkeypatch):
     c = FileStreamProgramCache(tmp_path / "durable", durability="fsync")
     c[b"k"] = b"on disk for real"

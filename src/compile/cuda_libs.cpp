@@ -51,6 +51,22 @@ std::string getenv_str(const char* name) {
   return v != nullptr ? v : "";
 }
 
+// The files prefer_library() named, by library.
+struct Preferred {
+  std::mutex mu;
+  std::map<std::string, std::string, std::less<>> paths;  // under mu
+};
+Preferred& preferred() {
+  static auto* p = new Preferred();  // never destroyed: read until exit
+  return *p;
+}
+std::string preferred_path(std::string_view library) {
+  Preferred& p = preferred();
+  std::lock_guard lock(p.mu);
+  auto it = p.paths.find(library);
+  return it != p.paths.end() ? it->second : std::string();
+}
+
 bool is_file(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -116,10 +132,21 @@ std::vector<std::string> site_packages() {
 
 namespace progcache {
 
+void prefer_library(std::string_view library, std::string path) {
+  cuda::Preferred& p = cuda::preferred();
+  std::lock_guard lock(p.mu);
+  if (path.empty()) {
+    p.paths.erase(std::string(library));
+  } else {
+    p.paths[std::string(library)] = std::move(path);
+  }
+}
+
 std::vector<std::string> library_search_paths(std::string_view library) {
   const auto& spec = cuda::spec_of(library);
   std::vector<std::string> dirs;
   if (auto v = cuda::getenv_str(std::string(library_override_variable(spec.name)).c_str()); !v.empty()) return {v};
+  if (auto v = cuda::preferred_path(library); !v.empty()) return {v};
   // libNVVM sits in the toolkit's nvvm/ directory, not beside libnvrtc.
   const std::string nvvm_dir = library == "nvvm" ? "/nvvm" : "";
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
@@ -186,6 +213,8 @@ std::string found_key(std::string_view library) {
     key += '\0';
     key += getenv_str(var);
   }
+  key += '\0';
+  key += preferred_path(library);
   return key;
 }
 
