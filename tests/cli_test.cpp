@@ -395,6 +395,7 @@ TEST_F(CliTest, StatsShowTheHitRateBytesAndTimesInEveryFormatAndZeroClearsThem) 
 
   auto text = run({"stats"});
   EXPECT_NE(text.out.find("hit rate          75.0 %"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("nvcc launcher"), std::string::npos) << "a launcher that never ran shown:\n" << text.out;
   auto prom = run({"stats", "--format", "prometheus"});
   EXPECT_EQ(prom.code, 0);
   EXPECT_NE(prom.out.find("# TYPE progcache_hits_total counter\nprogcache_hits_total{store=\"programs\"} 3\n"),

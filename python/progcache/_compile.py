@@ -30,7 +30,7 @@ def _follow_cuda_python() -> None:
         return
     _followed_cuda_python = True
     try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
+        from cuda.pathfinder import load_nvidia_dynamic_lib  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except Exception:  # noqa: BLE001 - an older cuda-python: progcache's own search
         return
     for library in ("nvrtc", "nvJitLink"):

@@ -122,7 +122,10 @@ pc::Result<Stores> open_stores(const pc::Config& cfg);
 // StoreStats as JSON and as aligned text, from store_stat_fields().
 json stats_json(const pc::StoreStats& s);
 // One store's statistics, a line per field (the cap is the root's, shown
-// once above the stores).
-void print_stats_text(const pc::StoreStats& s);
+// once above the stores). `reads`: the store's lookups are another
+// component's reads (the nvcc launcher's manifests and results), shown as
+// reads with no hit rate of their own.
+enum class StoreLookups { lookups, reads };
+void print_stats_text(const pc::StoreStats& s, StoreLookups lookups = StoreLookups::lookups);
 
 }  // namespace progcache::cli

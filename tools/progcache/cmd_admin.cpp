@@ -260,6 +260,14 @@ json launcher_counters(const json& raw) {
 void print_launcher_stats(const json& j) {
   if (!j.is_object()) return;
   auto n = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<std::uint64_t>() : 0; };
+  // A root the launcher never used shows no launcher at all.
+  bool counted = false;
+  for (const auto& info : pc::nvcc::k_counters) counted = counted || n(std::string(info.name).c_str()) != 0;
+  for (const std::string_view tally : pc::nvcc::k_tallies) {
+    const std::string group(tally);
+    counted = counted || (j.contains(group) && j[group].is_object() && !j[group].empty());
+  }
+  if (!counted) return;
   std::printf("\nnvcc launcher\n");
   for (const auto& info : pc::nvcc::k_counters) {
     const std::string name(info.name);
@@ -464,7 +472,8 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
   print_stats_text(s);
   for (std::size_t i = 1; i < stores.size(); ++i) {
     std::printf("\n%-17s %s\n", (stores[i].name + " store").c_str(), stores[i].store->root().c_str());
-    print_stats_text(stores[i].store->host_stats());
+    print_stats_text(stores[i].store->host_stats(),
+                     stores[i].name == "nvcc" ? StoreLookups::reads : StoreLookups::lookups);
   }
   if (exists) print_launcher_stats(launcher);
   for (const auto& r : *remote) {

@@ -216,13 +216,22 @@ std::string format_duration(std::uint64_t ns) {
 
 }  // namespace
 
-void print_stats_text(const pc::StoreStats& s) {
+void print_stats_text(const pc::StoreStats& s, StoreLookups lookups) {
   for (const auto& f : pc::store_stat_fields()) {
     const std::uint64_t v = s.*f.member;
     std::string shown = f.unit == pc::StatField::Unit::bytes         ? pc::format_size(v)
                         : f.unit == pc::StatField::Unit::nanoseconds ? format_duration(v)
                                                                      : std::to_string(v);
     if (f.unit == pc::StatField::Unit::nanoseconds && v == 0) shown = "-";
+    if (lookups == StoreLookups::reads && (f.member == &pc::StoreStats::hits || f.member == &pc::StoreStats::misses)) {
+      // A launcher's lookup reads a manifest, then a result: its store's
+      // reads are no hit rate of anyone's (the launcher's is below).
+      if (f.member == &pc::StoreStats::misses) {
+        std::printf("%-17s %llu found, %llu not found (manifests and results)\n", "reads",
+                    static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses));
+      }
+      continue;
+    }
     std::printf("%-17s %s\n", f.label, shown.c_str());
     if (f.member == &pc::StoreStats::misses) {
       if (s.hits + s.misses == 0)
