@@ -9,6 +9,7 @@ import pytest
 
 import progcache
 from progcache import FileStreamProgramCache, InMemoryProgramCache
+from conftest import have_nvrtc as _have_nvrtc
 
 
 @pytest.fixture(params=["memory", "file", "tiered"])
@@ -519,6 +520,33 @@ def test_one_process_one_compiler_for_cuda_core_and_progcache(tmp_path):
         same_file = a.read() == b.read()
     other = _one_process(tmp_path, "b", PROGCACHE_NVRTC=system)
     assert (other["key"] == got["key"]) == same_file
+
+
+def test_cuda_cores_own_refusals_on_the_drop_in_route_and_what_serves_them(tmp_path):
+    """What docs/python.md says next to the drop-in example: cuda.core's
+    Program.compile(cache=) refuses name_expressions and include_path with its
+    own ValueError, and progcache.compile() serves both."""
+    try:
+        from cuda.core import Program, ProgramOptions
+    except Exception as e:
+        pytest.skip(f"cuda.core not importable here: {e}")
+    src = 'template <typename T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }'
+    cache = FileStreamProgramCache(tmp_path / "c")
+    with pytest.raises(ValueError, match="name_expressions"):
+        Program(src, "c++", ProgramOptions(arch="sm_80")).compile("cubin", name_expressions=["scale<float>"],
+                                                                  cache=cache)
+    (tmp_path / "inc").mkdir()
+    with pytest.raises(ValueError, match="include_path"):
+        Program(src, "c++", ProgramOptions(arch="sm_80", include_path=[str(tmp_path / "inc")])).compile(
+            "cubin", cache=cache)
+    assert len(cache) == 0
+    if not _have_nvrtc():
+        pytest.skip("no NVRTC (CUDA toolkit) on this machine")
+    opts = ProgramOptions(arch="sm_80", include_path=[str(tmp_path / "inc")])
+    first = progcache.compile(src, options=opts, name_expressions=["scale<float>"], cache=cache)
+    again = progcache.compile(src, options=opts, name_expressions=["scale<float>"], cache=cache)
+    assert again.from_cache and again.code == first.code
+    assert again.symbol_mapping == first.symbol_mapping == {"scale<float>": "_Z5scaleIfEvPT_S0_"}
 
 
 def test_fsync_durability_and_bad_value(tmp_path, monkeypatch):
