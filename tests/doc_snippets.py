@@ -105,12 +105,21 @@ def run(block, python, timeout):
             with open(script, "w", encoding="utf-8") as f:
                 f.write(block.text)
             cmd = [python, script]
+        before = set(os.listdir(work))
         try:
             p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             def text(b):
                 return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
             return 124, text(e.stdout), f"{text(e.stderr)}\n(killed after {timeout:.0f} s)"
+        # What a newcomer's checkout would hold after the block that git does
+        # not ignore (the block runs in a mirror of it: its top level is new).
+        def ignored(n):
+            name = n + "/" if os.path.isdir(os.path.join(work, n)) else n
+            return subprocess.run(["git", "-C", ROOT, "check-ignore", "-q", name]).returncode == 0
+        left = [n for n in sorted(set(os.listdir(work)) - before) if not ignored(n)]
+        if p.returncode == 0 and left:
+            return 1, p.stdout, p.stderr + f"\nthe block leaves in the checkout what git does not ignore: {left}"
         return p.returncode, p.stdout, p.stderr
 
 
