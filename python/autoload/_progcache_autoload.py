@@ -1,7 +1,8 @@
 """Run at interpreter start by ``progcache-autoload.pth``, and only when
-``PROGCACHE_TRITON_WARM_START``, ``PROGCACHE_TILELANG`` or ``PROGCACHE_TORCH`` is set, so that the
-variable alone turns progcache on where the framework offers no hook of its own
-early enough:
+``PROGCACHE_TRITON_WARM_START``, ``PROGCACHE_TILELANG`` or ``PROGCACHE_TORCH`` is set, or
+``TRITON_CACHE_MANAGER`` names progcache's manager (whose warm-start memo is on
+by default), so that the variable alone turns progcache on where the framework
+offers no hook of its own early enough:
 
 - Triton computes ``triton_key()`` before it imports its cache manager, so a
   memo installed by ``progcache.triton`` when Triton loads the manager comes
@@ -30,6 +31,18 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def wanted(package: str) -> bool:
+    """Whether the switch for ``package`` is on. Triton's memo is on by
+    default wherever progcache's cache manager is Triton's
+    (``TRITON_CACHE_MANAGER=progcache.triton:CacheManager``), and
+    ``PROGCACHE_TRITON_WARM_START`` set to a word decides either way (``0``
+    turns it off); the other switches are off unless set."""
+    variable = _WATCHED[package][0]
+    if package == "triton" and not os.environ.get(variable, "").strip():
+        return os.environ.get("TRITON_CACHE_MANAGER", "").strip().startswith("progcache.triton")
+    return _flag(variable)
+
+
 def _install(package: str, note=None) -> None:
     variable, module = _WATCHED[package]
     # Already imported (or being imported): the program asked for progcache's
@@ -39,7 +52,8 @@ def _install(package: str, note=None) -> None:
         __import__(module)  # its import installs what the variable asks for
     except Exception as e:  # an optimisation or a cache: never fail the framework's import
         import warnings
-        warnings.warn(f"progcache: {variable} is set but {module} could not be loaded: {e}", RuntimeWarning,
+        why = f"{variable} is set" if _flag(variable) else "TRITON_CACHE_MANAGER names progcache's manager"
+        warnings.warn(f"progcache: {why} but {module} could not be loaded: {e}", RuntimeWarning,
                       stacklevel=2)
         return
     if note is not None and not asked:
@@ -85,8 +99,8 @@ def arm(note=None) -> None:
     framework has been imported. ``note(package)``, when given, is called
     where the switch is what loaded it (progcache's module was not imported
     by the program itself)."""
-    for package, (variable, _) in _WATCHED.items():
-        if not _flag(variable):
+    for package in _WATCHED:
+        if not wanted(package):
             continue
         if package in sys.modules:
             _install(package, note)

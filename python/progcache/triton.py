@@ -32,8 +32,8 @@ FileCacheManager (docs/triton.md has the figures):
   mode, every directory above it); where it fails, kernels are laid out in a
   private directory of the process instead, and the user is told once.
 
-``PROGCACHE_TRITON_WARM_START=1`` (or ``enable(warm_start=True)``) also
-memoises ``triton_key()``, the SHA-256 of Triton's own sources and its
+Where this manager is Triton's, ``triton_key()`` is also memoised (unless
+``PROGCACHE_TRITON_WARM_START=0`` or ``enable(warm_start=False)``): the SHA-256 of Triton's own sources and its
 ``libtriton.so`` that every process computes before any cache is asked, under a
 manifest of the stat identities of every file and directory it read.
 """
@@ -455,19 +455,34 @@ class RemoteCacheBackend(_tcache.RemoteCacheBackend):
 
 # ------------------------------------------------------------ enabling
 
+def _warm_start_wanted() -> bool:
+    """The memo is on where this manager is Triton's, unless
+    ``PROGCACHE_TRITON_WARM_START`` says otherwise (docs/triton.md, "The
+    warm-start memo"). The rule is the autoload hook's, which decides before
+    Triton's first compile; without that module (progcache not installed by
+    pip) only the variable turns the memo on."""
+    try:
+        import _progcache_autoload  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return _env_flag("PROGCACHE_TRITON_WARM_START")
+    return bool(_progcache_autoload.wanted("triton"))
+
+
 def enable(*, warm_start: Optional[bool] = None) -> None:
     """Makes Triton use this cache manager in this process (and in processes
-    it starts, through ``TRITON_CACHE_MANAGER``); with ``warm_start`` (default:
-    ``$PROGCACHE_TRITON_WARM_START``) also memoises ``triton_key()``."""
+    it starts, through ``TRITON_CACHE_MANAGER``) and memoises
+    ``triton_key()``; ``warm_start=False`` (or
+    ``PROGCACHE_TRITON_WARM_START=0`` where ``warm_start`` is not given)
+    leaves the memo off."""
     os.environ["TRITON_CACHE_MANAGER"] = "progcache.triton:CacheManager"
     _knobs.cache.manager_class = CacheManager
     if warm_start is None:
-        warm_start = _env_flag("PROGCACHE_TRITON_WARM_START")
+        warm_start = _warm_start_wanted()
     if warm_start:
         from . import _triton_key
         _triton_key.install(_tcache)
 
 
-if _env_flag("PROGCACHE_TRITON_WARM_START"):
+if _warm_start_wanted():
     from . import _triton_key as _tk
     _tk.install(_tcache)

@@ -6,6 +6,7 @@ counts Triton's own compiles through Triton's compilation listener."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -56,15 +57,21 @@ def k(name, **constexprs):
     return [name, constexprs]
 
 
-def store_entries(root):
-    """Entry files of the Triton store under a progcache root."""
+def store_entries(root, memos=False):
+    """Entry files of the Triton store under a progcache root: its kernels'
+    (and, with ``memos``, the warm-start memo's too, which is on wherever
+    progcache's manager is Triton's)."""
     out = []
     base = os.path.join(root, "triton")
     for dirpath, dirnames, files in os.walk(base):
         dirnames[:] = [d for d in dirnames if d != "locks"]
         for f in files:
             if len(f) == 62:  # <root>/triton/v<n>/<2 hex>/<62 hex>
-                out.append(os.path.join(dirpath, f))
+                path = os.path.join(dirpath, f)
+                with open(path, "rb") as fh:
+                    memo = re.search(rb'"kind": ?"(key-memo|triton-tool-memo)"', fh.read()) is not None
+                if memos or not memo:
+                    out.append(path)
     return out
 
 
@@ -379,22 +386,25 @@ def test_the_memoised_triton_key_is_tritons_and_replaces_every_holder(tmp_path):
     assert first["hashed"] > 0 and second["hashed"] == 0  # the second process read none of Triton's files
 
 
-@pytest.mark.parametrize("warm_start", ["1", None])
+@pytest.mark.parametrize("warm_start", ["1", "default", "0"])
 def test_the_warm_start_variable_alone_spares_even_the_first_compile_hashing_triton(tmp_path, warm_start):
     needs_unique_mount_ids(tmp_path)
     # Only variables: no enable(), no import of progcache.triton before
     # Triton's first compile (Triton computes triton_key() before it loads
-    # its cache manager); progcache-autoload.pth arms the memo.
-    extra = {"PROGCACHE_TRITON_WARM_START": warm_start} if warm_start else {}
+    # its cache manager); progcache-autoload.pth arms the memo. "default":
+    # TRITON_CACHE_MANAGER alone, which turns the memo on; "0" turns it off.
+    extra = {"TRITON_CACHE_MANAGER": "progcache.triton:CacheManager"}
+    if warm_start != "default":
+        extra["PROGCACHE_TRITON_WARM_START"] = warm_start
     env = Env(tmp_path, "a", **extra)
     first = env.run([k("vector_add")])
     assert first["compiles"] == 1 and first["libtriton_reads"] >= 1
     second = env.run([k("vector_add")])
     assert second["compiles"] == 0
-    if warm_start:
+    if warm_start != "0":
         assert second["libtriton_reads"] == 0  # the memo answered triton_key(); libtriton.so was not hashed
     else:
-        assert second["libtriton_reads"] >= 1  # the control: without the variable Triton hashes it again
+        assert second["libtriton_reads"] >= 1  # the control: with the memo off Triton hashes it again
     # The memo's lookups are no kernel's: the root counts one miss and one
     # hit for one kernel compiled and then served, memo or not.
     cli = os.path.abspath(os.environ.get("PROGCACHE_CLI") or os.path.join(HERE, "..", "..", "build", "progcache"))
@@ -404,8 +414,10 @@ def test_the_warm_start_variable_alone_spares_even_the_first_compile_hashing_tri
         assert (shown["root"]["hits"], shown["root"]["misses"]) == (1, 1), shown["root"]
 
 
-def test_the_warm_start_variable_costs_nothing_to_a_process_without_triton(tmp_path):
-    e = Env(tmp_path, "a", PROGCACHE_TRITON_WARM_START="1").env()
+@pytest.mark.parametrize("variable", ["PROGCACHE_TRITON_WARM_START", "TRITON_CACHE_MANAGER"])
+def test_the_warm_start_variable_costs_nothing_to_a_process_without_triton(tmp_path, variable):
+    value = "1" if variable == "PROGCACHE_TRITON_WARM_START" else "progcache.triton:CacheManager"
+    e = Env(tmp_path, "a", **{variable: value}).env()
     out = subprocess.run([sys.executable, "-c", "import sys; print(sorted(m for m in sys.modules if m.startswith(('progcache', 'triton'))))"],
                          env=e, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
