@@ -16,6 +16,7 @@ mark() { echo "test.sh: $1 done, ${SECONDS} s into the run"; }
 bash scripts/setup.sh
 mark setup
 bash scripts/format.sh
+python3 tests/commit_messages.py   # the commit habit of CONTRIBUTING.md
 bash scripts/build.sh
 mark build
 bash scripts/tidy.sh
