@@ -4,9 +4,10 @@ GPU needed).
 
 Each round starts fresh processes, alternating the two sides:
 - triton: Triton's FileCacheManager, its cache directory warm;
-- progcache: TRITON_CACHE_MANAGER=progcache.triton:CacheManager with
-  PROGCACHE_TRITON_WARM_START=1, the store warm and the materialised copy
-  under TRITON_CACHE_DIR warm;
+- progcache: TRITON_CACHE_MANAGER=progcache.triton:CacheManager and nothing
+  else (the warm-start memo on, as by default), the store warm and the
+  materialised copy under TRITON_CACHE_DIR warm;
+- progcache-no-memo: the same with PROGCACHE_TRITON_WARM_START=0;
 - progcache-store: the same with an empty TRITON_CACHE_DIR each time (a new
   machine or container with the store mounted): every group is materialised;
 - floor: a cache manager that answers each lookup from a dict filled before
@@ -112,18 +113,20 @@ def main() -> None:
     sides = {
         "triton": dict(base, TRITON_CACHE_DIR=f"{work}/triton-own", TRITON_HOME=work),
         "progcache": dict(base, TRITON_CACHE_DIR=f"{work}/triton-pc", TRITON_HOME=work, PROGCACHE_DIR=f"{work}/pc",
-                          TRITON_CACHE_MANAGER="progcache.triton:CacheManager", PROGCACHE_TRITON_WARM_START="1",
-                          BENCH_PROGCACHE="1"),
+                          TRITON_CACHE_MANAGER="progcache.triton:CacheManager", BENCH_PROGCACHE="1"),
     }
+    sides["progcache-no-memo"] = dict(sides["progcache"], TRITON_CACHE_DIR=f"{work}/triton-pc-off",
+                                      PROGCACHE_TRITON_WARM_START="0")
     store_only = dict(sides["progcache"], TRITON_CACHE_DIR=f"{work}/triton-fresh")
     try:
         cold = {side: run(env) for side, env in sides.items()}
-        rows = {side: [] for side in ("triton", "progcache", "progcache-store", "floor")}
+        rows = {side: [] for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo")}
         floor = dict(sides["triton"], BENCH_FLOOR=sides["triton"]["TRITON_CACHE_DIR"])
         for _ in range(args.rounds):
             rows["triton"].append(run(sides["triton"]))
             rows["floor"].append(run(floor))
             rows["progcache"].append(run(sides["progcache"]))
+            rows["progcache-no-memo"].append(run(sides["progcache-no-memo"]))
             shutil.rmtree(store_only["TRITON_CACHE_DIR"], ignore_errors=True)
             rows["progcache-store"].append(run(store_only))
 
@@ -132,24 +135,36 @@ def main() -> None:
 
         print(f"Triton {__import__('triton').__version__}, {args.rounds} rounds of fresh processes, medians (ms)\n")
         print(f"{'kernel':<12}{'cold':>10}{'triton warm':>13}{'progcache':>11}{'ratio':>7}"
-              f"{'pc, fresh dir':>15}{'ratio':>7}{'floor':>9}{'ratio':>7}")
+              f"{'pc, fresh dir':>15}{'ratio':>7}{'floor':>9}{'ratio':>7}{'pc, no memo':>13}{'ratio':>7}")
         for n in NAMES:
-            t, p, s, fl = (med(side, lambda r: r["kernels"][n]) * 1e3
-                           for side in ("triton", "progcache", "progcache-store", "floor"))
+            t, p, s, fl, o = (med(side, lambda r: r["kernels"][n]) * 1e3
+                              for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo"))
             print(f"{n:<12}{cold['triton']['kernels'][n] * 1e3:>10.1f}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}"
-                  f"{s:>15.2f}{s / t:>7.2f}{fl:>9.2f}{fl / t:>7.2f}")
+                  f"{s:>15.2f}{s / t:>7.2f}{fl:>9.2f}{fl / t:>7.2f}{o:>13.2f}{o / t:>7.2f}")
         for label, f in (("mean/kernel", lambda r: r["compiles"] / len(NAMES)),
                          ("mean 2nd-5th", lambda r: r["after_first"]), ("import", lambda r: r["import"]),
                          ("triton_key", lambda r: r["triton_key"]), ("process", lambda r: r["total"])):
-            t, p, s, fl = (med(side, f) * 1e3 for side in ("triton", "progcache", "progcache-store", "floor"))
+            t, p, s, fl, o = (med(side, f) * 1e3
+                              for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo"))
             print(f"{label:<12}{'':>10}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}{s:>15.2f}{s / t:>7.2f}"
-                  f"{fl:>9.2f}{fl / t:>7.2f}")
+                  f"{fl:>9.2f}{fl / t:>7.2f}{o:>13.2f}{o / t:>7.2f}")
         tf, tb = tree_size(sides["triton"]["TRITON_CACHE_DIR"])
-        pf, pb = tree_size(os.path.join(f"{work}/pc", "triton"))
-        entries = sum(1 for d, _, fs in os.walk(f"{work}/pc/triton") for f in fs if len(f) == 62)
+        kernels = memos = kb = 0
+        for d, _, fs in os.walk(f"{work}/pc/triton"):
+            for f in fs:
+                if len(f) != 62:
+                    continue  # the store's bookkeeping (counters, recency table, locks)
+                path = os.path.join(d, f)
+                with open(path, "rb") as fh:
+                    data = fh.read()
+                if b'"kind": "key-memo"' in data or b'"kind": "triton-tool-memo"' in data:
+                    memos += 1
+                    continue
+                kernels += 1
+                kb += os.path.getsize(path)
         print(f"\nkept per kernel: Triton's cache {tf / len(NAMES):.1f} files, {tb / len(NAMES) / 1e3:.1f} KB; "
-              f"progcache store {entries} entries for {len(NAMES)} kernels (+ the triton_key and ptxas memos), "
-              f"{pb / len(NAMES) / 1e3:.1f} KB per kernel with its bookkeeping files ({pf} files in all)")
+              f"progcache {kernels} entries for {len(NAMES)} kernels, {kb / max(kernels, 1) / 1e3:.1f} KB each "
+              f"(and {memos} memo entries, the triton_key and ptxas memos, shared by all)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
