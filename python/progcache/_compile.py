@@ -13,7 +13,7 @@ _private_state: Optional[str] = None
 _followed_cuda_python = False
 
 
-def _follow_cuda_python() -> None:
+def _follow_cuda_python(installed: bool = False) -> None:
     """Where cuda-python is in use in this process (cuda.core, or
     cuda.bindings' NVRTC), compiles and keys with the NVRTC and nvJitLink it
     loads: cuda-pathfinder's choice (pip's NVIDIA wheels before the system
@@ -24,9 +24,24 @@ def _follow_cuda_python() -> None:
     one whose bytes cuda.core stored under it. Asked once, when first
     needed with cuda-python loaded (loading cuda.pathfinder costs about
     60 ms, so a process without cuda-python never pays it);
-    ``$PROGCACHE_NVRTC`` and ``$PROGCACHE_NVJITLINK`` still win."""
+    ``$PROGCACHE_NVRTC`` and ``$PROGCACHE_NVJITLINK`` still win.
+
+    ``installed``: follow it also where cuda.core is installed but not yet
+    imported. make_program_cache_key() asks so: its keys are for cuda.core's
+    compiles, which may come later in the process (a key made before
+    ``import cuda.core`` named the toolkit's NVRTC while cuda.core then
+    compiled with pip's)."""
     global _followed_cuda_python
-    if _followed_cuda_python or not ("cuda.core" in sys.modules or "cuda.bindings.nvrtc" in sys.modules):
+    if _followed_cuda_python:
+        return
+    in_use = "cuda.core" in sys.modules or "cuda.bindings.nvrtc" in sys.modules
+    if not in_use and installed:
+        import importlib.util
+        try:
+            in_use = importlib.util.find_spec("cuda.core") is not None
+        except (ImportError, ValueError):  # no cuda package at all, or a broken one
+            in_use = False
+    if not in_use:
         return
     _followed_cuda_python = True
     try:
@@ -227,7 +242,7 @@ def _inputs(code: Any, code_type: Any, target: Any, options: Any, name_expressio
 
 
 def _key_of(i: _Inputs) -> bytes:
-    _follow_cuda_python()
+    _follow_cuda_python(installed=True)
     return _core.program_key(i.code, i.code_type, i.target, i.options, i.names, i.name, i.extra_digest,
                              i.nvvm_sources, i.use_libdevice, _state_dir())
 

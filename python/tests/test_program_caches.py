@@ -522,6 +522,43 @@ def test_one_process_one_compiler_for_cuda_core_and_progcache(tmp_path):
     assert (other["key"] == got["key"]) == same_file
 
 
+# The escape hatch in the other order: the key made before cuda.core is
+# imported, then cuda.core compiles and the bytes are stored under it.
+_KEY_FIRST = """
+import json, sys, progcache
+src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 3.0f; }'
+opts = ["-arch=sm_80"]
+before = progcache.make_program_cache_key(code=src, code_type="c++", options=opts, target_type="cubin")
+from cuda.core import Program, ProgramOptions
+obj = Program(src, "c++", options=ProgramOptions(arch="sm_80")).compile("cubin")
+after = progcache.make_program_cache_key(code=src, code_type="c++", options=opts, target_type="cubin")
+fresh = progcache.compile(src, options=opts, cache=None)
+print(json.dumps({"before": before.hex(), "after": after.hex(), "theirs": bytes(obj.code).hex(),
+                  "fresh": fresh.code.hex()}))
+"""
+
+
+def test_a_key_made_before_cuda_core_is_imported_names_the_compiler_cuda_core_runs(tmp_path):
+    try:
+        import cuda.core  # noqa: F401
+        import cuda.pathfinder  # noqa: F401
+    except Exception as e:
+        pytest.skip(f"cuda.core not importable here: {e}")
+    import json
+    # Twice: the second process finds the compilers' identities memoised in
+    # the root and loads no NVRTC to make the first key.
+    (tmp_path / "root").mkdir()
+    env = {**os.environ, "PROGCACHE_DIR": str(tmp_path / "root")}
+    for run in ("first", "second"):
+        r = subprocess.run([sys.executable, "-c", _KEY_FIRST], capture_output=True, text=True, timeout=300, env=env)
+        if r.returncode != 0 and ("DynamicLibNotFoundError" in r.stderr or "CUDAError" in r.stderr):
+            pytest.skip(f"cuda.core cannot compile here: {r.stderr[-300:]}")
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["before"] == got["after"], f"{run} process: one program, two keys"
+        assert got["fresh"] == got["theirs"], f"{run} process: progcache compiled with another NVRTC than cuda.core's"
+
+
 def test_cuda_cores_own_refusals_on_the_drop_in_route_and_what_serves_them(tmp_path):
     """What docs/python.md says next to the drop-in example: cuda.core's
     Program.compile(cache=) refuses name_expressions and include_path with its
