@@ -930,6 +930,34 @@ TEST_F(FileStoreTest, AReadTheRecencyTableGivesUpIsKeptOnTheFile) {
   }
 }
 
+TEST_F(FileStoreTest, ItsSharedFilesCutShortUnderItCostNoMoreThanTheirUse) {
+  // The accounting file and the recency table are mapped, and anyone who
+  // can write the store can truncate them (a group root's members): an
+  // access past the new end is SIGBUS. The store goes on serving the bytes
+  // it holds and storing new ones; a store opened afterwards repairs both.
+  auto s = open_store({});
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry("entry " + std::to_string(i))).ok());
+  ASSERT_TRUE((*s->get(make_key(0))).has_value());
+  for (const char* name : {"accounting", "recency"}) {
+    ASSERT_EQ(::truncate((m_tmp.sub("cache") + "/v1/" + name).c_str(), 0), 0) << name;
+  }
+  for (int i = 0; i < 8; ++i) {
+    auto got = s->get_bytes(make_key(i));
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_TRUE(got->has_value());
+    EXPECT_EQ((*got)->view(), "entry " + std::to_string(i));
+  }
+  ASSERT_TRUE(s->put(make_key(100), make_entry("after the cut")).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(100)))->view(), "after the cut");
+  (void)s->stats();
+  (void)s->size_bytes();
+  s.reset();
+  auto again = open_store({});
+  EXPECT_EQ(*again->count(), 9u);
+  EXPECT_EQ(*again->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
+  EXPECT_EQ((*again->get_bytes(make_key(100)))->view(), "after the cut");
+}
+
 TEST_F(FileStoreTest, ByteCapHoldsAndAccountingMatchesTheFiles) {
   const std::uint64_t cap = 64 * 1024;
   auto s = open_store({.max_size_bytes = cap});

@@ -148,5 +148,21 @@ TEST_F(RecencyTest, GarbageInTheFileIsNeverACrashAndNewReadsAreStillKept) {
   EXPECT_GT(kept, 0u);
 }
 
+TEST_F(RecencyTest, ATableCutShortUnderItsMappingIsClosedNotACrash) {
+  // Anyone who can write the store can truncate the file the table maps;
+  // an access past the new end is SIGBUS, which must not end the process.
+  const std::int64_t t = 1'700'000'000 * k_s;
+  ASSERT_TRUE(m_table.record(make_key(1), t, nullptr));
+  ASSERT_EQ(::truncate(path().c_str(), 0), 0);
+  EXPECT_EQ(m_table.last_read(make_key(1)), 0);
+  EXPECT_FALSE(m_table.is_open());  // every later call acts as if closed
+  EXPECT_FALSE(m_table.record(make_key(2), t, nullptr));
+  m_table.forget(make_key(1));
+  // Opened again, the file is its full size again and reads are kept.
+  ASSERT_TRUE(m_table.open(Env::posix(), path(), 0600).ok());
+  ASSERT_TRUE(m_table.record(make_key(3), t, nullptr));
+  EXPECT_EQ(m_table.last_read(make_key(3)), t);
+}
+
 }  // namespace
 }  // namespace progcache::file_store

@@ -586,6 +586,35 @@ def test_cuda_cores_own_refusals_on_the_drop_in_route_and_what_serves_them(tmp_p
     assert again.symbol_mapping == first.symbol_mapping == {"scale<float>": "_Z5scaleIfEvPT_S0_"}
 
 
+_CUT_SHORT = """
+import os, sys, progcache
+d = sys.argv[1]
+c = progcache.FileStreamProgramCache(d)
+c[b"k"] = b"v" * 100
+assert c[b"k"] == b"v" * 100
+for name in ("recency", "accounting"):  # what any writer of the store can do
+    os.truncate(os.path.join(d, "v1", name), 0)
+for _ in range(3):
+    assert c[b"k"] == b"v" * 100
+c[b"k2"] = b"w"
+assert c[b"k2"] == b"w"
+print("served")
+"""
+
+
+@pytest.mark.parametrize("faulthandler", [False, True])
+def test_a_stores_mapped_files_cut_short_under_a_process_are_no_crash(tmp_path, faulthandler):
+    """The recency table and the accounting file are mapped: truncated by
+    another writer of the store (a member of a group root), an access past
+    their end is SIGBUS. The process goes on serving and storing, also with
+    Python's faulthandler on (which pytest and -X faulthandler install)."""
+    flags = ["-X", "faulthandler"] if faulthandler else []
+    r = subprocess.run([sys.executable, *flags, "-c", _CUT_SHORT, str(tmp_path / "root")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, f"rc {r.returncode}: {r.stderr[-2000:]}"
+    assert r.stdout.strip() == "served"
+
+
 def test_fsync_durability_and_bad_value(tmp_path, monkeypatch):
     c = FileStreamProgramCache(tmp_path / "durable", durability="fsync")
     c[b"k"] = b"on disk for real"

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "util/mapped_access.h"
+
 namespace progcache::file_store {
 
 namespace {
@@ -32,6 +34,19 @@ std::uint64_t clamp0(std::int64_t v) {
 }
 
 }  // namespace
+
+// Runs `f` on the mapping unless it is closed or an access already met the
+// file cut short under it (another process truncated it: every later call
+// acts as if the file were closed). false: `f` did not run to its end.
+template <typename F>
+bool Accounting::touch(F&& f) const {
+  Shared* const m = m_map;
+  if (m == nullptr || m_faulted.load(std::memory_order_relaxed)) return false;
+  if (detail::guarded([&] { f(m); })) return true;
+  m_faulted.store(true, std::memory_order_relaxed);
+  return false;
+}
+
 
 // Offset 0 of the file. The layout is the on-disk format: fields are only
 // ever appended, and k_version changes when one changes meaning.
@@ -99,8 +114,12 @@ bool Accounting::map_if_initialised() {
   auto p = m_env->map_shared(m_fd, k_file_size);
   if (!p.ok()) return false;
   auto* map = static_cast<Shared*>(*p);
-  if (atomic_load(map->magic) == static_cast<std::int64_t>(k_magic) &&
-      atomic_load(map->version) == static_cast<std::int64_t>(k_version)) {
+  bool initialised = false;
+  const bool read = detail::guarded([&] {
+    initialised = atomic_load(map->magic) == static_cast<std::int64_t>(k_magic) &&
+                  atomic_load(map->version) == static_cast<std::int64_t>(k_version);
+  });
+  if (read && initialised) {
     m_map = map;
     return true;
   }
@@ -120,25 +139,35 @@ Status Accounting::init_locked(const Rebuild& rebuild) {
   }
   PROGCACHE_ASSIGN_OR_RETURN(void* p, m_env->map_shared(m_fd, k_file_size));
   m_map = static_cast<Shared*>(p);
+  const Status cut_short = unavailable("the accounting file '" + m_path + "' was cut short while it was opened");
   // A file shorter than the layout was truncated (or is new): whatever its
   // first words say, the counters past the cut are zeros, not truth.
   const bool truncated = info.size < k_file_size;
-  if (!truncated && atomic_load(m_map->magic) == static_cast<std::int64_t>(k_magic) &&
-      atomic_load(m_map->version) == static_cast<std::int64_t>(k_version)) {
-    return {};
+  bool initialised = false;
+  if (!touch([&](Shared* m) {
+        initialised = atomic_load(m->magic) == static_cast<std::int64_t>(k_magic) &&
+                      atomic_load(m->version) == static_cast<std::int64_t>(k_version);
+      })) {
+    return cut_short;
   }
+  if (!truncated && initialised) return {};
   // New or damaged: rebuild from the files, then publish the magic last so a
   // crash part-way leaves the next opener to rebuild again.
-  std::memset(static_cast<void*>(m_map), 0, sizeof(Shared));
+  if (!touch([](Shared* m) { std::memset(static_cast<void*>(m), 0, sizeof(Shared)); })) return cut_short;
   PROGCACHE_TRY(rebuild());
-  atomic_store(m_map->version, static_cast<std::int64_t>(k_version));
-  atomic_store(m_map->magic, static_cast<std::int64_t>(k_magic));
+  if (!touch([](Shared* m) {
+        atomic_store(m->version, static_cast<std::int64_t>(k_version));
+        atomic_store(m->magic, static_cast<std::int64_t>(k_magic));
+      })) {
+    return cut_short;
+  }
   return {};
 }
 
 void Accounting::close() {
   if (m_map != nullptr) m_env->unmap(m_map, k_file_size);
   m_map = nullptr;
+  m_faulted.store(false, std::memory_order_relaxed);
   if (m_fd >= 0) m_env->close_file(m_fd).ignore();
   m_fd = -1;
 }
@@ -146,7 +175,7 @@ void Accounting::close() {
 void Accounting::count(Event e) {
   const auto i = static_cast<int>(e);
   m_events[i].fetch_add(1, std::memory_order_relaxed);
-  if (m_map != nullptr) atomic_add(m_map->events[i], 1);
+  touch([&](Shared* m) { atomic_add(m->events[i], 1); });
 }
 
 void Accounting::uncount_miss() {
@@ -158,61 +187,65 @@ void Accounting::uncount_miss() {
 }
 
 void Accounting::count_host(Event e) {
-  if (m_map != nullptr) atomic_add(m_map->events[static_cast<int>(e)], 1);
+  touch([&](Shared* m) { atomic_add(m->events[static_cast<int>(e)], 1); });
 }
 
 void Accounting::uncount_host_miss() {
-  if (m_map == nullptr) return;
   // Not below zero: a `stats --zero` between the miss and now took it already.
-  std::atomic_ref<std::int64_t> host(m_map->events[static_cast<int>(Event::miss)]);
-  std::int64_t v = host.load(std::memory_order_relaxed);
-  while (v > 0 && !host.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
-  }
+  touch([](Shared* m) {
+    std::atomic_ref<std::int64_t> host(m->events[static_cast<int>(Event::miss)]);
+    std::int64_t v = host.load(std::memory_order_relaxed);
+    while (v > 0 && !host.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+    }
+  });
 }
 
 void Accounting::read(std::uint64_t n) {
   m_meters.read(n);
-  if (m_map != nullptr) atomic_add(m_map->bytes_read, static_cast<std::int64_t>(n));
+  touch([&](Shared* m) { atomic_add(m->bytes_read, static_cast<std::int64_t>(n)); });
 }
 
 void Accounting::wrote(std::uint64_t n) {
   m_meters.wrote(n);
-  if (m_map != nullptr) atomic_add(m_map->bytes_written, static_cast<std::int64_t>(n));
+  touch([&](Shared* m) { atomic_add(m->bytes_written, static_cast<std::int64_t>(n)); });
 }
 
 void Accounting::finish_get(SampledTimer& t) {
   if (!t.sampled()) return;
   const std::uint64_t ns = t.elapsed();
   m_meters.get_time.record(ns);
-  if (m_map != nullptr) atomic_add(m_map->get_time[latency_bucket(ns)], 1);
+  touch([&](Shared* m) { atomic_add(m->get_time[latency_bucket(ns)], 1); });
 }
 
 void Accounting::finish_put(SampledTimer& t) {
   if (!t.sampled()) return;
   const std::uint64_t ns = t.elapsed();
   m_meters.put_time.record(ns);
-  if (m_map != nullptr) atomic_add(m_map->put_time[latency_bucket(ns)], 1);
+  touch([&](Shared* m) { atomic_add(m->put_time[latency_bucket(ns)], 1); });
 }
 
 void Accounting::zero() {
-  if (m_map == nullptr) return;
-  for (auto& e : m_map->events) atomic_store(e, 0);
-  atomic_store(m_map->bytes_read, 0);
-  atomic_store(m_map->bytes_written, 0);
-  for (auto& b : m_map->get_time) atomic_store(b, 0);
-  for (auto& b : m_map->put_time) atomic_store(b, 0);
+  touch([](Shared* m) {
+    for (auto& e : m->events) atomic_store(e, 0);
+    atomic_store(m->bytes_read, 0);
+    atomic_store(m->bytes_written, 0);
+    for (auto& b : m->get_time) atomic_store(b, 0);
+    for (auto& b : m->put_time) atomic_store(b, 0);
+  });
 }
 
 void Accounting::charge(int shard, std::int64_t dbytes, std::int64_t dcount) {
-  if (m_map == nullptr) return;
-  atomic_add(m_map->shards[shard].bytes, dbytes);
-  atomic_add(m_map->shards[shard].count, dcount);
+  touch([&](Shared* m) {
+    atomic_add(m->shards[shard].bytes, dbytes);
+    atomic_add(m->shards[shard].count, dcount);
+  });
 }
 
 void Accounting::reconcile(int shard, std::int64_t bytes, std::int64_t count) {
-  if (m_map == nullptr) return;
-  atomic_store(m_map->shards[shard].bytes, bytes);
-  atomic_store(m_map->shards[shard].count, count);
+  touch([&](Shared* m) {
+    atomic_store(m->shards[shard].bytes, bytes);
+    atomic_store(m->shards[shard].count, count);
+  });
 }
 
 // A counter slightly below zero is not damage either: a remover can charge
@@ -227,24 +260,30 @@ bool Accounting::grossly_off(int shard, std::int64_t bytes, std::int64_t count) 
 }
 
 std::int64_t Accounting::shard_bytes(int shard) const {
-  return m_map != nullptr ? atomic_load(m_map->shards[shard].bytes) : 0;
+  std::int64_t v = 0;
+  touch([&](Shared* m) { v = atomic_load(m->shards[shard].bytes); });
+  return v;
 }
 
 std::int64_t Accounting::shard_count(int shard) const {
-  return m_map != nullptr ? atomic_load(m_map->shards[shard].count) : 0;
+  std::int64_t v = 0;
+  touch([&](Shared* m) { v = atomic_load(m->shards[shard].count); });
+  return v;
 }
 
 std::int64_t Accounting::total_bytes() const {
   std::int64_t sum = 0;
-  if (m_map == nullptr) return sum;
-  for (auto& s : m_map->shards) sum += std::max<std::int64_t>(0, atomic_load(s.bytes));
+  touch([&](Shared* m) {
+    for (auto& s : m->shards) sum += std::max<std::int64_t>(0, atomic_load(s.bytes));
+  });
   return sum;
 }
 
 std::int64_t Accounting::total_count() const {
   std::int64_t sum = 0;
-  if (m_map == nullptr) return sum;
-  for (auto& s : m_map->shards) sum += std::max<std::int64_t>(0, atomic_load(s.count));
+  touch([&](Shared* m) {
+    for (auto& s : m->shards) sum += std::max<std::int64_t>(0, atomic_load(s.count));
+  });
   return sum;
 }
 
@@ -266,7 +305,7 @@ StoreStats Accounting::process_stats() const {
   std::uint64_t v[k_events];
   for (int i = 0; i < k_events; ++i) v[i] = m_events[i].load(std::memory_order_relaxed);
   StoreStats s = from_events(v);
-  if (m_map != nullptr) {
+  if (m_map != nullptr && !m_faulted.load(std::memory_order_relaxed)) {
     s.bytes_stored = clamp0(total_bytes());
     s.entries = clamp0(total_count());
   }
@@ -275,19 +314,25 @@ StoreStats Accounting::process_stats() const {
 }
 
 StoreStats Accounting::host_stats() const {
-  if (m_map == nullptr) return {};
-  std::uint64_t v[k_events];
-  for (int i = 0; i < k_events; ++i) v[i] = clamp0(atomic_load(m_map->events[i]));
+  std::uint64_t v[k_events] = {};
+  std::uint64_t gets[k_latency_buckets] = {};
+  std::uint64_t puts[k_latency_buckets] = {};
+  std::int64_t bytes_read = 0;
+  std::int64_t bytes_written = 0;
+  const bool mapped = touch([&](Shared* m) {
+    for (int i = 0; i < k_events; ++i) v[i] = clamp0(atomic_load(m->events[i]));
+    bytes_read = atomic_load(m->bytes_read);
+    bytes_written = atomic_load(m->bytes_written);
+    for (int i = 0; i < k_latency_buckets; ++i) gets[i] = clamp0(atomic_load(m->get_time[i]));
+    for (int i = 0; i < k_latency_buckets; ++i) puts[i] = clamp0(atomic_load(m->put_time[i]));
+  });
+  if (!mapped) return {};
   StoreStats s = from_events(v);
   s.bytes_stored = clamp0(total_bytes());
   s.entries = clamp0(total_count());
-  s.bytes_read = clamp0(atomic_load(m_map->bytes_read));
-  s.bytes_written = clamp0(atomic_load(m_map->bytes_written));
-  std::uint64_t counts[k_latency_buckets];
-  for (int i = 0; i < k_latency_buckets; ++i) counts[i] = clamp0(atomic_load(m_map->get_time[i]));
-  const LatencySummary g = summarize_latency(counts);
-  for (int i = 0; i < k_latency_buckets; ++i) counts[i] = clamp0(atomic_load(m_map->put_time[i]));
-  set_times(s, g, summarize_latency(counts));
+  s.bytes_read = clamp0(bytes_read);
+  s.bytes_written = clamp0(bytes_written);
+  set_times(s, summarize_latency(gets), summarize_latency(puts));
   return s;
 }
 

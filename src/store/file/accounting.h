@@ -100,6 +100,9 @@ class Accounting {
   std::string m_path;
   int m_fd = -1;
   Shared* m_map = nullptr;  // nullptr until open and once closed
+  mutable std::atomic<bool> m_faulted{false};  // an access met the file cut short (util/mapped_access.h)
+  template <typename F>
+  bool touch(F&& f) const;
   std::atomic<std::uint64_t> m_events[7] = {};
   StoreMeters m_meters;
 };

@@ -5,6 +5,8 @@
 #include <bit>
 #include <cstring>
 
+#include "util/mapped_access.h"
+
 namespace progcache::file_store {
 
 namespace {
@@ -74,6 +76,7 @@ void RecencyTable::close() {
   if (m_fd >= 0) m_env->close_file(m_fd).ignore();
   m_slots = nullptr;
   m_fd = -1;
+  m_faulted.store(false, std::memory_order_relaxed);
 }
 
 // Keys are digests, but callers' test keys may differ in any one word:
@@ -85,7 +88,28 @@ std::size_t RecencyTable::group_of(const Key& key) {
 }
 
 bool RecencyTable::record(const Key& key, std::int64_t now_ns, std::optional<Displaced>* displaced) {
-  if (m_slots == nullptr) return false;
+  if (!is_open()) return false;
+  bool recorded = false;
+  if (detail::guarded([&] { recorded = record_mapped(key, now_ns, displaced); })) return recorded;
+  m_faulted.store(true, std::memory_order_relaxed);
+  if (displaced != nullptr) displaced->reset();
+  return false;
+}
+
+void RecencyTable::forget(const Key& key) {
+  if (!is_open()) return;
+  if (!detail::guarded([&] { forget_mapped(key); })) m_faulted.store(true, std::memory_order_relaxed);
+}
+
+std::int64_t RecencyTable::last_read(const Key& key) const {
+  if (!is_open()) return 0;
+  std::int64_t read = 0;
+  if (detail::guarded([&] { read = last_read_mapped(key); })) return read;
+  m_faulted.store(true, std::memory_order_relaxed);
+  return 0;
+}
+
+bool RecencyTable::record_mapped(const Key& key, std::int64_t now_ns, std::optional<Displaced>* displaced) {
   const auto want = words_of(key);
   Slot* group = m_slots + group_of(key) * k_ways;
   const auto holds = [&](Slot& s, std::uint64_t state) {
@@ -140,8 +164,7 @@ bool RecencyTable::record(const Key& key, std::int64_t now_ns, std::optional<Dis
   return true;
 }
 
-void RecencyTable::forget(const Key& key) {
-  if (m_slots == nullptr) return;
+void RecencyTable::forget_mapped(const Key& key) {
   const auto want = words_of(key);
   Slot* group = m_slots + group_of(key) * k_ways;
   for (std::size_t i = 0; i < k_ways; ++i) {
@@ -158,8 +181,7 @@ void RecencyTable::forget(const Key& key) {
   }
 }
 
-std::int64_t RecencyTable::last_read(const Key& key) const {
-  if (m_slots == nullptr) return 0;
+std::int64_t RecencyTable::last_read_mapped(const Key& key) const {
   const auto want = words_of(key);
   Slot* group = m_slots + group_of(key) * k_ways;
   for (std::size_t i = 0; i < k_ways; ++i) {

@@ -30,6 +30,7 @@
 // across processes; close() must not race other calls.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -61,7 +62,9 @@ class RecencyTable {
   // full disk would be SIGBUS). A failure leaves the table closed.
   Status open(Env* env, const std::string& path, std::uint32_t file_perms);
   void close();
-  [[nodiscard]] bool is_open() const { return m_slots != nullptr; }
+  // Open, and no access has met the file cut short under its mapping (then
+  // the table is left alone until closed: every call acts as if closed).
+  [[nodiscard]] bool is_open() const { return m_slots != nullptr && !m_faulted.load(std::memory_order_relaxed); }
 
   // Records that `key` was read at `now_ns`. false: not recorded (the table
   // is closed, or the key's group is taken by keys read in the last
@@ -87,9 +90,16 @@ class RecencyTable {
   };
   static_assert(sizeof(Slot) * k_slots == k_file_size);
 
+  // The accesses themselves, run under detail::guarded (a SIGBUS from a
+  // file another process truncated ends them, and sets m_faulted).
+  bool record_mapped(const Key& key, std::int64_t now_ns, std::optional<Displaced>* displaced);
+  void forget_mapped(const Key& key);
+  [[nodiscard]] std::int64_t last_read_mapped(const Key& key) const;
+
   Env* m_env = nullptr;
   int m_fd = -1;
   Slot* m_slots = nullptr;
+  mutable std::atomic<bool> m_faulted{false};
 };
 
 }  // namespace progcache::file_store
