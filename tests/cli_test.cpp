@@ -869,6 +869,21 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
   EXPECT_EQ(rows["PROGCACHE_LOCK_TIMEOUT"], std::make_pair(std::string("600 s"), std::string("default")));
   // The Python switches are listed too (read by the interpreter's start hook).
   EXPECT_EQ(rows["PROGCACHE_TORCH"], std::make_pair(std::string("no"), std::string("default")));
+  // Triton's memo is on by default where progcache's manager is Triton's
+  // (python/autoload/_progcache_autoload.py decides the same way).
+  auto triton_rows = [&](std::vector<std::string> env) {
+    std::map<std::string, std::string> out;
+    for (const auto& s : nlohmann::json::parse(run({"config", "--json"}, std::move(env)).out)) {
+      out[s["name"]] = s["value"];
+    }
+    return out["PROGCACHE_TRITON_WARM_START"];
+  };
+  EXPECT_EQ(triton_rows({}), "no");
+  EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER= progcache.triton:CacheManager "}),
+            "yes (TRITON_CACHE_MANAGER names progcache's manager)");
+  EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER=progcache.triton:CacheManager", "PROGCACHE_TRITON_WARM_START=0"}),
+            "no");
+  EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager"}), "no");
   // Compression: off on disk, zstd level 1 on the wire, unless set.
   EXPECT_EQ(rows["PROGCACHE_COMPRESSION"], std::make_pair(std::string("off"), std::string("default")));
   EXPECT_EQ(rows["PROGCACHE_REMOTE_COMPRESSION"], std::make_pair(std::string("zstd level 1"), std::string("default")));

@@ -39,7 +39,7 @@ def wanted(package: str) -> bool:
     turns it off); the other switches are off unless set."""
     variable = _WATCHED[package][0]
     if package == "triton" and not os.environ.get(variable, "").strip():
-        return os.environ.get("TRITON_CACHE_MANAGER", "").strip().startswith("progcache.triton")
+        return os.environ.get("TRITON_CACHE_MANAGER", "").strip().startswith("progcache.triton:")
     return _flag(variable)
 
 

@@ -366,6 +366,25 @@ Status apply_python_switch(Config& /*c*/, const std::optional<std::string>& text
   return {};
 }
 
+// Python's str.strip(): the switches are read by Python too.
+std::string_view strip_space(std::string_view s) {
+  constexpr std::string_view k_space = " \t\n\r\f\v";
+  const auto first = s.find_first_not_of(k_space);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(k_space) - first + 1);
+}
+
+// On by default where TRITON_CACHE_MANAGER names progcache's manager, as
+// python/autoload/_progcache_autoload.py's wanted() decides; a word decides
+// either way.
+Status apply_triton_warm_start(Config& c, const std::optional<std::string>& text, Setting& shown) {
+  if (text && !strip_space(*text).empty()) return apply_python_switch(c, text, shown);
+  const char* manager = std::getenv("TRITON_CACHE_MANAGER");
+  const bool ours = manager != nullptr && strip_space(manager).starts_with("progcache.triton:");
+  shown.value = ours ? "yes (TRITON_CACHE_MANAGER names progcache's manager)" : "no";
+  return {};
+}
+
 constexpr SettingRow k_rows[] = {
     {"PROGCACHE_DIR", &ConfigOverrides::dir, "--dir", Scope::user_file, apply_dir},
     {"PROGCACHE_MAX_SIZE", &ConfigOverrides::max_size, "--max-size", Scope::any_file, apply_max_size},
@@ -384,7 +403,7 @@ constexpr SettingRow k_rows[] = {
     {"PROGCACHE_HMAC_KEY_FILE", nullptr, "", Scope::user_file, apply_hmac_key_file},
     {"PROGCACHE_SIGNING_KEY_FILE", nullptr, "", Scope::user_file, apply_signing_key_file},
     {"PROGCACHE_TRUSTED_KEYS_FILE", nullptr, "", Scope::user_file, apply_trusted_keys_file},
-    {"PROGCACHE_TRITON_WARM_START", nullptr, "", Scope::env_only, apply_python_switch},
+    {"PROGCACHE_TRITON_WARM_START", nullptr, "", Scope::env_only, apply_triton_warm_start},
     {"PROGCACHE_TILELANG", nullptr, "", Scope::env_only, apply_python_switch},
     {"PROGCACHE_TORCH", nullptr, "", Scope::env_only, apply_python_switch},
 };
