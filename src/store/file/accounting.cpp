@@ -139,7 +139,9 @@ Status Accounting::init_locked(const Rebuild& rebuild) {
   }
   PROGCACHE_ASSIGN_OR_RETURN(void* p, m_env->map_shared(m_fd, k_file_size));
   m_map = static_cast<Shared*>(p);
-  const Status cut_short = unavailable("the accounting file '" + m_path + "' was cut short while it was opened");
+  const auto cut_short = [&] {
+    return unavailable("the accounting file '" + m_path + "' was cut short while it was opened");
+  };
   // A file shorter than the layout was truncated (or is new): whatever its
   // first words say, the counters past the cut are zeros, not truth.
   const bool truncated = info.size < k_file_size;
@@ -148,18 +150,18 @@ Status Accounting::init_locked(const Rebuild& rebuild) {
         initialised = atomic_load(m->magic) == static_cast<std::int64_t>(k_magic) &&
                       atomic_load(m->version) == static_cast<std::int64_t>(k_version);
       })) {
-    return cut_short;
+    return cut_short();
   }
   if (!truncated && initialised) return {};
   // New or damaged: rebuild from the files, then publish the magic last so a
   // crash part-way leaves the next opener to rebuild again.
-  if (!touch([](Shared* m) { std::memset(static_cast<void*>(m), 0, sizeof(Shared)); })) return cut_short;
+  if (!touch([](Shared* m) { std::memset(static_cast<void*>(m), 0, sizeof(Shared)); })) return cut_short();
   PROGCACHE_TRY(rebuild());
   if (!touch([](Shared* m) {
         atomic_store(m->version, static_cast<std::int64_t>(k_version));
         atomic_store(m->magic, static_cast<std::int64_t>(k_magic));
       })) {
-    return cut_short;
+    return cut_short();
   }
   return {};
 }
