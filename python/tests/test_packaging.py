@@ -324,3 +324,46 @@ def test_core_stubs_match_the_bindings_signatures():
                     compare(f"{node.name}.{item.name}", item, vars(cls)[item.name])
     assert not problems, "\n".join(problems)
     assert checked >= 30, f"only {checked} signatures compared"
+
+
+def _glibc_versions_and_needs(path):
+    """The GLIBC_x.y symbol versions an ELF file asks for, and its NEEDED
+    libraries, as binutils' objdump reads them."""
+    dyn = subprocess.run(["objdump", "-T", path], capture_output=True, text=True, check=True).stdout
+    versions = {tuple(int(p) for p in m.split(".")) for m in re.findall(r"GLIBC_(\d+(?:\.\d+)+)", dyn)}
+    heads = subprocess.run(["objdump", "-p", path], capture_output=True, text=True, check=True).stdout
+    return versions, set(re.findall(r"NEEDED\s+(\S+)", heads))
+
+
+def test_the_manylinux_wheel_asks_for_nothing_newer_than_glibc_2_28(tmp_path):
+    """The wheel scripts/wheel-manylinux.sh makes (named by
+    PROGCACHE_MANYLINUX_WHEEL): tagged manylinux_2_28, and every ELF file in it
+    (the extension, the command) asks for no C library symbol newer than
+    glibc 2.28 and needs no library but the C library's own: what lets it
+    install on RHEL 8 and the distributions of its age. Installing and
+    running it on an older C library is scripts/wheel-manylinux-test.sh."""
+    import shutil
+    import zipfile
+
+    wheel = os.environ.get("PROGCACHE_MANYLINUX_WHEEL", "")
+    if not os.path.isfile(wheel):
+        pytest.skip("PROGCACHE_MANYLINUX_WHEEL names no wheel (bash scripts/wheel-manylinux.sh makes one)")
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed")
+    assert os.path.basename(wheel).endswith("-manylinux_2_28_x86_64.whl"), wheel
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path)
+    allowed = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "ld-linux-x86-64.so.2"}
+    elves = []
+    for dirpath, _, files in os.walk(tmp_path):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            with open(path, "rb") as fh:
+                if fh.read(4) == b"\x7fELF":
+                    elves.append(path)
+    assert any(p.endswith(".so") for p in elves) and any(os.sep + "scripts" + os.sep in p for p in elves), elves
+    for path in elves:
+        versions, needs = _glibc_versions_and_needs(path)
+        name = os.path.relpath(path, tmp_path)
+        assert versions and max(versions) <= (2, 28), f"{name} asks for GLIBC_{'.'.join(map(str, max(versions)))}"
+        assert needs <= allowed, f"{name} needs {sorted(needs - allowed)}"
