@@ -40,16 +40,10 @@ else
   "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/raw" ./
   raw=$(echo "$work"/raw/progcache-*.whl)
 fi
-if ! log=$(auditwheel repair -w "$work/fixed" "$raw" 2>&1); then
-  echo "$log" >&2
-  echo "wheel.sh: auditwheel repair failed" >&2
-  exit 1
-fi
-fixed=$(echo "$work"/fixed/progcache-*.whl)
 # auditwheel's verdict, on the wheel as it laid it out (the command in
 # progcache.scripts/, run-time path $ORIGIN/../progcache.libs).
-shown=$(auditwheel show "$fixed" 2>&1 | tr -s '\n' ' ' | sed 's/  */ /g')
-echo "$shown"
+source scripts/auditwheel_lib.sh
+repair_and_show wheel.sh "$raw" "$work/fixed" || exit 1
 if ! grep -q 'consistent with the following platform tag: "manylinux_' <<<"$shown"; then
   echo "wheel.sh: auditwheel does not find $fixed a manylinux wheel" >&2
   exit 1
