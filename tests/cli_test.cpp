@@ -881,8 +881,7 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
   EXPECT_EQ(triton_rows({}), "no");
   EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER= progcache.triton:CacheManager "}),
             "yes (TRITON_CACHE_MANAGER names progcache's manager)");
-  EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER=progcache.triton:CacheManager", "PROGCACHE_TRITON_WARM_START=0"}),
-            "no");
+  EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER=progcache.triton:CacheManager", "PROGCACHE_TRITON_WARM_START=0"}), "no");
   EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager"}), "no");
   // Compression: off on disk, zstd level 1 on the wire, unless set.
   EXPECT_EQ(rows["PROGCACHE_COMPRESSION"], std::make_pair(std::string("off"), std::string("default")));

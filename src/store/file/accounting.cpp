@@ -47,7 +47,6 @@ bool Accounting::touch(F&& f) const {
   return false;
 }
 
-
 // Offset 0 of the file. The layout is the on-disk format: fields are only
 // ever appended, and k_version changes when one changes meaning.
 struct Accounting::Shared {

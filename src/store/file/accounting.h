@@ -99,7 +99,7 @@ class Accounting {
   Env* m_env = nullptr;
   std::string m_path;
   int m_fd = -1;
-  Shared* m_map = nullptr;  // nullptr until open and once closed
+  Shared* m_map = nullptr;                     // nullptr until open and once closed
   mutable std::atomic<bool> m_faulted{false};  // an access met the file cut short (util/mapped_access.h)
   template <typename F>
   bool touch(F&& f) const;
