@@ -15,10 +15,15 @@ namespace progcache::detail {
 // end is SIGBUS. `fn` must touch only such memory and locals, and own
 // nothing that needs destroying: it is left by siglongjmp.
 //
-// The handler is installed on first use and keeps the one it found: a
-// SIGBUS outside a guarded call goes to that (the default kills the process
-// as before). A handler installed later without chaining to ours (a
-// runtime's own) makes a fault here what it was without this guard.
+// The handler is installed on first use and keeps the one it found. A
+// SIGBUS is the guarded call's only where the kernel raised it (an access,
+// not kill(2)) in a thread inside one; any other goes to that handler, or
+// ends the process as the default does (also where SIGBUS was ignored: an
+// access cannot be). A handler installed later that does not chain to ours
+// makes a fault here what it was without this guard; Python's faulthandler
+// chains only by raising the signal again, so with faulthandler enabled
+// after progcache's first guarded call a fault here ends the process as it
+// would without progcache.
 bool run_guarded(void (*fn)(void*), void* ctx) noexcept;
 
 template <typename F>
