@@ -934,8 +934,10 @@ TEST_F(FileStoreTest, ItsSharedFilesCutShortUnderItCostNoMoreThanTheirUse) {
   // The accounting file and the recency table are mapped, and anyone who
   // can write the store can truncate them (a group root's members): an
   // access past the new end is SIGBUS. The store goes on serving the bytes
-  // it holds and storing new ones; a store opened afterwards repairs both.
-  auto s = open_store({});
+  // it holds and storing new ones; the files are extended back, and a store
+  // opened afterwards rebuilds the counters, so the cap holds again.
+  const std::uint64_t cap = 64 * 1024;
+  auto s = open_store({.max_size_bytes = cap});
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry("entry " + std::to_string(i))).ok());
   ASSERT_TRUE((*s->get(make_key(0))).has_value());
   for (const char* name : {"accounting", "recency"}) {
@@ -947,15 +949,14 @@ TEST_F(FileStoreTest, ItsSharedFilesCutShortUnderItCostNoMoreThanTheirUse) {
     ASSERT_TRUE(got->has_value());
     EXPECT_EQ((*got)->view(), "entry " + std::to_string(i));
   }
-  ASSERT_TRUE(s->put(make_key(100), make_entry("after the cut")).ok());
-  EXPECT_EQ((*s->get_bytes(make_key(100)))->view(), "after the cut");
+  for (int i = 100; i < 200; ++i) ASSERT_TRUE(s->put(make_key(i), make_entry(std::string(2000, 'a'))).ok());
+  EXPECT_EQ((*s->get_bytes(make_key(199)))->view(), std::string(2000, 'a'));
   (void)s->stats();
-  (void)s->size_bytes();
-  s.reset();
-  auto again = open_store({});
-  EXPECT_EQ(*again->count(), 9u);
-  EXPECT_EQ(*again->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
-  EXPECT_EQ((*again->get_bytes(make_key(100)))->view(), "after the cut");
+  auto other = open_store({.max_size_bytes = cap});  // as another process opening the store
+  EXPECT_EQ(*other->size_bytes(), entry_bytes_on_disk(m_tmp.sub("cache")));
+  ASSERT_TRUE(other->put(make_key(1000), make_entry(std::string(2000, 'b'))).ok());
+  EXPECT_LE(entry_bytes_on_disk(m_tmp.sub("cache")), cap) << "over the cap on disk";
+  EXPECT_EQ((*other->get_bytes(make_key(1000)))->view(), std::string(2000, 'b'));
 }
 
 TEST_F(FileStoreTest, ByteCapHoldsAndAccountingMatchesTheFiles) {

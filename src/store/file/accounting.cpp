@@ -35,16 +35,34 @@ std::uint64_t clamp0(std::int64_t v) {
 
 }  // namespace
 
-// Runs `f` on the mapping unless it is closed or an access already met the
-// file cut short under it (another process truncated it: every later call
-// acts as if the file were closed). false: `f` did not run to its end.
+// Runs `f` on the mapping unless it is closed. An access that met the file
+// cut short under it (another writer of the store truncated it) leaves the
+// accounting acting as closed until a later call extends the file back, at
+// most once a second; the counters it lost are zeros then, which the next
+// process to open the store rebuilds (the magic is gone) and maintenance
+// reconciles. false: `f` did not run to its end.
 template <typename F>
 bool Accounting::touch(F&& f) const {
   Shared* const m = m_map;
-  if (m == nullptr || m_faulted.load(std::memory_order_relaxed)) return false;
+  if (m == nullptr || (m_faulted.load(std::memory_order_relaxed) && !heal())) return false;
   if (detail::guarded([&] { f(m); })) return true;
   m_faulted.store(true, std::memory_order_relaxed);
   return false;
+}
+
+bool Accounting::heal() const {
+  constexpr std::int64_t k_heal_every_ns = 1'000'000'000;
+  const std::int64_t now = m_env->now_ns();
+  std::int64_t next = m_next_heal_ns.load(std::memory_order_relaxed);
+  if (now < next || !m_next_heal_ns.compare_exchange_strong(next, now + k_heal_every_ns)) return false;
+  auto info = m_env->fstat(m_fd);
+  if (!info.ok()) return false;
+  if (info->size < k_file_size &&
+      (!m_env->ftruncate(m_fd, k_file_size).ok() || !m_env->allocate(m_fd, k_file_size).ok())) {
+    return false;
+  }
+  m_faulted.store(false, std::memory_order_relaxed);
+  return true;
 }
 
 // Offset 0 of the file. The layout is the on-disk format: fields are only
@@ -169,6 +187,7 @@ void Accounting::close() {
   if (m_map != nullptr) m_env->unmap(m_map, k_file_size);
   m_map = nullptr;
   m_faulted.store(false, std::memory_order_relaxed);
+  m_next_heal_ns.store(0, std::memory_order_relaxed);
   if (m_fd >= 0) m_env->close_file(m_fd).ignore();
   m_fd = -1;
 }

@@ -101,8 +101,10 @@ class Accounting {
   int m_fd = -1;
   Shared* m_map = nullptr;                     // nullptr until open and once closed
   mutable std::atomic<bool> m_faulted{false};  // an access met the file cut short (util/mapped_access.h)
+  mutable std::atomic<std::int64_t> m_next_heal_ns{0};
   template <typename F>
   bool touch(F&& f) const;
+  bool heal() const;
   std::atomic<std::uint64_t> m_events[7] = {};
   StoreMeters m_meters;
 };

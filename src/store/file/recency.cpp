@@ -15,6 +15,8 @@ namespace {
 // to its file's atime); a time this far ahead of the clock is no evidence
 // of use either.
 constexpr std::int64_t k_idle_ns = std::int64_t{60} * 1'000'000'000;
+// After a file cut short, how often it is extended back at most.
+constexpr std::int64_t k_heal_every_ns = 1'000'000'000;
 constexpr std::size_t k_ways = RecencyTable::k_ways;
 constexpr std::size_t k_groups = RecencyTable::k_slots / k_ways;
 static_assert(std::has_single_bit(k_groups));
@@ -77,6 +79,7 @@ void RecencyTable::close() {
   m_slots = nullptr;
   m_fd = -1;
   m_faulted.store(false, std::memory_order_relaxed);
+  m_next_heal_ns.store(0, std::memory_order_relaxed);
 }
 
 // Keys are digests, but callers' test keys may differ in any one word:
@@ -87,26 +90,41 @@ std::size_t RecencyTable::group_of(const Key& key) {
   return static_cast<std::size_t>((mix * 0x9E3779B97F4A7C15ULL) >> (64 - std::countr_zero(k_groups)));
 }
 
+// A displaced record is emplaced only once every word of it was read, so
+// it stands when a later access of the same call faults.
 bool RecencyTable::record(const Key& key, std::int64_t now_ns, std::optional<Displaced>* displaced) {
-  if (!is_open()) return false;
+  if (m_slots == nullptr || (m_faulted.load(std::memory_order_relaxed) && !heal())) return false;
   bool recorded = false;
   if (detail::guarded([&] { recorded = record_mapped(key, now_ns, displaced); })) return recorded;
   m_faulted.store(true, std::memory_order_relaxed);
-  if (displaced != nullptr) displaced->reset();
   return false;
 }
 
 void RecencyTable::forget(const Key& key) {
-  if (!is_open()) return;
+  if (m_slots == nullptr || (m_faulted.load(std::memory_order_relaxed) && !heal())) return;
   if (!detail::guarded([&] { forget_mapped(key); })) m_faulted.store(true, std::memory_order_relaxed);
 }
 
 std::int64_t RecencyTable::last_read(const Key& key) const {
-  if (!is_open()) return 0;
+  if (m_slots == nullptr || (m_faulted.load(std::memory_order_relaxed) && !heal())) return 0;
   std::int64_t read = 0;
   if (detail::guarded([&] { read = last_read_mapped(key); })) return read;
   m_faulted.store(true, std::memory_order_relaxed);
   return 0;
+}
+
+bool RecencyTable::heal() const {
+  const std::int64_t now = m_env->now_ns();
+  std::int64_t next = m_next_heal_ns.load(std::memory_order_relaxed);
+  if (now < next || !m_next_heal_ns.compare_exchange_strong(next, now + k_heal_every_ns)) return false;
+  auto info = m_env->fstat(m_fd);
+  if (!info.ok()) return false;
+  if (info->size < k_file_size &&
+      (!m_env->ftruncate(m_fd, k_file_size).ok() || !m_env->allocate(m_fd, k_file_size).ok())) {
+    return false;
+  }
+  m_faulted.store(false, std::memory_order_relaxed);
+  return true;
 }
 
 bool RecencyTable::record_mapped(const Key& key, std::int64_t now_ns, std::optional<Displaced>* displaced) {

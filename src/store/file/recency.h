@@ -62,8 +62,10 @@ class RecencyTable {
   // full disk would be SIGBUS). A failure leaves the table closed.
   Status open(Env* env, const std::string& path, std::uint32_t file_perms);
   void close();
-  // Open, and no access has met the file cut short under its mapping (then
-  // the table is left alone until closed: every call acts as if closed).
+  // Open, and its last access did not meet the file cut short under its
+  // mapping (another writer of the store truncated it): until the next call
+  // extends the file back (at most once a second), every call acts as if
+  // the table were closed.
   [[nodiscard]] bool is_open() const { return m_slots != nullptr && !m_faulted.load(std::memory_order_relaxed); }
 
   // Records that `key` was read at `now_ns`. false: not recorded (the table
@@ -99,7 +101,12 @@ class RecencyTable {
   Env* m_env = nullptr;
   int m_fd = -1;
   Slot* m_slots = nullptr;
+  // After a fault: the file extended back to its size (its lost slots read
+  // as empty). false: not now (tried in the last second) or it failed.
+  bool heal() const;
+
   mutable std::atomic<bool> m_faulted{false};
+  mutable std::atomic<std::int64_t> m_next_heal_ns{0};
 };
 
 }  // namespace progcache::file_store
