@@ -1,6 +1,7 @@
 #include "util/mapped_access.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csetjmp>
