@@ -17,9 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-work=${PROGCACHE_MANYLINUX_DIR:-$root/build-manylinux}
+# The checkout's own build-manylinux/ (the chroot sees the checkout only),
+# whatever PROGCACHE_MANYLINUX_DIR says.
+work=$root/build-manylinux
 mkdir -p "$work"
-work=$(cd "$work" && pwd)
 jail=$work/bullseye
 say() { echo "wheel-manylinux-test: $*"; }
 if [[ $(id -u) -ne 0 ]]; then
@@ -27,9 +28,17 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 2
 fi
 command -v debootstrap >/dev/null || { source scripts/apt.sh; apt_install debootstrap; }
+# Never remove a chroot with something still mounted in it (the checkout
+# and /dev are, while this runs): a run killed before its cleanup leaves them.
+mounted_in_jail() { [[ -d "$jail" ]] && awk -v j="$jail/" 'index($5 "/", j) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; }
+if mounted_in_jail; then
+  echo "wheel-manylinux-test: something is still mounted under $jail (an earlier run was killed):" >&2
+  echo "  umount it (findmnt -R $jail) before running again" >&2
+  exit 1
+fi
 if [[ ! -f "$jail/.made" ]]; then
   say "making a Debian 11 chroot in $jail"
-  rm -rf "$jail"
+  rm -rf --one-file-system "$jail"
   debootstrap --variant=minbase \
     --include=python3,python3-venv,python3-dev,python3-pip,make,perl,pkg-config,xz-utils,curl,ca-certificates \
     bullseye "$jail" http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 ||
@@ -44,7 +53,13 @@ bind() {  # bind SOURCE [ro]
   [[ "${2:-}" == ro ]] && mount -o remount,bind,ro "$jail$1"
   return 0
 }
-cleanup() { for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" || true; done; }
+cleanup() {
+  for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" || true; done
+  # Run with sudo: what it built belongs to the user who asked.
+  if [[ -n "${SUDO_UID:-}" ]]; then
+    find "$work" -path "$jail" -prune -o -exec chown -h "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" {} + 2>/dev/null || true
+  fi
+}
 trap cleanup EXIT
 bind /proc
 bind /dev

