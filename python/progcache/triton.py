@@ -462,7 +462,7 @@ def _warm_start_wanted() -> bool:
     Triton's first compile; without that module (progcache not installed by
     pip) only the variable turns the memo on."""
     try:
-        import _progcache_autoload  # type: ignore[import-not-found, unused-ignore]
+        import _progcache_autoload  # type: ignore[import-not-found, import-untyped, unused-ignore]
     except ImportError:
         return _env_flag("PROGCACHE_TRITON_WARM_START")
     return bool(_progcache_autoload.wanted("triton"))
