@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "store/file/mapped_file.h"
 #include "util/mapped_access.h"
 
 namespace progcache::file_store {
@@ -51,16 +52,7 @@ bool Accounting::touch(F&& f) const {
 }
 
 bool Accounting::heal() const {
-  constexpr std::int64_t k_heal_every_ns = 1'000'000'000;
-  const std::int64_t now = m_env->now_ns();
-  std::int64_t next = m_next_heal_ns.load(std::memory_order_relaxed);
-  if (now < next || !m_next_heal_ns.compare_exchange_strong(next, now + k_heal_every_ns)) return false;
-  auto info = m_env->fstat(m_fd);
-  if (!info.ok()) return false;
-  if (info->size < k_file_size &&
-      (!m_env->ftruncate(m_fd, k_file_size).ok() || !m_env->allocate(m_fd, k_file_size).ok())) {
-    return false;
-  }
+  if (!extend_cut_file(m_env, m_fd, k_file_size, m_next_heal_ns)) return false;
   m_faulted.store(false, std::memory_order_relaxed);
   return true;
 }

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 
+#include "store/file/mapped_file.h"
 #include "util/mapped_access.h"
 
 namespace progcache::file_store {
@@ -15,8 +16,6 @@ namespace {
 // to its file's atime); a time this far ahead of the clock is no evidence
 // of use either.
 constexpr std::int64_t k_idle_ns = std::int64_t{60} * 1'000'000'000;
-// After a file cut short, how often it is extended back at most.
-constexpr std::int64_t k_heal_every_ns = 1'000'000'000;
 constexpr std::size_t k_ways = RecencyTable::k_ways;
 constexpr std::size_t k_groups = RecencyTable::k_slots / k_ways;
 static_assert(std::has_single_bit(k_groups));
@@ -114,15 +113,7 @@ std::int64_t RecencyTable::last_read(const Key& key) const {
 }
 
 bool RecencyTable::heal() const {
-  const std::int64_t now = m_env->now_ns();
-  std::int64_t next = m_next_heal_ns.load(std::memory_order_relaxed);
-  if (now < next || !m_next_heal_ns.compare_exchange_strong(next, now + k_heal_every_ns)) return false;
-  auto info = m_env->fstat(m_fd);
-  if (!info.ok()) return false;
-  if (info->size < k_file_size &&
-      (!m_env->ftruncate(m_fd, k_file_size).ok() || !m_env->allocate(m_fd, k_file_size).ok())) {
-    return false;
-  }
+  if (!extend_cut_file(m_env, m_fd, k_file_size, m_next_heal_ns)) return false;
   m_faulted.store(false, std::memory_order_relaxed);
   return true;
 }
