@@ -1553,6 +1553,43 @@ TEST_F(NvccLauncherTest, AHostCompilerThatLeavesAProcessBehindNeverKeepsTheBuild
   EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o"))));
 }
 
+TEST_F(NvccLauncherTest, AHostCompilerThatIsAScriptIsKeyedWithWhatItReads) {
+  // A -ccbin wrapper that takes flags from the environment and runs the
+  // compiler beside it (as Spack's and conda's wrappers do).
+  write("k2.cu", "__global__ void k(float* x) { x[0] = VAL; }\n");
+  testing::write_all(m_tmp.sub("bin/wrapcc"), "#!/bin/sh\nexec \"$(dirname \"$0\")/real-g++\" $MYFLAGS \"$@\"\n");
+  testing::write_all(m_tmp.sub("bin/real-g++"), "#!/bin/sh\nexec /usr/bin/g++ \"$@\"\n");
+  for (const char* f : {"bin/wrapcc", "bin/real-g++"}) fs::permissions(m_tmp.sub(f), fs::perms::owner_all);
+  const std::string args = "-arch=sm_90 -ccbin " + quote(m_tmp.sub("bin/wrapcc")) + " -c k2.cu -o k2.o";
+  auto as_plain = [&](const std::string& env) {
+    const std::string served = read("k2.o");
+    EXPECT_EQ(sh(quote(m_bin + "/nvcc") + " " + args + " -o plain.o", env).code, 0);
+    return same(mask_temp_names(served), mask_temp_names(read("plain.o")));
+  };
+  ASSERT_EQ(launch(args, "MYFLAGS=-DVAL=1.0f").code, 0);
+  ASSERT_EQ(launch(args, "MYFLAGS=-DVAL=1.0f").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a script host compiler's command was not cached at all";
+  EXPECT_TRUE(as_plain("MYFLAGS=-DVAL=1.0f"));
+
+  ASSERT_EQ(launch(args, "MYFLAGS=-DVAL=2.0f").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "served what the wrapper compiled under another environment";
+  EXPECT_TRUE(as_plain("MYFLAGS=-DVAL=2.0f")) << "not what nvcc makes with the environment now";
+
+  // make's own variables change with every build (its job server): a hit.
+  ASSERT_EQ(launch(args, "MYFLAGS=-DVAL=2.0f MAKEFLAGS=' -j4 --jobserver-auth=fifo:/tmp/GMfifo1' MAKELEVEL=1").code, 0);
+  EXPECT_EQ(nvcc_runs(), 0) << "make's job server made a miss";
+
+  // What the wrapper runs in the end, changed under it: compiled again.
+  testing::write_all(m_tmp.sub("bin/real-g++"), "#!/bin/sh\nexec /usr/bin/g++ -DVAL=3.0f \"$@\"\n");
+  ASSERT_EQ(launch(args, "MYFLAGS=").code, 0);
+  ASSERT_EQ(launch(args, "MYFLAGS=").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  testing::write_all(m_tmp.sub("bin/real-g++"), "#!/bin/sh\nexec /usr/bin/g++ -DVAL=4.0f \"$@\"\n");
+  ASSERT_EQ(launch(args, "MYFLAGS=").code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "served what the compiler behind the wrapper made before it changed";
+  EXPECT_TRUE(as_plain("MYFLAGS="));
+}
+
 TEST_F(NvccLauncherTest, AnEmptyOrCutShortOutputIsNeverStored) {
   // An nvcc that exits 0 having written an empty output (as ptxas does on a
   // full disk): nothing is stored, and the next run compiles.

@@ -658,6 +658,10 @@ std::optional<nv::ManifestRecord> relocated_record(const Relocation& r, nv::Mani
 }
 
 // What `dir` is now: 0 nothing, 1 a directory, 2 something else.
+// What a host compiler that is a script reads besides its words: keyed
+// where `program` starts with "#!" (defined below).
+void add_script_inputs(KeyBuilder& kb, const std::string& program);
+
 int dir_kind(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.empty() ? "." : dir.c_str(), &st) != 0) return 0;
@@ -676,7 +680,10 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   const std::string bin = dt::parent_of(real_path(nvcc_path));
   add_file_identity(kb, "nvcc", nvcc_path);
   for (const char* f : k_toolkit_files) add_file_identity(kb, "toolkit", bin + "/" + f);
-  for (const auto& h : host_compilers(cmd)) add_file_identity(kb, "host-compiler", h);
+  for (const auto& h : host_compilers(cmd)) {
+    add_file_identity(kb, "host-compiler", h);
+    add_script_inputs(kb, h);
+  }
   // gcc finds no assembler among its own programs on common installs and
   // runs the first `as` on PATH: one made earlier on PATH assembles.
   const auto as = find_program("as");
@@ -875,6 +882,74 @@ std::optional<HostCompiler> host_compiler_asked(const std::string& host) {
     }
   }
   return c;
+}
+
+// A host compiler that is a script, such as Spack's and conda's compiler
+// wrappers, decides the compile by more than its own text: the environment
+// (flags taken from a variable), the interpreter, and the compiler it runs
+// in the end. Each is keyed for a program that starts with "#!":
+// - every variable of the environment, by value, but for those a shell or
+//   make sets for itself on each run (SHLVL, _, PWD and OLDPWD, MAKEFLAGS
+//   and make's others, whose job-server names change with every build) and
+//   progcache's own (docs/nvcc.md, "Host compilers that are scripts"). The
+//   working directory is the launcher's to key (docs/nvcc.md, "Where the
+//   build runs"), and the answer below is asked in it;
+// - the interpreter's identity;
+// - what the script says of the compile it runs (`-E -x c++ -v
+//   /dev/null`: the real compiler's version, the programs it runs, the
+//   options the script adds) and the identity of each program it names.
+// A script that reads files by name besides these is not followed, and an
+// nvcc that is a script is keyed by its identity alone (both limits are
+// documented). A script that cannot be asked is keyed as one
+// that said nothing, which no other run with another answer shares.
+bool is_script(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return false;
+  std::array<char, 2> head{};
+  const ssize_t got = ::read(fd, head.data(), head.size());
+  ::close(fd);
+  return got == 2 && head[0] == '#' && head[1] == '!';
+}
+
+bool shell_own_variable(std::string_view name) {
+  static constexpr std::string_view k_own[] = {"_",        "SHLVL",       "PWD", "OLDPWD",       "MAKEFLAGS",
+                                               "MFLAGS",   "MAKELEVEL",   "MAKEOVERRIDES", "MAKE_TERMOUT",
+                                               "MAKE_TERMERR", "GNUMAKEFLAGS"};
+  return name.starts_with("PROGCACHE_") || std::find(std::begin(k_own), std::end(k_own), name) != std::end(k_own);
+}
+
+void add_script_inputs(KeyBuilder& kb, const std::string& program) {
+  if (!is_script(program)) return;
+  kb.add_string("script", program);
+  std::vector<std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view kv = *e;
+    if (!shell_own_variable(kv.substr(0, kv.find('=')))) vars.emplace_back(kv);
+  }
+  std::sort(vars.begin(), vars.end());
+  for (const auto& v : vars) kb.add_string("script-variable", v);
+  if (const auto text = dt::read_regular(program); text.ok()) {
+    const std::string_view first = std::string_view(*text).substr(0, text->find('\n'));
+    std::string_view interpreter = first.substr(2);
+    interpreter.remove_prefix(std::min(interpreter.find_first_not_of(" \t"), interpreter.size()));
+    add_file_identity(kb, "script-interpreter", std::string(interpreter.substr(0, interpreter.find_first_of(" \t"))));
+  }
+  constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
+  const Ran said = run_child(program, {program, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
+  kb.add_int("script-status", said.status);
+  for (std::size_t b = 0; b < said.err.size();) {
+    std::size_t e = said.err.find('\n', b);
+    if (e == std::string::npos) e = said.err.size();
+    const std::string_view line = std::string_view(said.err).substr(b, e - b);
+    b = e + 1;
+    // gcc echoes make's flags (for its LTO job server) where make set them:
+    // they are make's own, as above.
+    if (line.starts_with("MAKEFLAGS=")) continue;
+    kb.add_string("script-said", line);
+    if (!line.starts_with(" /")) continue;
+    const std::string named(line.substr(1, line.find(' ', 1) - 1));
+    if (executable_file(named)) add_file_identity(kb, "script-runs", named);
+  }
 }
 
 // The toolkit's include directories nvcc adds (nvcc.profile's INCLUDES and
