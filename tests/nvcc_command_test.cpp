@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <map>
 
+#include "compile/depfile.h"
+
 namespace progcache::nvcc {
 namespace {
 
@@ -316,14 +318,14 @@ TEST(NvccCommandTest, AProfileNamesTheVariablesItAssignsAndReads) {
 }
 
 TEST(NvccCommandTest, DependencyFilesNameEveryPrerequisiteOnce) {
-  auto deps = parse_depfile("k.o : k.cu \\\n    /usr/include/a\\ b.h \\\n    inc/p.h inc/p.h\n\ninc/p.h:\n");
+  auto deps = detail::parse_depfile("k.o : k.cu \\\n    /usr/include/a\\ b.h \\\n    inc/p.h inc/p.h\n\ninc/p.h:\n");
   ASSERT_TRUE(deps.ok());
   EXPECT_EQ(*deps, (std::vector<std::string>{"k.cu", "/usr/include/a b.h", "inc/p.h"}));
-  auto crlf = parse_depfile("k.o: k.cu \\\r\n a$$b.h\r\n");
+  auto crlf = detail::parse_depfile("k.o: k.cu \\\r\n a$$b.h\r\n");
   ASSERT_TRUE(crlf.ok());
   EXPECT_EQ(*crlf, (std::vector<std::string>{"k.cu", "a$b.h"}));
-  EXPECT_FALSE(parse_depfile("no rule here\n").ok());
-  EXPECT_FALSE(parse_depfile("").ok());
+  EXPECT_FALSE(detail::parse_depfile("no rule here\n").ok());
+  EXPECT_FALSE(detail::parse_depfile("").ok());
 }
 
 TEST(NvccCommandTest, EveryOptionOfNvccsHelpIsInTheTable) {

@@ -55,6 +55,7 @@
 #include <variant>
 #include <vector>
 
+#include "compile/depfile.h"
 #include "compile/include_lexer.h"
 #include "compile/scan_files.h"
 #include "nvcc/counters.h"
@@ -1999,7 +2000,7 @@ class Launcher {
       auto text = dt::read_regular(*text_path);
       auto listed = dt::read_regular(*deps_path);
       if (!text.ok() || !listed.ok()) return std::nullopt;
-      auto files = nv::parse_depfile(*listed);
+      auto files = dt::parse_depfile(*listed);
       if (!files.ok()) return std::nullopt;
       for (const auto& w : step) kb.add_string("word", w);
       marker_names(*text, named);
@@ -2412,7 +2413,7 @@ class Launcher {
       deps = pre->deps;
     } else {
       if (!deps_text.ok()) return not_stored("no dependency list from nvcc");
-      deps = nv::parse_depfile(*deps_text);
+      deps = dt::parse_depfile(*deps_text);
     }
     if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
     if (m_cmd.mode == nv::Mode::device_link) {

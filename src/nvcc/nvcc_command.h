@@ -163,9 +163,4 @@ struct DryRun {
 };
 Result<DryRun> parse_dryrun(std::string_view text);
 
-// The files a make-format dependency file names (every prerequisite of
-// every rule, in order, without duplicates; escaped spaces and '$$'
-// unescaped), or an error when it is not one.
-Result<std::vector<std::string>> parse_depfile(const std::string& text);
-
 }  // namespace progcache::nvcc
