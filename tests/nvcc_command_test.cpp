@@ -317,6 +317,20 @@ TEST(NvccCommandTest, AProfileNamesTheVariablesItAssignsAndReads) {
   EXPECT_EQ(v.replaced, (std::vector<std::string>{"TOP", "NVVMIR_LIBRARY_DIR"}));
 }
 
+TEST(NvccCommandTest, AStepNvccRunsWithItsOutputSentToFilesIsReadWithoutThem) {
+  // nvcc --threads N prints each step with the redirections it runs it with.
+  auto d = parse_dryrun(
+      "#$ gcc -E -x c++ \"-I/a b\" -D'X=1>0' \"t.cu\" -o \"/tmp/t.ii\"  > /tmp/s_stdout 2>/tmp/s_stderr\n");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_EQ(d->preprocess.size(), 1U);
+  EXPECT_EQ(d->preprocess[0], (std::vector<std::string>{"gcc", "-E", "-x", "c++", "-I/a b", "-DX=1>0", "t.cu"}));
+  // Anything else after a '>' a shell acts on, or a file it would expand: not read.
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E t.cu -o t.ii > f | tee g\n").ok());
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E t.cu -o t.ii > *.txt\n").ok());
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E -DX=2>f t.cu -o t.ii\n").ok());
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E t.cu -o t.ii >\n").ok());
+}
+
 TEST(NvccCommandTest, DependencyFilesNameEveryPrerequisiteOnce) {
   auto deps = detail::parse_depfile("k.o : k.cu \\\n    /usr/include/a\\ b.h \\\n    inc/p.h inc/p.h\n\ninc/p.h:\n");
   ASSERT_TRUE(deps.ok());

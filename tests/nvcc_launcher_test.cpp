@@ -1066,6 +1066,25 @@ TEST_F(NvccLauncherTextTest, ACommentEditIsServedByThePreprocessedTextAndARealEd
   EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o"))));
 }
 
+TEST_F(NvccLauncherTextTest, WithThreadsACommentEditIsStillServedByTheText) {
+  // nvcc --threads N prints its steps with redirections of their output
+  // (a real project's Makefile passes --threads=0): the text is still read.
+  for (const std::string threads : {"--threads 2", "--threads=0", "-t 2"}) {
+    write("inc/params.h", "// one " + threads + "\n#define SCALE 2.0f\n");
+    const std::string args = "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 " + threads +
+                             " -I inc -c k.cu -o k.o";
+    ASSERT_TRUE(stored(args)) << threads;
+    write("inc/params.h", "// two, another comment " + threads + "\n#define SCALE 2.0f\n");
+    const std::uint64_t misses = counter("misses");
+    const std::uint64_t text_hits = counter("preprocessed_hits");
+    ASSERT_EQ(real(args).code, 0);
+    EXPECT_EQ(counter("misses"), misses) << threads << ": a comment edit compiled again";
+    EXPECT_EQ(counter("preprocessed_hits"), text_hits + 1) << threads;
+    ASSERT_EQ(plain(args + " -o plain.o").code, 0);
+    EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o")))) << threads;
+  }
+}
+
 TEST_F(NvccLauncherTextTest, AnEditOnlyTheHostTextOrOneArchitecturesTextSeesIsCompiled) {
   // nvcc preprocesses a source once for its host code and once per device
   // architecture, and each text holds what the others drop: code under

@@ -773,6 +773,51 @@ bool variable_name(std::string_view n) {
 
 }  // namespace
 
+namespace {
+
+// `line` less the redirections a shell would act on at its end ("> f",
+// "2>f", ">> f", "< f", each to one plain word); nullopt where what follows
+// the first unquoted '<' or '>' is anything else.
+std::optional<std::string_view> without_redirections(std::string_view line) {
+  char quote = 0;
+  std::size_t cut = std::string_view::npos;
+  for (std::size_t i = 0; i < line.size() && cut == std::string_view::npos; ++i) {
+    const char c = line[i];
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+      else if (c == '\\' && quote == '"') ++i;
+    } else if (c == '\\') {
+      ++i;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == '>' || c == '<') {
+      cut = i;
+      // A file descriptor's number right before it belongs to it ("2>").
+      while (cut > 0 && std::isdigit(static_cast<unsigned char>(line[cut - 1])) != 0) --cut;
+      if (cut > 0 && line[cut - 1] != ' ' && line[cut - 1] != '\t') return std::nullopt;
+    }
+  }
+  if (cut == std::string_view::npos) return line;
+  std::string_view rest = line.substr(cut);
+  while (!rest.empty()) {
+    std::size_t i = 0;
+    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i])) != 0) ++i;
+    if (i >= rest.size() || (rest[i] != '>' && rest[i] != '<')) return std::nullopt;
+    const bool out = rest[i] == '>';
+    ++i;
+    if (out && i < rest.size() && rest[i] == '>') ++i;
+    while (i < rest.size() && (rest[i] == ' ' || rest[i] == '\t')) ++i;
+    const std::size_t start = i;
+    while (i < rest.size() && std::string_view(" \t'\"\\$`<>|;&()*?[]{}~").find(rest[i]) == std::string_view::npos) ++i;
+    if (i == start) return std::nullopt;  // no file, or one a shell would expand
+    while (i < rest.size() && (rest[i] == ' ' || rest[i] == '\t')) ++i;
+    rest.remove_prefix(i);
+  }
+  return line.substr(0, cut);
+}
+
+}  // namespace
+
 Result<DryRun> parse_dryrun(std::string_view text) {
   DryRun out;
   std::size_t pos = 0;
@@ -799,6 +844,11 @@ Result<DryRun> parse_dryrun(std::string_view text) {
     // Only the host compiler's -E runs matter: a step with "-E" among its
     // words (nvcc's other steps and pseudo-steps have none).
     if (line.find(" -E ") == std::string_view::npos) continue;
+    // With --threads, nvcc runs each step with its output sent to files
+    // of its own ("> f 2>g"): the launcher captures a step's output itself.
+    const auto command = without_redirections(line);
+    if (!command) return invalid_argument("a preprocessing step of nvcc --dryrun cannot be split: " + std::string(line));
+    line = *command;
     auto words = shell_words(line);
     if (!words || words->empty()) {
       return invalid_argument("a preprocessing step of nvcc --dryrun cannot be split: " + std::string(line));
