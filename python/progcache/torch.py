@@ -269,8 +269,6 @@ _FLAG_PREFIXES = ("-O", "-f", "-m", "-W", "-g", "-std=", "-D", "-U", "-pedantic"
 _FLAG_WORDS = {"-shared", "-fPIC", "-c", "-pthread", "-rdynamic", "-s", "-static", "-static-libstdc++",
                "-static-libgcc", "-P", "-pipe"}
 _SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".h", ".hh", ".hpp", ".hxx", ".i", ".ii")
-_INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*(include|include_next|import)[ \t]*([<"])([^>"\n]+)[>"]', re.M)
-_HAS_INCLUDE_RE = re.compile(rb'__has_include(_next)?[ \t]*\([ \t]*([<"])([^>"\n]+)[>"][ \t]*\)')
 
 
 @dataclass
@@ -284,6 +282,7 @@ class _Plan:
     pending: List[str] = field(default_factory=list)  # deferred precompiled headers it names
     blind: bool = False  # keyed without the paths of its input and output (-E -P)
     started_ns: int = 0
+    system: List[str] = field(default_factory=list)  # the compiler's own include directories
 
 
 @dataclass
@@ -567,7 +566,8 @@ def _plan(builder: Any) -> Optional[_Plan]:
     if native:
         fields.append(("cpu", _cpu()))
     return _Plan(key=_core.typed_key("torch-cpp", fields), output=output, cwd=cwd, sources=sources,
-                 search=includes + isystem + system_dirs, language=language, pending=pending, blind=blind)
+                 search=includes + isystem + system_dirs, language=language, pending=pending, blind=blind,
+                 system=list(system_dirs))
 
 
 # What, in a file the preprocessor reads, writes a path or a time into its
@@ -580,8 +580,8 @@ _TIME_WORDS = (b"__DATE__", b"__TIME__", b"__TIMESTAMP__")
 
 def _path_blind(source: str, dirs: List[str]) -> bool:
     """Whether preprocessing ``source`` (-E -P) could not depend on where it
-    is: no quoted include (found beside it), no path macro, absolute include
-    directories only."""
+    is: no quoted include (found beside it) or include through a macro, no
+    path macro, absolute include directories only."""
     if not all(os.path.isabs(d) for d in dirs):
         return False
     try:
@@ -589,9 +589,12 @@ def _path_blind(source: str, dirs: List[str]) -> bool:
             text = f.read()
     except OSError:
         return False
-    return not any(w in text for w in _PATH_WORDS) and not any(
-        m.group(2) == b'"' for m in _INCLUDE_RE.finditer(text)) and not any(
-        m.group(2) == b'"' for m in _HAS_INCLUDE_RE.finditer(text))
+    if any(w in text for w in _PATH_WORDS):
+        return False
+    # With no directory to search, the only places are those beside the
+    # source (quoted names) and absolute names.
+    found = _core.include_places([source], [], False)
+    return found is not None and not found[0] and not found[1]
 
 
 # Linker options (-Wl,) that name no file: anything else is not cached.
@@ -616,42 +619,20 @@ def _safe_linker_options(parts: List[str]) -> bool:
     return True
 
 
-def _parse_depfile(text: str) -> List[str]:
-    """The prerequisites of a make rule as gcc writes it (-MD)."""
-    text = text.replace("\\\n", " ")
-    _, _, rest = text.partition(": ")
-    words: List[str] = []
-    cur: List[str] = []
-    i = 0
-    while i < len(rest):
-        c = rest[i]
-        if c == "\\" and i + 1 < len(rest) and rest[i + 1] in " #":
-            cur.append(rest[i + 1])
-            i += 2
-            continue
-        if c == "$" and i + 1 < len(rest) and rest[i + 1] == "$":
-            cur.append("$")
-            i += 2
-            continue
-        if c in " \t\n":
-            if cur:
-                words.append("".join(cur))
-                cur = []
-        else:
-            cur.append(c)
-        i += 1
-    if cur:
-        words.append("".join(cur))
-    return words
-
-
-def _probes(files: List[str], search: List[str], blind: bool = False) -> Optional[Dict[str, bool]]:
-    """For every include operand of every file read (#include, #include_next,
-    __has_include, in any branch), whether each place it could be found
-    exists: the directory of the including file for quoted names, then every
-    include directory. A file created later where the compiler would look
-    first changes one of these."""
-    out: Dict[str, bool] = {}
+def _probes(files: List[str], search: List[str], blind: bool = False, own: Tuple[str, ...] = (),
+            system: Tuple[str, ...] = ()) -> Optional[Dict[str, bool]]:
+    """For every include operand of every file read (the library's include
+    lexer: #include, #include_next, __has_include, in any branch, with line
+    splices and comments as g++ reads them), whether each place it could be
+    found exists: the directory of the including file for quoted names, then
+    every include directory, and before each the precompiled NAME.gch g++
+    would take instead. A file created later where the compiler would look
+    first changes one of these. None (nothing stored) where a file uses a
+    time macro, an include outside the compiler's own directories
+    (``system``) is named through a macro (no place can be recorded for it;
+    glibc's and libstdc++'s ``#ifdef __has_include`` reads as one), or a
+    precompiled header other than the command's own (``own``) is where g++
+    may use it: a valid one it took is in no dependency list."""
     for f in files:
         try:
             with open(f, "rb") as fh:
@@ -660,22 +641,20 @@ def _probes(files: List[str], search: List[str], blind: bool = False) -> Optiona
             return None
         if any(w in text for w in _TIME_WORDS) or (blind and b"__BASE_FILE__" in text):
             return None
-        operands = [(m.group(2), m.group(3)) for m in _INCLUDE_RE.finditer(text)]
-        operands += [(m.group(2), m.group(3)) for m in _HAS_INCLUDE_RE.finditer(text)]
-        here = os.path.dirname(f)
-        for quote, raw in operands:
-            name = raw.decode(errors="surrogateescape").strip()
-            if os.path.isabs(name):
-                places = [name]
-            else:
-                places = ([os.path.join(here, name)] if quote == b'"' else []) + [os.path.join(d, name) for d in search]
-            for p in places:
-                if p not in out:
-                    there = _core.header_at(p)  # what g++ opens: anything a path reaches but a directory
-                    if there is None:
-                        return None  # a place g++ cannot look at fails its compile: nothing to key
-                    out[p] = there
-    return out
+    found = _core.include_places(files, search, True)
+    if found is None:
+        return None  # a file gone, or a place g++ cannot look at: its compile fails, nothing to key
+    places, computed = found
+    if any(not _under_any(c.rpartition(":")[0], system) for c in computed):
+        return None
+    if any(present and p.endswith(".gch") and p not in own for p, present in places.items()):
+        return None
+    return places
+
+
+def _under_any(path: str, dirs: Tuple[str, ...]) -> bool:
+    real = os.path.realpath(path)
+    return any(real.startswith(os.path.join(os.path.realpath(d), "")) for d in dirs)
 
 
 def _manifest_holds(arts: Dict[str, bytes]) -> bool:
@@ -808,10 +787,14 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
     if depfile is not None:
         try:
             with open(depfile, encoding="utf-8", errors="surrogateescape") as f:
-                deps = _parse_depfile(f.read())
+                listed = _core.parse_depfile(f.read())
         except OSError:
+            listed = None
+        if listed is None:
             if plan.language:
                 return
+        else:
+            deps = listed
     elif plan.language:
         return
     source_paths = {p for p, _ in plan.sources}
@@ -837,7 +820,8 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
         if (os.path.exists(p) if d == "absent" else _digest(p) != d):
             return
     probes = _probes([p for p, _ in plan.sources if p.endswith(_SOURCE_SUFFIXES) or os.path.exists(p + ".gch")]
-                     + [r[0] for r in records], plan.search, plan.blind) if plan.language else {}
+                     + [r[0] for r in records], plan.search, plan.blind,
+                     tuple(p for p, _ in plan.sources if p.endswith(".gch")), tuple(plan.system)) if plan.language else {}
     if probes is None:
         return
     # A place found holding a file must have held it before the compile

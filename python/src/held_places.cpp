@@ -64,7 +64,9 @@
 #include <utility>
 #include <vector>
 
+#include "compile/depfile.h"
 #include "compile/deps_manifest.h"
+#include "compile/include_places.h"
 #include "compile/scan_files.h"
 #include "progcache/bytes.h"
 #include "progcache/hash.h"
@@ -120,7 +122,9 @@ enum class Place { header, none, unknown };
 Place place_now(const std::string& path) {
   struct stat st {};
   const int err = stat_path(path, st, true);
-  if (err == 0) return S_ISDIR(st.st_mode) ? Place::none : Place::header;
+  // A directory holds no header, but a directory NAME.gch holds g++'s
+  // precompiled headers for NAME, one of which it may use.
+  if (err == 0) return S_ISDIR(st.st_mode) && !path.ends_with(".gch") ? Place::none : Place::header;
   // A name with a NUL byte reaches no file (the scan can record one from
   // a branch not taken).
   return err == ENOENT || err == ENOTDIR || err == EINVAL ? Place::none : Place::unknown;
@@ -612,6 +616,61 @@ void bind_held_places(nb::module_& m) {
       nb::arg("place"),
       "Whether a place holds what g++ would open as a header (anything but a directory that a path reaches); "
       "None where it cannot be looked at (no permission, a loop of links, a name too long).");
+  m.def(
+      "include_places",
+      [](nb::handle files, nb::handle dirs, bool precompiled) -> nb::object {
+        auto strings = [](nb::handle list, const char* what) {
+          if (!PyList_CheckExact(list.ptr())) throw nb::type_error(what);
+          std::vector<std::string> out;
+          for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list.ptr()); ++i) {
+            auto one = fs_string(PyList_GET_ITEM(list.ptr(), i));
+            if (!one) throw nb::type_error(what);
+            out.push_back(std::move(*one));
+          }
+          return out;
+        };
+        progcache::detail::IncludeSearch search{strings(dirs, "include_places: the directories must be a list of str"),
+                                                precompiled};
+        auto found =
+            progcache::detail::include_places(strings(files, "include_places: the files must be a list of str"), search);
+        if (!found.ok()) return nb::none();
+        auto str = [](const std::string& path) {
+          return nb::steal(PyUnicode_DecodeFSDefaultAndSize(path.data(), static_cast<Py_ssize_t>(path.size())));
+        };
+        nb::dict places;
+        for (const auto* list : {&found->headers, &found->precompiled}) {
+          for (const auto& place : *list) {
+            const Place now = place_now(place);
+            if (now == Place::unknown) return nb::none();
+            places[str(place)] = nb::bool_(now == Place::header);
+          }
+        }
+        nb::list computed;
+        for (const auto& c : found->computed) computed.append(str(c));
+        return nb::make_tuple(places, computed);
+      },
+      nb::arg("files"), nb::arg("dirs"), nb::arg("precompiled"),
+      "For every include operand of every file (the include lexer's: any #if branch, line splices and comments "
+      "read as the preprocessor reads them), whether each place it could be found holds a header now: the "
+      "including file's directory for a quoted name, then `dirs`; with `precompiled` (g++) also NAME.gch in each, "
+      "a directory of them included. Returns (places, computed), computed naming each include through a macro as "
+      "FILE:LINE; None where a file cannot be read or a place cannot be looked at.");
+  m.def(
+      "parse_depfile",
+      [](nb::handle text) -> nb::object {
+        auto bytes = fs_string(text);
+        if (!bytes) throw nb::type_error("parse_depfile: the text must be a str");
+        auto files = progcache::detail::parse_depfile(*bytes);
+        if (!files.ok()) return nb::none();
+        nb::list out;
+        for (const auto& f : *files) {
+          out.append(nb::steal(PyUnicode_DecodeFSDefaultAndSize(f.data(), static_cast<Py_ssize_t>(f.size()))));
+        }
+        return out;
+      },
+      nb::arg("text"),
+      "The files a make-style dependency file (g++'s -MD) names, every prerequisite of every rule once, in "
+      "order; None for text that holds no rule.");
   m.def(
       "place_remembered_empty",
       [](nb::handle name) {

@@ -109,6 +109,34 @@ def test_what_g_plus_plus_would_open_is_a_header(tmp_path):
     assert _core.header_at(str(inc)) is False and _core.header_at(str(inc / "none.h")) is False
 
 
+def test_a_directory_of_precompiled_headers_where_gcc_looks_is_a_header(tmp_path):
+    # g++ takes a NAME.gch directory's precompiled headers in place of NAME:
+    # such a directory fills its place, where a directory NAME does not.
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    gch = str(inc / "v.h.gch")
+    assert holds([], [[gch, False]])
+    os.mkdir(gch)
+    assert _core.header_at(gch) is True
+    assert not holds([], [[gch, False]]) and holds([], [[gch, True]])
+
+
+def test_include_places_are_the_library_lexers_with_gccs_precompiled_places(tmp_path):
+    src, inc = tmp_path / "src", tmp_path / "inc"
+    src.mkdir()
+    inc.mkdir()
+    (inc / "b.h").write_text("")
+    (src / "a.cpp").write_text('#\\\ninclude "b.h"\n#include NAME(x)\n')
+    places, computed = _core.include_places([str(src / "a.cpp")], [str(inc)], True)
+    assert places == {str(src / "b.h"): False, str(src / "b.h.gch"): False,
+                      str(inc / "b.h"): True, str(inc / "b.h.gch"): False}
+    assert computed == [str(src / "a.cpp") + ":3"]  # its physical line
+    assert str(src / "b.h.gch") not in _core.include_places([str(src / "a.cpp")], [str(inc)], False)[0]
+    assert _core.include_places([str(src / "gone.cpp")], [], True) is None
+    assert _core.parse_depfile("o: a.cpp b\\ c.h \\\n d$$.h\nb\\ c.h:\n") == ["a.cpp", "b c.h", "d$.h"]
+    assert _core.parse_depfile("no rule\n") is None
+
+
 def test_a_file_written_within_the_slack_is_hashed_again(tmp_path):
     # A write through a shared mapping to a page already dirty changes the
     # bytes and not the times: a file changed within 2 s is never trusted by

@@ -708,3 +708,82 @@ def test_preprocessing_from_a_random_directory_is_served_where_its_output_cannot
     (includes[1] / "value.h").write_text('#define VALUE 2\nconst char* when = __TIME__;\n')
     assert _preprocess(tmp_path, "p5", text, includes)[0] is False
     assert _preprocess(tmp_path, "p6", text, includes)[0] is False
+
+
+def _precompile(tmp_path, includes, header, text, out):
+    """Precompiles ``text`` as ``out`` (NAME.gch) with the options the build
+    of unit.cpp compiles with, so that g++ takes it for NAME there."""
+    (tmp_path / "pch-src").mkdir(exist_ok=True)
+    src = tmp_path / "pch-src" / header
+    src.write_text(text)
+    argv = _builder(tmp_path / "src", tmp_path / "out", includes).get_command_line().split()
+    keep, i = [], 1
+    while i < len(argv):
+        if argv[i] == "-o":
+            i += 2
+            continue
+        if argv[i].startswith("-") and argv[i] != "-shared" and not argv[i].startswith(("-l", "-L", "-Wl,")):
+            keep.append(argv[i])
+        i += 1
+    subprocess.run([argv[0], *keep, "-x", "c++-header", str(src), "-o", str(out)], check=True, capture_output=True)
+
+
+def test_a_precompiled_header_made_where_gcc_looks_is_never_served_around(cpp_tree):
+    # g++ looks for NAME.gch before NAME in every directory it searches, one
+    # holding no NAME included, and its dependency list names neither.
+    tmp_path, includes = cpp_tree
+    first, _ = includes
+    assert _build(tmp_path, includes)[0] is False
+    served_now, before = _build(tmp_path, includes)
+    assert served_now
+    _precompile(tmp_path, includes, "value.h", "#define VALUE 7\n", first / "value.h.gch")
+    oracle = _oracle(tmp_path, includes)
+    assert oracle != before, "g++ did not take the precompiled header: the test proves nothing"
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == oracle
+    # While one is there, nothing is stored: which g++ took is in no list.
+    assert _build(tmp_path, includes)[0] is False
+    # A directory of them, where g++ also looks (value.h.gch/any.gch).
+    # Gone again: the first build's entry holds once more.
+    (first / "value.h.gch").unlink()
+    assert _build(tmp_path, includes) == (True, before)
+    (first / "value.h.gch").mkdir()
+    _precompile(tmp_path, includes, "value.h", "#define VALUE 8\n", first / "value.h.gch" / "a.gch")
+    oracle = _oracle(tmp_path, includes)
+    assert oracle != before, "g++ did not take the precompiled header directory: the test proves nothing"
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == oracle
+
+
+def test_an_include_spelled_across_a_line_splice_is_followed_as_gcc_follows_it(cpp_tree):
+    # g++ joins "#\" and the next line before it reads the directive; so
+    # does the include lexer, and a header created later where that include
+    # looks first is seen.
+    tmp_path, includes = cpp_tree
+    first, _ = includes
+    (tmp_path / "src" / "unit.cpp").write_text(
+        '#\\\ninclude "value.h"\n#define EXTRA 0\n'
+        '/* a comment */ # /* inside */ include "other.h"\n'
+        'extern "C" int value() { return VALUE + EXTRA + OTHER; }\n')
+    (includes[1] / "other.h").write_text("#define OTHER 10\n")
+    assert _build(tmp_path, includes)[0] is False
+    assert _build(tmp_path, includes)[0] is True
+    (first / "value.h").write_text("#define VALUE 4\n")
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+    (first / "other.h").write_text("#define OTHER 20\n")
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == _oracle(tmp_path, includes)
+
+
+def test_an_include_through_a_macro_is_never_stored(cpp_tree):
+    # No place can be recorded for it: a header created later where it
+    # looks first would go unseen.
+    tmp_path, includes = cpp_tree
+    (tmp_path / "src" / "unit.cpp").write_text(
+        '#define PICK(x) #x\n#define NAME(x) PICK(x)\n#include NAME(value.h)\n'
+        'extern "C" int value() { return VALUE; }\n')
+    before = pt.stats()["cpp_stored"]
+    assert _build(tmp_path, includes)[0] is False
+    assert _build(tmp_path, includes)[0] is False
+    assert pt.stats()["cpp_stored"] == before

@@ -1,0 +1,73 @@
+// The places a later file would be read from first
+// (src/compile/include_places.h), and the dependency-file reader
+// (src/compile/depfile.h): the core progcache.torch's g++ builds use.
+#include "compile/include_places.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "compile/depfile.h"
+#include "testing/test_util.h"
+
+namespace dt = progcache::detail;
+namespace pt = progcache::testing;
+
+namespace {
+
+void write(const std::string& path, const std::string& text) { pt::write_all(path, text); }
+
+std::vector<std::string> headers(const std::vector<std::string>& files, const std::vector<std::string>& dirs,
+                                 bool precompiled = false) {
+  auto found = dt::include_places(files, {dirs, precompiled});
+  EXPECT_TRUE(found.ok());
+  return found.ok() ? found->headers : std::vector<std::string>{};
+}
+
+}  // namespace
+
+TEST(IncludePlacesTest, AQuotedNameIsLookedForBesideItsIncluderThenInEverySearchDirectory) {
+  pt::TempDir t;
+  write(t.sub("a.cpp"), "#include \"q.h\"\n#include <s.h>\n#include </abs/x.h>\n");
+  EXPECT_EQ(headers({t.sub("a.cpp")}, {"/i1", "/i2/"}),
+            (std::vector<std::string>{t.path() + "/q.h", "/i1/q.h", "/i2/q.h", "/i1/s.h", "/i2/s.h", "/abs/x.h"}));
+}
+
+TEST(IncludePlacesTest, WhatGccFollowsAcrossASpliceOrACommentIsFound) {
+  pt::TempDir t;
+  write(t.sub("a.cpp"),
+        "#\\\ninclude \"one.h\"\n/* c */ # /* in */ include <two.h>\n"
+        "#if 0\n#include <three.h>\n#endif\n#if __has_include(<four.h>)\n#endif\n");
+  EXPECT_EQ(headers({t.sub("a.cpp")}, {"/i"}),
+            (std::vector<std::string>{t.path() + "/one.h", "/i/one.h", "/i/two.h", "/i/three.h", "/i/four.h"}));
+}
+
+TEST(IncludePlacesTest, ForGccEachPlaceHasItsPrecompiledHeaderPlace) {
+  pt::TempDir t;
+  write(t.sub("a.cpp"), "#include <s.h>\n#include <s.h>\n");
+  auto found = dt::include_places({t.sub("a.cpp")}, {{"/i1", "/i2"}, true});
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->headers, (std::vector<std::string>{"/i1/s.h", "/i2/s.h"}));
+  EXPECT_EQ(found->precompiled, (std::vector<std::string>{"/i1/s.h.gch", "/i2/s.h.gch"}));
+  auto plain = dt::include_places({t.sub("a.cpp")}, {{"/i1"}, false});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->precompiled.empty());
+}
+
+TEST(IncludePlacesTest, AnIncludeThroughAMacroIsNamedAndAFileThatCannotBeReadIsAnError) {
+  pt::TempDir t;
+  write(t.sub("a.cpp"), "int x;\n#include NAME(v)\n");
+  auto found = dt::include_places({t.sub("a.cpp")}, {{"/i"}, false});
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->computed, (std::vector<std::string>{t.sub("a.cpp") + ":2"}));
+  EXPECT_FALSE(dt::include_places({t.sub("gone.cpp")}, {{"/i"}, false}).ok());
+}
+
+TEST(DependencyFileTest, GccsRulesWithPhonyTargetsNameEachPrerequisiteOnce) {
+  // -MD -MP: the object's rule, then a rule of its own for each header.
+  auto deps = dt::parse_depfile("out/unit.o: src/unit.cpp /i/a\\ b.h \\\n /i/c$$d.h\n/i/a\\ b.h:\n/i/c$$d.h:\n");
+  ASSERT_TRUE(deps.ok());
+  EXPECT_EQ(*deps, (std::vector<std::string>{"src/unit.cpp", "/i/a b.h", "/i/c$d.h"}));
+  EXPECT_FALSE(dt::parse_depfile("src/unit.cpp\n").ok());
+}
