@@ -1959,6 +1959,9 @@ class Launcher {
     if (dry.status != 0) return std::nullopt;
     auto plan = nv::parse_dryrun(dry.err);
     if (!plan.ok()) return std::nullopt;
+    // With --threads, nvcc prints the steps in the order its threads reach
+    // them, which varies from run to run: the key takes them in one order.
+    std::sort(plan->preprocess.begin(), plan->preprocess.end());
     // The environment nvcc's tools get: this one, with nvcc's variables.
     std::map<std::string, std::string> vars;
     for (char** e = environ; *e != nullptr; ++e) {
