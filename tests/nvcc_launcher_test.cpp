@@ -1572,6 +1572,30 @@ TEST_F(NvccLauncherTest, AHostCompilerThatLeavesAProcessBehindNeverKeepsTheBuild
   EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(read("plain.o"))));
 }
 
+TEST_F(NvccLauncherTest, APathThatFindsTheSameProgramsSharesEntries) {
+  // PATH is keyed by what it finds: an empty directory added to it, or the
+  // directory of a link named nvcc to progcache (the masquerade), still hit;
+  // a PATH that finds another assembler does not.
+  const std::string args = "-arch=sm_90 -I inc -c k.cu -o k.o";
+  const std::string path = m_bin + ":/usr/local/bin:/usr/bin:/bin";
+  ASSERT_EQ(launch(args).code, 0);
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1);
+  fs::create_directories(m_tmp.sub("empty"));
+  fs::create_directories(m_tmp.sub("masq"));
+  fs::create_symlink(PROGCACHE_CLI_PATH, m_tmp.sub("masq/nvcc"));
+  for (const std::string& spelled : {path + ":" + m_tmp.sub("empty"), m_tmp.sub("masq") + ":" + path,
+                                     path + "::" + m_tmp.sub("empty") + "/"}) {
+    ASSERT_EQ(launch(args, "PATH=" + quote(spelled)).code, 0) << spelled;
+    EXPECT_EQ(nvcc_runs(), 0) << "PATH=" << spelled << " finds the same programs, yet compiled again";
+  }
+  fs::create_directories(m_tmp.sub("otheras"));
+  testing::write_all(m_tmp.sub("otheras/as"), "#!/bin/sh\nexec /usr/bin/as \"$@\"\n");
+  fs::permissions(m_tmp.sub("otheras/as"), fs::perms::owner_all);
+  ASSERT_EQ(launch(args, "PATH=" + quote(m_tmp.sub("otheras") + ":" + path)).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a PATH that finds another assembler was served";
+}
+
 TEST_F(NvccLauncherTest, AHostCompilerThatIsAScriptIsKeyedWithWhatItReads) {
   // A -ccbin wrapper that takes flags from the environment and runs the
   // compiler beside it (as Spack's and conda's wrappers do).

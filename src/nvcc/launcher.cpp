@@ -674,6 +674,30 @@ int dir_kind(const std::string& dir) {
 // such word is keyed under its own label, so no word written relative
 // reaches the same key as one relocated (the dependency file would spell
 // them differently).
+// PATH decides a compile only through the programs it finds (nvcc's
+// profile puts the toolkit's directories before it): keyed by what it finds
+// for each program nvcc and a host compiler run by name, so two spellings
+// that find the same programs share entries (an empty directory added, the
+// directory of a link named nvcc to progcache), and one that finds another
+// program does not. A host compiler that is a script is keyed with the
+// environment, PATH as written included (add_script_inputs).
+constexpr const char* k_path_programs[] = {"gcc",      "g++",  "cc",    "c++",       "clang",  "clang++",
+                                           "as",       "ld",   "cicc",  "cudafe++",  "ptxas",  "fatbinary",
+                                           "nvlink",   "bin2c", "nvprune", "cu++filt", "nvcc"};
+
+void add_path_programs(KeyBuilder& kb) {
+  kb.add_bool("path-set", std::getenv("PATH") != nullptr);
+  for (const char* name : k_path_programs) {
+    const auto found = find_program(name);
+    kb.add_string("path-program", name);
+    if (found) {
+      add_file_identity(kb, "path-finds", *found);
+    } else {
+      kb.add_string("path-finds", "(not found)");
+    }
+  }
+}
+
 Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables,
                  const Relocation* reloc = nullptr) {
   KeyBuilder kb(reloc != nullptr ? "nvcc-manifest-relocated" : "nvcc-manifest");
@@ -691,6 +715,10 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   add_file_identity(kb, "assembler", as ? *as : std::string("(not found) as"));
   for (const auto& v : variables) {
     const char* value = std::getenv(v.c_str());
+    if (v == "PATH") {
+      add_path_programs(kb);
+      continue;
+    }
     kb.add_string("variable", v).add_string("value", value != nullptr ? value : "").add_bool("set", value != nullptr);
   }
   // nvcc hands cudafe++ and cicc the source's resolved path (its real
