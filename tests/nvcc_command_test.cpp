@@ -329,6 +329,7 @@ TEST(NvccCommandTest, AStepNvccRunsWithItsOutputSentToFilesIsReadWithoutThem) {
   EXPECT_FALSE(parse_dryrun("#$ gcc -E t.cu -o t.ii > *.txt\n").ok());
   EXPECT_FALSE(parse_dryrun("#$ gcc -E -DX=2>f t.cu -o t.ii\n").ok());
   EXPECT_FALSE(parse_dryrun("#$ gcc -E t.cu -o t.ii >\n").ok());
+  EXPECT_FALSE(parse_dryrun("#$ gcc -E - -o t.ii < t.cu\n").ok()) << "its input from a file";
 }
 
 TEST(NvccCommandTest, DependencyFilesNameEveryPrerequisiteOnce) {

@@ -775,9 +775,9 @@ bool variable_name(std::string_view n) {
 
 namespace {
 
-// `line` less the redirections a shell would act on at its end ("> f",
-// "2>f", ">> f", "< f", each to one plain word); nullopt where what follows
-// the first unquoted '<' or '>' is anything else.
+// `line` less the redirections of output a shell would act on at its end
+// ("> f", "2>f", ">> f", each to one plain word); nullopt where what
+// follows the first unquoted '<' or '>' is anything else.
 std::optional<std::string_view> without_redirections(std::string_view line) {
   char quote = 0;
   std::size_t cut = std::string_view::npos;
@@ -802,10 +802,11 @@ std::optional<std::string_view> without_redirections(std::string_view line) {
   while (!rest.empty()) {
     std::size_t i = 0;
     while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i])) != 0) ++i;
-    if (i >= rest.size() || (rest[i] != '>' && rest[i] != '<')) return std::nullopt;
-    const bool out = rest[i] == '>';
+    // Output only: a step given its input from a file ("< f") is not one
+    // the launcher could run as nvcc does.
+    if (i >= rest.size() || rest[i] != '>') return std::nullopt;
     ++i;
-    if (out && i < rest.size() && rest[i] == '>') ++i;
+    if (i < rest.size() && rest[i] == '>') ++i;
     while (i < rest.size() && (rest[i] == ' ' || rest[i] == '\t')) ++i;
     const std::size_t start = i;
     while (i < rest.size() && std::string_view(" \t'\"\\$`<>|;&()*?[]{}~").find(rest[i]) == std::string_view::npos) ++i;
