@@ -1633,6 +1633,37 @@ TEST_F(NvccLauncherTest, AHostCompilerThatIsAScriptIsKeyedWithWhatItReads) {
   EXPECT_TRUE(as_plain("MYFLAGS="));
 }
 
+TEST_F(NvccLauncherTest, AHeaderMadeWhereAHostCompilerScriptSearchesIsCompiledAgain) {
+  // A wrapper that adds include directories of its own, searched before
+  // the command's -isystem: they are the user's, not the compiler's, and a
+  // header made there after a store is what gcc reads.
+  fs::create_directories(m_tmp.sub("work/extra"));
+  fs::create_directories(m_tmp.sub("work/quoted"));
+  fs::create_directories(m_tmp.sub("work/isys"));
+  write("isys/val.h", "#define VAL 1.0f\n");
+  write("k3.cu", "#include \"val.h\"\n#include <val2.h>\n__global__ void k(float* x) { x[0] = VAL + VAL2; }\n");
+  write("isys/val2.h", "#define VAL2 1.0f\n");
+  testing::write_all(m_tmp.sub("bin/addcc"), "#!/bin/sh\nexec /usr/bin/g++ \"$@\" -I" + m_tmp.sub("work/extra") +
+                                                 " -iquote " + m_tmp.sub("work/quoted") + "\n");
+  fs::permissions(m_tmp.sub("bin/addcc"), fs::perms::owner_all);
+  const std::string args = "-arch=sm_90 -ccbin " + quote(m_tmp.sub("bin/addcc")) + " -isystem isys -c k3.cu -o k3.o";
+  auto as_plain = [&] {
+    EXPECT_EQ(plain(args + " -o plain.o").code, 0);
+    return same(mask_temp_names(read("k3.o")), mask_temp_names(read("plain.o")));
+  };
+  ASSERT_EQ(launch(args).code, 0);
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "a wrapper that adds directories was not cached";
+  write("extra/val2.h", "#define VAL2 2.0f\n");
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "served around a header made in a directory the wrapper adds";
+  EXPECT_TRUE(as_plain());
+  write("quoted/val.h", "#define VAL 3.0f\n");
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 1) << "served around a header made in a directory the wrapper adds with -iquote";
+  EXPECT_TRUE(as_plain());
+}
+
 TEST_F(NvccLauncherTest, AnEmptyOrCutShortOutputIsNeverStored) {
   // An nvcc that exits 0 having written an empty output (as ptxas does on a
   // full disk): nothing is stored, and the next run compiles.

@@ -830,9 +830,18 @@ Ran run_child(const std::string& program, const std::vector<std::string>& args, 
 // again for the manifest record it adds (one run of the compiler less, 10
 // to 20 ms).
 struct HostCompiler {
-  std::vector<std::string> dirs;
+  std::vector<std::string> dirs;  // its <...> search, as it prints it
   std::string target;
   std::vector<std::string> versions;
+  // The directories whose headers are the compiler's own: `dirs`, but for
+  // a host compiler that is a script, those of the compiler it runs (asked
+  // without the script; none where it cannot be told), so that a directory
+  // the script adds is the user's, its places recorded (docs/nvcc.md,
+  // "Host compilers that are scripts").
+  std::vector<std::string> own;
+  // What a script adds to the search (its "..." and <...> directories that
+  // are not `own`): searched first, as far as the key can tell.
+  std::vector<std::string> added;
 };
 std::optional<HostCompiler> host_compiler_asked(const std::string& host);
 std::optional<HostCompiler> host_compiler(const std::string& host) {
@@ -850,6 +859,14 @@ std::optional<std::vector<std::string>> host_system_dirs(const std::string& host
   auto c = host_compiler(host);
   if (!c) return std::nullopt;
   return std::move(c->dirs);
+}
+std::vector<std::string> host_own_dirs(const std::string& host) {
+  auto c = host_compiler(host);
+  return c ? std::move(c->own) : std::vector<std::string>{};
+}
+std::vector<std::string> host_added_dirs(const std::string& host) {
+  auto c = host_compiler(host);
+  return c ? std::move(c->added) : std::vector<std::string>{};
 }
 
 // gcc reads a `specs` file, which can change any option it runs with, from
@@ -872,28 +889,65 @@ std::optional<std::string> specs_places(const std::string& host, std::vector<std
   return std::nullopt;
 }
 
+// The directories listed between `from` and `to` in a compiler's -v answer.
+std::vector<std::string> listed_dirs(const std::string& text, std::size_t from, std::size_t to) {
+  std::vector<std::string> out;
+  std::size_t pos = text.find('\n', from) + 1;
+  while (pos < to) {
+    const auto nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.starts_with("#include")) continue;
+    if (line.starts_with(" ")) line.erase(0, 1);
+    if (const auto note = line.find(" (framework directory)"); note != std::string::npos) line.resize(note);
+    if (!line.empty()) out.push_back(std::move(line));
+  }
+  return out;
+}
+
+bool is_script(const std::string& path);
+
+// The compiler a script's -v answer says it ran: gcc's COLLECT_GCC, or the
+// program of clang's quoted "-cc1" line; nullopt where it says neither.
+std::optional<std::string> compiler_behind(const std::string& text) {
+  for (std::size_t b = 0; b < text.size();) {
+    std::size_t e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    const std::string_view line = std::string_view(text).substr(b, e - b);
+    b = e + 1;
+    if (line.starts_with("COLLECT_GCC=")) return find_program(std::string(line.substr(12)));
+    if (line.starts_with(" \"/") && line.find("\" -cc1") != std::string_view::npos) {
+      return find_program(std::string(line.substr(2, line.find('"', 2) - 2)));
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<HostCompiler> host_compiler_asked(const std::string& host) {
   // A compiler that runs a minute to preprocess nothing is not asked again.
   constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
   const Ran ran = run_child(host, {host, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
   if (ran.status != 0) return std::nullopt;
   const std::string& text = ran.err;
+  const auto quoted = text.find("#include \"...\" search starts here:\n");
   const auto begin = text.find("#include <...> search starts here:\n");
   const auto end = text.find("End of search list.");
   if (begin == std::string::npos || end == std::string::npos || end < begin) return std::nullopt;
-  std::vector<std::string> out;
-  std::size_t pos = text.find('\n', begin) + 1;
-  while (pos < end) {
-    const auto nl = text.find('\n', pos);
-    std::string line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    if (line.starts_with(" ")) line.erase(0, 1);
-    if (const auto note = line.find(" (framework directory)"); note != std::string::npos) line.resize(note);
-    if (!line.empty()) out.push_back(std::move(line));
-  }
+  std::vector<std::string> out = listed_dirs(text, begin, end);
   if (out.empty()) return std::nullopt;
   HostCompiler c;
   c.dirs = std::move(out);
+  c.own = c.dirs;
+  if (is_script(host)) {
+    c.own.clear();
+    if (const auto behind = compiler_behind(text); behind && !is_script(*behind)) {
+      if (const auto real = host_compiler_asked(*behind)) c.own = real->dirs;
+    }
+    auto all = listed_dirs(text, quoted != std::string::npos && quoted < begin ? quoted : begin, end);
+    for (auto& d : all) {
+      if (std::find(c.own.begin(), c.own.end(), d) == c.own.end()) c.added.push_back(std::move(d));
+    }
+  }
   // "Target: x86_64-linux-gnu", "gcc version 12.2.0 (Debian ...)".
   for (std::size_t b = 0; b < text.size();) {
     std::size_t e = text.find('\n', b);
@@ -975,9 +1029,17 @@ void add_script_inputs(KeyBuilder& kb, const std::string& program) {
     // they are make's own, as above.
     if (line.starts_with("MAKEFLAGS=")) continue;
     kb.add_string("script-said", line);
-    if (!line.starts_with(" /")) continue;
-    const std::string named(line.substr(1, line.find(' ', 1) - 1));
-    if (executable_file(named)) add_file_identity(kb, "script-runs", named);
+    // The programs it runs: gcc's " /path/cc1plus ...", clang's quoted
+    // " \"/path/clang\" -cc1 ...", and the driver gcc names (COLLECT_GCC).
+    std::string named;
+    if (line.starts_with(" /")) {
+      named = line.substr(1, line.find(' ', 1) - 1);
+    } else if (line.starts_with(" \"/")) {
+      named = line.substr(2, line.find('"', 2) - 2);
+    } else if (line.starts_with("COLLECT_GCC=")) {
+      named = find_program(std::string(line.substr(12))).value_or("");
+    }
+    if (!named.empty() && executable_file(named)) add_file_identity(kb, "script-runs", named);
   }
 }
 
@@ -1003,9 +1065,11 @@ std::vector<std::string> toolkit_dirs(const std::string& bin, std::string_view s
 // twice: a file in it then counts as found at both places, which only adds
 // places that must stay absent.
 std::vector<std::string> search_chain(const nv::Command& cmd, const std::string& bin,
-                                      const std::vector<std::string>& system) {
-  std::vector<std::string> out = cmd.include_dirs;
+                                      const std::vector<std::string>& system, const std::vector<std::string>& added) {
+  // What a host compiler that is a script adds may come before any of it.
+  std::vector<std::string> out = added;
   auto append = [&out](const std::vector<std::string>& ds) { out.insert(out.end(), ds.begin(), ds.end()); };
+  append(cmd.include_dirs);
   append(toolkit_dirs(bin, "include"));
   append(env_dirs("CPATH"));
   append(cmd.system_dirs);
@@ -2049,9 +2113,9 @@ class Launcher {
     // A specs file changes the compile, not the text: none may be there.
     if (std::vector<std::string> no_specs; specs_places(hosts.front(), no_specs)) return std::nullopt;
     std::error_code ec;
-    const auto chain = search_chain(m_cmd, m_bin, *system);
-    auto generated =
-        generated_headers(chain, std::filesystem::temp_directory_path(ec).string(), trusted_roots(*system));
+    const auto chain = search_chain(m_cmd, m_bin, *system, host_added_dirs(hosts.front()));
+    auto generated = generated_headers(chain, std::filesystem::temp_directory_path(ec).string(),
+                                       trusted_roots(host_own_dirs(hosts.front())));
     if (!generated) return std::nullopt;
     for (const auto& [place, digest] : *generated) kb.add_string("generated-header", place).add_bytes("sha256", digest);
     // What was read must be what is there: nothing changed since `start`.
@@ -2148,7 +2212,7 @@ class Launcher {
     const auto hosts = host_compilers(m_cmd);
     auto system = host_system_dirs(hosts.front());
     if (!system) return std::string("the host compiler's include directories cannot be read");
-    std::vector<std::string> trusted = trusted_roots(*system);
+    std::vector<std::string> trusted = trusted_roots(host_own_dirs(hosts.front()));
     // The toolkit beside nvcc; through a wrapper, the one whose
     // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
     const bool device_link = m_cmd.mode == nv::Mode::device_link;
@@ -2174,7 +2238,7 @@ class Launcher {
     }
     nv::Command searched = m_cmd;
     if (device_link) searched.include_dirs.insert(searched.include_dirs.begin(), ".");
-    const auto chain = search_chain(searched, toolkit_bin, *system);
+    const auto chain = search_chain(searched, toolkit_bin, *system, host_added_dirs(hosts.front()));
     const auto tops = tops_of(chain);
     Places places(chain, deps, std::move(trusted));
     std::vector<std::string> no_specs;
@@ -2583,7 +2647,7 @@ class Launcher {
     for (const auto* list : {&m_cmd.include_dirs, &m_cmd.system_dirs}) {
       for (const auto& d : *list) named.insert(dt::normal(d));
     }
-    for (const auto& d : search_chain(m_cmd, m_bin, *system)) {
+    for (const auto& d : search_chain(m_cmd, m_bin, *system, host_added_dirs(host_compilers(m_cmd).front()))) {
       const std::string n = dt::normal(d);
       if (n.starts_with("/") && m_reloc->under(n) && named.count(n) == 0) {
         return "search directory '" + n + "' is under the base, and not one the command names";
