@@ -20,7 +20,7 @@ void write(const std::string& path, const std::string& text) { pt::write_all(pat
 
 std::vector<std::string> headers(const std::vector<std::string>& files, const std::vector<std::string>& dirs,
                                  bool precompiled = false) {
-  auto found = dt::include_places(files, {dirs, precompiled});
+  auto found = dt::include_places(files, {dirs, precompiled, {}});
   EXPECT_TRUE(found.ok());
   return found.ok() ? found->headers : std::vector<std::string>{};
 }
@@ -43,14 +43,16 @@ TEST(IncludePlacesTest, WhatGccFollowsAcrossASpliceOrACommentIsFound) {
             (std::vector<std::string>{t.path() + "/one.h", "/i/one.h", "/i/two.h", "/i/three.h", "/i/four.h"}));
 }
 
-TEST(IncludePlacesTest, ForGccEachPlaceHasItsPrecompiledHeaderPlace) {
+TEST(IncludePlacesTest, ForGccEachPlaceHasItsPrecompiledHeaderPlaceAndItsOwnFirstIncludeIsLookedFor) {
   pt::TempDir t;
   write(t.sub("a.cpp"), "#include <s.h>\n#include <s.h>\n");
-  auto found = dt::include_places({t.sub("a.cpp")}, {{"/i1", "/i2"}, true});
+  auto found = dt::include_places({t.sub("a.cpp")}, {{"/i1", "/i2"}, true, {"stdc-predef.h"}});
   ASSERT_TRUE(found.ok());
-  EXPECT_EQ(found->headers, (std::vector<std::string>{"/i1/s.h", "/i2/s.h"}));
-  EXPECT_EQ(found->precompiled, (std::vector<std::string>{"/i1/s.h.gch", "/i2/s.h.gch"}));
-  auto plain = dt::include_places({t.sub("a.cpp")}, {{"/i1"}, false});
+  EXPECT_EQ(found->headers,
+            (std::vector<std::string>{"/i1/stdc-predef.h", "/i2/stdc-predef.h", "/i1/s.h", "/i2/s.h"}));
+  EXPECT_EQ(found->precompiled, (std::vector<std::string>{"/i1/stdc-predef.h.gch", "/i2/stdc-predef.h.gch",
+                                                          "/i1/s.h.gch", "/i2/s.h.gch"}));
+  auto plain = dt::include_places({t.sub("a.cpp")}, {{"/i1"}, false, {}});
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(plain->precompiled.empty());
 }
@@ -58,10 +60,10 @@ TEST(IncludePlacesTest, ForGccEachPlaceHasItsPrecompiledHeaderPlace) {
 TEST(IncludePlacesTest, AnIncludeThroughAMacroIsNamedAndAFileThatCannotBeReadIsAnError) {
   pt::TempDir t;
   write(t.sub("a.cpp"), "int x;\n#include NAME(v)\n");
-  auto found = dt::include_places({t.sub("a.cpp")}, {{"/i"}, false});
+  auto found = dt::include_places({t.sub("a.cpp")}, {{"/i"}, false, {}});
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->computed, (std::vector<std::string>{t.sub("a.cpp") + ":2"}));
-  EXPECT_FALSE(dt::include_places({t.sub("gone.cpp")}, {{"/i"}, false}).ok());
+  EXPECT_FALSE(dt::include_places({t.sub("gone.cpp")}, {{"/i"}, false, {}}).ok());
 }
 
 TEST(DependencyFileTest, GccsRulesWithPhonyTargetsNameEachPrerequisiteOnce) {

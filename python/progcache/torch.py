@@ -54,7 +54,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 try:
     import torch  # type: ignore[import-not-found, unused-ignore]
@@ -567,7 +567,7 @@ def _plan(builder: Any) -> Optional[_Plan]:
         fields.append(("cpu", _cpu()))
     return _Plan(key=_core.typed_key("torch-cpp", fields), output=output, cwd=cwd, sources=sources,
                  search=includes + isystem + system_dirs, language=language, pending=pending, blind=blind,
-                 system=list(system_dirs))
+                 system=[d for d in system_dirs if os.path.normpath(d) not in _environment_dirs()])
 
 
 # What, in a file the preprocessor reads, writes a path or a time into its
@@ -593,7 +593,7 @@ def _path_blind(source: str, dirs: List[str]) -> bool:
         return False
     # With no directory to search, the only places are those beside the
     # source (quoted names) and absolute names.
-    found = _core.include_places([source], [], False)
+    found = _core.include_places([source], [], False, [])
     return found is not None and not found[0] and not found[1]
 
 
@@ -641,7 +641,9 @@ def _probes(files: List[str], search: List[str], blind: bool = False, own: Tuple
             return None
         if any(w in text for w in _TIME_WORDS) or (blind and b"__BASE_FILE__" in text):
             return None
-    found = _core.include_places(files, search, True)
+    # g++ includes stdc-predef.h before a translation unit's text, found as
+    # <stdc-predef.h> is: one made later in an -I directory is read first.
+    found = _core.include_places(files, search, True, ["stdc-predef.h"])
     if found is None:
         return None  # a file gone, or a place g++ cannot look at: its compile fails, nothing to key
     places, computed = found
@@ -650,6 +652,17 @@ def _probes(files: List[str], search: List[str], blind: bool = False, own: Tuple
     if any(present and p.endswith(".gch") and p not in own for p, present in places.items()):
         return None
     return places
+
+
+def _environment_dirs() -> Set[str]:
+    """The include directories the environment adds (CPATH and its kin):
+    g++ lists them among its own, but they are the user's."""
+    out: Set[str] = set()
+    for v in ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"):
+        value = os.environ.get(v)
+        if value is not None:
+            out.update(os.path.normpath(d or ".") for d in value.split(":"))
+    return out
 
 
 def _under_any(path: str, dirs: Tuple[str, ...]) -> bool:
@@ -819,8 +832,10 @@ def _store(plan: _Plan, depfile: Optional[str]) -> None:
     for p, d in plan.sources:
         if (os.path.exists(p) if d == "absent" else _digest(p) != d):
             return
-    probes = _probes([p for p, _ in plan.sources if p.endswith(_SOURCE_SUFFIXES) or os.path.exists(p + ".gch")]
-                     + [r[0] for r in records], plan.search, plan.blind,
+    # g++ runs in plan.cwd: relative names are looked up from there.
+    here = [p for p, _ in plan.sources if p.endswith(_SOURCE_SUFFIXES) or os.path.exists(p + ".gch")]
+    probes = _probes([p if os.path.isabs(p) else os.path.join(plan.cwd, p) for p in here] + [r[0] for r in records],
+                     [d if os.path.isabs(d) else os.path.join(plan.cwd, d) for d in plan.search], plan.blind,
                      tuple(p for p, _ in plan.sources if p.endswith(".gch")), tuple(plan.system)) if plan.language else {}
     if probes is None:
         return

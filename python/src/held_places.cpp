@@ -618,7 +618,7 @@ void bind_held_places(nb::module_& m) {
       "None where it cannot be looked at (no permission, a loop of links, a name too long).");
   m.def(
       "include_places",
-      [](nb::handle files, nb::handle dirs, bool precompiled) -> nb::object {
+      [](nb::handle files, nb::handle dirs, bool precompiled, nb::handle implicit) -> nb::object {
         auto strings = [](nb::handle list, const char* what) {
           if (!PyList_CheckExact(list.ptr())) throw nb::type_error(what);
           std::vector<std::string> out;
@@ -630,7 +630,8 @@ void bind_held_places(nb::module_& m) {
           return out;
         };
         progcache::detail::IncludeSearch search{strings(dirs, "include_places: the directories must be a list of str"),
-                                                precompiled};
+                                                precompiled,
+                                                strings(implicit, "include_places: the implicit names must be a list of str")};
         auto found =
             progcache::detail::include_places(strings(files, "include_places: the files must be a list of str"), search);
         if (!found.ok()) return nb::none();
@@ -649,11 +650,12 @@ void bind_held_places(nb::module_& m) {
         for (const auto& c : found->computed) computed.append(str(c));
         return nb::make_tuple(places, computed);
       },
-      nb::arg("files"), nb::arg("dirs"), nb::arg("precompiled"),
+      nb::arg("files"), nb::arg("dirs"), nb::arg("precompiled"), nb::arg("implicit"),
       "For every include operand of every file (the include lexer's: any #if branch, line splices and comments "
       "read as the preprocessor reads them), whether each place it could be found holds a header now: the "
       "including file's directory for a quoted name, then `dirs`; with `precompiled` (g++) also NAME.gch in each, "
-      "a directory of them included. Returns (places, computed), computed naming each include through a macro as "
+      "a directory of them included; and each of `implicit` (the compiler's own first include, g++'s stdc-predef.h) "
+      "in every one of `dirs`. Returns (places, computed), computed naming each include through a macro as "
       "FILE:LINE; None where a file cannot be read or a place cannot be looked at.");
   m.def(
       "parse_depfile",

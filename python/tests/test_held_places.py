@@ -127,12 +127,15 @@ def test_include_places_are_the_library_lexers_with_gccs_precompiled_places(tmp_
     inc.mkdir()
     (inc / "b.h").write_text("")
     (src / "a.cpp").write_text('#\\\ninclude "b.h"\n#include NAME(x)\n')
-    places, computed = _core.include_places([str(src / "a.cpp")], [str(inc)], True)
+    places, computed = _core.include_places([str(src / "a.cpp")], [str(inc)], True, [])
     assert places == {str(src / "b.h"): False, str(src / "b.h.gch"): False,
                       str(inc / "b.h"): True, str(inc / "b.h.gch"): False}
     assert computed == [str(src / "a.cpp") + ":3"]  # its physical line
-    assert str(src / "b.h.gch") not in _core.include_places([str(src / "a.cpp")], [str(inc)], False)[0]
-    assert _core.include_places([str(src / "gone.cpp")], [], True) is None
+    assert str(src / "b.h.gch") not in _core.include_places([str(src / "a.cpp")], [str(inc)], False, [])[0]
+    assert _core.include_places([str(src / "gone.cpp")], [], True, []) is None
+    # The compiler's own first include, looked for as <stdc-predef.h> is.
+    implicit = _core.include_places([], [str(inc)], True, ["stdc-predef.h"])[0]
+    assert implicit == {str(inc / "stdc-predef.h"): False, str(inc / "stdc-predef.h.gch"): False}
     assert _core.parse_depfile("o: a.cpp b\\ c.h \\\n d$$.h\nb\\ c.h:\n") == ["a.cpp", "b c.h", "d$.h"]
     assert _core.parse_depfile("no rule\n") is None
 

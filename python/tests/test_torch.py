@@ -502,6 +502,13 @@ def _oracle(tmp_path, includes):
         assert pt.enable()
 
 
+def _compiled_anew(tmp_path, includes):
+    """Whether the next build is compiled, not served, and equals a compile
+    without progcache."""
+    served_now, data = _build(tmp_path, includes)
+    return not served_now and data == _oracle(tmp_path, includes)
+
+
 @pytest.fixture
 def cpp_tree(tmp_path, monkeypatch):
     monkeypatch.setenv("PROGCACHE_DIR", str(tmp_path / "root"))
@@ -530,22 +537,18 @@ def test_a_cpp_build_is_served_only_while_every_header_and_search_place_holds(cp
     assert served_now and data == _oracle(tmp_path, includes)
     # An edited header: compiled again, and equal to a compile without progcache.
     (second / "value.h").write_text("#define VALUE 3\n")
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
     # A header created later where the compiler looks first.
     (first / "value.h").write_text("#define VALUE 4\n")
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
     # A header that __has_include asked for and did not find, created later.
     (second / "extra.h").write_text("#define EXTRA 5\n")
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
     assert _build(tmp_path, includes)[0]  # and now that is served
     # The source itself, edited at the same path.
     src = tmp_path / "src" / "unit.cpp"
     src.write_text(src.read_text().replace("VALUE + EXTRA", "VALUE * EXTRA"))
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
 
 
 def test_a_private_root_keeps_the_headers_digests_for_every_process_a_group_root_does_not(cpp_tree, monkeypatch):
@@ -625,8 +628,7 @@ def test_a_variable_the_linker_reads_is_keyed(cpp_tree, monkeypatch):
     assert _build(tmp_path, includes)[0] is False
     assert _build(tmp_path, includes)[0] is True
     monkeypatch.setenv("LD_RUN_PATH", "/opt/somewhere")
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
     assert b"/opt/somewhere" in data
 
 
@@ -644,8 +646,7 @@ def test_a_header_created_while_gcc_runs_is_never_stored_as_absent(cpp_tree, mon
     monkeypatch.setattr(cpp_builder, "run_compile_cmd", compile_then_create)
     assert _build(tmp_path, includes)[0] is False
     monkeypatch.setattr(cpp_builder, "run_compile_cmd", real)
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
 
 
 def test_a_directory_where_a_header_could_be_is_not_a_header(cpp_tree):
@@ -656,8 +657,7 @@ def test_a_directory_where_a_header_could_be_is_not_a_header(cpp_tree):
     assert _build(tmp_path, includes)[0] is True
     (first / "value.h").rmdir()
     (first / "value.h").write_text("#define VALUE 9\n")
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
 
 
 def test_a_dangling_link_where_a_header_could_be_is_not_a_header(cpp_tree):
@@ -667,8 +667,7 @@ def test_a_dangling_link_where_a_header_could_be_is_not_a_header(cpp_tree):
     assert _build(tmp_path, includes)[0] is False
     assert _build(tmp_path, includes)[0] is True
     (tmp_path / "later.h").write_text("#define EXTRA 5\n")  # the link now leads to a header
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
 
 
 def _preprocess(tmp_path, name, text, includes):
@@ -769,11 +768,9 @@ def test_an_include_spelled_across_a_line_splice_is_followed_as_gcc_follows_it(c
     assert _build(tmp_path, includes)[0] is False
     assert _build(tmp_path, includes)[0] is True
     (first / "value.h").write_text("#define VALUE 4\n")
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
     (first / "other.h").write_text("#define OTHER 20\n")
-    served_now, data = _build(tmp_path, includes)
-    assert not served_now and data == _oracle(tmp_path, includes)
+    assert _compiled_anew(tmp_path, includes)
 
 
 def test_an_include_through_a_macro_is_never_stored(cpp_tree):
@@ -787,3 +784,20 @@ def test_an_include_through_a_macro_is_never_stored(cpp_tree):
     assert _build(tmp_path, includes)[0] is False
     assert _build(tmp_path, includes)[0] is False
     assert pt.stats()["cpp_stored"] == before
+
+
+def test_a_predefines_header_made_where_gcc_looks_for_it_is_never_served_around(cpp_tree):
+    # g++ includes <stdc-predef.h> before the source's own text, found as an
+    # angled include is: one made later in an -I directory is read instead.
+    tmp_path, includes = cpp_tree
+    first, _ = includes
+    (tmp_path / "src" / "unit.cpp").write_text(
+        '#ifndef PRE\n#define PRE 0\n#endif\nextern "C" int value() { return PRE; }\n')
+    assert _build(tmp_path, includes)[0] is False
+    served_now, before = _build(tmp_path, includes)
+    assert served_now
+    (first / "stdc-predef.h").write_text("#define PRE 7\n")
+    oracle = _oracle(tmp_path, includes)
+    assert oracle != before, "g++ did not read the header: the test proves nothing"
+    served_now, data = _build(tmp_path, includes)
+    assert not served_now and data == oracle

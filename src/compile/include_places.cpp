@@ -16,6 +16,9 @@ Result<IncludePlaces> include_places(const std::vector<std::string>& files, cons
     if (search.precompiled) out.precompiled.push_back(place + ".gch");
     out.headers.push_back(std::move(place));
   };
+  for (const auto& name : search.implicit) {
+    for (const auto& dir : search.dirs) add(join(dir, name));
+  }
   for (const auto& file : files) {
     auto text = read_regular(file);
     if (!text.ok()) return text.status();

@@ -21,6 +21,9 @@ struct IncludeSearch {
   // one instead of the header, a directory of them included (gcc's manual,
   // "Using Precompiled Headers"). -MD lists neither.
   bool precompiled = false;
+  // Headers the compiler includes before the first file's own text, looked
+  // for as <NAME> (gcc's stdc-predef.h, which -MD lists where it is found).
+  std::vector<std::string> implicit;
 };
 
 struct IncludePlaces {
