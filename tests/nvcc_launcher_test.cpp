@@ -1071,8 +1071,8 @@ TEST_F(NvccLauncherTextTest, WithThreadsACommentEditIsStillServedByTheText) {
   // (a real project's Makefile passes --threads=0): the text is still read.
   for (const std::string threads : {"--threads 2", "--threads=0", "-t 2"}) {
     write("inc/params.h", "// one " + threads + "\n#define SCALE 2.0f\n");
-    const std::string args = "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 " + threads +
-                             " -I inc -c k.cu -o k.o";
+    const std::string args =
+        "-gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 " + threads + " -I inc -c k.cu -o k.o";
     ASSERT_TRUE(stored(args)) << threads;
     write("inc/params.h", "// two, another comment " + threads + "\n#define SCALE 2.0f\n");
     const std::uint64_t misses = counter("misses");
@@ -1584,8 +1584,8 @@ TEST_F(NvccLauncherTest, APathThatFindsTheSameProgramsSharesEntries) {
   fs::create_directories(m_tmp.sub("empty"));
   fs::create_directories(m_tmp.sub("masq"));
   fs::create_symlink(PROGCACHE_CLI_PATH, m_tmp.sub("masq/nvcc"));
-  for (const std::string& spelled : {path + ":" + m_tmp.sub("empty"), m_tmp.sub("masq") + ":" + path,
-                                     path + "::" + m_tmp.sub("empty") + "/"}) {
+  for (const std::string& spelled :
+       {path + ":" + m_tmp.sub("empty"), m_tmp.sub("masq") + ":" + path, path + "::" + m_tmp.sub("empty") + "/"}) {
     ASSERT_EQ(launch(args, "PATH=" + quote(spelled)).code, 0) << spelled;
     EXPECT_EQ(nvcc_runs(), 0) << "PATH=" << spelled << " finds the same programs, yet compiled again";
   }
@@ -1643,8 +1643,7 @@ TEST_F(NvccLauncherTest, AHeaderMadeWhereAHostCompilerScriptSearchesIsCompiledAg
   write("isys/val.h", "#define VAL 1.0f\n");
   write("k3.cu", "#include \"val.h\"\n#include <val2.h>\n__global__ void k(float* x) { x[0] = VAL + VAL2; }\n");
   write("isys/val2.h", "#define VAL2 1.0f\n");
-  testing::write_all(m_tmp.sub("bin/addcc"), "#!/bin/sh\nexec /usr/bin/g++ \"$@\" -I" + m_tmp.sub("work/extra") +
-                                                 " -iquote " + m_tmp.sub("work/quoted") + "\n");
+  testing::write_all(m_tmp.sub("bin/addcc"), "#!/bin/sh\nexec /usr/bin/g++ \"$@\" -I" + m_tmp.sub("work/extra") + "\n");
   fs::permissions(m_tmp.sub("bin/addcc"), fs::perms::owner_all);
   const std::string args = "-arch=sm_90 -ccbin " + quote(m_tmp.sub("bin/addcc")) + " -isystem isys -c k3.cu -o k3.o";
   auto as_plain = [&] {
@@ -1658,10 +1657,31 @@ TEST_F(NvccLauncherTest, AHeaderMadeWhereAHostCompilerScriptSearchesIsCompiledAg
   ASSERT_EQ(launch(args).code, 0);
   EXPECT_EQ(nvcc_runs(), 1) << "served around a header made in a directory the wrapper adds";
   EXPECT_TRUE(as_plain());
+  // -iquote directories are searched for quoted names alone, which the
+  // record cannot tell apart: compiled every time, as plain nvcc compiles.
+  testing::write_all(m_tmp.sub("bin/addcc"),
+                     "#!/bin/sh\nexec /usr/bin/g++ \"$@\" -iquote " + m_tmp.sub("work/quoted") + "\n");
+  ASSERT_EQ(launch(args).code, 0);
+  ASSERT_EQ(launch(args).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "a result of a wrapper that adds -iquote directories was stored";
   write("quoted/val.h", "#define VAL 3.0f\n");
   ASSERT_EQ(launch(args).code, 0);
-  EXPECT_EQ(nvcc_runs(), 1) << "served around a header made in a directory the wrapper adds with -iquote";
   EXPECT_TRUE(as_plain());
+}
+
+TEST_F(NvccLauncherTest, DirectoriesCpathAddsAreTheUsersThoughTheHostCompilerListsThem) {
+  // gcc lists CPATH's directories among its own: they are still the
+  // user's, so an include through a macro in one of their headers, which
+  // names no place to watch, keeps the result from being stored.
+  fs::create_directories(m_tmp.sub("work/cp"));
+  write("cp/a.h", "#define S(x) #x\n#include S(b.h)\n");
+  write("cp/b.h", "#define VAL 1.0f\n");
+  write("k4.cu", "#include <a.h>\n__global__ void k(float* x) { x[0] = VAL; }\n");
+  const std::string args = "-arch=sm_90 -c k4.cu -o k4.o";
+  const std::string env = "CPATH=" + quote(m_tmp.sub("work/cp"));
+  ASSERT_EQ(launch(args, env).code, 0);
+  ASSERT_EQ(launch(args, env).code, 0);
+  EXPECT_EQ(nvcc_runs(), 2) << "stored a result whose CPATH header includes through a macro";
 }
 
 TEST_F(NvccLauncherTest, AnEmptyOrCutShortOutputIsNeverStored) {

@@ -681,9 +681,9 @@ int dir_kind(const std::string& dir) {
 // directory of a link named nvcc to progcache), and one that finds another
 // program does not. A host compiler that is a script is keyed with the
 // environment, PATH as written included (add_script_inputs).
-constexpr const char* k_path_programs[] = {"gcc",      "g++",  "cc",    "c++",       "clang",  "clang++",
-                                           "as",       "ld",   "cicc",  "cudafe++",  "ptxas",  "fatbinary",
-                                           "nvlink",   "bin2c", "nvprune", "cu++filt", "nvcc"};
+constexpr const char* k_path_programs[] = {"gcc",    "g++",   "cc",      "c++",      "clang", "clang++",
+                                           "as",     "ld",    "cicc",    "cudafe++", "ptxas", "fatbinary",
+                                           "nvlink", "bin2c", "nvprune", "cu++filt", "nvcc"};
 
 void add_path_programs(KeyBuilder& kb) {
   kb.add_bool("path-set", std::getenv("PATH") != nullptr);
@@ -839,9 +839,10 @@ struct HostCompiler {
   // the script adds is the user's, its places recorded (docs/nvcc.md,
   // "Host compilers that are scripts").
   std::vector<std::string> own;
-  // What a script adds to the search (its "..." and <...> directories that
-  // are not `own`): searched first, as far as the key can tell.
+  // What a script adds to the search (its <...> directories that are not
+  // `own`): searched first, as far as the key can tell.
   std::vector<std::string> added;
+  bool adds_quoted = false;  // a script whose answer lists "..." directories (-iquote)
 };
 std::optional<HostCompiler> host_compiler_asked(const std::string& host);
 std::optional<HostCompiler> host_compiler(const std::string& host) {
@@ -867,6 +868,10 @@ std::vector<std::string> host_own_dirs(const std::string& host) {
 std::vector<std::string> host_added_dirs(const std::string& host) {
   auto c = host_compiler(host);
   return c ? std::move(c->added) : std::vector<std::string>{};
+}
+bool host_adds_quoted_dirs(const std::string& host) {
+  auto c = host_compiler(host);
+  return c && c->adds_quoted;
 }
 
 // gcc reads a `specs` file, which can change any option it runs with, from
@@ -943,10 +948,13 @@ std::optional<HostCompiler> host_compiler_asked(const std::string& host) {
     if (const auto behind = compiler_behind(text); behind && !is_script(*behind)) {
       if (const auto real = host_compiler_asked(*behind)) c.own = real->dirs;
     }
-    auto all = listed_dirs(text, quoted != std::string::npos && quoted < begin ? quoted : begin, end);
-    for (auto& d : all) {
-      if (std::find(c.own.begin(), c.own.end(), d) == c.own.end()) c.added.push_back(std::move(d));
+    for (auto& d : c.dirs) {
+      if (std::find(c.own.begin(), c.own.end(), d) == c.own.end()) c.added.push_back(d);
     }
+    // Its "..." list (-iquote) is searched for quoted names alone, which
+    // the record's one search order cannot tell apart: such a result is
+    // not stored.
+    if (quoted != std::string::npos && quoted < begin) c.adds_quoted = !listed_dirs(text, quoted, begin).empty();
   }
   // "Target: x86_64-linux-gnu", "gcc version 12.2.0 (Debian ...)".
   for (std::size_t b = 0; b < text.size();) {
@@ -995,9 +1003,9 @@ bool is_script(const std::string& path) {
 }
 
 bool shell_own_variable(std::string_view name) {
-  static constexpr std::string_view k_own[] = {"_",        "SHLVL",       "PWD", "OLDPWD",       "MAKEFLAGS",
-                                               "MFLAGS",   "MAKELEVEL",   "MAKEOVERRIDES", "MAKE_TERMOUT",
-                                               "MAKE_TERMERR", "GNUMAKEFLAGS"};
+  static constexpr std::string_view k_own[] = {
+      "_",         "SHLVL",         "PWD",          "OLDPWD",       "MAKEFLAGS",   "MFLAGS",
+      "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "GNUMAKEFLAGS"};
   return name.starts_with("PROGCACHE_") || std::find(std::begin(k_own), std::end(k_own), name) != std::end(k_own);
 }
 
@@ -2212,6 +2220,9 @@ class Launcher {
     const auto hosts = host_compilers(m_cmd);
     auto system = host_system_dirs(hosts.front());
     if (!system) return std::string("the host compiler's include directories cannot be read");
+    if (host_adds_quoted_dirs(hosts.front())) {
+      return std::string("the host compiler, a script, adds directories searched for quoted includes alone (-iquote)");
+    }
     std::vector<std::string> trusted = trusted_roots(host_own_dirs(hosts.front()));
     // The toolkit beside nvcc; through a wrapper, the one whose
     // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
@@ -2406,7 +2417,15 @@ class Launcher {
     if (m_toolkit_nvcc && !toolkit_dirs(m_bin, "include").empty()) {
       out.push_back(dt::real_or_normal(dt::parent_of(m_bin)));
     }
-    for (const auto& d : system) out.push_back(dt::real_or_normal(d));
+    // The host compiler lists the directories CPATH and its kin add among
+    // its own (it is asked in this environment): they are the user's.
+    std::set<std::string> user;
+    for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
+      for (const auto& d : env_dirs(v)) user.insert(dt::real_or_normal(d));
+    }
+    for (const auto& d : system) {
+      if (auto r = dt::real_or_normal(d); user.count(r) == 0) out.push_back(std::move(r));
+    }
     return out;
   }
 
