@@ -566,7 +566,8 @@ def _plan(builder: Any) -> Optional[_Plan]:
     if native:
         fields.append(("cpu", _cpu()))
     return _Plan(key=_core.typed_key("torch-cpp", fields), output=output, cwd=cwd, sources=sources,
-                 search=includes + isystem + system_dirs, language=language, pending=pending, blind=blind,
+                 search=includes + isystem + system_dirs + _environment_dir_list(), language=language,
+                 pending=pending, blind=blind,
                  system=[d for d in system_dirs if os.path.normpath(d) not in _environment_dirs()])
 
 
@@ -654,15 +655,22 @@ def _probes(files: List[str], search: List[str], blind: bool = False, own: Tuple
     return places
 
 
-def _environment_dirs() -> Set[str]:
-    """The include directories the environment adds (CPATH and its kin):
-    g++ lists them among its own, but they are the user's."""
-    out: Set[str] = set()
+def _environment_dir_list() -> List[str]:
+    """The include directories the environment adds (CPATH and its kin), as
+    g++ reads them: g++ lists them among its own only where they exist, and
+    one made later is searched."""
+    out: List[str] = []
     for v in ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"):
         value = os.environ.get(v)
         if value is not None:
-            out.update(os.path.normpath(d or ".") for d in value.split(":"))
+            out.extend(d or "." for d in value.split(":"))
     return out
+
+
+def _environment_dirs() -> Set[str]:
+    """The same, normalised: g++ lists them among its own directories, but
+    they are the user's."""
+    return {os.path.normpath(d) for d in _environment_dir_list()}
 
 
 def _under_any(path: str, dirs: Tuple[str, ...]) -> bool:

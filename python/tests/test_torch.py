@@ -801,3 +801,16 @@ def test_a_predefines_header_made_where_gcc_looks_for_it_is_never_served_around(
     assert oracle != before, "g++ did not read the header: the test proves nothing"
     served_now, data = _build(tmp_path, includes)
     assert not served_now and data == oracle
+
+
+def test_a_header_made_in_a_cpath_directory_made_after_the_store_is_compiled(cpp_tree, monkeypatch):
+    # g++ lists CPATH's directories only where they exist: one made after a
+    # store, holding a header g++ now reads first, is still watched.
+    tmp_path, includes = cpp_tree
+    later = tmp_path / "later"
+    monkeypatch.setenv("CPATH", str(later))
+    assert _build(tmp_path, includes)[0] is False
+    assert _build(tmp_path, includes)[0] is True
+    later.mkdir()
+    (later / "extra.h").write_text("#define EXTRA 40\n")  # what __has_include(<extra.h>) now finds
+    assert _compiled_anew(tmp_path, includes)
