@@ -16,7 +16,9 @@ namespace pt = progcache::testing;
 
 namespace {
 
-void write(const std::string& path, const std::string& text) { pt::write_all(path, text); }
+void write(const std::string& path, const std::string& text) {
+  pt::write_all(path, text);
+}
 
 std::vector<std::string> headers(const std::vector<std::string>& files, const std::vector<std::string>& dirs,
                                  bool precompiled = false) {
@@ -48,10 +50,9 @@ TEST(IncludePlacesTest, ForGccEachPlaceHasItsPrecompiledHeaderPlaceAndItsOwnFirs
   write(t.sub("a.cpp"), "#include <s.h>\n#include <s.h>\n");
   auto found = dt::include_places({t.sub("a.cpp")}, {{"/i1", "/i2"}, true, {"stdc-predef.h"}});
   ASSERT_TRUE(found.ok());
-  EXPECT_EQ(found->headers,
-            (std::vector<std::string>{"/i1/stdc-predef.h", "/i2/stdc-predef.h", "/i1/s.h", "/i2/s.h"}));
-  EXPECT_EQ(found->precompiled, (std::vector<std::string>{"/i1/stdc-predef.h.gch", "/i2/stdc-predef.h.gch",
-                                                          "/i1/s.h.gch", "/i2/s.h.gch"}));
+  EXPECT_EQ(found->headers, (std::vector<std::string>{"/i1/stdc-predef.h", "/i2/stdc-predef.h", "/i1/s.h", "/i2/s.h"}));
+  EXPECT_EQ(found->precompiled,
+            (std::vector<std::string>{"/i1/stdc-predef.h.gch", "/i2/stdc-predef.h.gch", "/i1/s.h.gch", "/i2/s.h.gch"}));
   auto plain = dt::include_places({t.sub("a.cpp")}, {{"/i1"}, false, {}});
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(plain->precompiled.empty());

@@ -629,11 +629,11 @@ void bind_held_places(nb::module_& m) {
           }
           return out;
         };
-        progcache::detail::IncludeSearch search{strings(dirs, "include_places: the directories must be a list of str"),
-                                                precompiled,
-                                                strings(implicit, "include_places: the implicit names must be a list of str")};
-        auto found =
-            progcache::detail::include_places(strings(files, "include_places: the files must be a list of str"), search);
+        progcache::detail::IncludeSearch search{
+            strings(dirs, "include_places: the directories must be a list of str"), precompiled,
+            strings(implicit, "include_places: the implicit names must be a list of str")};
+        auto found = progcache::detail::include_places(
+            strings(files, "include_places: the files must be a list of str"), search);
         if (!found.ok()) return nb::none();
         auto str = [](const std::string& path) {
           return nb::steal(PyUnicode_DecodeFSDefaultAndSize(path.data(), static_cast<Py_ssize_t>(path.size())));

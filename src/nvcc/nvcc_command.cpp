@@ -784,8 +784,10 @@ std::optional<std::string_view> without_redirections(std::string_view line) {
   for (std::size_t i = 0; i < line.size() && cut == std::string_view::npos; ++i) {
     const char c = line[i];
     if (quote != 0) {
-      if (c == quote) quote = 0;
-      else if (c == '\\' && quote == '"') ++i;
+      if (c == quote)
+        quote = 0;
+      else if (c == '\\' && quote == '"')
+        ++i;
     } else if (c == '\\') {
       ++i;
     } else if (c == '\'' || c == '"') {
@@ -848,7 +850,8 @@ Result<DryRun> parse_dryrun(std::string_view text) {
     // With --threads, nvcc runs each step with its output sent to files
     // of its own ("> f 2>g"): the launcher captures a step's output itself.
     const auto command = without_redirections(line);
-    if (!command) return invalid_argument("a preprocessing step of nvcc --dryrun cannot be split: " + std::string(line));
+    if (!command)
+      return invalid_argument("a preprocessing step of nvcc --dryrun cannot be split: " + std::string(line));
     line = *command;
     auto words = shell_words(line);
     if (!words || words->empty()) {
