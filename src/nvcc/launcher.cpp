@@ -894,6 +894,34 @@ std::optional<std::string> specs_places(const std::string& host, std::vector<std
   return std::nullopt;
 }
 
+// What `host -E -x c++ -v /dev/null` says (on stderr), asked once per
+// process: the key of a script host compiler and the search directories
+// both read it, and a relocated key reads it again.
+const Ran& verbose_answer(const std::string& host) {
+  static std::mutex mu;
+  static std::map<std::string, Ran> known;
+  {
+    const std::lock_guard lock(mu);
+    if (const auto it = known.find(host); it != known.end()) return it->second;
+  }
+  // A compiler that runs a minute to preprocess nothing is not asked again.
+  constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
+  Ran ran = run_child(host, {host, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
+  const std::lock_guard lock(mu);
+  return known.try_emplace(host, std::move(ran)).first->second;
+}
+
+// The program a line of a -v answer names as one the compiler runs: gcc's
+// " /path/cc1plus ...", clang's quoted " \"/path/clang\" -cc1 ...", and
+// the driver gcc names as COLLECT_GCC (found as the shell finds it); ""
+// for any other line.
+std::string program_named(std::string_view line) {
+  if (line.starts_with(" /")) return std::string(line.substr(1, line.find(' ', 1) - 1));
+  if (line.starts_with(" \"/")) return std::string(line.substr(2, line.find('"', 2) - 2));
+  if (line.starts_with("COLLECT_GCC=")) return find_program(std::string(line.substr(12))).value_or("");
+  return "";
+}
+
 // The directories listed between `from` and `to` in a compiler's -v answer.
 std::vector<std::string> listed_dirs(const std::string& text, std::size_t from, std::size_t to) {
   std::vector<std::string> out;
@@ -920,18 +948,17 @@ std::optional<std::string> compiler_behind(const std::string& text) {
     if (e == std::string::npos) e = text.size();
     const std::string_view line = std::string_view(text).substr(b, e - b);
     b = e + 1;
-    if (line.starts_with("COLLECT_GCC=")) return find_program(std::string(line.substr(12)));
-    if (line.starts_with(" \"/") && line.find("\" -cc1") != std::string_view::npos) {
-      return find_program(std::string(line.substr(2, line.find('"', 2) - 2)));
+    if (line.starts_with("COLLECT_GCC=") ||
+        (line.starts_with(" \"/") && line.find("\" -cc1") != std::string_view::npos)) {
+      if (auto named = program_named(line); !named.empty()) return named;
+      return std::nullopt;
     }
   }
   return std::nullopt;
 }
 
 std::optional<HostCompiler> host_compiler_asked(const std::string& host) {
-  // A compiler that runs a minute to preprocess nothing is not asked again.
-  constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
-  const Ran ran = run_child(host, {host, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
+  const Ran& ran = verbose_answer(host);
   if (ran.status != 0) return std::nullopt;
   const std::string& text = ran.err;
   const auto quoted = text.find("#include \"...\" search starts here:\n");
@@ -1025,8 +1052,7 @@ void add_script_inputs(KeyBuilder& kb, const std::string& program) {
     interpreter.remove_prefix(std::min(interpreter.find_first_not_of(" \t"), interpreter.size()));
     add_file_identity(kb, "script-interpreter", std::string(interpreter.substr(0, interpreter.find_first_of(" \t"))));
   }
-  constexpr std::int64_t k_probe_timeout_ns = 60'000'000'000;
-  const Ran said = run_child(program, {program, "-E", "-x", "c++", "-v", "/dev/null"}, false, true, k_probe_timeout_ns);
+  const Ran& said = verbose_answer(program);
   kb.add_int("script-status", said.status);
   for (std::size_t b = 0; b < said.err.size();) {
     std::size_t e = said.err.find('\n', b);
@@ -1037,17 +1063,9 @@ void add_script_inputs(KeyBuilder& kb, const std::string& program) {
     // they are make's own, as above.
     if (line.starts_with("MAKEFLAGS=")) continue;
     kb.add_string("script-said", line);
-    // The programs it runs: gcc's " /path/cc1plus ...", clang's quoted
-    // " \"/path/clang\" -cc1 ...", and the driver gcc names (COLLECT_GCC).
-    std::string named;
-    if (line.starts_with(" /")) {
-      named = line.substr(1, line.find(' ', 1) - 1);
-    } else if (line.starts_with(" \"/")) {
-      named = line.substr(2, line.find('"', 2) - 2);
-    } else if (line.starts_with("COLLECT_GCC=")) {
-      named = find_program(std::string(line.substr(12))).value_or("");
+    if (const auto named = program_named(line); !named.empty() && executable_file(named)) {
+      add_file_identity(kb, "script-runs", named);
     }
-    if (!named.empty() && executable_file(named)) add_file_identity(kb, "script-runs", named);
   }
 }
 
