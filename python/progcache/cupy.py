@@ -1,0 +1,304 @@
+"""progcache for CuPy: a backend for CuPy's kernel cache (PyPI
+``cupy-cuda13x`` / ``cupy-cuda12x`` 14.x, whose experimental
+``cupy.cuda._compiler_cache.KernelCacheBackend`` it implements), turned on
+with one variable::
+
+    PROGCACHE_CUPY=1
+
+or in code, ``progcache.cupy.enable()`` (``disable()`` gives CuPy its own
+backend back). ``RawKernel``, ``RawModule``, ``ElementwiseKernel`` and every
+CuPy kernel compiled through NVRTC keep going through CuPy's compiler; what
+changes is where the cubin (or LTO-IR, with its name-expression header) lives
+and what decides its key (docs/cupy.md):
+
+- Each kernel is one progcache entry in ``<progcache root>/cupy``: published
+  atomically, checksummed, signed when signing is on, counted under the
+  root's byte cap, on every tier (memory, disk, remote).
+- The key is CuPy's own (source, options, architecture, NVRTC version, its
+  headers' checksum) plus what it leaves out: every header the compile could
+  read, found by progcache's NVRTC rule (docs/compile.md: each ``#include``
+  of the source and of every file found, each place searched, absent places
+  too), and the device runtime library linked for ``-rdc``. A header edited
+  after a store is a miss, never a stale cubin.
+- Processes that miss the same kernel at once compile it once: the first
+  compiles, the others wait on a lock under the store and are served.
+- A compile progcache cannot key (jitify, whose headers CuPy collects
+  itself; a computed include it cannot follow) goes to CuPy's own disk
+  cache, as without progcache, and is counted.
+- Any failure of the cache is a miss, and CuPy compiles as without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from typing import Any, Dict, Optional, Union
+
+try:
+    import cupy  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from cupy.cuda import compiler as _cc  # type: ignore[import-untyped, import-not-found, unused-ignore]
+except ImportError as _e:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError("progcache.cupy needs CuPy (PyPI 'cupy-cuda13x' or 'cupy-cuda12x', 14.x). "
+                      f"Importing it failed: {_e}") from None
+
+from . import _core, _integration
+
+# Bump when the entry's layout or metadata changes: older entries then miss.
+_SCHEMA = 1
+_MEMORY_BYTES = 64 << 20
+LOCK_TIMEOUT_S = 600.0
+SUPPORTED = "cupy 14.x (from 14.2)"
+# The directory a source's quoted includes are looked for in: CuPy compiles
+# each source from a new, empty temporary directory, so none is found there.
+# progcache keys them against this empty directory of its own.
+_EMPTY_DIR = "cupy-src"
+
+_why_not = ""
+_Base: Any = object
+try:
+    from cupy.cuda import _compiler_cache as _ccache  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    _Base = _ccache.KernelCacheBackend
+    for _n in ("_set_kernel_cache_backend", "_compile_with_cache_cuda", "_is_cudadevrt_needed",
+               "_get_cudadevrt_path"):
+        if not callable(getattr(_cc, _n, None)):
+            _why_not = f"cupy.cuda.compiler.{_n} is missing"
+    if not _why_not and not hasattr(_cc, "_kernel_cache_backend"):
+        _why_not = "cupy.cuda.compiler._kernel_cache_backend is missing"
+except Exception as _e2:
+    _why_not = f"cupy.cuda._compiler_cache.KernelCacheBackend is missing ({_e2})"
+
+
+class _CupyStore(_integration.StoreState):
+    pass
+
+
+_STORE = _CupyStore("cupy", _MEMORY_BYTES)
+_local = threading.local()  # .call: the compile this thread is in (source, options, arch, flags)
+_counts_lock = threading.Lock()
+_counts = {"to_cupy": 0, "key_errors": 0}
+_enable_lock = threading.Lock()
+_enabled = False
+_saved: Dict[str, Any] = {}
+
+
+def _count(name: str) -> None:
+    with _counts_lock:
+        _counts[name] += 1
+
+
+def reset() -> None:
+    """Forgets the resolved configuration and closes the store; the next
+    lookup resolves and opens it again."""
+    _STORE.reset()
+    with _counts_lock:
+        for k in _counts:
+            _counts[k] = 0
+
+
+def stats() -> Dict[str, Union[int, float, None]]:
+    """The store's counters plus ``errors`` (failures turned into misses),
+    ``to_cupy`` (lookups and stores left to CuPy's own disk cache: a compile
+    progcache cannot key) and ``key_errors`` (of those, the ones whose key
+    could not be made)."""
+    out = _STORE.stats()
+    with _counts_lock:
+        out.update(_counts)
+    return out
+
+
+# ------------------------------------------------------------ the key
+
+_devrt_memo: Dict[str, tuple] = {}
+
+
+def _file_digest(path: str) -> str:
+    """SHA-256 of a file, remembered while its stat identity holds."""
+    st = os.stat(path)
+    ident = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+    had = _devrt_memo.get(path)
+    if had is not None and had[0] == ident:
+        return had[1]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    _devrt_memo[path] = (ident, h.hexdigest())
+    return h.hexdigest()
+
+
+def _key(name: str, call: tuple, st: _integration.State) -> Optional[bytes]:
+    """progcache's key for CuPy's kernel ``name`` compiled by ``call``; None
+    where progcache cannot key it (the compile goes to CuPy's own cache)."""
+    source, options, arch, jitify, to_ltoir, backend = call
+    if jitify or backend != "nvrtc" or not isinstance(source, str):
+        return None
+    opts = [str(o) for o in options]
+    extra = hashlib.sha256()
+    extra.update(f"progcache.cupy {_SCHEMA}\0cupy {cupy.__version__}\0{name}\0".encode())
+    if _cc._is_cudadevrt_needed(tuple(opts)) and not to_ltoir:
+        devrt = _cc._get_cudadevrt_path()
+        extra.update(f"cudadevrt {devrt} {_file_digest(devrt)}\0".encode())
+    empty = os.path.join(st.root, _EMPTY_DIR)
+    if not os.path.isdir(empty):
+        os.makedirs(empty, mode=0o700, exist_ok=True)
+    target = "ltoir" if to_ltoir else "cubin"
+    arch_opt = [f"-arch={'compute' if to_ltoir else 'sm'}_{arch}"] if arch else []
+    if to_ltoir:
+        arch_opt.append("-dlto")
+    return _core.program_key(source.encode("utf-8"), "c++", target, opts + arch_opt, [],
+                             os.path.join(empty, name + ".cu"), extra.digest(), [], False,
+                             st.cfg["dir"] if st.cfg is not None else st.root)
+
+
+def _our_key(name: str) -> Optional[bytes]:
+    """The key for this lookup, or None: CuPy's own cache answers."""
+    call = getattr(_local, "call", None)
+    st = _STORE.get_state()
+    if call is None or st.store is None or st.disabled:
+        return None
+    try:
+        return _key(name, call, st)
+    except Exception:
+        _count("key_errors")
+        return None
+
+
+def _wait_for_another(key: bytes):
+    """After a counted miss: the compile is this process's to make unless
+    another is making it. Takes the key's lock (held until this thread's
+    compile returns) and looks again: a process that compiled it meanwhile
+    serves this one, and the lookup counts as the hit it ended as."""
+    st = _STORE.get_state()
+    missed = _STORE.missed()
+    if st.store is None or getattr(_local, "lock", None) is not None:
+        return None
+    try:
+        lock = _core.LockFile(os.path.join(st.root, "locks"), key.hex(), LOCK_TIMEOUT_S, st.sharing == "group")
+    except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
+        return None
+    found = _integration.decode(_STORE.recheck(key))
+    if found is not None:
+        if missed:
+            _STORE.uncount_miss()
+        lock.release()
+        return found
+    _local.lock = lock
+    return None
+
+
+class ProgcacheKernelCacheBackend(_Base):  # type: ignore[misc, valid-type]
+    """CuPy's KernelCacheBackend over progcache's store. Lookups progcache
+    cannot key go to ``fallback`` (CuPy's own disk backend)."""
+
+    def __init__(self, fallback: Any) -> None:
+        self.fallback = fallback
+
+    def _to_cupy(self):
+        st = _STORE.get_state()
+        if st.disabled:
+            return None  # off: nothing is stored or loaded anywhere
+        _count("to_cupy")
+        return self.fallback
+
+    def load(self, name: str) -> Optional[bytes]:
+        try:
+            key = _our_key(name)
+            if key is None:
+                fb = self._to_cupy()
+                return fb.load(name) if fb is not None else None
+            found = _integration.decode(_STORE.get(key))
+            if found is None:
+                found = _wait_for_another(key)
+            if found is None:
+                return None
+            meta, arts = found
+            if meta.get("schema") != _SCHEMA or meta.get("cupy_name") != name or len(arts) != 1:
+                _STORE.get_state().errors += 1
+                return None
+            return bytes(arts[0][1])
+        except Exception:  # a cache failure is a miss
+            return None
+
+    def save(self, name: str, cubin: bytes, source: str) -> None:
+        try:
+            key = _our_key(name)
+            if key is None:
+                fb = self._to_cupy()
+                if fb is not None:
+                    fb.save(name, cubin, source)
+                return
+            kind = "cupy-ltoir" if name.endswith(".ltoir") else "cupy-cubin"
+            _STORE.put(key, {"schema": _SCHEMA, "kind": kind, "name": name, "cupy_name": name},
+                       [(name, bytes(cubin))])
+        except Exception:  # the compile succeeded; a failed store costs only a later miss
+            pass
+
+
+def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="nvrtc",
+                             enable_cooperative_groups=False, name_expressions=None, log_stream=None,
+                             cache_in_memory=False, jitify=False, to_ltoir=False):
+    """CuPy's compile, with what it compiles noted for the backend's key."""
+    before = getattr(_local, "call", None)
+    _local.call = (source, tuple(options), arch if arch is not None else _arch(), jitify, to_ltoir, backend)
+    try:
+        return _saved["compile"](source, options, arch, extra_source, backend, enable_cooperative_groups,
+                                 name_expressions, log_stream, cache_in_memory, jitify, to_ltoir)
+    finally:
+        _local.call = before
+        lock, _local.lock = getattr(_local, "lock", None), None
+        if lock is not None:
+            try:
+                lock.release()
+            except Exception:
+                pass
+
+
+def _arch():
+    try:
+        return _cc._get_arch()
+    except Exception:
+        return None  # CuPy meets the same failure next, and says it
+
+
+# ------------------------------------------------------------ switching on and off
+
+def enable() -> bool:
+    """Makes CuPy's kernel cache keep its kernels in progcache. Idempotent;
+    ``PROGCACHE_CUPY=1`` calls it when CuPy is imported. Returns whether
+    progcache's backend is in place: a CuPy without the backend hook is told
+    once and keeps its own cache."""
+    global _enabled
+    with _enable_lock:
+        if _enabled:
+            return True
+        if _why_not:
+            _integration.warn_once("cupy", "hook", f"this CuPy ({getattr(cupy, '__version__', '?')}) has no kernel "
+                                   f"cache backend progcache knows ({_why_not}); CuPy keeps its own cache. "
+                                   f"progcache.cupy supports {SUPPORTED}")
+            return False
+        _saved["backend"] = _cc._kernel_cache_backend
+        _saved["compile"] = _cc._compile_with_cache_cuda
+        _cc._compile_with_cache_cuda = _compile_with_cache_cuda
+        _cc._set_kernel_cache_backend(ProgcacheKernelCacheBackend(_saved["backend"]))
+        _enabled = True
+        return True
+
+
+def disable() -> None:
+    """Gives CuPy its own kernel cache backend back."""
+    global _enabled
+    with _enable_lock:
+        if not _enabled:
+            return
+        _cc._compile_with_cache_cuda = _saved["compile"]
+        _cc._set_kernel_cache_backend(_saved["backend"])
+        _enabled = False
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+if _integration.env_flag("PROGCACHE_CUPY"):
+    enable()

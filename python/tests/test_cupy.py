@@ -1,0 +1,259 @@
+"""progcache.cupy against the real CuPy (PyPI cupy-cuda13x) and the real
+NVRTC, without a GPU: kernels go through CuPy's own compile path in fresh
+processes (python/tests/cupy_child.py), whose kernel cache backend calls are
+recorded. The device's architecture query is given by the child (sm_90);
+loading a cubin into a module needs a driver and fails after the backend has
+answered, so cubin kernels are judged by what the backend was given and
+answered, and LTO-IR kernels by what CuPy returned as well."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("cupy", reason="cupy is not installed (scripts/test.sh installs cupy-cuda13x)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "cupy_child.py")
+
+SRC = r'''
+#include "scale.h"
+extern "C" __global__ void scale(float* a) { a[threadIdx.x] *= FACTOR; }
+'''
+PLAIN = r'''
+extern "C" __global__ void twice(float* a) { a[threadIdx.x] *= 2.0f; }
+'''
+
+
+def nvrtc_works() -> bool:
+    try:
+        from cupy.cuda import compiler
+        compiler._get_nvrtc_version()
+        return True
+    except Exception:
+        return False
+
+
+if not nvrtc_works():
+    pytest.skip("CuPy cannot load NVRTC on this machine", allow_module_level=True)
+
+
+def program(tmp_path, digest, ltoir):
+    """What a payload is as a program: a cubin's bytes; an LTO-IR's cubin
+    once linked by nvJitLink (an LTO-IR's bytes differ from one compile of
+    the same source to the next; what they link to does not)."""
+    if not ltoir:
+        return digest
+    import hashlib
+
+    import progcache
+    data = open(os.path.join(str(tmp_path / "dump"), digest), "rb").read()
+    os.environ["PROGCACHE_DISABLE"] = "1"
+    try:
+        linked = progcache.compile(data, code_type="ltoir", target="cubin", options=["-arch=sm_90"]).code
+    finally:
+        del os.environ["PROGCACHE_DISABLE"]
+    return hashlib.sha256(linked).hexdigest()
+
+
+def run(tmp_path, root, kernels, *, progcache=True, env=None, **spec):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "CUPY_"))}
+    e.update({"PROGCACHE_DIR": str(root), "CUPY_CACHE_DIR": str(tmp_path / "cupy-own"),
+              "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    if progcache:
+        e["PROGCACHE_CUPY"] = "1"
+    e.update(env or {})
+    spec["kernels"] = kernels
+    spec.setdefault("dump", str(tmp_path / "dump"))
+    p = subprocess.run([sys.executable, CHILD, json.dumps(spec)], env=e, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["stderr"] = p.stderr
+    return out
+
+
+def kernel(source=PLAIN, ltoir=False, options=(), **extra):
+    return dict(source=source, ltoir=ltoir, options=list(options), **extra)
+
+
+def saved(out, i=0):
+    return [s[2] for s in out["kernels"][i]["seen"] if s[0] == "save"]
+
+
+def loaded(out, i=0):
+    return [s[2] for s in out["kernels"][i]["seen"] if s[0] == "load" and s[2] is not None]
+
+
+def fresh(tmp_path, k):
+    """What CuPy compiles now for kernel k, with no cache at all."""
+    out = run(tmp_path, tmp_path / "oracle", [k], env={"PROGCACHE_DISABLE": "1"})
+    assert out["nvrtc_compiles"] == 1 and loaded(out) == []
+    return saved(out)[0]
+
+
+def entries(root):
+    out = []
+    for dirpath, dirnames, files in os.walk(os.path.join(str(root), "cupy")):
+        dirnames[:] = [d for d in dirnames if d not in ("locks", "state", "cupy-src")]
+        out += [os.path.join(dirpath, f) for f in files if len(f) == 62]
+    return sorted(out)
+
+
+@pytest.mark.parametrize("ltoir", [False, True], ids=["cubin", "ltoir"])
+def test_a_second_process_is_served_what_a_fresh_compile_gives(tmp_path, ltoir):
+    root = tmp_path / "root"
+    k = kernel(ltoir=ltoir)
+    first = run(tmp_path, root, [k])
+    assert first["enabled"] is True and first["nvrtc_compiles"] == 1
+    assert len(entries(root)) == 1
+    # CuPy's own directory is not written: the kernel is in progcache's store.
+    assert not os.path.isdir(tmp_path / "cupy-own") or os.listdir(tmp_path / "cupy-own") == []
+    second = run(tmp_path, root, [k])
+    assert second["nvrtc_compiles"] == 0, second
+    assert loaded(second) == saved(first)
+    assert program(tmp_path, loaded(second)[0], ltoir) == program(tmp_path, fresh(tmp_path, k), ltoir)
+    assert second["stats"]["hits"] == 1 and second["stats"]["misses"] == 0
+    if ltoir:
+        assert second["kernels"][0]["returned"] == saved(first)[0]
+
+
+def test_name_expressions_are_served_with_their_mangled_names(tmp_path):
+    src = r'''
+template<typename T> __global__ void fill(T* a) { a[threadIdx.x] = T(1); }
+'''
+    k = kernel(source=src, name_expressions=["fill<float>", "fill<int>"])
+    root = tmp_path / "root"
+    first = run(tmp_path, root, [k])
+    second = run(tmp_path, root, [k])
+    assert second["nvrtc_compiles"] == 0
+    # The payload CuPy saved (its name-expression header and the cubin) is
+    # what it is served, byte for byte.
+    assert loaded(second) == saved(first) == [fresh(tmp_path, k)]
+
+
+def test_an_edited_header_is_a_miss_never_a_stale_cubin(tmp_path):
+    """CuPy's own key holds the source text, not the headers it includes:
+    after an edit of scale.h it serves the old cubin. progcache's key holds
+    every header the compile could read."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "scale.h").write_text("#define FACTOR 2.0f\n")
+    k = kernel(source=SRC, options=[f"-I{inc}"])
+    root = tmp_path / "root"
+    run(tmp_path, root, [k])
+    (inc / "scale.h").write_text("#define FACTOR 3.0f\n")
+    after = run(tmp_path, root, [k])
+    assert after["nvrtc_compiles"] == 1, after
+    assert saved(after) == [fresh(tmp_path, k)]
+    # CuPy's own cache, for the record: served stale.
+    own = tmp_path / "own"
+    (inc / "scale.h").write_text("#define FACTOR 2.0f\n")
+    a = run(own, root, [k], progcache=False, **{"import": False})
+    (inc / "scale.h").write_text("#define FACTOR 3.0f\n")
+    b = run(own, root, [k], progcache=False, **{"import": False})
+    assert b["nvrtc_compiles"] == 0 and loaded(b) == saved(a) != [fresh(tmp_path, k)]
+
+
+def test_a_header_created_earlier_in_the_search_path_is_a_miss(tmp_path):
+    first_dir, second_dir = tmp_path / "i1", tmp_path / "i2"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    (second_dir / "scale.h").write_text("#define FACTOR 2.0f\n")
+    k = kernel(source=SRC, options=[f"-I{first_dir}", f"-I{second_dir}"])
+    root = tmp_path / "root"
+    run(tmp_path, root, [k])
+    (first_dir / "scale.h").write_text("#define FACTOR 5.0f\n")
+    after = run(tmp_path, root, [k])
+    assert after["nvrtc_compiles"] == 1
+    assert saved(after) == [fresh(tmp_path, k)]
+
+
+def test_an_edited_kernel_and_other_options_recompile(tmp_path):
+    root = tmp_path / "root"
+    run(tmp_path, root, [kernel()])
+    for k in (kernel(source=PLAIN.replace("2.0f", "4.0f")), kernel(options=["-DX=1"])):
+        out = run(tmp_path, root, [k])
+        assert out["nvrtc_compiles"] == 1 and saved(out) == [fresh(tmp_path, k)]
+
+
+@pytest.mark.parametrize("damage", ["torn", "flipped"])
+def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path, damage):
+    root = tmp_path / "root"
+    k = kernel()
+    run(tmp_path, root, [k])
+    for path in entries(root):
+        data = open(path, "rb").read()
+        mid = len(data) // 2
+        data = data[:mid] if damage == "torn" else data[:mid] + bytes([data[mid] ^ 0x5A]) + data[mid + 1:]
+        with open(path, "wb") as f:
+            f.write(data)
+    again = run(tmp_path, root, [k])
+    assert again["nvrtc_compiles"] == 1 and loaded(again) == []
+    assert saved(again) == [fresh(tmp_path, k)]
+    served = run(tmp_path, root, [k])
+    assert served["nvrtc_compiles"] == 0 and loaded(served) == saved(again)
+
+
+def test_off_compiles_and_stores_nothing(tmp_path):
+    root = tmp_path / "root"
+    for _ in range(2):
+        out = run(tmp_path, root, [kernel()], env={"PROGCACHE_DISABLE": "1"})
+        assert out["nvrtc_compiles"] == 1 and loaded(out) == []
+    assert entries(root) == []
+    assert not os.path.isdir(tmp_path / "cupy-own") or os.listdir(tmp_path / "cupy-own") == []
+
+
+def test_a_compile_progcache_cannot_key_goes_to_cupys_own_cache_and_is_counted(tmp_path):
+    """A computed include outside every -I directory cannot be followed by
+    progcache's rule: that kernel is left to CuPy's own cache (as without
+    progcache), counted, and nothing of it is stored in progcache."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "scale.h").write_text("#define FACTOR 2.0f\n")
+    src = '#define HEADER "' + str(inc / "scale.h") + '"\n#include HEADER\n' + SRC.split("\n", 2)[2]
+    root = tmp_path / "root"
+    out = run(tmp_path, root, [kernel(source=src)])
+    assert out["nvrtc_compiles"] == 1 and out["kernels"][0]["error"] in (None, "CUDARuntimeError"), out
+    assert out["stats"]["to_cupy"] >= 1 and out["stats"]["key_errors"] >= 1
+    assert entries(root) == []
+    assert os.listdir(tmp_path / "cupy-own")  # CuPy's own cache took it
+
+
+def test_two_processes_compile_a_kernel_once(tmp_path):
+    root = tmp_path / "root"
+    go = tmp_path / "go"
+    ks = [kernel(source=PLAIN.replace("2.0f", f"{i}.0f")) for i in range(6)]
+    outs = [None, None]
+
+    def child(i):
+        outs[i] = run(tmp_path, root, ks, wait_for=str(go))
+
+    threads = [threading.Thread(target=child, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(4)
+    go.write_text("")
+    for t in threads:
+        t.join()
+    assert outs[0]["nvrtc_compiles"] + outs[1]["nvrtc_compiles"] == len(ks), outs
+
+
+def test_the_autoload_switch_alone_serves(tmp_path):
+    root = tmp_path / "root"
+    run(tmp_path, root, [kernel()], **{"import": False})
+    second = run(tmp_path, root, [kernel()], **{"import": False})
+    assert second["nvrtc_compiles"] == 0
+
+
+def test_a_cupy_without_the_hook_warns_once_and_keeps_its_own_cache(tmp_path):
+    root = tmp_path / "root"
+    out = run(tmp_path, root, [kernel()], progcache=False, break_hook=True)
+    assert out["enabled"] is False
+    assert len([w for w in out["warnings"] if "CuPy keeps its own cache" in w]) == 1, out["warnings"]
+    assert entries(root) == []
+    assert os.listdir(tmp_path / "cupy-own")  # CuPy's own cache took it
