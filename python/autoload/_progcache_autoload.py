@@ -1,5 +1,6 @@
 """Run at interpreter start by ``progcache-autoload.pth``, and only when
-``PROGCACHE_TRITON_WARM_START``, ``PROGCACHE_TILELANG`` or ``PROGCACHE_TORCH`` is set, or
+``PROGCACHE_TRITON_WARM_START``, ``PROGCACHE_TILELANG``, ``PROGCACHE_TORCH``,
+``PROGCACHE_JAX`` or ``PROGCACHE_CUPY`` is set, or
 ``TRITON_CACHE_MANAGER`` names progcache's manager (whose warm-start memo is on
 by default), so that the variable alone turns progcache on where the framework
 offers no hook of its own early enough:
@@ -9,7 +10,9 @@ offers no hook of its own early enough:
   too late for the process's first compile;
 - tilelang has no setting that names another cache;
 - torch's Inductor has none for its caches in another store, and its compile
-  workers are new processes that must turn progcache on themselves.
+  workers are new processes that must turn progcache on themselves;
+- JAX and CuPy ask a module function for their cache (JAX's
+  ``get_file_cache``, CuPy's kernel cache backend): none is a setting.
 
 This module imports nothing heavy: it adds a finder that notices the import of
 the ``triton``, ``tilelang`` or ``torch`` package and, once that package has run,
@@ -24,7 +27,9 @@ import sys
 
 _WATCHED = {"triton": ("PROGCACHE_TRITON_WARM_START", "progcache.triton"),
             "tilelang": ("PROGCACHE_TILELANG", "progcache.tilelang"),
-            "torch": ("PROGCACHE_TORCH", "progcache.torch")}
+            "torch": ("PROGCACHE_TORCH", "progcache.torch"),
+            "jax": ("PROGCACHE_JAX", "progcache.jax"),
+            "cupy": ("PROGCACHE_CUPY", "progcache.cupy")}
 
 
 def _flag(name: str) -> bool:

@@ -21,7 +21,9 @@ _register_with_cuda_core(import_now=False)
 # does what each does where that file is not run.
 _SWITCHES = {"triton": ("PROGCACHE_TRITON_WARM_START", "progcache.triton.enable(warm_start=True)"),
              "tilelang": ("PROGCACHE_TILELANG", "progcache.tilelang.enable()"),
-             "torch": ("PROGCACHE_TORCH", "progcache.torch.enable()")}
+             "torch": ("PROGCACHE_TORCH", "progcache.torch.enable()"),
+             "jax": ("PROGCACHE_JAX", "progcache.jax.enable()"),
+             "cupy": ("PROGCACHE_CUPY", "progcache.cupy.enable()")}
 
 
 def _hook_installed() -> bool:
