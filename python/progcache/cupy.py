@@ -51,8 +51,10 @@ LOCK_TIMEOUT_S = 600.0
 SUPPORTED = "cupy 14.x (from 14.2)"
 # The directory a source's quoted includes are looked for in: CuPy compiles
 # each source from a new, empty temporary directory, so none is found there.
-# progcache keys them against this empty directory of its own.
-_EMPTY_DIR = "cupy-src"
+# progcache keys them against a directory that cannot exist (below a
+# character device), the same on every machine, so keys do not depend on
+# where the cache root is.
+_NO_DIR = "/dev/null/progcache-cupy"
 
 _why_not = ""
 _Base: Any = object
@@ -139,15 +141,12 @@ def _key(name: str, call: tuple, st: _integration.State) -> Optional[bytes]:
     if _cc._is_cudadevrt_needed(tuple(opts)) and not to_ltoir:
         devrt = _cc._get_cudadevrt_path()
         extra.update(f"cudadevrt {devrt} {_file_digest(devrt)}\0".encode())
-    empty = os.path.join(st.root, _EMPTY_DIR)
-    if not os.path.isdir(empty):
-        os.makedirs(empty, mode=0o700, exist_ok=True)
     target = "ltoir" if to_ltoir else "cubin"
     arch_opt = [f"-arch={'compute' if to_ltoir else 'sm'}_{arch}"] if arch else []
     if to_ltoir:
         arch_opt.append("-dlto")
     return _core.program_key(source.encode("utf-8"), "c++", target, opts + arch_opt, [],
-                             os.path.join(empty, name + ".cu"), extra.digest(), [], False,
+                             f"{_NO_DIR}/{name}.cu", extra.digest(), [], False,
                              st.cfg["dir"] if st.cfg is not None else st.root)
 
 

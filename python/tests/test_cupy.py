@@ -99,7 +99,7 @@ def fresh(tmp_path, k):
 def entries(root):
     out = []
     for dirpath, dirnames, files in os.walk(os.path.join(str(root), "cupy")):
-        dirnames[:] = [d for d in dirnames if d not in ("locks", "state", "cupy-src")]
+        dirnames[:] = [d for d in dirnames if d != "locks"]
         out += [os.path.join(dirpath, f) for f in files if len(f) == 62]
     return sorted(out)
 
@@ -257,3 +257,14 @@ def test_a_cupy_without_the_hook_warns_once_and_keeps_its_own_cache(tmp_path):
     assert len([w for w in out["warnings"] if "CuPy keeps its own cache" in w]) == 1, out["warnings"]
     assert entries(root) == []
     assert os.listdir(tmp_path / "cupy-own")  # CuPy's own cache took it
+
+
+def test_two_roots_share_kernels_through_the_remote_tier(tmp_path, redis_url):
+    """A cubin is device code: shared through Redis like any program."""
+    env = {"PROGCACHE_REMOTE": redis_url}
+    k = kernel()
+    first = run(tmp_path, tmp_path / "machine-a", [k], env=env)
+    assert first["nvrtc_compiles"] == 1
+    served = run(tmp_path, tmp_path / "machine-b", [k], env=env)
+    assert served["nvrtc_compiles"] == 0, served
+    assert loaded(served) == saved(first)
