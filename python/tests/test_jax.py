@@ -211,3 +211,23 @@ def test_stats_shows_the_store_and_jax_thresholds(tmp_path):
     jax_store = [c for c in j["companions"] if c["name"] == "jax"][0]
     assert jax_store["entries"] >= len(PROGRAMS)
     assert any("min_compile_time" in n for n in jax_store["framework_notes"])
+
+
+def test_two_roots_share_through_the_remote_tier_only_when_signed(tmp_path, redis_url):
+    """A serialized executable is code: another machine is served it from
+    Redis when entries are signed; unsigned, the remote tier is not used
+    (said once) and each machine compiles."""
+    key = tmp_path / "hmac.key"
+    key.write_bytes(b"k" * 32)
+    os.chmod(key, 0o600)
+    signed = {"PROGCACHE_REMOTE": redis_url + "/0?prefix=signed", "PROGCACHE_HMAC_KEY_FILE": str(key)}
+    first = run(tmp_path, tmp_path / "machine-a", env=signed)
+    assert first["backend_compiles"] > 0
+    served = run(tmp_path, tmp_path / "machine-b", env=signed)
+    assert served["backend_compiles"] == 0, served
+    assert served["results"] == first["results"]
+    unsigned = {"PROGCACHE_REMOTE": redis_url + "/0?prefix=unsigned"}
+    run(tmp_path, tmp_path / "machine-c", env=unsigned)
+    other = run(tmp_path, tmp_path / "machine-d", env=unsigned)
+    assert other["backend_compiles"] > 0
+    assert "PROGCACHE_REMOTE is not used for JAX executables" in other["stderr"] + "".join(other["warnings"])
