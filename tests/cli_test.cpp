@@ -369,6 +369,39 @@ TEST_F(CliTest, LsLongJsonAndStats) {
   EXPECT_EQ(run({"stats"}).code, 0);
 }
 
+// An integration's framework.json beside its store (progcache.jax writes
+// JAX's thresholds there) is shown by stats, bounded and printable; anything
+// else there shows nothing and fails nothing.
+TEST_F(CliTest, StatsShowAFrameworksNotesBesideItsStoreAndNothingOfADamagedFile) {
+  const std::string jax_root = cache() + "/jax";
+  auto jax = FileStore::open({.root = jax_root});
+  ASSERT_TRUE(jax.ok()) << jax.status().to_string();
+  const Key k = KeyBuilder("cli-test").add_string("jax", "step").finish();
+  ASSERT_TRUE((*jax)->put_bytes(k, Bytes::copy_of(std::string(3000, 'x'))).ok());
+  jax->reset();
+  const std::string notes = jax_root + "/framework.json";
+  testing::write_all(notes, R"({"framework": "jax", "notes": ["JAX writes a program only when\u001b[2J it took 1 s",)"
+                            R"( 7, "second"]})");
+  auto text = run({"stats"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("jax store"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  JAX writes a program only when?[2J it took 1 s\n  second\n"), std::string::npos)
+      << "notes shown, control characters as '?', a note that is not text left out:\n"
+      << text.out;
+  auto j = nlohmann::json::parse(run({"stats", "--json"}).out);
+  ASSERT_EQ(j["companions"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["companions"][0]["framework_notes"].size(), 2u) << j.dump();
+  for (const std::string& bad : {std::string("{not json"), std::string(R"({"notes": "one"})"),
+                                 R"({"notes": [")" + std::string(8000, 'n') + R"("]})"}) {
+    testing::write_all(notes, bad);
+    auto shown = run({"stats"});
+    EXPECT_EQ(shown.code, 0) << shown.err;
+    EXPECT_EQ(shown.out.find("  nnn"), std::string::npos) << shown.out;
+    auto js = nlohmann::json::parse(run({"stats", "--json"}).out);
+    EXPECT_TRUE(js["companions"][0]["framework_notes"].empty()) << bad;
+  }
+}
+
 TEST_F(CliTest, StatsShowTheHitRateBytesAndTimesInEveryFormatAndZeroClearsThem) {
   // Asking makes nothing: no directory, zeros, and --zero makes none either.
   EXPECT_EQ(run({"stats", "--zero"}).code, 0);

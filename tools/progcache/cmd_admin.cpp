@@ -284,6 +284,33 @@ void print_launcher_stats(const json& j) {
   }
 }
 
+// What an integration records beside its store for `stats` to show (its
+// framework's own settings that decide what is stored: JAX's thresholds):
+// `<store>/framework.json`, {"notes": [text, ...]}. Written by another
+// process, so read bounded and shown without control characters; anything
+// else there shows nothing.
+std::vector<std::string> framework_notes(const std::string& store_root) {
+  constexpr std::size_t k_max_bytes = 4096;
+  constexpr std::size_t k_max_notes = 8;
+  constexpr std::size_t k_max_chars = 300;
+  std::vector<std::string> out;
+  std::FILE* f = std::fopen((store_root + "/framework.json").c_str(), "rb");
+  if (f == nullptr) return out;
+  std::string text(k_max_bytes + 1, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), f));
+  std::fclose(f);
+  if (text.size() > k_max_bytes) return out;
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("notes") || !j["notes"].is_array()) return out;
+  for (const auto& n : j["notes"]) {
+    if (!n.is_string() || out.size() == k_max_notes) continue;
+    std::string s = printable(n.get<std::string>());
+    if (s.size() > k_max_chars) s.resize(k_max_chars);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 // The root as one cache: what every store holds (one cap bounds them
 // together), and the lookups its users made: each store's, with the nvcc
 // launcher's own hits and misses in place of its store's (one launcher
@@ -447,6 +474,7 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
       json c = stats_json(stores[i].store->host_stats());
       c["name"] = stores[i].name;
       c["dir"] = stores[i].store->root();
+      c["framework_notes"] = framework_notes(stores[i].store->root());
       companions.push_back(c);
     }
     j["companions"] = companions;
@@ -474,6 +502,7 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
     std::printf("\n%-17s %s\n", (stores[i].name + " store").c_str(), stores[i].store->root().c_str());
     print_stats_text(stores[i].store->host_stats(),
                      stores[i].name == "nvcc" ? StoreLookups::reads : StoreLookups::lookups);
+    for (const auto& note : framework_notes(stores[i].store->root())) std::printf("  %s\n", note.c_str());
   }
   if (exists) print_launcher_stats(launcher);
   for (const auto& r : *remote) {

@@ -468,7 +468,8 @@ Status FileStoreImpl::ensure_version_dir() {
 
 std::span<const CompanionStore> companion_stores() {
   static constexpr CompanionStore k_companions[] = {{"kernels", "kernels"},   {"pyptx", "pyptx"}, {"triton", "triton"},
-                                                    {"tilelang", "tilelang"}, {"nvcc", "nvcc"},   {"torch", "torch"}};
+                                                    {"tilelang", "tilelang"}, {"nvcc", "nvcc"},   {"torch", "torch"},
+                                                    {"jax", "jax"},           {"cupy", "cupy"}};
   return k_companions;
 }
 
