@@ -687,6 +687,60 @@ TEST_F(CompileTest, ACompilerFileGoneSinceItWasFoundIsSearchedForAgain) {
   EXPECT_EQ(*back, *first);
 }
 
+// The memo files of a state directory's compilers/ (the library identities
+// written down so that warm processes never hash the library).
+std::size_t compiler_memos(const std::string& state) {
+  std::error_code ec;
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator(state + "/compilers", ec)) n += e.path().extension() == ".json" ? 1 : 0;
+  return n;
+}
+
+// An application that loaded NVRTC before progcache (CuPy, cuda-python):
+// the library it loaded is told by its pages. The same file as the one
+// found: its identity is written down once, and later processes of that
+// application key without hashing the 100 MB library again. A file put at
+// that path since the application loaded the library is not the compiler:
+// nothing is written down for it.
+TEST_F(CompileTest, AnNvrtcTheApplicationLoadedFirstIsKnownByItsPagesAndRemembered) {
+  const std::string nvrtc = nvrtc_path_unloaded();
+  if (nvrtc.empty()) GTEST_SKIP() << "no NVRTC";
+  const Program p = saxpy_program(salt());
+  const std::string same_state = m_tmp.sub("state-same");
+  fs::create_directories(same_state);
+  const std::string out = in_child([&] {
+    if (::dlopen(nvrtc.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) return std::string("dlopen failed");
+    CompileOptions o = m_opts;
+    o.state_dir = same_state;
+    auto k = program_key(p, TargetType::cubin, o);
+    return k.ok() ? std::string("ok") : k.status().to_string();
+  });
+  EXPECT_EQ(out, "ok");
+  EXPECT_EQ(compiler_memos(same_state), 1u) << "the application's NVRTC, the file found, was not written down";
+
+  // A copy the application loads, then replaced at its path by another
+  // copy (a new inode) before progcache looks.
+  const std::string dir = m_tmp.sub("copied");
+  fs::create_directories(dir);
+  const std::string copy = dir + "/libnvrtc.so.13";
+  fs::copy_file(nvrtc, copy);
+  const std::string replaced_state = m_tmp.sub("state-replaced");
+  fs::create_directories(replaced_state);
+  const std::string out2 = in_child([&] {
+    if (::dlopen(copy.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) return std::string("dlopen failed");
+    fs::copy_file(nvrtc, copy + ".new");
+    fs::rename(copy + ".new", copy);
+    ::setenv("PROGCACHE_NVRTC", copy.c_str(), 1);
+    CompileOptions o = m_opts;
+    o.state_dir = replaced_state;
+    auto k = program_key(p, TargetType::cubin, o);
+    return k.ok() ? std::string("ok") : k.status().to_string();
+  });
+  EXPECT_EQ(out2, "ok");
+  EXPECT_EQ(compiler_memos(replaced_state), 0u)
+      << "a file replaced since the application loaded the library was written down as the compiler";
+}
+
 // An upgrade installed over the library while a process runs changes the
 // file, not the library the process loaded: its compiles are still the old
 // library's, and must be keyed as such, never under the new file's

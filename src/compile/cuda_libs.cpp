@@ -3,12 +3,15 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <link.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -322,10 +325,35 @@ LoadRecord& load_record(std::string_view library) {
   return other_record;
 }
 
+// Whether the object behind `handle` is mapped from the file (dev, ino):
+// the line of /proc/self/maps that holds its dynamic section names the
+// device and inode its pages come from, whatever its path holds now.
+bool maps_file(void* handle, dev_t dev, ino_t ino) {
+  struct link_map* lm = nullptr;
+  if (::dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == nullptr || lm->l_ld == nullptr) return false;
+  const auto at = reinterpret_cast<std::uintptr_t>(lm->l_ld);
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return false;
+  bool same = false;
+  char line[4096];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long lo = 0, hi = 0, inode = 0;  // NOLINT(google-runtime-int): sscanf's %lx and %lu
+    unsigned major = 0, minor = 0;
+    // NOLINTNEXTLINE(cert-err34-c): a line that does not parse is skipped
+    if (std::sscanf(line, "%lx-%lx %*s %*x %x:%x %lu", &lo, &hi, &major, &minor, &inode) != 5) continue;
+    if (at < lo || at >= hi) continue;
+    same = makedev(major, minor) == dev && inode == ino;
+    break;
+  }
+  std::fclose(maps);
+  return same;
+}
+
 Result<void*> open_library(std::string_view library, std::string* path, LoadRecord& record) {
   PROGCACHE_ASSIGN_OR_RETURN(*path, locate(library));
   // A library the application loaded under this name before progcache did
-  // is reused by dlopen; which file that was cannot be told.
+  // (CuPy's or cuda-python's NVRTC) is reused by dlopen; the file it came
+  // from is told by its mapping below.
   void* earlier = ::dlopen(path->c_str(), RTLD_LAZY | RTLD_NOLOAD);
   if (earlier != nullptr) ::dlclose(earlier);
   auto before = stamp_of(*path);
@@ -335,9 +363,17 @@ Result<void*> open_library(std::string_view library, std::string* path, LoadReco
     return unavailable("cannot load '" + *path + "': " + (err != nullptr ? err : "unknown error"));
   }
   // The same file at the path just before and just after the load is the
-  // file that was loaded.
+  // file that was loaded. One the application loaded earlier is this file
+  // when its pages are this file's inode: a file replaced at the path since
+  // (a new inode) is not, and its identity is never written down for the
+  // file there now.
   auto after = stamp_of(*path);
-  if (earlier == nullptr && before.ok() && after.ok() && *before == *after) {
+  // (A stamp's device is its mount's identity; the mapping names the device
+  // number stat gives.)
+  struct stat real {};
+  const bool this_file = earlier == nullptr || (before.ok() && ::stat(path->c_str(), &real) == 0 &&
+                                                real.st_ino == before->ino && maps_file(h, real.st_dev, real.st_ino));
+  if (this_file && before.ok() && after.ok() && *before == *after) {
     record.known = true;
     record.path = *path;
     record.stamp = *before;
