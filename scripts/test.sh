@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: install what is missing, build, and run every
 # test: the C++ style check (scripts/format.sh); clang-tidy (scripts/tidy.sh);
-# the Python suite, with Triton's (torch's and tilelang's have their own
+# the Python suite, with Triton's, JAX's and CuPy's (torch's and tilelang's have their own
 # commands, scripts/test-torch.sh and scripts/test-tilelang.sh: see below);
 # the unit, integration,
 # multi-process, crash and CLI suites (ctest);
@@ -40,10 +40,14 @@ mark "main job"
 # Triton (PyPI, about 1 GB installed) is installed for progcache.triton's
 # tests, which compile for sm_90 with the ptxas in its wheel: measured, the
 # install adds about 10 s and the tests about 50 s (docs/triton.md).
+# jax and jaxlib (CPU, about 600 MB installed) and cupy-cuda13x are installed
+# for progcache.jax's and progcache.cupy's tests (docs/jax.md, docs/cupy.md):
+# about 30 s of install, and the tests about 5 minutes.
 venv=.venv
 [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
 py="$PWD/$venv/bin/python"
-"$py" -m pip install -q --disable-pip-version-check pytest mypy "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4"
+"$py" -m pip install -q --disable-pip-version-check pytest mypy "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4" \
+  "jax>=0.10,<0.11" "cupy-cuda13x>=14.2,<15"
 # `pip install .` must not write into the source tree (a read-only checkout
 # must install): compare the tree, ignored files included, before and after.
 tree_before=$(git status --porcelain --ignored 2>/dev/null || true)
