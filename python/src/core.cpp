@@ -564,14 +564,34 @@ class HeldLock {
     // Clamped to a year: an infinite or huge timeout is "wait", not overflow.
     const double ms = std::min(std::max(0.0, timeout_s), 365.0 * 86400.0) * 1000.0;
     const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(ms));
-    std::optional<pc::Result<pc::LockFile>> got;
-    {
-      nb::gil_scoped_release release;
-      got.emplace(pc::LockFile::acquire(pc::Env::posix(), dir, name, timeout, &m_waited, group ? 02770 : 0700,
-                                        group ? 0660 : 0600));
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    // Waited for in slices, Python's signals checked between them: Ctrl-C
+    // (or any handler that raises) ends a wait for another process's compile
+    // as it ends the compile itself.
+    constexpr auto k_slice = std::chrono::milliseconds(200);
+    while (true) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto now_slice = std::max(std::chrono::milliseconds(0), std::min(left, k_slice));
+      std::optional<pc::Result<pc::LockFile>> got;
+      bool waited = false;
+      {
+        nb::gil_scoped_release release;
+        got.emplace(pc::LockFile::acquire(pc::Env::posix(), dir, name, now_slice, &waited, group ? 02770 : 0700,
+                                          group ? 0660 : 0600));
+      }
+      m_waited = m_waited || waited;
+      if (got->ok()) {
+        m_lock.emplace(std::move(**got));
+        return;
+      }
+      if (got->status().code() != pc::Code::deadline_exceeded) raise(got->status());
+      if (left <= k_slice) {
+        raise(pc::deadline_exceeded("timed out after " + std::to_string(timeout.count()) +
+                                    " ms waiting for the lock '" + name + "' in " + dir));
+      }
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
-    if (!got->ok()) raise(got->status());
-    m_lock.emplace(std::move(**got));
   }
   void release() { m_lock.reset(); }
   [[nodiscard]] bool waited() const { return m_waited; }
@@ -707,6 +727,7 @@ NB_MODULE(_core, m) {
         d["remote_urls"] = c.remote_urls;
         d["remote_password"] = c.remote_password;
         d["read_only"] = c.read_only;
+        d["lock_timeout_s"] = std::chrono::duration<double>(c.lock_timeout).count();
         nb::dict sources;
         nb::list settings;
         for (const auto& s : c.settings) {
