@@ -48,7 +48,7 @@ from . import _core, _integration
 # Bump when the entry's layout or metadata changes: older entries then miss.
 _SCHEMA = 1
 _MEMORY_BYTES = 256 << 20
-LOCK_TIMEOUT_S = 600.0
+LOCK_TIMEOUT_S = 600.0  # where the configuration gives none (PROGCACHE_LOCK_TIMEOUT)
 # The name of the directory JAX is given when the program sets none
 # (beside the store, under the cache root).
 _XLA_DIR = "jax-xla"
@@ -124,7 +124,7 @@ class _JaxStore(_integration.StoreState):
 _STORE = _JaxStore("jax", _MEMORY_BYTES)
 _enable_lock = threading.Lock()
 _enabled = False
-_set_dir: Optional[list] = None  # [JAX's directory before enable()] when enable() set it
+_set_dir: Optional[list] = None  # [JAX's directory before enable(), the one it set] when enable() set one
 _local = threading.local()  # .recheck: the lookup is a look again under the lock; .stored: put() ran
 _counts_lock = threading.Lock()
 _counts = {"compiled": 0, "declined": 0, "waited": 0}
@@ -256,6 +256,8 @@ def _save(key: str, value: bytes) -> None:
     st = _STORE.get_state()
     if st.disabled or st.store is None or not isinstance(key, str) or not isinstance(value, (bytes, bytearray)):
         return
+    if not st.host_code["disk"]:
+        return  # no process of this configuration may read it (said once by the lookup)
     _STORE.put(_entry_key(key), {"schema": _SCHEMA, "kind": "jax-executable", "name": _module_name(key),
                                  "jax_key": key}, [("executable", bytes(value))])
 
@@ -286,8 +288,12 @@ def _get_file_cache(path: str):
     """What JAX asks for when it opens its cache (at its first compile, after
     the program's configuration): progcache's, wrapped in JAX's own check of
     contents when ``jax_compilation_cache_check_contents`` asks for it."""
-    cache = ProgcacheJaxCache(path)
     st = _STORE.get_state()
+    if st.store is None and not st.disabled:
+        # progcache's store cannot be used (said once): JAX's own cache, as
+        # without progcache.
+        return _hooks["get_file_cache"](path)
+    cache = ProgcacheJaxCache(path)
     if st.store is not None and not st.disabled:
         _write_settings(st.root)
     jcfg, cc = _hooks["jcfg"], _hooks["cc"]
@@ -305,11 +311,14 @@ def _compile_and_write_cache(backend, computation, executable_devices, compile_o
     lock = None
     st = _STORE.get_state()
     missed = _STORE.missed()
-    if isinstance(cache_key, str) and not st.disabled and st.store is not None:
+    # Where no executable may be read (a group root without signing), no
+    # process is served another's compile: none waits for one.
+    if isinstance(cache_key, str) and not st.disabled and st.store is not None and st.host_code["disk"]:
+        timeout = float(st.cfg.get("lock_timeout_s", LOCK_TIMEOUT_S)) if st.cfg is not None else LOCK_TIMEOUT_S
         try:
-            lock = _core.LockFile(os.path.join(st.root, "locks"), _entry_key(cache_key).hex(), LOCK_TIMEOUT_S,
+            lock = _core.LockFile(os.path.join(st.root, "locks"), _entry_key(cache_key).hex(), timeout,
                                   st.sharing == "group")
-        except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
+        except (TimeoutError, OSError, ValueError, RuntimeError):  # a lock that cannot be had: compile unlocked
             lock = None
     try:
         if lock is not None:
@@ -402,8 +411,9 @@ def enable() -> bool:
         if not jcfg.compilation_cache_dir.value and not st.disabled:
             try:
                 cfg_dir = st.cfg["dir"] if st.cfg is not None else _core.default_cache_root()
-                jax.config.update("jax_compilation_cache_dir", os.path.join(cfg_dir, _XLA_DIR))
-                _set_dir = [None]
+                ours = os.path.join(cfg_dir, _XLA_DIR)
+                jax.config.update("jax_compilation_cache_dir", ours)
+                _set_dir = [None, ours]
             except Exception:
                 pass
         cc.get_file_cache = _get_file_cache
@@ -426,7 +436,10 @@ def disable() -> None:
         compiler._compile_and_write_cache = _hooks["_compile_and_write_cache"]
         if _set_dir is not None:
             try:
-                jax.config.update("jax_compilation_cache_dir", _set_dir[0])
+                # Given back only while it is still the one enable() set: a
+                # directory the program set since is the program's.
+                if _hooks["jcfg"].compilation_cache_dir.value == _set_dir[1]:
+                    jax.config.update("jax_compilation_cache_dir", _set_dir[0])
             except Exception:
                 pass
             _set_dir = None

@@ -7,7 +7,8 @@ spec (argv[1], JSON): programs (a list of [width, const]), min_compile_time
 itself; without, only PROGCACHE_JAX and the autoload hook act), break_hook
 (change how JAX's compile after a miss is called, before progcache.jax is imported), cpu (a host
 processor identity to report instead of this one's), wait_for (a file to wait
-for before compiling: two children start their compiles together)."""
+for before compiling: two children start their compiles together),
+slow_compile_s (JAX's compile after a miss sleeps this long first)."""
 
 import json
 import os
@@ -44,6 +45,16 @@ with warnings.catch_warnings(record=True) as w:
         if spec.get("cpu"):
             pj._cpu_identity[:] = [spec["cpu"]]
         enabled = pj.enable()
+        if spec.get("slow_compile_s"):
+            # JAX's compile after a miss takes this long (progcache's lock is
+            # held meanwhile).
+            _own = pj._hooks["_compile_and_write_cache"]
+
+            def _slow(*a, _own=_own):
+                time.sleep(float(spec["slow_compile_s"]))
+                return _own(*a)
+
+            pj._hooks["_compile_and_write_cache"] = _slow
     caught = [str(x.message) for x in w if "progcache" in str(x.message)]
 
 # JAX's own count of the XLA compiles this process ran.

@@ -231,3 +231,86 @@ def test_two_roots_share_through_the_remote_tier_only_when_signed(tmp_path, redi
     other = run(tmp_path, tmp_path / "machine-d", env=unsigned)
     assert other["backend_compiles"] > 0
     assert "PROGCACHE_REMOTE is not used for JAX executables" in other["stderr"] + "".join(other["warnings"])
+
+
+def _popen(tmp_path, root, env=None, **spec):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "JAX_"))}
+    e.update({"PROGCACHE_DIR": str(root), "JAX_PLATFORMS": "cpu", "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+              "PROGCACHE_JAX": "1"})
+    e.update(env or {})
+    spec.setdefault("programs", [[8, 2.0]])
+    return subprocess.Popen([sys.executable, CHILD, json.dumps(spec)], env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_a_lock(root, proc, seconds=120):
+    import glob
+    import time
+    for _ in range(int(seconds * 20)):
+        if glob.glob(os.path.join(str(root), "jax", "locks", "*.lock")):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the first process never took a lock")
+
+
+def test_a_wait_for_another_compile_ends_at_the_lock_timeout_or_at_ctrl_c(tmp_path):
+    """A process whose compile hangs holding a program's lock costs another
+    at most PROGCACHE_LOCK_TIMEOUT, after which it compiles; and a wait is
+    ended by Ctrl-C as a compile is."""
+    import signal
+    import time
+    root = tmp_path / "root"
+    holder = _popen(tmp_path, root, slow_compile_s=120)
+    try:
+        _wait_for_a_lock(root, holder)
+        waiter = _popen(tmp_path, root)
+        time.sleep(8)  # past JAX's import, into the wait
+        assert waiter.poll() is None, waiter.communicate()
+        waiter.send_signal(signal.SIGINT)
+        t1 = time.monotonic()
+        waiter.communicate(timeout=30)
+        assert time.monotonic() - t1 < 10 and waiter.returncode != 0
+        t0 = time.monotonic()
+        out = run(tmp_path, root, programs=[[8, 2.0]], env={"PROGCACHE_LOCK_TIMEOUT": "2"})
+        assert time.monotonic() - t0 < 60
+        assert out["stats"]["compiled"] >= 1 and out["results"] == oracle(tmp_path, [[8, 2.0]])
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def test_a_group_root_without_signing_stores_and_waits_for_nothing(tmp_path):
+    """Where no executable may be read (a group-shared root, unsigned), none
+    is written and no process waits on another's compile."""
+    root = tmp_path / "root"
+    for _ in range(2):
+        out = run(tmp_path, root, env={"PROGCACHE_SHARING": "group"})
+        assert out["backend_compiles"] > 0
+    assert entries(root) == []
+    assert not os.path.isdir(os.path.join(str(root), "jax", "locks")) or \
+        os.listdir(os.path.join(str(root), "jax", "locks")) == []
+
+
+def test_disable_gives_back_only_the_directory_it_set(tmp_path, monkeypatch):
+    import jax
+
+    import progcache.jax as pj
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert pj.enable()
+        assert jax.config.jax_compilation_cache_dir.endswith("jax-xla")
+        mine = str(tmp_path / "mine")
+        jax.config.update("jax_compilation_cache_dir", mine)
+        pj.disable()
+        assert jax.config.jax_compilation_cache_dir == mine
+        assert pj.enable()  # a directory set: kept
+        assert jax.config.jax_compilation_cache_dir == mine
+        pj.disable()
+        assert jax.config.jax_compilation_cache_dir == mine
+    finally:
+        pj.disable()
+        pj.reset()
+        jax.config.update("jax_compilation_cache_dir", before)
