@@ -23,8 +23,9 @@ and what decides its key (docs/cupy.md):
 - Processes that miss the same kernel at once compile it once: the first
   compiles, the others wait on a lock under the store and are served.
 - A compile progcache cannot key (jitify, whose headers CuPy collects
-  itself; a computed include it cannot follow) goes to CuPy's own disk
-  cache, as without progcache, and is counted.
+  itself; a computed include it cannot follow; a time macro in the source)
+  is compiled every time and stored nowhere, counted: CuPy's own key would
+  serve it stale after a header edit.
 - Any failure of the cache is a miss, and CuPy compiles as without it.
 """
 
@@ -47,7 +48,12 @@ from . import _core, _integration
 # Bump when the entry's layout or metadata changes: older entries then miss.
 _SCHEMA = 1
 _MEMORY_BYTES = 64 << 20
-LOCK_TIMEOUT_S = 600.0
+LOCK_TIMEOUT_S = 600.0  # where the configuration gives none (PROGCACHE_LOCK_TIMEOUT)
+# What a compile progcache cannot key is: compiled, neither stored nor read.
+_UNCACHEABLE = b""
+# Macros whose value is the time of the compile: a kernel that names one in
+# its source is compiled every time (a stored one would hold another time).
+_TIME_MACROS = ("__TIME__", "__DATE__", "__TIMESTAMP__")
 SUPPORTED = "cupy 14.x (from 14.2)"
 # The directory a source's quoted includes are looked for in: CuPy compiles
 # each source from a new, empty temporary directory, so none is found there.
@@ -67,6 +73,15 @@ try:
             _why_not = f"cupy.cuda.compiler.{_n} is missing"
     if not _why_not and not hasattr(_cc, "_kernel_cache_backend"):
         _why_not = "cupy.cuda.compiler._kernel_cache_backend is missing"
+    if not _why_not:
+        # The stand-in takes CuPy 14's parameters: a CuPy that calls its
+        # compile another way is not one progcache knows.
+        import inspect
+        _params = [p.name for p in inspect.signature(_cc._compile_with_cache_cuda).parameters.values()]
+        _expected = ["source", "options", "arch", "extra_source", "backend", "enable_cooperative_groups",
+                     "name_expressions", "log_stream", "cache_in_memory", "jitify", "to_ltoir"]
+        if _params != _expected:
+            _why_not = f"cupy.cuda.compiler._compile_with_cache_cuda takes ({', '.join(_params)})"
 except Exception as _e2:
     _why_not = f"cupy.cuda._compiler_cache.KernelCacheBackend is missing ({_e2})"
 
@@ -78,7 +93,7 @@ class _CupyStore(_integration.StoreState):
 _STORE = _CupyStore("cupy", _MEMORY_BYTES)
 _local = threading.local()  # .call: the compile this thread is in (source, options, arch, flags)
 _counts_lock = threading.Lock()
-_counts = {"to_cupy": 0, "key_errors": 0}
+_counts = {"to_cupy": 0, "uncacheable": 0}
 _enable_lock = threading.Lock()
 _enabled = False
 _saved: Dict[str, Any] = {}
@@ -100,9 +115,11 @@ def reset() -> None:
 
 def stats() -> Dict[str, Union[int, float, None]]:
     """The store's counters plus ``errors`` (failures turned into misses),
-    ``to_cupy`` (lookups and stores left to CuPy's own disk cache: a compile
-    progcache cannot key) and ``key_errors`` (of those, the ones whose key
-    could not be made)."""
+    ``uncacheable`` (lookups of compiles progcache cannot key: jitify, a
+    computed include it cannot follow, a time macro in the source; compiled
+    every time, stored nowhere) and ``to_cupy`` (lookups and stores left to
+    CuPy's own disk backend: progcache's store cannot be used, or CuPy asked
+    outside the compile progcache stands in for)."""
     out = _STORE.stats()
     with _counts_lock:
         out.update(_counts)
@@ -133,9 +150,12 @@ def _key(name: str, call: tuple, st: _integration.State) -> Optional[bytes]:
     """progcache's key for CuPy's kernel ``name`` compiled by ``call``; None
     where progcache cannot key it (the compile goes to CuPy's own cache)."""
     source, options, arch, jitify, to_ltoir, backend = call
-    if jitify or backend != "nvrtc" or not isinstance(source, str):
-        return None
     opts = [str(o) for o in options]
+    # CuPy turns jitify on itself for this option (its headers are its own).
+    if jitify or "-DCUPY_USE_JITIFY" in opts or backend != "nvrtc" or not isinstance(source, str):
+        return None
+    if any(m in source for m in _TIME_MACROS):
+        return None
     extra = hashlib.sha256()
     extra.update(f"progcache.cupy {_SCHEMA}\0cupy {cupy.__version__}\0{name}\0".encode())
     if _cc._is_cudadevrt_needed(tuple(opts)) and not to_ltoir:
@@ -151,16 +171,22 @@ def _key(name: str, call: tuple, st: _integration.State) -> Optional[bytes]:
 
 
 def _our_key(name: str) -> Optional[bytes]:
-    """The key for this lookup, or None: CuPy's own cache answers."""
+    """The key for this lookup; None where CuPy's own cache answers (no
+    store, or a lookup outside CuPy's compile); _UNCACHEABLE where nothing
+    may answer (a compile progcache cannot key: CuPy's own key would serve
+    it stale after a header edit)."""
     call = getattr(_local, "call", None)
     st = _STORE.get_state()
     if call is None or st.store is None or st.disabled:
         return None
     try:
-        return _key(name, call, st)
-    except Exception:
-        _count("key_errors")
-        return None
+        key = _key(name, call, st)
+    except (ValueError, OSError, RuntimeError):  # a computed include it cannot follow, an unreadable header
+        key = None
+    if key is None:
+        _count("uncacheable")
+        return _UNCACHEABLE
+    return key
 
 
 def _wait_for_another(key: bytes):
@@ -172,9 +198,10 @@ def _wait_for_another(key: bytes):
     missed = _STORE.missed()
     if st.store is None or getattr(_local, "lock", None) is not None:
         return None
+    timeout = float(st.cfg.get("lock_timeout_s", LOCK_TIMEOUT_S)) if st.cfg is not None else LOCK_TIMEOUT_S
     try:
-        lock = _core.LockFile(os.path.join(st.root, "locks"), key.hex(), LOCK_TIMEOUT_S, st.sharing == "group")
-    except Exception:  # a timeout, or a lock directory that cannot be used: compile unlocked
+        lock = _core.LockFile(os.path.join(st.root, "locks"), key.hex(), timeout, st.sharing == "group")
+    except (TimeoutError, OSError, ValueError, RuntimeError):  # a lock that cannot be had: compile unlocked
         return None
     found = _integration.decode(_STORE.recheck(key))
     if found is not None:
@@ -206,6 +233,8 @@ class ProgcacheKernelCacheBackend(_Base):  # type: ignore[misc, valid-type]
             if key is None:
                 fb = self._to_cupy()
                 return fb.load(name) if fb is not None else None
+            if key == _UNCACHEABLE:
+                return None
             found = _integration.decode(_STORE.get(key))
             if found is None:
                 found = _wait_for_another(key)
@@ -226,6 +255,8 @@ class ProgcacheKernelCacheBackend(_Base):  # type: ignore[misc, valid-type]
                 fb = self._to_cupy()
                 if fb is not None:
                     fb.save(name, cubin, source)
+                return
+            if key == _UNCACHEABLE:
                 return
             kind = "cupy-ltoir" if name.endswith(".ltoir") else "cupy-cubin"
             _STORE.put(key, {"schema": _SCHEMA, "kind": kind, "name": name, "cupy_name": name},

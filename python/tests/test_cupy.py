@@ -208,20 +208,41 @@ def test_off_compiles_and_stores_nothing(tmp_path):
     assert not os.path.isdir(tmp_path / "cupy-own") or os.listdir(tmp_path / "cupy-own") == []
 
 
-def test_a_compile_progcache_cannot_key_goes_to_cupys_own_cache_and_is_counted(tmp_path):
-    """A computed include outside every -I directory cannot be followed by
-    progcache's rule: that kernel is left to CuPy's own cache (as without
-    progcache), counted, and nothing of it is stored in progcache."""
+def test_a_compile_progcache_cannot_key_is_compiled_every_time_and_stored_nowhere(tmp_path):
+    """A computed include (progcache's rule cannot follow one outside every
+    -I directory) and a time macro: compiled every time, counted, stored
+    neither in progcache nor in CuPy's own cache, whose key would serve the
+    first after a header edit and the second with an old time."""
     inc = tmp_path / "inc"
     inc.mkdir()
     (inc / "scale.h").write_text("#define FACTOR 2.0f\n")
-    src = '#define HEADER "' + str(inc / "scale.h") + '"\n#include HEADER\n' + SRC.split("\n", 2)[2]
+    computed = '#define HEADER "' + str(inc / "scale.h") + '"\n#include HEADER\n' + SRC.split("\n", 2)[2]
+    timed = 'extern "C" __global__ void stamp(char* o) { const char t[] = __TIME__; o[0] = t[7]; }'
     root = tmp_path / "root"
-    out = run(tmp_path, root, [kernel(source=src)])
-    assert out["nvrtc_compiles"] == 1 and out["kernels"][0]["error"] in (None, "CUDARuntimeError"), out
-    assert out["stats"]["to_cupy"] >= 1 and out["stats"]["key_errors"] >= 1
+    for src in (computed, timed):
+        for _ in range(2):
+            out = run(tmp_path, root, [kernel(source=src)])
+            assert out["nvrtc_compiles"] == 1 and out["kernels"][0]["error"] in (None, "CUDARuntimeError"), out
+            assert out["stats"]["uncacheable"] >= 1 and loaded(out) == []
     assert entries(root) == []
-    assert os.listdir(tmp_path / "cupy-own")  # CuPy's own cache took it
+    assert not os.path.isdir(tmp_path / "cupy-own") or os.listdir(tmp_path / "cupy-own") == []
+
+
+def test_jitify_asked_for_by_an_option_is_never_keyed_as_plain_nvrtc():
+    """CuPy turns jitify on itself for -DCUPY_USE_JITIFY; jitify reads
+    headers of its own choosing: such a compile is never keyed."""
+    import progcache.cupy as pc
+    pc.reset()
+    try:
+        for call in ((PLAIN, ("-DCUPY_USE_JITIFY",), "90", False, False, "nvrtc"),
+                     (PLAIN, (), "90", True, False, "nvrtc")):
+            pc._local.call = call
+            assert pc._our_key("k.cubin") == pc._UNCACHEABLE
+        pc._local.call = (PLAIN, (), "90", False, False, "nvrtc")
+        assert pc._our_key("k.cubin") not in (None, pc._UNCACHEABLE)
+    finally:
+        pc._local.call = None
+        pc.reset()
 
 
 def test_two_processes_compile_a_kernel_once(tmp_path):
