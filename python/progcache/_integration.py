@@ -55,7 +55,7 @@ class State:
     remote: bool = False  # the store includes the remote tier
     code_store: Any = None  # the disk store alone, for host code (opened on demand)
     host_code: Dict[str, Any] = field(default_factory=dict)  # the library's rule for code
-    remote_refused: bool = False  # a remote tier configured but left out (tilelang without signing)
+    remote_refused: bool = False  # a remote tier configured but left out (code without signing)
 
 
 class StoreState:
@@ -262,6 +262,23 @@ class StoreState:
             st.errors += 1
             return False
         return True
+
+
+class CodeStoreState(StoreState):
+    """The store of an integration whose entries are code (tilelang's kernel
+    libraries, JAX's serialized executables): memory and disk, and the
+    remote tier only where the library's rule lets code come from it (with
+    signed entries); ``remote_refused`` says when a configured one was left
+    out."""
+
+    def _open(self) -> State:
+        try:
+            self._remote = bool(_core.resolve_config()["host_code"]["remote"])
+        except Exception:
+            self._remote = False  # the base class says why, once
+        st = super()._open()
+        st.remote_refused = st.cfg is not None and bool(st.cfg["remote_urls"]) and not self._remote
+        return st
 
 
 def decode(found) -> Optional[tuple]:

@@ -101,19 +101,12 @@ def _find_hooks() -> str:
 _why_not = _find_hooks()
 
 
-class _JaxStore(_integration.StoreState):
-    """The JAX store: memory and disk, and the remote tier only where the
-    library's rule lets code come from it (a serialized executable is code):
-    with signed entries."""
+class _JaxStore(_integration.CodeStoreState):
+    """The JAX store: a serialized executable is code, so the remote tier
+    serves only signed entries; a configured one left out is said once."""
 
     def _open(self) -> _integration.State:
-        try:
-            self._remote = bool(_core.resolve_config()["host_code"]["remote"])
-        except Exception:
-            self._remote = False  # the base class says why, once
         st = super()._open()
-        cfg = st.cfg
-        st.remote_refused = cfg is not None and bool(cfg["remote_urls"]) and not self._remote
         if st.remote_refused:
             _integration.warn_once("jax", "remote-unsigned",
                                    "PROGCACHE_REMOTE is not used for JAX executables (they are code) without "

@@ -76,23 +76,8 @@ _RECORD = ".progcache.json"
 _MEMORY_BYTES = 64 << 20
 
 
-class _TilelangStore(_integration.StoreState):
-    """The tilelang store: memory and disk, and the remote tier only where
-    the library's rule lets host code come from it (a kernel library is
-    code): with signed entries."""
-
-    def _open(self) -> _integration.State:
-        try:
-            self._remote = bool(_core.resolve_config()["host_code"]["remote"])
-        except Exception:
-            self._remote = False  # the base class says why, once
-        st = super()._open()
-        cfg = st.cfg
-        st.remote_refused = cfg is not None and bool(cfg["remote_urls"]) and not self._remote
-        return st
-
-
-_STORE = _TilelangStore("tilelang", _MEMORY_BYTES)
+# A kernel library is code: the remote tier only with signed entries.
+_STORE = _integration.CodeStoreState("tilelang", _MEMORY_BYTES)
 _DIRS = _kernel_dirs.KernelDirs("tilelang", "tilelang's cache directory (TILELANG_CACHE_DIR)")
 _warned: set = set()
 
