@@ -105,7 +105,11 @@ for k in spec["kernels"]:
         error = type(e).__name__
     kernels.append({"seen": recorder.seen, "returned": out, "error": error})
 
-res = {"kernels": kernels, "nvrtc_compiles": nvrtc_compiles[0], "enabled": enabled, "warnings": caught}
+# The NVRTC CuPy compiled with (a wheel's or the toolkit's): its LTO-IR is
+# linked by the nvJitLink beside it.
+nvrtc = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libnvrtc.so" in line})
+res = {"kernels": kernels, "nvrtc_compiles": nvrtc_compiles[0], "enabled": enabled, "warnings": caught,
+       "nvrtc": nvrtc}
 if "progcache.cupy" in sys.modules:
     import progcache.cupy as pc  # noqa: E402
     res["stats"] = {k: v for k, v in pc.stats().items() if isinstance(v, (int, float))}

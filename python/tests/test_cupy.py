@@ -42,22 +42,30 @@ if not nvrtc_works():
     pytest.skip("CuPy cannot load NVRTC on this machine", allow_module_level=True)
 
 
-def program(tmp_path, digest, ltoir):
+def program(tmp_path, digest, ltoir, nvrtc=()):
     """What a payload is as a program: a cubin's bytes; an LTO-IR's cubin
     once linked by nvJitLink (an LTO-IR's bytes differ from one compile of
-    the same source to the next; what they link to does not)."""
+    the same source to the next; what they link to does not). The LTO-IR is
+    linked by the nvJitLink beside the NVRTC that made it (a wheel's NVRTC
+    makes LTO-IR an older toolkit's nvJitLink cannot read), in a process of
+    its own (a process loads one nvJitLink)."""
     if not ltoir:
         return digest
-    import hashlib
-
-    import progcache
-    data = open(os.path.join(str(tmp_path / "dump"), digest), "rb").read()
-    os.environ["PROGCACHE_DISABLE"] = "1"
-    try:
-        linked = progcache.compile(data, code_type="ltoir", target="cubin", options=["-arch=sm_90"]).code
-    finally:
-        del os.environ["PROGCACHE_DISABLE"]
-    return hashlib.sha256(linked).hexdigest()
+    import glob
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROGCACHE_")}
+    env["PROGCACHE_DISABLE"] = "1"
+    for lib in nvrtc:
+        beside = sorted(glob.glob(os.path.join(os.path.dirname(lib), "libnvJitLink.so*")))
+        if beside:
+            env["PROGCACHE_NVJITLINK"] = beside[0]
+            break
+    code = ("import hashlib, sys, progcache; data = open(sys.argv[1], 'rb').read(); "
+            "print(hashlib.sha256(progcache.compile(data, code_type='ltoir', target='cubin', "
+            "options=['-arch=sm_90']).code).hexdigest())")
+    p = subprocess.run([sys.executable, "-c", code, os.path.join(str(tmp_path / "dump"), digest)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.strip()
 
 
 def run(tmp_path, root, kernels, *, progcache=True, env=None, **spec):
@@ -116,7 +124,8 @@ def test_a_second_process_is_served_what_a_fresh_compile_gives(tmp_path, ltoir):
     second = run(tmp_path, root, [k])
     assert second["nvrtc_compiles"] == 0, second
     assert loaded(second) == saved(first)
-    assert program(tmp_path, loaded(second)[0], ltoir) == program(tmp_path, fresh(tmp_path, k), ltoir)
+    assert program(tmp_path, loaded(second)[0], ltoir, second["nvrtc"]) == \
+        program(tmp_path, fresh(tmp_path, k), ltoir, second["nvrtc"])
     assert second["stats"]["hits"] == 1 and second["stats"]["misses"] == 0
     if ltoir:
         assert second["kernels"][0]["returned"] == saved(first)[0]
