@@ -16,6 +16,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "compile/cuda_libs.h"
 #include "progcache/compile.h"
 #include "progcache/config.h"
 #include "progcache/explain.h"
@@ -893,6 +894,14 @@ NB_MODULE(_core, m) {
       "prefer_library",
       [](const std::string& library, std::string path) { pc::prefer_library(library, std::move(path)); },
       nb::arg("library"), nb::arg("path"));
+
+  m.def(
+      "library_fingerprint",
+      [](const std::string& library, const std::string& path, const std::string& state_dir) {
+        nb::gil_scoped_release release;
+        return unwrap(pc::cuda::file_fingerprint(library, path, state_dir));
+      },
+      nb::arg("library"), nb::arg("path"), nb::arg("state_dir"));
 
   m.def("compile_stats", []() {
     const pc::CompileStats s = pc::compile_stats();

@@ -510,10 +510,12 @@ Result<std::string> fingerprint_file(const std::string& path, const FileStamp& s
 constexpr std::size_t k_max_identity_memos = 256;
 
 // The identity of the file `stamp` describes at `path`. Memoized in memory
-// and in <state_dir>/compilers/ under the stamp.
+// and in <state_dir>/compilers/ under the stamp. Without `with_version` only
+// the fingerprint is made (no library is loaded to ask a version), for a file
+// another loader chose.
 Result<LibraryIdentity> identity_at(std::string_view library, const std::string& path, const FileStamp& stamp,
-                                    const std::string& state_dir) {
-  const std::string file_id = std::string(library) + "|" + path + "|" + stamp.spelling();
+                                    const std::string& state_dir, bool with_version = true) {
+  const std::string file_id = std::string(library) + (with_version ? "|" : "|file|") + path + "|" + stamp.spelling();
   // In-process memo, per state directory: each gets its own memo file.
   static std::mutex mu;
   static std::map<std::string, LibraryIdentity, std::less<>> memo;
@@ -549,14 +551,16 @@ Result<LibraryIdentity> identity_at(std::string_view library, const std::string&
     }
   }
   if (!found) {
-    PROGCACHE_ASSIGN_OR_RETURN(id.version, loaded_version(library));
+    if (with_version) {
+      PROGCACHE_ASSIGN_OR_RETURN(id.version, loaded_version(library));
+    }
     PROGCACHE_ASSIGN_OR_RETURN(id.fingerprint, fingerprint_file(path, stamp));
     // The version came from the loaded library: written down for this file
     // only when the loaded library is this file. In memory it is kept either
     // way: it is what this process's library says, every call.
     const LoadRecord& record = load_record(library);
     const bool version_is_this_files =
-        library == "nvvm" || (record.known && record.path == path && record.stamp == stamp);
+        !with_version || library == "nvvm" || (record.known && record.path == path && record.stamp == stamp);
     // Best effort: a memo that cannot be written only costs the next
     // process one library load.
     Env* env = Env::posix();
@@ -578,6 +582,12 @@ Result<LibraryIdentity> identity_at(std::string_view library, const std::string&
 Result<LibraryIdentity> identity(std::string_view library, const std::string& path, const std::string& state_dir) {
   PROGCACHE_ASSIGN_OR_RETURN(const FileStamp stamp, stamp_of(path));
   return identity_at(library, path, stamp, state_dir);
+}
+
+Result<std::string> file_fingerprint(std::string_view library, const std::string& path, const std::string& state_dir) {
+  PROGCACHE_ASSIGN_OR_RETURN(const FileStamp stamp, stamp_of(path));
+  PROGCACHE_ASSIGN_OR_RETURN(LibraryIdentity id, identity_at(library, path, stamp, state_dir, false));
+  return std::move(id.fingerprint);
 }
 
 Result<const LibraryIdentity*> loaded_identity(std::string_view library, const std::string& state_dir) {

@@ -105,6 +105,11 @@ struct LibraryIdentity {
 };
 Result<LibraryIdentity> identity(std::string_view library, const std::string& path, const std::string& state_dir);
 
+// The fingerprint alone (SHA-256 of the file) of a copy of `library` another
+// loader chose (CuPy's NVRTC), memoized as identity() is; no library is
+// loaded for it.
+Result<std::string> file_fingerprint(std::string_view library, const std::string& path, const std::string& state_dir);
+
 // The identity of `library` as this process loaded it, pinned at the load:
 // once a library is loaded, it is what every compile of this process runs,
 // whatever the path holds later. nullptr when it is not loaded, or was loaded
