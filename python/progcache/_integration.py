@@ -40,6 +40,16 @@ def warn_once(integration: str, what: str, message: str) -> None:
     warnings.warn(f"progcache.{integration}: {message}", RuntimeWarning, stacklevel=3)
 
 
+# How long a miss waits for another process compiling the same program,
+# where the configuration gives no PROGCACHE_LOCK_TIMEOUT.
+LOCK_TIMEOUT_S = 600.0
+
+
+def lock_timeout(st: "State") -> float:
+    """The configured wait for another process's compile, in seconds."""
+    return float(st.cfg.get("lock_timeout_s", LOCK_TIMEOUT_S)) if st.cfg is not None else LOCK_TIMEOUT_S
+
+
 @dataclass
 class State:
     """One resolved configuration of a companion store, and its store."""

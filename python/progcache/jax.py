@@ -48,7 +48,7 @@ from . import _core, _integration
 # Bump when the entry's layout or metadata changes: older entries then miss.
 _SCHEMA = 1
 _MEMORY_BYTES = 256 << 20
-LOCK_TIMEOUT_S = 600.0  # where the configuration gives none (PROGCACHE_LOCK_TIMEOUT)
+LOCK_TIMEOUT_S = _integration.LOCK_TIMEOUT_S  # where the configuration gives none (PROGCACHE_LOCK_TIMEOUT)
 # The name of the directory JAX is given when the program sets none
 # (beside the store, under the cache root).
 _XLA_DIR = "jax-xla"
@@ -307,7 +307,7 @@ def _compile_and_write_cache(backend, computation, executable_devices, compile_o
     # Where no executable may be read (a group root without signing), no
     # process is served another's compile: none waits for one.
     if isinstance(cache_key, str) and not st.disabled and st.store is not None and st.host_code["disk"]:
-        timeout = float(st.cfg.get("lock_timeout_s", LOCK_TIMEOUT_S)) if st.cfg is not None else LOCK_TIMEOUT_S
+        timeout = _integration.lock_timeout(st)
         try:
             lock = _core.LockFile(os.path.join(st.root, "locks"), _entry_key(cache_key).hex(), timeout,
                                   st.sharing == "group")
