@@ -48,7 +48,7 @@ from . import _core, _integration
 # Bump when the entry's layout or metadata changes: older entries then miss.
 _SCHEMA = 1
 _MEMORY_BYTES = 64 << 20
-LOCK_TIMEOUT_S = 600.0  # where the configuration gives none (PROGCACHE_LOCK_TIMEOUT)
+LOCK_TIMEOUT_S = _integration.LOCK_TIMEOUT_S  # where the configuration gives none (PROGCACHE_LOCK_TIMEOUT)
 # What a compile progcache cannot key is: compiled, neither stored nor read.
 _UNCACHEABLE = b""
 # Macros whose value is the time of the compile: a kernel that names one in
@@ -68,7 +68,7 @@ try:
     from cupy.cuda import _compiler_cache as _ccache  # type: ignore[import-untyped, import-not-found, unused-ignore]
     _Base = _ccache.KernelCacheBackend
     for _n in ("_set_kernel_cache_backend", "_compile_with_cache_cuda", "_is_cudadevrt_needed",
-               "_get_cudadevrt_path"):
+               "_get_cudadevrt_path", "_preprocess", "_get_nvrtc_version"):
         if not callable(getattr(_cc, _n, None)):
             _why_not = f"cupy.cuda.compiler.{_n} is missing"
     if not _why_not and not hasattr(_cc, "_kernel_cache_backend"):
@@ -82,6 +82,9 @@ try:
                      "name_expressions", "log_stream", "cache_in_memory", "jitify", "to_ltoir"]
         if _params != _expected:
             _why_not = f"cupy.cuda.compiler._compile_with_cache_cuda takes ({', '.join(_params)})"
+        _params = [p.name for p in inspect.signature(_cc._preprocess).parameters.values()]
+        if not _why_not and _params != ["source", "options", "arch", "backend"]:
+            _why_not = f"cupy.cuda.compiler._preprocess takes ({', '.join(_params)})"
 except Exception as _e2:
     _why_not = f"cupy.cuda._compiler_cache.KernelCacheBackend is missing ({_e2})"
 
@@ -93,7 +96,7 @@ class _CupyStore(_integration.StoreState):
 _STORE = _CupyStore("cupy", _MEMORY_BYTES)
 _local = threading.local()  # .call: the compile this thread is in (source, options, arch, flags)
 _counts_lock = threading.Lock()
-_counts = {"to_cupy": 0, "uncacheable": 0}
+_counts = {"to_cupy": 0, "uncacheable": 0, "preprocess_remembered": 0}
 _enable_lock = threading.Lock()
 _enabled = False
 _saved: Dict[str, Any] = {}
@@ -117,9 +120,11 @@ def stats() -> Dict[str, Union[int, float, None]]:
     """The store's counters plus ``errors`` (failures turned into misses),
     ``uncacheable`` (lookups of compiles progcache cannot key: jitify, a
     computed include it cannot follow, a time macro in the source; compiled
-    every time, stored nowhere) and ``to_cupy`` (lookups and stores left to
+    every time, stored nowhere), ``to_cupy`` (lookups and stores left to
     CuPy's own disk backend: progcache's store cannot be used, or CuPy asked
-    outside the compile progcache stands in for)."""
+    outside the compile progcache stands in for) and
+    ``preprocess_remembered`` (CuPy's preprocess of an empty file answered
+    from the root instead of NVRTC)."""
     out = _STORE.stats()
     with _counts_lock:
         out.update(_counts)
@@ -146,9 +151,46 @@ def _file_digest(path: str) -> str:
     return h.hexdigest()
 
 
+_nvrtc_memo: Dict[str, str] = {}
+
+
+def _cupy_nvrtc(state_dir: str) -> str:
+    """The NVRTC CuPy compiles with, by its file's fingerprint: the
+    ``libnvrtc.so`` cuda.pathfinder gave CuPy (a wheel's or the toolkit's,
+    which need not be the one progcache would find), as mapped into this
+    process; where that cannot be told, every ``libnvrtc.so`` mapped (which
+    can only cost a miss). Remembered for the process: a loaded library is
+    what runs, whatever its path holds later. ValueError where the file is
+    gone (replaced since the load): nothing can be keyed."""
+    got = _nvrtc_memo.get(state_dir)
+    if got is not None:
+        return got
+    _cc._get_nvrtc_version()  # loads CuPy's NVRTC, if it has not yet
+    paths = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(None, 5)  # address, perms, offset, device, inode[, path]
+            if len(fields) == 6 and os.path.basename(fields[5]).startswith("libnvrtc.so"):
+                paths.add(fields[5].strip())
+    # CuPy loads what cuda.pathfinder finds (remembered by it): that file
+    # alone where it is among those mapped; every mapped one where not.
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib  # type: ignore[import-untyped, import-not-found, unused-ignore]
+        chosen = os.path.realpath(load_nvidia_dynamic_lib("nvrtc").abs_path or "")
+    except Exception:
+        chosen = ""
+    if chosen in paths:
+        paths = {chosen}
+    if not paths or any(p.endswith("(deleted)") for p in paths):
+        raise ValueError("the NVRTC CuPy loaded cannot be named")
+    got = "".join(f"nvrtc {p} {_core.library_fingerprint('nvrtc', p, state_dir)}\0" for p in sorted(paths))
+    _nvrtc_memo[state_dir] = got
+    return got
+
+
 def _key(name: str, call: tuple, st: _integration.State) -> Optional[bytes]:
     """progcache's key for CuPy's kernel ``name`` compiled by ``call``; None
-    where progcache cannot key it (the compile goes to CuPy's own cache)."""
+    where progcache cannot key it (compiled every time, stored nowhere)."""
     source, options, arch, jitify, to_ltoir, backend = call
     opts = [str(o) for o in options]
     # CuPy turns jitify on itself for this option (its headers are its own).
@@ -156,8 +198,10 @@ def _key(name: str, call: tuple, st: _integration.State) -> Optional[bytes]:
         return None
     if any(m in source for m in _TIME_MACROS):
         return None
+    state_dir = st.cfg["dir"] if st.cfg is not None else st.root
     extra = hashlib.sha256()
     extra.update(f"progcache.cupy {_SCHEMA}\0cupy {cupy.__version__}\0{name}\0".encode())
+    extra.update(_cupy_nvrtc(state_dir).encode())
     if _cc._is_cudadevrt_needed(tuple(opts)) and not to_ltoir:
         devrt = _cc._get_cudadevrt_path()
         extra.update(f"cudadevrt {devrt} {_file_digest(devrt)}\0".encode())
@@ -166,27 +210,107 @@ def _key(name: str, call: tuple, st: _integration.State) -> Optional[bytes]:
     if to_ltoir:
         arch_opt.append("-dlto")
     return _core.program_key(source.encode("utf-8"), "c++", target, opts + arch_opt, [],
-                             f"{_NO_DIR}/{name}.cu", extra.digest(), [], False,
-                             st.cfg["dir"] if st.cfg is not None else st.root)
+                             f"{_NO_DIR}/{name}.cu", extra.digest(), [], False, state_dir)
 
 
 def _our_key(name: str) -> Optional[bytes]:
     """The key for this lookup; None where CuPy's own cache answers (no
     store, or a lookup outside CuPy's compile); _UNCACHEABLE where nothing
     may answer (a compile progcache cannot key: CuPy's own key would serve
-    it stale after a header edit)."""
+    it stale after a header edit). Made once per compile: the save after a
+    miss reuses the load's."""
     call = getattr(_local, "call", None)
     st = _STORE.get_state()
     if call is None or st.store is None or st.disabled:
         return None
+    keys = getattr(_local, "keys", None)  # None outside the stand-in (a direct call)
+    if keys is not None and name in keys:
+        return keys[name]
     try:
         key = _key(name, call, st)
     except (ValueError, OSError, RuntimeError):  # a computed include it cannot follow, an unreadable header
         key = None
     if key is None:
         _count("uncacheable")
-        return _UNCACHEABLE
+        key = _UNCACHEABLE
+    if keys is not None:
+        keys[name] = key
     return key
+
+
+# ------------------------------------------------------------ CuPy's preprocess of an empty file
+
+# The most remembered preprocess outputs kept (one per NVRTC, options and
+# architecture).
+_MAX_PREPROCESS_MEMOS = 256
+# Options under which an empty file's preprocess reads a file.
+_READS_A_FILE = ("-include", "--pre-include", "-pre-include")
+
+
+def _preprocess_memo_path(options: tuple, arch: Any, st: _integration.State) -> Optional[str]:
+    """Where the output of CuPy's preprocess of an empty file under these
+    options is remembered; None where it is not (a shared root, an option
+    that reads a file, anything unusual)."""
+    if st.store is None or st.disabled or not st.host_code["disk"]:
+        return None  # only a root this user alone writes
+    opts = [str(o) for o in options]
+    if any(o.startswith(_READS_A_FILE) for o in opts):
+        return None
+    state_dir = st.cfg["dir"] if st.cfg is not None else st.root
+    h = hashlib.sha256()
+    h.update(f"progcache.cupy preprocess {_SCHEMA}\0cupy {cupy.__version__}\0arch {arch}\0".encode())
+    h.update(_cupy_nvrtc(state_dir).encode())
+    for o in opts:
+        h.update(o.encode() + b"\0")
+    return os.path.join(st.root, "preprocess", h.hexdigest())
+
+
+def _preprocess(source, options, arch, backend):
+    """CuPy's preprocess, remembered across processes for the empty file:
+    CuPy preprocesses an empty file once per process and set of options, to
+    put NVRTC's version lines into its kernel names (tens of milliseconds,
+    most of a warm process's first hit). Its output is NVRTC's version
+    lines, a function of the NVRTC file (by fingerprint), the options and
+    the architecture, which name the memo."""
+    run = _saved["preprocess"]
+    if source != "" or backend != "nvrtc" or getattr(_local, "call", None) is None:
+        return run(source, options, arch, backend)
+    try:
+        path = _preprocess_memo_path(tuple(options), arch, _STORE.get_state())
+    except Exception:  # no memo: CuPy preprocesses, as without progcache
+        path = None
+    if path is not None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read((1 << 16) + 1)
+            text = data.decode()
+            if len(data) <= 1 << 16 and all(x.startswith("//") for x in text.split("\n") if x):
+                _count("preprocess_remembered")
+                return text
+        except (OSError, ValueError):
+            pass
+    out = run(source, options, arch, backend)
+    if path is not None and isinstance(out, str) and len(out) <= 1 << 16:
+        try:
+            d = os.path.dirname(path)
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            _integration.write_atomic(d, os.path.basename(path), out.encode())
+            names = os.listdir(d)
+            if len(names) > _MAX_PREPROCESS_MEMOS:
+                def age(n):
+                    try:
+                        return os.stat(os.path.join(d, n)).st_mtime_ns
+                    except OSError:
+                        return 0
+                for n in sorted(names, key=age)[:len(names) - _MAX_PREPROCESS_MEMOS]:
+                    try:
+                        os.unlink(os.path.join(d, n))
+                    except OSError:
+                        pass
+        except OSError:  # a memo not written costs the next process a preprocess
+            pass
+    return out
 
 
 def _wait_for_another(key: bytes):
@@ -198,7 +322,7 @@ def _wait_for_another(key: bytes):
     missed = _STORE.missed()
     if st.store is None or getattr(_local, "lock", None) is not None:
         return None
-    timeout = float(st.cfg.get("lock_timeout_s", LOCK_TIMEOUT_S)) if st.cfg is not None else LOCK_TIMEOUT_S
+    timeout = _integration.lock_timeout(st)
     try:
         lock = _core.LockFile(os.path.join(st.root, "locks"), key.hex(), timeout, st.sharing == "group")
     except (TimeoutError, OSError, ValueError, RuntimeError):  # a lock that cannot be had: compile unlocked
@@ -270,12 +394,14 @@ def _compile_with_cache_cuda(source, options, arch, extra_source=None, backend="
                              cache_in_memory=False, jitify=False, to_ltoir=False):
     """CuPy's compile, with what it compiles noted for the backend's key."""
     before = getattr(_local, "call", None)
+    before_keys = getattr(_local, "keys", None)
     _local.call = (source, tuple(options), arch if arch is not None else _arch(), jitify, to_ltoir, backend)
+    _local.keys = {}
     try:
         return _saved["compile"](source, options, arch, extra_source, backend, enable_cooperative_groups,
                                  name_expressions, log_stream, cache_in_memory, jitify, to_ltoir)
     finally:
-        _local.call = before
+        _local.call, _local.keys = before, before_keys
         lock, _local.lock = getattr(_local, "lock", None), None
         if lock is not None:
             try:
@@ -309,7 +435,9 @@ def enable() -> bool:
             return False
         _saved["backend"] = _cc._kernel_cache_backend
         _saved["compile"] = _cc._compile_with_cache_cuda
+        _saved["preprocess"] = _cc._preprocess
         _cc._compile_with_cache_cuda = _compile_with_cache_cuda
+        _cc._preprocess = _preprocess
         _cc._set_kernel_cache_backend(ProgcacheKernelCacheBackend(_saved["backend"]))
         _enabled = True
         return True
@@ -322,6 +450,7 @@ def disable() -> None:
         if not _enabled:
             return
         _cc._compile_with_cache_cuda = _saved["compile"]
+        _cc._preprocess = _saved["preprocess"]
         _cc._set_kernel_cache_backend(_saved["backend"])
         _enabled = False
 

@@ -12,7 +12,8 @@ and reported. LTO-IR compiles need no module, so they run to the end.
 spec (argv[1], JSON): kernels (a list of {source, options, ltoir,
 name_expressions}), import (whether to import progcache.cupy itself),
 break_hook (hide CuPy's backend hook first), wait_for (a file to wait for
-before compiling), dump (a directory to keep each payload in)."""
+before compiling), dump (a directory to keep each payload in), nvrtc (the
+NVRTC file CuPy is to load)."""
 
 import hashlib
 import json
@@ -22,6 +23,18 @@ import time
 import warnings
 
 spec = json.loads(sys.argv[1])
+
+if spec.get("nvrtc"):
+    # The NVRTC CuPy loads is the file the test names (a copy of CuPy's
+    # own): cuda.pathfinder, which CuPy asks, is answered with it.
+    import ctypes
+
+    import cuda.pathfinder as pathfinder
+    from cuda.pathfinder._dynamic_libs.load_dl_common import LoadedDL
+    _lib = ctypes.CDLL(spec["nvrtc"])
+    _find = pathfinder.load_nvidia_dynamic_lib
+    pathfinder.load_nvidia_dynamic_lib = lambda name: (LoadedDL(spec["nvrtc"], False, _lib._handle, "system-search")
+                                                       if name == "nvrtc" else _find(name))
 
 from cupy.cuda import compiler as cc  # noqa: E402
 
@@ -51,6 +64,24 @@ def _counting(*a, **k):
 
 
 cc._compile_using_nvrtc_no_warning = _counting
+
+# CuPy's preprocess of an empty file run by NVRTC (not answered from
+# progcache's memo of it).
+preprocesses = [0]
+
+
+def _counting_preprocess(run):
+    def preprocess(source, *a, **k):
+        preprocesses[0] += source == ""
+        return run(source, *a, **k)
+    return preprocess
+
+
+if enabled or "progcache.cupy" in sys.modules and sys.modules["progcache.cupy"].enabled():
+    pc = sys.modules["progcache.cupy"]
+    pc._saved["preprocess"] = _counting_preprocess(pc._saved["preprocess"])
+else:
+    cc._preprocess = _counting_preprocess(cc._preprocess)
 
 
 def digest(data):
@@ -108,8 +139,13 @@ for k in spec["kernels"]:
 # The NVRTC CuPy compiled with (a wheel's or the toolkit's): its LTO-IR is
 # linked by the nvJitLink beside it.
 nvrtc = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libnvrtc.so" in line})
-res = {"kernels": kernels, "nvrtc_compiles": nvrtc_compiles[0], "enabled": enabled, "warnings": caught,
-       "nvrtc": nvrtc}
+try:
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+    cupy_nvrtc = os.path.realpath(load_nvidia_dynamic_lib("nvrtc").abs_path)
+except Exception:
+    cupy_nvrtc = None
+res = {"cupy_nvrtc": cupy_nvrtc, "kernels": kernels, "nvrtc_compiles": nvrtc_compiles[0], "enabled": enabled, "warnings": caught,
+       "nvrtc": nvrtc, "preprocesses": preprocesses[0]}
 if "progcache.cupy" in sys.modules:
     import progcache.cupy as pc  # noqa: E402
     res["stats"] = {k: v for k, v in pc.stats().items() if isinstance(v, (int, float))}
