@@ -11,6 +11,8 @@ in turn:
   new path for the round, with JAX's directory empty at a new path (what a
   new machine with other paths sees);
 - ``cold``: no cache (the floor the caches are judged against).
+The new machine's copy is made and synced before a round's runs, and the
+order of the three sides turns from one round to the next.
 
 Reported: medians of the whole process (spawn to exit) and of the first
 call of the jitted step (trace, lower, cache lookup or compile, run), and
@@ -116,14 +118,23 @@ def main() -> int:
                      JAX_COMPILATION_CACHE_DIR=os.path.join(tmp, f"{work}-jax-first")), work, child)
             times: dict[str, list[tuple[float, float]]] = {"jax-warm": [], "progcache-new": [], "cold": []}
             for r in range(a.rounds):
-                times["jax-warm"].append(run(dict(base, JAX_COMPILATION_CACHE_DIR=jax_dir), work, child))
+                # The new machine's copy is made, and written back, before
+                # any side of the round runs: no side runs beside the copy's
+                # writeback. The order of the sides turns each round.
                 new_root = os.path.join(tmp, f"machine{r}", "pc-root")
                 shutil.copytree(root, new_root, symlinks=True)
-                times["progcache-new"].append(run(dict(base, PROGCACHE_JAX="1", PROGCACHE_DIR=new_root,
-                                                       JAX_COMPILATION_CACHE_DIR=os.path.join(
-                                                           tmp, f"machine{r}", "jax-empty")), work, child))
+                os.sync()
+                sides = {
+                    "jax-warm": dict(base, JAX_COMPILATION_CACHE_DIR=jax_dir),
+                    "progcache-new": dict(base, PROGCACHE_JAX="1", PROGCACHE_DIR=new_root,
+                                          JAX_COMPILATION_CACHE_DIR=os.path.join(tmp, f"machine{r}", "jax-empty")),
+                    "cold": base,
+                }
+                order = list(sides)
+                order = order[r % 3:] + order[:r % 3]
+                for side in order:
+                    times[side].append(run(sides[side], work, child))
                 shutil.rmtree(os.path.join(tmp, f"machine{r}"))
-                times["cold"].append(run(base, work, child))
             med = {k: (statistics.median(w for w, _ in v), statistics.median(s for _, s in v))
                    for k, v in times.items()}
             print(f"{work}: rounds={a.rounds}")
