@@ -10,9 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "store/remote/curl_api.h"
+#include "store/remote/http_client.h"
 #include "store/remote/url_parts.h"
-#include "util/mutex.h"
 
 namespace progcache {
 
@@ -145,187 +144,41 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
 
 namespace {
 
-long millis_until(RemoteDeadline deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RemoteClock::now()).count();
-  return left <= 0 ? 0 : static_cast<long>(std::min<long long>(left, 1LL << 30));
-}
-
-// A reply's body, in memory that grows with what arrives and never past the
-// limit. A std::string grown by appends doubled its capacity and copied: an
-// endless body cost the 251 MB it had plus the 503 MB it was moving to, twice
-// the limit. realloc of a large block moves pages (mremap) instead of
-// copying them, so what is held is what arrived; a body that announces its
-// length gets exactly that, once, and one that announces more than the limit
-// is abandoned before its first byte.
-class Body {
- public:
-  Body() = default;
-  Body(const Body&) = delete;
-  Body& operator=(const Body&) = delete;
-  Body(Body&& o) noexcept
-      : m_data(std::exchange(o.m_data, nullptr)),
-        m_size(std::exchange(o.m_size, 0)),
-        m_capacity(std::exchange(o.m_capacity, 0)) {}
-  Body& operator=(Body&& o) noexcept {
-    std::swap(m_data, o.m_data);
-    std::swap(m_size, o.m_size);
-    std::swap(m_capacity, o.m_capacity);
-    return *this;
-  }
-  ~Body() { std::free(m_data); }
-
-  // Makes room for `n` bytes in all; false when no memory.
-  bool reserve(std::size_t n) {
-    if (n <= m_capacity) return true;
-    void* p = std::realloc(m_data, n);
-    if (p == nullptr) return false;
-    m_data = static_cast<char*>(p);
-    m_capacity = n;
-    return true;
-  }
-  // Appends, growing geometrically but never past `limit`; false when the
-  // body would pass it (or no memory).
-  bool append(const char* data, std::size_t n, std::size_t limit) {
-    if (n > limit - m_size) return false;
-    if (m_size + n > m_capacity) {
-      const std::size_t grown = std::max({m_size + n, 2 * m_capacity, std::size_t{64} << 10});
-      if (!reserve(std::min(grown, limit))) return false;
-    }
-    std::memcpy(m_data + m_size, data, n);
-    m_size += n;
-    return true;
-  }
-  [[nodiscard]] std::size_t size() const { return m_size; }
-  // The body as Bytes (the memory handed over, trimmed to the body).
-  Bytes take() {
-    if (m_size == 0) return Bytes();
-    if (m_size < m_capacity) reserve_exact_down();
-    char* data = m_data;
-    const std::size_t size = m_size;
-    m_data = nullptr;
-    m_size = m_capacity = 0;
-    return Bytes::wrap(std::shared_ptr<const void>(data, [](const void* p) { std::free(const_cast<void*>(p)); }), data,
-                       size);
-  }
-
- private:
-  void reserve_exact_down() {
-    if (void* p = std::realloc(m_data, m_size); p != nullptr) {
-      m_data = static_cast<char*>(p);
-      m_capacity = m_size;
-    }
-  }
-  char* m_data = nullptr;
-  std::size_t m_size = 0;
-  std::size_t m_capacity = 0;
-};
-
-// What one request brings back.
-struct Reply {
-  long status = 0;
-  Body body;
-  curl_off_t content_length = -1;
-};
-
-struct Download {
-  Body* body;
-  std::size_t limit;
-  const detail::CurlApi* curl;
-  CURL* handle;
-  bool started = false;
-  bool too_big = false;
-};
-
-std::size_t on_body(char* data, std::size_t size, std::size_t n, void* user) {
-  auto* d = static_cast<Download*>(user);
-  const std::size_t len = size * n;
-  if (!d->started) {
-    d->started = true;
-    // A length announced up front is judged before any byte is kept.
-    curl_off_t announced = -1;
-    d->curl->easy_getinfo(d->handle, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
-    if (announced > 0 && static_cast<std::uint64_t>(announced) > d->limit) {
-      d->too_big = true;
-      return 0;  // libcurl aborts the transfer (CURLE_WRITE_ERROR)
-    }
-    if (announced > 0) d->body->reserve(static_cast<std::size_t>(announced));
-  }
-  if (!d->body->append(data, len, d->limit)) {
-    d->too_big = true;
-    return 0;
-  }
-  return len;
-}
-
-struct Upload {
-  std::string_view data;
-};
-
-std::size_t on_upload(char* buffer, std::size_t size, std::size_t n, void* user) {
-  auto* u = static_cast<Upload*>(user);
-  const std::size_t len = std::min(size * n, u->data.size());
-  std::copy_n(u->data.data(), len, buffer);
-  u->data.remove_prefix(len);
-  return len;
-}
-
-enum class Method { get, head, put, remove };
-
-const char* method_name(Method m) {
-  switch (m) {
-    case Method::get:
-      return "GET";
-    case Method::head:
-      return "HEAD";
-    case Method::put:
-      return "PUT";
-    case Method::remove:
-      return "DELETE";
-  }
-  return "?";
-}
+using detail::HttpMethod;
 
 class HttpBackend final : public RemoteBackend {
  public:
-  HttpBackend(HttpUrl url, HttpBackendOptions o) : m_url(std::move(url)), m_id(m_url.shown()), m_opt(std::move(o)) {
-    auto api = detail::curl_api();
-    if (api.ok()) {
-      m_curl = *api;
-    } else {
-      m_load_error = api.status();
-    }
-  }
-  ~HttpBackend() override {
-    for (CURL* h : m_idle) m_curl->easy_cleanup(h);
-  }
-  HttpBackend(const HttpBackend&) = delete;
-  HttpBackend& operator=(const HttpBackend&) = delete;
+  HttpBackend(HttpUrl url, HttpBackendOptions o)
+      : m_url(std::move(url)),
+        m_id(m_url.shown()),
+        m_opt(std::move(o)),
+        m_client(m_id, m_opt.max_idle_connections, m_opt.max_body_bytes) {}
 
   Result<std::optional<Bytes>> get(std::string_view name, RemoteDeadline deadline) override {
-    PROGCACHE_ASSIGN_OR_RETURN(Reply r, request(Method::get, name, {}, deadline));
+    PROGCACHE_ASSIGN_OR_RETURN(detail::HttpReply r, request(HttpMethod::get, name, {}, deadline));
     if (r.status == 404) return std::optional<Bytes>();
-    PROGCACHE_TRY(expect_success(Method::get, r));
+    PROGCACHE_TRY(expect_success(HttpMethod::get, r));
     // A body that is not an entry (HTML, another key's bytes) fails to
     // decode above this backend: a corrupt miss.
     return std::optional<Bytes>(r.body.take());
   }
 
   Status set(std::string_view name, std::string_view value, RemoteDeadline deadline) override {
-    PROGCACHE_ASSIGN_OR_RETURN(Reply r, request(Method::put, name, value, deadline));
-    return expect_success(Method::put, r);
+    PROGCACHE_ASSIGN_OR_RETURN(detail::HttpReply r, request(HttpMethod::put, name, value, deadline));
+    return expect_success(HttpMethod::put, r);
   }
 
   Result<bool> remove(std::string_view name, RemoteDeadline deadline) override {
-    PROGCACHE_ASSIGN_OR_RETURN(Reply r, request(Method::remove, name, {}, deadline));
+    PROGCACHE_ASSIGN_OR_RETURN(detail::HttpReply r, request(HttpMethod::remove, name, {}, deadline));
     if (r.status == 404) return false;
-    PROGCACHE_TRY(expect_success(Method::remove, r));
+    PROGCACHE_TRY(expect_success(HttpMethod::remove, r));
     return true;
   }
 
   Result<std::uint64_t> size_of(std::string_view name, RemoteDeadline deadline) override {
-    PROGCACHE_ASSIGN_OR_RETURN(Reply r, request(Method::head, name, {}, deadline));
+    PROGCACHE_ASSIGN_OR_RETURN(detail::HttpReply r, request(HttpMethod::head, name, {}, deadline));
     if (r.status == 404) return std::uint64_t{0};
-    PROGCACHE_TRY(expect_success(Method::head, r));
+    PROGCACHE_TRY(expect_success(HttpMethod::head, r));
     return r.content_length < 0 ? std::uint64_t{0} : static_cast<std::uint64_t>(r.content_length);
   }
 
@@ -342,137 +195,42 @@ class HttpBackend final : public RemoteBackend {
   // 2xx: done. 401/403: refused credentials (they open the breaker: every
   // call would be refused the same way). 5xx and 408/429: the server is
   // there but not serving. Anything else: an answer that is not one.
-  Status expect_success(Method m, const Reply& r) const {
+  Status expect_success(HttpMethod m, const detail::HttpReply& r) const {
     if (r.status >= 200 && r.status < 300) return {};
-    const std::string what = "remote " + m_id + ": " + method_name(m) + " answered HTTP " + std::to_string(r.status);
+    const std::string what =
+        "remote " + m_id + ": " + detail::method_name(m) + " answered HTTP " + std::to_string(r.status);
     if (r.status == 401 || r.status == 403) return permission_denied(what + " (credentials refused)");
     if (r.status >= 500 || r.status == 408 || r.status == 429) return unavailable(what);
     return data_loss(what);
   }
 
-  CURL* take() {
-    {
-      MutexLock l(m_mu);
-      if (!m_idle.empty()) {
-        CURL* h = m_idle.back();
-        m_idle.pop_back();
-        return h;
-      }
-    }
-    return m_curl->easy_init();
-  }
-
-  void give_back(CURL* h) {
-    {
-      MutexLock l(m_mu);
-      if (static_cast<int>(m_idle.size()) < m_opt.max_idle_connections) {
-        m_idle.push_back(h);
-        return;
-      }
-    }
-    m_curl->easy_cleanup(h);
-  }
-
-  // One request, answered (headers and the whole body) by `deadline`. A
-  // handle whose transfer failed is discarded, never pooled.
-  Result<Reply> request(Method m, std::string_view name, std::string_view upload, RemoteDeadline deadline) {
-    const long left = millis_until(deadline);
-    if (left <= 0) return deadline_exceeded("remote " + m_id + ": no time left for " + method_name(m));
-    if (m_curl == nullptr) return m_load_error.with_context("remote " + m_id);
-    CURL* h = take();
-    if (h == nullptr) return unavailable("remote " + m_id + ": cannot allocate an HTTP handle");
-    // reset keeps the handle's live connection and caches, drops the options.
-    m_curl->easy_reset(h);
-    Reply reply;
-    Download down{&reply.body, m_opt.max_body_bytes, m_curl, h};
-    Upload up{upload};
-    curl_slist* headers = nullptr;
-    const std::string url = m_url.entry_url(name);
-    m_curl->easy_setopt(h, CURLOPT_URL, url.c_str());
-    m_curl->easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    m_curl->easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    m_curl->easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
-    m_curl->easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                        std::max(1L, std::min(left, static_cast<long>(m_url.connect_timeout.count()))));
-    m_curl->easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    m_curl->easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    m_curl->easy_setopt(h, CURLOPT_WRITEDATA, &down);
-    if (!m_url.ca_file.empty()) m_curl->easy_setopt(h, CURLOPT_CAINFO, m_url.ca_file.c_str());
+  Result<detail::HttpReply> request(HttpMethod m, std::string_view name, std::string_view upload,
+                                    RemoteDeadline deadline) {
+    detail::HttpRequest r;
+    r.method = m;
+    r.url = m_url.entry_url(name);
+    r.upload = upload;
+    r.ca_file = m_url.ca_file;
+    r.connect_timeout = m_url.connect_timeout;
     if (!m_opt.secret.empty()) {
-      if (!m_url.user.empty()) {
-        m_curl->easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
-        m_curl->easy_setopt(h, CURLOPT_USERNAME, m_url.user.c_str());
-        m_curl->easy_setopt(h, CURLOPT_PASSWORD, m_opt.secret.c_str());
-      } else {
-        m_curl->easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
-        m_curl->easy_setopt(h, CURLOPT_XOAUTH2_BEARER, m_opt.secret.c_str());
-      }
+      r.authorize = [this](const detail::CurlApi& curl, CURL* h) {
+        if (!m_url.user.empty()) {
+          curl.easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+          curl.easy_setopt(h, CURLOPT_USERNAME, m_url.user.c_str());
+          curl.easy_setopt(h, CURLOPT_PASSWORD, m_opt.secret.c_str());
+        } else {
+          curl.easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
+          curl.easy_setopt(h, CURLOPT_XOAUTH2_BEARER, m_opt.secret.c_str());
+        }
+      };
     }
-    switch (m) {
-      case Method::get:
-        // libcurl refuses a body announced larger than the limit itself, too.
-        m_curl->easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(m_opt.max_body_bytes));
-        break;
-      case Method::head:
-        m_curl->easy_setopt(h, CURLOPT_NOBODY, 1L);
-        break;
-      case Method::put:
-        m_curl->easy_setopt(h, CURLOPT_UPLOAD, 1L);
-        m_curl->easy_setopt(h, CURLOPT_READFUNCTION, on_upload);
-        m_curl->easy_setopt(h, CURLOPT_READDATA, &up);
-        m_curl->easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(upload.size()));
-        // No "Expect: 100-continue": it costs a round trip (or a second's
-        // wait on servers that never answer it) on every put.
-        headers = m_curl->slist_append(headers, "Expect:");
-        headers = m_curl->slist_append(headers, "Content-Type: application/octet-stream");
-        m_curl->easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-        break;
-      case Method::remove:
-        m_curl->easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-        break;
-    }
-    const CURLcode rc = m_curl->easy_perform(h);
-    m_curl->slist_free_all(headers);
-    if (rc != CURLE_OK) {
-      m_curl->easy_cleanup(h);
-      return transfer_error(m, rc, down.too_big || rc == CURLE_FILESIZE_EXCEEDED);
-    }
-    m_curl->easy_getinfo(h, CURLINFO_RESPONSE_CODE, &reply.status);
-    m_curl->easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &reply.content_length);
-    give_back(h);
-    return reply;
-  }
-
-  Status transfer_error(Method m, CURLcode rc, bool too_big) const {
-    const std::string what = "remote " + m_id + ": " + method_name(m) + ": " + m_curl->easy_strerror(rc);
-    if (too_big) {
-      return resource_exhausted("remote " + m_id + ": a body over " + std::to_string(m_opt.max_body_bytes) +
-                                " bytes, abandoned");
-    }
-    switch (rc) {
-      case CURLE_OPERATION_TIMEDOUT:
-        return deadline_exceeded(what);
-      case CURLE_PARTIAL_FILE:  // the body ended before its announced length
-      case CURLE_BAD_CONTENT_ENCODING:
-      case CURLE_WEIRD_SERVER_REPLY:
-        return data_loss(what);
-      case CURLE_LOGIN_DENIED:
-        return permission_denied(what);
-      case CURLE_URL_MALFORMAT:
-      case CURLE_UNSUPPORTED_PROTOCOL:
-        return invalid_argument(what);
-      default:  // cannot resolve, connect or talk TLS; the connection dropped
-        return unavailable(what);
-    }
+    return m_client.request(r, deadline);
   }
 
   const HttpUrl m_url;
   const std::string m_id;
   const HttpBackendOptions m_opt;
-  const detail::CurlApi* m_curl = nullptr;  // null when libcurl cannot be loaded: every request fails with
-  Status m_load_error;                      // this
-  Mutex m_mu;
-  std::vector<CURL*> m_idle PROGCACHE_GUARDED_BY(m_mu);
+  detail::HttpClient m_client;
 };
 
 }  // namespace
