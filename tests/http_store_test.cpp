@@ -233,6 +233,9 @@ TEST(HttpStore, RefusedCredentialsAreAnErrorAndTheRightOnesWork) {
     EXPECT_NE(r.status().message().find("HTTP 401"), std::string::npos);
     EXPECT_EQ(r.status().message().find("not-it"), std::string::npos);
     EXPECT_EQ(s->put(make_key(1), make_entry("x")).code(), Code::permission_denied);
+    // Refusals, counted apart from outages: a setting to fix, not a server down.
+    EXPECT_EQ(s->remote_stats().refused, 2u);
+    EXPECT_EQ(s->remote_stats().failures, 0u);
   }
   auto right = http({basic}, {.password = NginxServer::basic_password()});
   ASSERT_TRUE(right->put(make_key(1), make_entry("behind basic auth")).ok());

@@ -94,11 +94,15 @@ struct RemoteStoreOptions {
 // Counters of the remote tier, beyond StoreStats.
 struct RemoteStats {
   std::uint64_t timeouts = 0;
-  std::uint64_t failures = 0;  // errors other than timeouts
-  std::uint64_t skipped = 0;   // calls not made because a breaker was open
+  std::uint64_t failures = 0;  // errors other than timeouts and refusals
+  // Calls the server refused for a cause every call meets again (refused
+  // credentials, a missing bucket, a skewed clock): the first is said once
+  // on stderr, and each opens the breaker like an outage.
+  std::uint64_t refused = 0;
+  std::uint64_t skipped = 0;  // calls not made because a breaker was open
   std::uint64_t breaker_trips = 0;
   std::uint64_t read_only_skips = 0;
-  std::string last_error;  // the most recent timeout or failure ("" when none)
+  std::string last_error;  // the most recent timeout, failure or refusal ("" when none)
 };
 
 class RemoteStore : public Store {

@@ -289,7 +289,18 @@ class StoreHandle {
 
   nb::dict stats() {
     const pc::StoreStats s = m_file != nullptr ? m_file->host_stats() : store()->stats();
-    return stats_dict(s);
+    nb::dict out = stats_dict(s);
+    // The remote tier's own counters, where there is one: its refusals
+    // (credentials, a missing bucket, the clock) apart from its outages.
+    if (auto* tiered = dynamic_cast<pc::TieredStore*>(store().get()); tiered != nullptr) {
+      if (auto rs = tiered->remote_stats()) {
+        out["remote_timeouts"] = rs->timeouts;
+        out["remote_failures"] = rs->failures;
+        out["remote_refused"] = rs->refused;
+        out["remote_last_error"] = rs->last_error;
+      }
+    }
+    return out;
   }
 
   std::string root() const { return m_file != nullptr ? m_file->root() : std::string(); }

@@ -2,6 +2,7 @@
 // deadlines, the circuit breaker, read-only mode, the entry format, stats.
 #include "progcache/remote_store.h"
 
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <utility>
@@ -64,6 +65,7 @@ struct Shard {
   std::unique_ptr<RemoteBackend> backend;
   std::uint64_t id_hash;
   Breaker breaker;
+  bool refusal_said = false;  // under the tier's m_mu
 };
 
 class RemoteTier final : public RemoteStore {
@@ -211,10 +213,21 @@ class RemoteTier final : public RemoteStore {
     }
     const bool tripped = s.breaker.record(st);
     if (!st.ok() && Breaker::is_outage(st)) {
-      MutexLock l(m_mu);
-      (st.code() == Code::deadline_exceeded ? m_remote.timeouts : m_remote.failures)++;
-      m_remote.last_error = st.message();  // backends' messages carry only redacted URLs
-      if (tripped) ++m_remote.breaker_trips;
+      bool say = false;
+      {
+        MutexLock l(m_mu);
+        if (st.code() == Code::permission_denied) {
+          ++m_remote.refused;
+          say = !std::exchange(s.refusal_said, true);
+        } else {
+          (st.code() == Code::deadline_exceeded ? m_remote.timeouts : m_remote.failures)++;
+        }
+        m_remote.last_error = st.message();  // backends' messages carry only redacted URLs
+        if (tripped) ++m_remote.breaker_trips;
+      }
+      // A refusal is a setting to fix, not an outage to wait out: said once
+      // per backend and process, so that it is not taken for misses.
+      if (say) std::fprintf(stderr, "progcache: warning: %s; its lookups are misses\n", st.message().c_str());
     }
     return r;
   }
