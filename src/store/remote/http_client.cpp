@@ -42,7 +42,9 @@ HttpBody& HttpBody::operator=(HttpBody&& o) noexcept {
   return *this;
 }
 
-HttpBody::~HttpBody() { std::free(m_data); }
+HttpBody::~HttpBody() {
+  std::free(m_data);
+}
 
 bool HttpBody::reserve(std::size_t n) {
   if (n <= m_capacity) return true;
@@ -211,7 +213,7 @@ Result<HttpReply> HttpClient::request(const HttpRequest& r, RemoteDeadline deadl
       m_curl->easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.upload.size()));
       // No "Expect: 100-continue": it costs a round trip (or a second's
       // wait on servers that never answer it) on every put.
-      headers = m_curl->slist_append(headers, "Expect:");
+      if (!r.keep_expect) headers = m_curl->slist_append(headers, "Expect:");
       headers = m_curl->slist_append(headers, "Content-Type: application/octet-stream");
       break;
     case HttpMethod::remove:

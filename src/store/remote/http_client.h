@@ -59,10 +59,13 @@ struct HttpReply {
 struct HttpRequest {
   HttpMethod method = HttpMethod::get;
   std::string url;
-  std::string_view upload;                 // the body of a PUT
-  std::vector<std::string> headers;        // "Name: value", added to the request
-  std::string ca_file;                     // "" for the system's CAs
+  std::string_view upload;           // the body of a PUT
+  std::vector<std::string> headers;  // "Name: value", added to the request
+  std::string ca_file;               // "" for the system's CAs
   std::chrono::milliseconds connect_timeout{300};
+  // A PUT is sent without "Expect: 100-continue" (a round trip, or a
+  // second's wait on servers that never answer it) unless this is set.
+  bool keep_expect = false;
   // Sets the request's credentials on the handle (basic, bearer, SigV4);
   // called after the handle's options are reset.
   std::function<void(const CurlApi&, CURL*)> authorize;

@@ -10,6 +10,7 @@
 #endif
 #ifdef PROGCACHE_WITH_HTTP
 #include "progcache/http_backend.h"
+#include "progcache/s3_backend.h"
 #include "store/remote/curl_api.h"
 #endif
 
@@ -51,6 +52,20 @@ Result<RemoteUrlInfo> check_http(std::string_view url) {
   return RemoteUrlInfo{u.shown(), false};  // an HTTP URL never carries a password
 }
 
+Result<RemoteUrlInfo> check_s3(std::string_view url) {
+  PROGCACHE_ASSIGN_OR_RETURN(S3Url u, parse_s3_url(url));
+  return RemoteUrlInfo{u.shown(), false};  // an S3 URL never carries a credential
+}
+
+Result<std::unique_ptr<RemoteBackend>> make_s3(std::string_view url, const RemoteStoreOptions& o) {
+  PROGCACHE_ASSIGN_OR_RETURN(S3Url u, parse_s3_url(url));
+  PROGCACHE_TRY(detail::curl_api().status());
+  PROGCACHE_ASSIGN_OR_RETURN(S3Credentials creds, find_s3_credentials(u.profile));
+  return make_s3_backend(std::move(u), {.credentials = std::move(creds),
+                                        .max_idle_connections = o.max_idle_connections,
+                                        .max_body_bytes = o.max_value_bytes});
+}
+
 Result<std::unique_ptr<RemoteBackend>> make_http(std::string_view url, const RemoteStoreOptions& o) {
   PROGCACHE_ASSIGN_OR_RETURN(HttpUrl u, parse_http_url(url));
   // Said when the tier is configured, not on the first request.
@@ -70,6 +85,7 @@ constexpr Scheme k_schemes[] = {
 #ifdef PROGCACHE_WITH_HTTP
     {"http", check_http, make_http},
     {"https", check_http, make_http},
+    {"s3", check_s3, make_s3},
 #endif
     {nullptr, nullptr, nullptr},
 };
@@ -92,7 +108,7 @@ Result<const Scheme*> find_scheme(std::string_view url) {
     return unavailable("remote URL scheme '" + std::string(scheme) +
                        "://' needs the Redis tier, and this progcache was built without it (hiredis)");
   }
-  if (scheme == "http" || scheme == "https") {
+  if (scheme == "http" || scheme == "https" || scheme == "s3") {
     return unavailable("remote URL scheme '" + std::string(scheme) +
                        "://' needs the HTTP tier, and this progcache was built without it (libcurl)");
   }
