@@ -7,7 +7,10 @@
 // PROGCACHE_BENCH_CLUSTER=redis+cluster://127.0.0.1:PORT,... (a Redis Cluster:
 // scripts/redis_cluster.sh) and
 // PROGCACHE_BENCH_HTTP=http://127.0.0.1:PORT/PREFIX (nginx's WebDAV:
-// scripts/http_cache_server.sh). A benchmark whose server is unset is skipped.
+// scripts/http_cache_server.sh) and
+// PROGCACHE_BENCH_S3=s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:PORT (an S3
+// server, with the AWS_ variables giving its credentials:
+// scripts/s3_server.sh). A benchmark whose server is unset is skipped.
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,7 +38,12 @@ std::vector<std::string> urls_of(const std::string& list, const char* options = 
   std::size_t from = 0;
   while (from < list.size()) {
     const std::size_t space = std::min(list.find(' ', from), list.size());
-    if (space > from) urls.push_back(list.substr(from, space - from) + options);
+    if (space > from) {
+      const std::string url = list.substr(from, space - from);
+      // An S3 URL has its options already: the deadline is one more.
+      urls.push_back(url + (url.find('?') != std::string::npos && options[0] == '?' ? "&" + std::string(options + 1)
+                                                                                    : std::string(options)));
+    }
     from = space + 1;
   }
   return urls;
@@ -77,6 +85,11 @@ BENCHMARK_CAPTURE(BM_RemoteHit, cluster, "PROGCACHE_BENCH_CLUSTER")
     ->Arg(1 << 20)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_RemoteHit, http, "PROGCACHE_BENCH_HTTP")
+    ->Arg(4 << 10)
+    ->Arg(64 << 10)
+    ->Arg(1 << 20)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_RemoteHit, s3, "PROGCACHE_BENCH_S3")
     ->Arg(4 << 10)
     ->Arg(64 << 10)
     ->Arg(1 << 20)

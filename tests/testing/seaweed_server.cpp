@@ -32,9 +32,13 @@ bool accepts(int port) {
   return ok;
 }
 
-std::string port_arg(const std::string& flag) { return "-" + flag + "=" + std::to_string(free_loopback_port()); }
+std::string port_arg(const std::string& flag) {
+  return "-" + flag + "=" + std::to_string(free_loopback_port());
+}
 
-std::size_t discard(char*, std::size_t size, std::size_t n, void*) { return size * n; }
+std::size_t discard(char*, std::size_t size, std::size_t n, void*) {
+  return size * n;
+}
 
 // One signed request to the S3 API; the HTTP status, or 0 when none came.
 long signed_request(const std::string& url, const char* method) {
@@ -92,7 +96,9 @@ SeaweedServer::~SeaweedServer() {
   }
 }
 
-std::string SeaweedServer::endpoint() const { return "http://127.0.0.1:" + std::to_string(m_s3_port); }
+std::string SeaweedServer::endpoint() const {
+  return "http://127.0.0.1:" + std::to_string(m_s3_port);
+}
 
 std::string SeaweedServer::url(const std::string& bucket, const std::string& prefix, const std::string& query) const {
   return "s3://" + bucket + (prefix.empty() ? "" : "/" + prefix) + "?endpoint=" + endpoint() + "&region=us-east-1" +
@@ -172,11 +178,11 @@ bool SeaweedServer::start(int extra_volume_servers) {
   for (int i = 0; i < extra_volume_servers; ++i) {
     const std::string dir = m_dir + "/volume" + std::to_string(i);
     std::filesystem::create_directories(dir);
-    m_volume_pids.push_back(spawn({binary(), "volume", "-dir=" + dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                                   port_arg("port"), port_arg("port.grpc"), port_arg("metricsPort"), "-max=8",
-                                   "-master=127.0.0.1:" + std::to_string(m_master_port) + "." +
-                                       std::to_string(m_master_grpc_port)},
-                                  m_dir + "/volume.log"));
+    m_volume_pids.push_back(
+        spawn({binary(), "volume", "-dir=" + dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1", port_arg("port"),
+               port_arg("port.grpc"), port_arg("metricsPort"), "-max=8",
+               "-master=127.0.0.1:" + std::to_string(m_master_port) + "." + std::to_string(m_master_grpc_port)},
+              m_dir + "/volume.log"));
   }
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < until) {
