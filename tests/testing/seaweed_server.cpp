@@ -56,7 +56,7 @@ long signed_request(const std::string& url, const char* method) {
   curl.easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());
   curl.easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl.easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-  curl.easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+  curl.easy_setopt(h, CURLOPT_TIMEOUT_MS, 20000L);
   long status = 0;
   if (curl.easy_perform(h) == CURLE_OK) curl.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   curl.slist_free_all(headers);
@@ -107,7 +107,14 @@ std::string SeaweedServer::url(const std::string& bucket, const std::string& pre
 
 bool SeaweedServer::create_bucket(const std::string& bucket) const {
   const long status = signed_request(endpoint() + "/" + bucket, "PUT");
-  return status == 200 || status == 409;
+  if (status != 200 && status != 409) return false;
+  // One object written: a bucket's first write waits for its volumes to be
+  // made (seconds on a loaded machine), which no test's deadline should pay.
+  for (int i = 0; i < 100; ++i) {
+    if (signed_request(endpoint() + "/" + bucket + "/progcache-first-write", "PUT") == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 std::string SeaweedServer::log() const {

@@ -35,7 +35,9 @@ class SeaweedServer {
   // s3://<bucket>/<prefix>?endpoint=...&region=us-east-1[&<query>]
   [[nodiscard]] std::string url(const std::string& bucket, const std::string& prefix,
                                 const std::string& query = "") const;
-  // Creates a bucket (SigV4-signed PUT); false when the server refused.
+  // Creates a bucket (SigV4-signed PUT) and writes one object into it, so
+  // that the tests' first write finds its volumes made; false when the
+  // server refused.
   bool create_bucket(const std::string& bucket) const;
   // Its logs, for test messages.
   [[nodiscard]] std::string log() const;

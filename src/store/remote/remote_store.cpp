@@ -2,6 +2,7 @@
 // deadlines, the circuit breaker, read-only mode, the entry format, stats.
 #include "progcache/remote_store.h"
 
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <mutex>
@@ -65,7 +66,7 @@ struct Shard {
   std::unique_ptr<RemoteBackend> backend;
   std::uint64_t id_hash;
   Breaker breaker;
-  bool refusal_said = false;  // under the tier's m_mu
+  std::atomic<bool> refusal_said{false};  // the first refusal is said once
 };
 
 class RemoteTier final : public RemoteStore {
@@ -218,7 +219,7 @@ class RemoteTier final : public RemoteStore {
         MutexLock l(m_mu);
         if (st.code() == Code::permission_denied) {
           ++m_remote.refused;
-          say = !std::exchange(s.refusal_said, true);
+          say = !s.refusal_said.exchange(true);
         } else {
           (st.code() == Code::deadline_exceeded ? m_remote.timeouts : m_remote.failures)++;
         }
@@ -227,7 +228,10 @@ class RemoteTier final : public RemoteStore {
       }
       // A refusal is a setting to fix, not an outage to wait out: said once
       // per backend and process, so that it is not taken for misses.
-      if (say) std::fprintf(stderr, "progcache: warning: %s; its lookups are misses\n", st.message().c_str());
+      if (say) {
+        std::fprintf(stderr, "progcache: warning: %s; until that is fixed, lookups there miss and writes are dropped\n",
+                     st.message().c_str());
+      }
     }
     return r;
   }
