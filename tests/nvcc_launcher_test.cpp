@@ -169,6 +169,40 @@ TEST_F(NvccLauncherTest, EveryOutputKindIsServedAsPlainNvccWritesItAndAHitRunsNo
   EXPECT_TRUE(exists("w.cubin"));
 }
 
+// The bytes of the launcher's entries on disk.
+std::uintmax_t entry_bytes(const std::string& store) {
+  std::uintmax_t total = 0;
+  if (!fs::exists(store)) return 0;
+  for (const auto& e : fs::recursive_directory_iterator(store)) {
+    if (e.is_regular_file() && e.path().filename().string().size() == 62) total += e.file_size();
+  }
+  return total;
+}
+
+TEST_F(NvccLauncherTest, TheStoreIsCompressedUnlessSaidOtherwiseAndServesTheSameBytes) {
+  const std::string args = "-arch=sm_90 -I inc -c k.cu -o k.o";
+  ASSERT_EQ(sh(cli() + " nvcc " + args, "PROGCACHE_COMPRESSION=off").code, 0);
+  const std::string compiled = read("k.o");
+  const std::uintmax_t as_is = entry_bytes(m_tmp.sub("cache/nvcc"));
+  ASSERT_GT(as_is, 0u);
+  ASSERT_EQ(sh(cli() + " clear").code, 0);
+  ASSERT_EQ(entry_bytes(m_tmp.sub("cache/nvcc")), 0u);
+  // No level set: zstd level 1, as ccache does.
+  ASSERT_EQ(sh(cli() + " nvcc " + args).code, 0);
+  const std::string again = read("k.o");
+  const std::uintmax_t packed = entry_bytes(m_tmp.sub("cache/nvcc"));
+  EXPECT_LT(packed * 2, as_is) << packed << " bytes compressed against " << as_is;
+  fs::remove(m_tmp.sub("work/k.o"));
+  ASSERT_EQ(sh(cli() + " nvcc " + args).code, 0);
+  EXPECT_EQ(launcher_stats().value("hits", 0), 1);
+  EXPECT_TRUE(same(read("k.o"), again));
+  EXPECT_TRUE(same(mask_temp_names(read("k.o")), mask_temp_names(compiled)));
+  // A level set is the level used.
+  ASSERT_EQ(sh(cli() + " clear").code, 0);
+  ASSERT_EQ(sh(cli() + " nvcc " + args, "PROGCACHE_COMPRESSION=off").code, 0);
+  EXPECT_EQ(entry_bytes(m_tmp.sub("cache/nvcc")), as_is);
+}
+
 TEST_F(NvccLauncherTest, AnEditedHeaderADefineAShadowingHeaderAndAnotherHostCompilerAreCompiledAgain) {
   const std::string args = "-arch=sm_90 -I inc0 -I inc -cubin k.cu -o k.cubin";
   auto expect_as_plain = [&](const std::string& extra) {

@@ -84,6 +84,9 @@ struct Config {
   // default (a local hit would pay decompression), and the remote tier's,
   // on by default (docs/benchmarks.md, "Compression").
   int compression_level = 0;
+  // Whether PROGCACHE_COMPRESSION (or a settings file) gave the level: where
+  // none did, the nvcc launcher's store uses k_launcher_compression_level.
+  bool compression_given = false;
   int remote_compression_level = 1;
   std::vector<std::string> remote_urls;
   std::string remote_password;  // for URLs that carry none

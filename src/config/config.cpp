@@ -195,7 +195,11 @@ Status parse_level(const char* name, const std::optional<std::string>& text, int
 }
 
 Status apply_compression(Config& c, const std::optional<std::string>& text, Setting& shown) {
-  return parse_level("PROGCACHE_COMPRESSION", text, c.compression_level, shown);
+  c.compression_given = text.has_value();
+  PROGCACHE_TRY(parse_level("PROGCACHE_COMPRESSION", text, c.compression_level, shown));
+  if (!text)
+    shown.value += " (the nvcc launcher's store: zstd level " + std::to_string(k_launcher_compression_level) + ")";
+  return {};
 }
 
 Status apply_remote_compression(Config& c, const std::optional<std::string>& text, Setting& shown) {
