@@ -17,21 +17,6 @@
 
 namespace progcache::testing {
 
-namespace {
-
-bool accepts(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-}  // namespace
-
 std::string NginxServer::binary() {
   for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"}) {
     if (std::filesystem::exists(p)) return p;
@@ -112,7 +97,7 @@ bool NginxServer::start() {
   }
   m_pid = pid;
   for (int i = 0; i < 500; ++i) {
-    if (accepts(m_port)) return true;
+    if (loopback_port_accepts(m_port)) return true;
     if (::waitpid(m_pid, nullptr, WNOHANG) == m_pid) {
       m_pid = -1;
       return false;

@@ -21,17 +21,6 @@ namespace progcache::testing {
 
 namespace {
 
-bool accepts(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
 std::string port_arg(const std::string& flag) {
   return "-" + flag + "=" + std::to_string(free_loopback_port());
 }
@@ -199,7 +188,7 @@ bool SeaweedServer::start(int extra_volume_servers) {
     }
     // The S3 port answers before the filer behind it is ready: a bucket
     // made is the sign that it serves.
-    if (accepts(m_s3_port) && create_bucket("progcache-ready")) return true;
+    if (loopback_port_accepts(m_s3_port) && create_bucket("progcache-ready")) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;

@@ -51,6 +51,9 @@ std::string make_ec_public_pem();
 // A free TCP port on 127.0.0.1 (bound, read back, released), for the test
 // servers (redis-server, nginx) a test starts.
 int free_loopback_port();
+// Whether something accepts a TCP connection on 127.0.0.1:port (a server
+// the test started is up).
+bool loopback_port_accepts(int port);
 // A loopback port P below the ephemeral range with P + `offset` free too
 // (a Redis Cluster node listens on P and on its bus port P + 10000).
 int free_loopback_port_pair(int offset);
