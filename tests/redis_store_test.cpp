@@ -675,7 +675,9 @@ TEST_F(TieredTest, WrongPasswordLeavesLocalTiersWorking) {
   ASSERT_TRUE(m->flush().ok());
   EXPECT_EQ((*m->get(make_key(1)))->primary().view(), "local");
   EXPECT_FALSE(m->get(make_key(2))->has_value());  // a miss, not an error
-  EXPECT_GE(m->remote_stats()->failures, 1u);
+  // A refused password is a refusal, counted apart from outages.
+  EXPECT_GE(m->remote_stats()->refused, 1u);
+  EXPECT_EQ(m->remote_stats()->failures, 0u);
 }
 
 }  // namespace
