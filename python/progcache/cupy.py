@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import threading
 from typing import Any, Dict, Optional, Union
 
@@ -96,7 +97,7 @@ class _CupyStore(_integration.StoreState):
 _STORE = _CupyStore("cupy", _MEMORY_BYTES)
 _local = threading.local()  # .call: the compile this thread is in (source, options, arch, flags)
 _counts_lock = threading.Lock()
-_counts = {"to_cupy": 0, "uncacheable": 0, "preprocess_remembered": 0}
+_counts = {"to_cupy": 0, "uncacheable": 0, "preprocess_remembered": 0, "changed_while_compiling": 0}
 _enable_lock = threading.Lock()
 _enabled = False
 _saved: Dict[str, Any] = {}
@@ -124,7 +125,9 @@ def stats() -> Dict[str, Union[int, float, None]]:
     CuPy's own disk backend: progcache's store cannot be used, or CuPy asked
     outside the compile progcache stands in for) and
     ``preprocess_remembered`` (CuPy's preprocess of an empty file answered
-    from the root instead of NVRTC)."""
+    from the root instead of NVRTC) and ``changed_while_compiling`` (a
+    compile whose key was not the same after it: a header changed while
+    NVRTC read it; stored nowhere)."""
     out = _STORE.stats()
     with _counts_lock:
         out.update(_counts)
@@ -217,8 +220,8 @@ def _our_key(name: str) -> Optional[bytes]:
     """The key for this lookup; None where CuPy's own cache answers (no
     store, or a lookup outside CuPy's compile); _UNCACHEABLE where nothing
     may answer (a compile progcache cannot key: CuPy's own key would serve
-    it stale after a header edit). Made once per compile: the save after a
-    miss reuses the load's."""
+    it stale after a header edit). Made once per lookup of a compile; the
+    save after a miss makes it again to compare."""
     call = getattr(_local, "call", None)
     st = _STORE.get_state()
     if call is None or st.store is None or st.disabled:
@@ -243,18 +246,22 @@ def _our_key(name: str) -> Optional[bytes]:
 # The most remembered preprocess outputs kept (one per NVRTC, options and
 # architecture).
 _MAX_PREPROCESS_MEMOS = 256
-# Options under which an empty file's preprocess reads a file.
-_READS_A_FILE = ("-include", "--pre-include", "-pre-include")
+_MEMO_MAGIC = b"progcache.cupy preprocess 1\n"
+_MEMO_LIMIT = 1 << 16
+# Options under which an empty file's preprocess reads or writes a file, or
+# fails where a compile would say why: CuPy runs it every time.
+_TOUCHES_FILES = ("-include", "--pre-include", "-pre-include", "--use-pch", "-use-pch", "--create-pch",
+                  "-create-pch", "--pch", "-pch", "--time", "-time", "--fdevice-time-trace", "-fdevice-time-trace")
 
 
 def _preprocess_memo_path(options: tuple, arch: Any, st: _integration.State) -> Optional[str]:
     """Where the output of CuPy's preprocess of an empty file under these
-    options is remembered; None where it is not (a shared root, an option
-    that reads a file, anything unusual)."""
-    if st.store is None or st.disabled or not st.host_code["disk"]:
-        return None  # only a root this user alone writes
+    options is remembered; None where it is not: a root others may write
+    (group-shared), an option that reads or writes a file."""
+    if st.store is None or st.disabled or st.sharing != "private" or not st.host_code["disk"]:
+        return None
     opts = [str(o) for o in options]
-    if any(o.startswith(_READS_A_FILE) for o in opts):
+    if any(o.startswith(_TOUCHES_FILES) for o in opts):
         return None
     state_dir = st.cfg["dir"] if st.cfg is not None else st.root
     h = hashlib.sha256()
@@ -265,50 +272,78 @@ def _preprocess_memo_path(options: tuple, arch: Any, st: _integration.State) -> 
     return os.path.join(st.root, "preprocess", h.hexdigest())
 
 
+def _read_memo(path: str) -> Optional[str]:
+    """The text a memo file holds, or None for anything but a whole memo of
+    this user's: a regular file only this user can write, framed and
+    checksummed (an empty or torn file, a planted one, a FIFO are none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022
+                or st.st_size > _MEMO_LIMIT + 128):
+            return None
+        data = os.read(fd, _MEMO_LIMIT + 129)
+    finally:
+        os.close(fd)
+    if not data.startswith(_MEMO_MAGIC):
+        return None
+    digest, sep, body = data[len(_MEMO_MAGIC):].partition(b"\n")
+    if not sep or digest != hashlib.sha256(body).hexdigest().encode():
+        return None
+    text = body.decode("utf-8")
+    return text if all(x.startswith("//") for x in text.split("\n") if x) else None
+
+
+def _write_memo(path: str, text: str) -> None:
+    body = text.encode("utf-8")
+    if len(body) > _MEMO_LIMIT:
+        return
+    d = os.path.dirname(path)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    _integration.write_atomic(d, os.path.basename(path),
+                              _MEMO_MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+    names = os.listdir(d)
+    if len(names) > _MAX_PREPROCESS_MEMOS:
+        def age(n):
+            try:
+                return os.stat(os.path.join(d, n)).st_mtime_ns
+            except OSError:
+                return 0
+        for n in sorted(names, key=age)[:len(names) - _MAX_PREPROCESS_MEMOS]:
+            try:
+                os.unlink(os.path.join(d, n))
+            except OSError:
+                pass
+
+
 def _preprocess(source, options, arch, backend):
     """CuPy's preprocess, remembered across processes for the empty file:
     CuPy preprocesses an empty file once per process and set of options, to
     put NVRTC's version lines into its kernel names (tens of milliseconds,
     most of a warm process's first hit). Its output is NVRTC's version
     lines, a function of the NVRTC file (by fingerprint), the options and
-    the architecture, which name the memo."""
+    the architecture, which name the memo. Any failure of the memo is a
+    preprocess, as without it."""
     run = _saved["preprocess"]
     if source != "" or backend != "nvrtc" or getattr(_local, "call", None) is None:
         return run(source, options, arch, backend)
+    path = None
     try:
         path = _preprocess_memo_path(tuple(options), arch, _STORE.get_state())
+        text = _read_memo(path) if path is not None else None
+        if text is not None:
+            _count("preprocess_remembered")
+            return text
     except Exception:  # no memo: CuPy preprocesses, as without progcache
         path = None
-    if path is not None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read((1 << 16) + 1)
-            text = data.decode()
-            if len(data) <= 1 << 16 and all(x.startswith("//") for x in text.split("\n") if x):
-                _count("preprocess_remembered")
-                return text
-        except (OSError, ValueError):
-            pass
     out = run(source, options, arch, backend)
-    if path is not None and isinstance(out, str) and len(out) <= 1 << 16:
+    if path is not None and isinstance(out, str):
         try:
-            d = os.path.dirname(path)
-            os.makedirs(d, mode=0o700, exist_ok=True)
-            _integration.write_atomic(d, os.path.basename(path), out.encode())
-            names = os.listdir(d)
-            if len(names) > _MAX_PREPROCESS_MEMOS:
-                def age(n):
-                    try:
-                        return os.stat(os.path.join(d, n)).st_mtime_ns
-                    except OSError:
-                        return 0
-                for n in sorted(names, key=age)[:len(names) - _MAX_PREPROCESS_MEMOS]:
-                    try:
-                        os.unlink(os.path.join(d, n))
-                    except OSError:
-                        pass
-        except OSError:  # a memo not written costs the next process a preprocess
+            _write_memo(path, out)
+        except Exception:  # a memo not written costs the next process a preprocess
             pass
     return out
 
@@ -381,6 +416,16 @@ class ProgcacheKernelCacheBackend(_Base):  # type: ignore[misc, valid-type]
                     fb.save(name, cubin, source)
                 return
             if key == _UNCACHEABLE:
+                return
+            # Made again after the compile: a header changed while NVRTC
+            # read it gives another key, and what was compiled cannot be
+            # told, so it is stored under neither.
+            try:
+                again = _key(name, _local.call, _STORE.get_state())
+            except (ValueError, OSError, RuntimeError):
+                again = None
+            if again != key:
+                _count("changed_while_compiling")
                 return
             kind = "cupy-ltoir" if name.endswith(".ltoir") else "cupy-cubin"
             _STORE.put(key, {"schema": _SCHEMA, "kind": kind, "name": name, "cupy_name": name},
