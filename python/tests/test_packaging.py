@@ -5,6 +5,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -101,7 +102,10 @@ def _copied_libraries():
 
 def _system_copies():
     """Where the machine's own copies of those libraries are."""
-    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    # ldconfig is in /sbin, which a minimal PATH (env -i) leaves out.
+    ldconfig = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+                                                if os.path.exists(p)), "ldconfig")
+    out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
     found = []
     for line in out.splitlines():
         name, _, path = line.strip().partition(" => ")
