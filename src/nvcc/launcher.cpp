@@ -79,18 +79,18 @@ using cli::write_all_to;
 
 }  // namespace
 
-int Launcher::run() {
+Outcome Launcher::run() {
   auto cfg = pc::resolve_config();
   if (!cfg.ok()) {
-    if (m_explain) return fail(cfg.status());
+    if (m_explain) return Outcome::exit(fail(cfg.status()));
     std::fprintf(stderr, "progcache: not caching (%s)\n", plain(cfg.status()).c_str());
-    exec_nvcc(m_nvcc, m_args);
+    return Outcome::unchanged();
   }
   // A settings file that cannot be used is skipped (defaults apply), and said.
   for (const auto& w : cfg->warnings) std::fprintf(stderr, "progcache: warning: %s\n", w.c_str());
   if (cfg->disabled) {  // PROGCACHE_DISABLE: as if no launcher were set
-    if (m_explain) return said(k_exit_miss, "not cached: " + cfg->disabled_by() + ", nvcc runs alone");
-    exec_nvcc(m_nvcc, m_args);
+    if (m_explain) return Outcome::exit(said(k_exit_miss, "not cached: " + cfg->disabled_by() + ", nvcc runs alone"));
+    return Outcome::unchanged();
   }
   // The root is judged before anything in it is read or written: a root
   // the file store refuses gets no counters, only nvcc.
@@ -107,7 +107,7 @@ int Launcher::run() {
     auto store = pc::FileStore::open(o);
     if (!store.ok()) {
       std::fprintf(stderr, "progcache: not caching (%s)\n", plain(store.status()).c_str());
-      exec_nvcc(m_nvcc, m_args);
+      return Outcome::unchanged();
     }
     m_store = std::move(*store);
   }
@@ -137,18 +137,18 @@ int Launcher::run() {
   m_variables = keyed_variables(profile);
   m_cmd = nv::parse_command(
       m_args, [this](const std::string& p) { return read_input(p); }, env);
-  if (!m_cmd.uncacheable.empty()) uncacheable(m_cmd.uncacheable);
+  if (!m_cmd.uncacheable.empty()) return uncacheable(m_cmd.uncacheable);
   if (auto v = unfollowed_variable(m_variables, profile, m_cmd.mode == nv::Mode::device_link)) {
-    uncacheable("variable '" + *v + "' set: nvcc reads it, and what it names is not keyed");
+    return uncacheable("variable '" + *v + "' set: nvcc reads it, and what it names is not keyed");
   }
   // The host compiler's preprocessor writes a dependency file these name.
   for (const char* v : {"DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES"}) {
     if (std::getenv(v) != nullptr)
-      uncacheable("variable '" + std::string(v) + "' set: the host compiler writes a file");
+      return uncacheable("variable '" + std::string(v) + "' set: the host compiler writes a file");
   }
   // clang's driver adds, removes or replaces options from it (-include, -I).
   if (std::getenv("CCC_OVERRIDE_OPTIONS") != nullptr) {
-    uncacheable("variable 'CCC_OVERRIDE_OPTIONS' set: the host compiler's options are not those keyed");
+    return uncacheable("variable 'CCC_OVERRIDE_OPTIONS' set: the host compiler's options are not those keyed");
   }
   // A hit renames a file over the output; a miss reads nvcc's output back.
   // Both only for a regular file (or none yet): a FIFO, a device, a
@@ -158,14 +158,14 @@ int Launcher::run() {
   for (const auto& [what, path] : written) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      uncacheable(std::string(what).append(" '").append(path).append("' is not a regular file"));
+      return uncacheable(std::string(what).append(" '").append(path).append("' is not a regular file"));
     }
   }
   // An object is host code, linked into programs: served only from a
   // private root or from signed, verified entries (trust.h).
   if (m_cmd.mode == nv::Mode::object || m_cmd.mode == nv::Mode::device_link) {
     if (const pc::CodeTrust trust = pc::host_code_trust(*cfg); !trust.disk) {
-      uncacheable("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)");
+      return uncacheable("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)");
     }
   }
   m_mkey = manifest_key(m_nvcc, m_cmd, m_variables);
@@ -185,9 +185,11 @@ int Launcher::run() {
       m_not_relocated = std::get<std::string>(reloc);
     }
   }
-  if (m_explain) return explain();
-  if (auto served = serve()) return *served;
-  if (auto served = wait_for_another(cfg->lock_timeout, o.sharing == pc::Sharing::group)) return *served;
+  if (m_explain) return Outcome::exit(explain());
+  if (auto served = serve()) return Outcome::exit(*served);
+  if (auto served = wait_for_another(cfg->lock_timeout, o.sharing == pc::Sharing::group)) {
+    return Outcome::exit(*served);
+  }
   return miss();
 }
 
@@ -303,7 +305,7 @@ bool Launcher::write_result(std::string_view output, const std::optional<std::st
   return true;
 }
 
-int Launcher::miss() {
+Outcome Launcher::miss() {
   const std::int64_t start = tick_start();
   m_dirs_at_start = search_dir_identities();
   // Through a wrapper script, what `--dryrun` prints is the wrapper's to
@@ -317,27 +319,27 @@ int Launcher::miss() {
     auto pre = preprocess(start);
     if (pre) {
       if (!pre->printed) {
-        if (auto served = serve_preprocessed(*pre, start)) return *served;
+        if (auto served = serve_preprocessed(*pre, start)) return Outcome::exit(*served);
       }
     }
     return compile(start, pre ? std::optional(*pre) : std::nullopt);
   }
   std::optional<Preprocessed> pre;
   std::thread beside([&] { pre = preprocess(start); });
-  const int status = compile(start, std::nullopt, &beside, &pre);
+  const Outcome outcome = compile(start, std::nullopt, &beside, &pre);
   if (beside.joinable()) beside.join();
-  return status;
+  return outcome;
 }
 
-int Launcher::not_stored(const std::string& why) {
+Outcome Launcher::not_stored(const std::string& why) {
   count(m_stats, nv::Tally::not_stored, why);
-  return 0;
+  return Outcome::exit(0);
 }
 
-void Launcher::uncacheable(const std::string& why) {
-  if (m_explain) std::exit(said(k_exit_miss, "not cached: " + why));
+Outcome Launcher::uncacheable(const std::string& why) {
+  if (m_explain) return Outcome::exit(said(k_exit_miss, "not cached: " + why));
   count(m_stats, nv::Tally::uncacheable, why);
-  exec_nvcc(m_nvcc, m_args);
+  return Outcome::unchanged();
 }
 
 pc::Result<std::string> Launcher::read_input(const std::string& path) {
@@ -372,7 +374,10 @@ int run_launcher(int argc, char** argv) {
     std::fprintf(stderr, "progcache: %s: command not found\n", program.c_str());
     return 127;
   }
-  return Launcher(*nvcc, std::move(args)).run();
+  // The one place the launcher hands the process to nvcc.
+  const Outcome outcome = Launcher(*nvcc, args).run();
+  if (outcome.run_nvcc) exec_nvcc(*nvcc, args);
+  return outcome.status;
 }
 
 int explain_launcher_command(int argc, char** argv) {
@@ -382,7 +387,8 @@ int explain_launcher_command(int argc, char** argv) {
     std::fprintf(stderr, "progcache: %s: command not found\n", program.c_str());
     return k_exit_usage;
   }
-  return Launcher(*nvcc, std::vector<std::string>(argv + 1, argv + argc), /*explain=*/true).run();
+  // Explaining runs nothing: every outcome is an answer.
+  return Launcher(*nvcc, std::vector<std::string>(argv + 1, argv + argc), /*explain=*/true).run().status;
 }
 
 }  // namespace progcache::nvcc

@@ -73,8 +73,8 @@ pc::Result<std::string> read_back(const std::string& path) {
 
 }  // namespace
 
-int Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, std::thread* beside,
-                      std::optional<Preprocessed>* beside_result) {
+Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, std::thread* beside,
+                          std::optional<Preprocessed>* beside_result) {
   std::vector<std::string> args = m_args;
   std::optional<std::string> own_depfile;
   // For an output of device code alone, a -MD nvcc is given adds a
@@ -89,7 +89,7 @@ int Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, std::
     if (!own_depfile) {
       if (beside != nullptr) beside->join();
       count(m_stats, nv::Tally::not_stored, "no temporary file for the dependency list");
-      exec_nvcc(m_nvcc, m_args);
+      return Outcome::unchanged();
     }
     if (m_cmd.mode == nv::Mode::device_link) {
       // The host compiler's, for the registration stub it compiles (the
@@ -101,7 +101,7 @@ int Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, std::
           std::string::npos) {
         ::unlink(own_depfile->c_str());
         count(m_stats, nv::Tally::not_stored, "the name of $TMPDIR cannot be handed to the host compiler");
-        exec_nvcc(m_nvcc, m_args);
+        return Outcome::unchanged();
       }
       args.push_back("-Xcompiler=-MD,-MF," + *own_depfile);
     } else {
@@ -124,7 +124,7 @@ int Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, std::
   }
   if (ran.status != 0) {
     count(m_stats, {nv::Counter::compile_failed});
-    return ran.status;
+    return Outcome::exit(ran.status);
   }
   count(m_stats, {nv::Counter::misses});
   if (named_input_changed()) return not_stored("an input changed while nvcc ran");
@@ -216,7 +216,7 @@ int Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, std::
     const json pmeta = {{"kind", "nvcc-preprocessed"}, {"name", m_cmd.input}};
     (void)m_store->put(pre->key, pc::Entry(pmeta.dump(), {{"result", pc::Bytes::copy_of(rkey.view())}}));
   }
-  return 0;
+  return Outcome::exit(0);
 }
 
 std::optional<std::string> Launcher::store_relocated(const nv::ManifestRecord& m,

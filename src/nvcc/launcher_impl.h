@@ -31,6 +31,17 @@
 
 namespace progcache::nvcc {
 
+// How one run of the launcher ends: with an exit status (a hit served,
+// nvcc's own status after a compile, explain's answer), or with nvcc run
+// unchanged in this process's place, which the entry point does once the
+// run is over (its lock released, its store closed).
+struct Outcome {
+  bool run_nvcc = false;
+  int status = 0;
+  static Outcome exit(int status) { return {false, status}; }
+  static Outcome unchanged() { return {true, 0}; }
+};
+
 class Launcher {
  public:
   // `explain`: say what the command would do (a hit, or why not) and run,
@@ -38,7 +49,7 @@ class Launcher {
   Launcher(std::string nvcc, std::vector<std::string> args, bool explain = false)
       : m_nvcc(std::move(nvcc)), m_args(std::move(args)), m_explain(explain) {}
 
-  int run();
+  Outcome run();
 
  private:
   // Single flight across processes: identical commands (one manifest key)
@@ -85,7 +96,7 @@ class Launcher {
   // be stored under its text). Without a manifest the text is computed
   // beside the compile, for the next lookup. Only for the toolkit's own
   // nvcc.
-  int miss();
+  Outcome miss();
 
   // What the preprocessing steps nvcc would run made of the files now: the
   // key of that text (under the manifest key) and the files they read.
@@ -160,8 +171,8 @@ class Launcher {
   // what it made: the result under the files it read, the manifest, and,
   // with `pre` (or the text computed `beside` it), the preprocessed text's
   // pointer to the result.
-  int compile(std::int64_t start, std::optional<Preprocessed> pre, std::thread* beside = nullptr,
-              std::optional<Preprocessed>* beside_result = nullptr);
+  Outcome compile(std::int64_t start, std::optional<Preprocessed> pre, std::thread* beside = nullptr,
+                  std::optional<Preprocessed>* beside_result = nullptr);
 
   // Which directory each search directory of the command (the source's
   // own, -I, -isystem, the environment's) is: renaming another directory
@@ -190,10 +201,10 @@ class Launcher {
   std::optional<Manifest> merge_base(const progcache::Key& mkey);
 
   // nvcc succeeded; its result is simply not kept.
-  int not_stored(const std::string& why);
+  Outcome not_stored(const std::string& why);
 
-  // Runs nvcc unchanged, counting why (explaining: says why).
-  [[noreturn]] void uncacheable(const std::string& why);
+  // nvcc is to run unchanged: counted with why (explaining: said).
+  Outcome uncacheable(const std::string& why);
 
   // A file the command names (options and response files, -include): read
   // without blocking, regular files only; its stat kept, so that an edit
