@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "progcache/config.h"
+#include "progcache/env.h"
 #include "progcache/status.h"
 
 namespace progcache::cli {
