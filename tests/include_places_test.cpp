@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "compile/depfile.h"
+#include "compile/empty_places.h"
+#include "compile/scan_files.h"
 #include "testing/test_util.h"
 
 namespace dt = progcache::detail;
@@ -73,4 +75,43 @@ TEST(DependencyFileTest, GccsRulesWithPhonyTargetsNameEachPrerequisiteOnce) {
   ASSERT_TRUE(deps.ok());
   EXPECT_EQ(*deps, (std::vector<std::string>{"src/unit.cpp", "/i/a b.h", "/i/c$d.h"}));
   EXPECT_FALSE(dt::parse_depfile("src/unit.cpp\n").ok());
+}
+
+TEST(EmptyPlacesTest, AnEmptyPlaceIsWatchedByTheDeepestDirectoryOnItsPathThatExists) {
+  pt::TempDir t;
+  ASSERT_EQ(::mkdir(t.sub("d").c_str(), 0700), 0);
+  auto w = dt::watch_of_empty(t.sub("d/x.h"));
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->dir, t.sub("d"));
+  // Directories missing on the way: the deepest that exists.
+  w = dt::watch_of_empty(t.sub("d/a/b/x.h"));
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->dir, t.sub("d"));
+  // A relative place: from the working directory.
+  w = dt::watch_of_empty("no-such-dir-here/x.h");
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->dir, ".");
+  // What can lead elsewhere without the directory changing watches nothing:
+  // a dangling link, a file where a directory would be; nor does a place
+  // that is not empty.
+  ASSERT_EQ(::symlink(t.sub("nowhere").c_str(), t.sub("d/link").c_str()), 0);
+  EXPECT_FALSE(dt::watch_of_empty(t.sub("d/link/x.h")));
+  EXPECT_FALSE(dt::watch_of_empty(t.sub("d/link")));
+  write(t.sub("d/file"), "x");
+  EXPECT_FALSE(dt::watch_of_empty(t.sub("d/file/x.h")));
+  EXPECT_FALSE(dt::watch_of_empty(t.sub("d/file")));
+}
+
+TEST(EmptyPlacesTest, ADirectoryChangedWithinTheRecentWindowIsNotSettled) {
+  pt::TempDir t;
+  ASSERT_EQ(::mkdir(t.sub("d").c_str(), 0700), 0);
+  const auto w = dt::watch_of_empty(t.sub("d/x.h"));
+  ASSERT_TRUE(w.has_value());
+  // Made just now: a change within one timestamp tick may keep its times.
+  EXPECT_FALSE(dt::watch_settled(*w, dt::now_ns()));
+  // Seen from well after its last change, it is settled where its identity
+  // names the mount and its file system's times follow its entries.
+  const bool local = dt::times_follow_entries(w->device);
+  const bool named = (static_cast<std::uint64_t>(w->st.st_dev) >> 63) == 0;
+  EXPECT_EQ(dt::watch_settled(*w, dt::now_ns() + 10 * dt::k_recent_ns), local && named);
 }

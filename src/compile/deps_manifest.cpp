@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "compile/empty_places.h"
 #include "progcache/env.h"
 #include "progcache/hash.h"
 #include "util/coding.h"
@@ -204,28 +205,13 @@ std::map<std::string, ScannedFile> ScanMemo::read() const {
 // ---------------------------------------------------------------- manifest
 
 void CheckLog::empty_place(const std::string& path) {
-  std::string child = path;
-  for (int depth = 0; depth < 256; ++depth) {
-    std::string dir = parent_of(child);
-    if (dir.empty()) dir = ".";
-    struct stat st {};
-    if (identity_stat(dir, st) == 0 && S_ISDIR(st.st_mode)) {
-      // The entry under it that the path goes through must not exist: a
-      // dangling link, or a link to a file, can come to lead somewhere
-      // without the directory changing. Then no manifest: every lookup
-      // scans.
-      struct stat link {};
-      if (::lstat(child.c_str(), &link) == 0) {
-        m_broken = true;
-        return;
-      }
-      exists(dir, st);
-      return;
-    }
-    if (dir == "." || dir == "/") break;
-    child = dir;
+  // Where no directory can watch it, no manifest: every lookup scans.
+  const auto w = watch_of_empty(path);
+  if (!w) {
+    m_broken = true;
+    return;
   }
-  m_broken = true;  // nothing above it exists: record nothing
+  exists(w->dir, w->st);
 }
 
 namespace manifest {

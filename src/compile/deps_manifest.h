@@ -89,8 +89,8 @@ class CheckLog {
     m_checks.push_back({path, true, stamp_of(st), static_cast<std::uint32_t>(st.st_mode & S_IFMT)});
   }
   void absent(const std::string& path) { m_checks.push_back({path, false, {}, 0}); }
-  // A place found empty: the nearest directory above it that exists stands
-  // for it (its mtime and ctime change when an entry is made in it).
+  // A place found empty: the deepest directory on its path that exists
+  // stands for it (empty_places.h).
   void empty_place(const std::string& path);
   bool broken() const { return m_broken; }
   const std::vector<Check>& checks() const { return m_checks; }
