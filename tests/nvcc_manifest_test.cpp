@@ -35,7 +35,7 @@ ManifestRecord record_now(const std::vector<std::string>& paths, std::vector<std
     // records a file changed in the last two seconds).
     r.files.push_back({p, detail::stamp_of(st), true, digest_of(testing::read_all(p))});
   }
-  r.absent = std::move(absent);
+  for (auto& a : absent) r.absent.push_back({std::move(a), {}});
   std::vector<std::pair<std::string, std::string>> files;
   for (const auto& f : r.files) files.emplace_back(f.path, f.sha256);
   r.result = result_key(mkey(), files);
@@ -150,6 +150,36 @@ TEST(NvccManifest, ManyResultsOverTheSameHeadersCostLittleMoreThanOne) {
   EXPECT_LT(all, one * 2) << one << " bytes for one result, " << all << " for " << k_manifest_results;
 }
 
+TEST(NvccManifest, AWatchedPlaceIsNotLookedAtWhileItsDirectoryIsAsRecordedAndOnlyInItsEpoch) {
+  testing::TempDir tmp;
+  const std::string src = tmp.sub("k.cu");
+  testing::write_all(src, "x\n");
+  // A watch that says the directory is as it was although a file was made
+  // in it since (the stamp is taken after): only a watch can be that wrong,
+  // so the check shows whether the watch or the place decides.
+  testing::write_all(tmp.sub("shadow.h"), "y\n");
+  struct stat st {};
+  ASSERT_EQ(detail::identity_stat(tmp.path(), st), 0);
+  ManifestRecord r = record_now({src});
+  r.absent.push_back({tmp.sub("shadow.h"), {tmp.path(), detail::stamp_of(st)}});
+  const Manifest m = add_result(std::nullopt, r);
+  ASSERT_EQ(m.watches.size(), 1U);
+  auto decoded = decode_manifest(encode_manifest(m));
+  ASSERT_TRUE(decoded);
+  ASSERT_EQ(decoded->watches.size(), 1U);
+  EXPECT_EQ(decoded->watches[0], m.watches[0]);
+  EXPECT_EQ(decoded->record(0).absent, r.absent);
+  EXPECT_TRUE(first_holding(*decoded)) << "the directory as recorded did not stand for its places";
+  // The directory changed: the place itself is looked at.
+  testing::write_all(tmp.sub("other.h"), "z\n");
+  EXPECT_FALSE(first_holding(*decoded)) << "a changed directory stood for a place that holds a file";
+  // Identities of another boot name other mounts: not used, and not kept.
+  Manifest old = m;
+  old.epoch = "boot another";
+  EXPECT_FALSE(first_holding(old)) << "a watch of another epoch was used";
+  EXPECT_TRUE(old.record(0).absent[0].watch.path.empty());
+}
+
 TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   testing::TempDir tmp;
   testing::write_all(tmp.sub("a.h"), "a\n");
@@ -158,6 +188,16 @@ TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   EXPECT_FALSE(decode_manifest(text.substr(0, text.size() - 1))) << "cut short";
   EXPECT_FALSE(decode_manifest(""));
   EXPECT_FALSE(decode_manifest("progcache-nvcc-manifest 2\n"));
+  // The version before watches: a miss, which the next compile replaces.
+  std::string v4 = text;
+  v4.replace(0, std::string("progcache-nvcc-manifest 5\n").size(), "progcache-nvcc-manifest 4\n");
+  EXPECT_FALSE(decode_manifest(v4));
+  std::string no_epoch = text;
+  no_epoch.erase(no_epoch.find("E "), no_epoch.find('\n', no_epoch.find("E ")) - no_epoch.find("E ") + 1);
+  EXPECT_FALSE(decode_manifest(no_epoch)) << "no epoch line";
+  std::string bad_watch = text;
+  bad_watch.replace(bad_watch.find("A - "), 4, "A 3 ");
+  EXPECT_FALSE(decode_manifest(bad_watch)) << "a watch index past its table";
   std::string bad_index = text;
   bad_index.replace(bad_index.rfind(" 0 0 -"), 6, " 7 0 -");
   EXPECT_FALSE(decode_manifest(bad_index)) << "an index past its table";

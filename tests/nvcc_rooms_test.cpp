@@ -128,14 +128,16 @@ TEST(NvccRoomsTest, AManifestRecordUnderTheBaseMovesOrIsNotRelocated) {
   nv::ManifestRecord m;
   m.files.push_back({"/ck/one/src/k.cu", {}, false, "sum"});
   m.files.push_back({"/usr/local/cuda/include/cuda_runtime.h", {}, false, "sum"});
-  m.absent.push_back("/ck/one/inc/k.h");
+  m.absent.push_back({"/ck/one/inc/k.h", {"/ck/one/inc", {1, 2, 3, 4, 5}}});
   const auto r = nv::relocated_record(one, m);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->files[0].path, "../src/k.cu");
   EXPECT_EQ(r->files[1].path, "/usr/local/cuda/include/cuda_runtime.h");
-  EXPECT_EQ(r->absent[0], "../inc/k.h");
+  EXPECT_EQ(r->absent[0].path, "../inc/k.h");
+  // Another checkout's directories are other directories: no watch.
+  EXPECT_TRUE(r->absent[0].watch.path.empty());
   // A path naming the base that cannot be moved leaves the record unshared.
-  m.absent.push_back("/ck/one//x.h");
+  m.absent.push_back({"/ck/one//x.h", {}});
   EXPECT_FALSE(nv::relocated_record(one, m));
 }
 

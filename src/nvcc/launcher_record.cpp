@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "compile/empty_places.h"
 #include "compile/include_lexer.h"
 #include "compile/scan_files.h"
 #include "nvcc/environment.h"
@@ -201,7 +203,28 @@ std::variant<nv::ManifestRecord, std::string> Launcher::build_record(const std::
   if (search_dir_identities() != m_dirs_at_start) return std::string("an input changed while nvcc ran");
   if (places.refused()) return *places.refused();
   m_absolute_operands = places.absolute_operands();
-  m.absent = places.absent();
+  // Each place that must stay absent is watched by the deepest directory on
+  // its path that exists, where that directory can vouch for it
+  // (compile/empty_places.h): a lookup then stats one directory for every
+  // place in it. A directory whose identity changed while the places were
+  // looked at watches none.
+  std::map<std::string, std::optional<dt::FileStamp>> watch_after;
+  for (const auto& p : places.absent()) {
+    nv::ManifestAbsent a{p, {}};
+    if (const auto w = dt::watch_of_empty(p); w && dt::watch_settled(*w, start))
+      a.watch = {w->dir, dt::stamp_of(w->st)};
+    m.absent.push_back(std::move(a));
+  }
+  for (auto& a : m.absent) {
+    if (a.watch.path.empty()) continue;
+    auto it = watch_after.find(a.watch.path);
+    if (it == watch_after.end()) {
+      struct stat st {};
+      const bool dir = dt::identity_stat(a.watch.path, st) == 0 && S_ISDIR(st.st_mode);
+      it = watch_after.emplace(a.watch.path, dir ? std::optional(dt::stamp_of(st)) : std::nullopt).first;
+    }
+    if (it->second != a.watch.stamp) a.watch = {};
+  }
   for (const auto& p : places.present()) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) return std::string("an input vanished");

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 
@@ -13,14 +14,17 @@ namespace {
 
 // The text, one record a line (paths last, so they may hold spaces; the
 // dependency file format cannot name a path with a newline):
-//   progcache-nvcc-manifest 4
+//   progcache-nvcc-manifest 5
+//   E <epoch the identities hold in>
 //   F <dev> <ino> <size> <mtime ns> <ctime ns> <recent 0|1> <sha256 hex> <path>
-//   A <path that must stay absent>
+//   W <dev> <ino> <size> <mtime ns> <ctime ns> <directory that watches absent places>
+//   A <watch index, or '-'> <path that must stay absent>
 //   P <dev> <ino> <size> <mtime ns> <ctime ns> <path that must stay present, as it is>
 //   R <result key hex> <file indexes> <absent indexes> <present indexes>
 // (indexes comma-separated, '-' for none).
 // Text a warm lookup reads with from_chars: a fifth of a JSON parse.
-constexpr std::string_view k_magic = "progcache-nvcc-manifest 4\n";
+// Another version (4: no watches) is no manifest: a miss, which replaces it.
+constexpr std::string_view k_magic = "progcache-nvcc-manifest 5\n";
 
 void append_indexes(std::string& out, const std::vector<std::uint32_t>& v) {
   if (v.empty()) {
@@ -96,7 +100,12 @@ std::optional<ManifestRecord> Manifest::find(const Key& result) const {
 ManifestRecord Manifest::record(std::size_t i) const {
   ManifestRecord r;
   for (auto f : results[i].files) r.files.push_back(files[f]);
-  for (auto a : results[i].absent) r.absent.push_back(absent[a]);
+  const bool watched = epoch == detail::identity_epoch();
+  for (auto a : results[i].absent) {
+    ManifestAbsent row{absent[a].path, {}};
+    if (watched && absent[a].watch != k_no_watch) row.watch = watches[absent[a].watch];
+    r.absent.push_back(std::move(row));
+  }
   for (auto p : results[i].present) r.present.push_back(present[p]);
   r.result = results[i].result;
   return r;
@@ -104,11 +113,15 @@ ManifestRecord Manifest::record(std::size_t i) const {
 
 std::string encode_manifest(const Manifest& m) {
   std::string out(k_magic);
+  out += "E " + m.epoch + "\n";
   for (const auto& f : m.files) {
     out += "F " + stamp_text(f.stamp) + " " + (f.recent ? "1 " : "0 ") + Key::from_raw(f.sha256)->hex() + " " + f.path +
            "\n";
   }
-  for (const auto& a : m.absent) out += "A " + a + "\n";
+  for (const auto& w : m.watches) out += "W " + stamp_text(w.stamp) + " " + w.path + "\n";
+  for (const auto& a : m.absent) {
+    out += "A " + (a.watch == Manifest::k_no_watch ? std::string("-") : std::to_string(a.watch)) + " " + a.path + "\n";
+  }
   for (const auto& p : m.present) out += "P " + stamp_text(p.stamp) + " " + p.path + "\n";
   for (const auto& r : m.results) {
     out += "R " + r.result.hex() + " ";
@@ -126,6 +139,10 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
   if (!text.starts_with(k_magic)) return std::nullopt;
   text.remove_prefix(k_magic.size());
   Manifest m;
+  const auto eol = text.find('\n');
+  if (!text.starts_with("E ") || eol == std::string_view::npos) return std::nullopt;
+  m.epoch = std::string(text.substr(2, eol - 2));
+  text.remove_prefix(eol + 1);
   while (!text.empty()) {
     const auto nl = text.find('\n');
     if (nl == std::string_view::npos) return std::nullopt;  // cut short
@@ -137,13 +154,27 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
     // Tables come before the results that index them.
     if (tag != 'R' && !m.results.empty()) return std::nullopt;
     if (tag == 'F') {
-      if (!m.absent.empty() || !m.present.empty()) return std::nullopt;
+      if (!m.watches.empty() || !m.absent.empty() || !m.present.empty()) return std::nullopt;
       ManifestFile f;
       if (!read_file_line(line, f)) return std::nullopt;
       m.files.push_back(std::move(f));
+    } else if (tag == 'W') {
+      if (!m.absent.empty() || !m.present.empty()) return std::nullopt;
+      ManifestPlace w;
+      if (!read_stamp(line, w.stamp) || line.empty()) return std::nullopt;
+      w.path = std::string(line);
+      m.watches.push_back(std::move(w));
     } else if (tag == 'A') {
-      if (!m.present.empty() || line.empty()) return std::nullopt;
-      m.absent.emplace_back(line);
+      if (!m.present.empty()) return std::nullopt;
+      Manifest::Absent a;
+      if (line.starts_with("- ")) {
+        line.remove_prefix(2);
+      } else if (!number(line, a.watch) || a.watch >= m.watches.size()) {
+        return std::nullopt;
+      }
+      if (line.empty()) return std::nullopt;
+      a.path = std::string(line);
+      m.absent.push_back(std::move(a));
     } else if (tag == 'P') {
       ManifestPlace place;
       if (!read_stamp(line, place.stamp) || line.empty()) return std::nullopt;
@@ -176,7 +207,13 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
   // go, and a file's newest stamp is the one kept.
   std::vector<ManifestRecord> kept = {r};
   auto same_result = [](const ManifestRecord& a, const ManifestRecord& b) {
-    if (a.result != b.result || a.files.size() != b.files.size() || a.absent != b.absent || a.present != b.present) {
+    // The watches only spare stats: two records of the same places are one.
+    auto same_places = [](const std::vector<ManifestAbsent>& x, const std::vector<ManifestAbsent>& y) {
+      return std::equal(x.begin(), x.end(), y.begin(), y.end(),
+                        [](const ManifestAbsent& p, const ManifestAbsent& q) { return p.path == q.path; });
+    };
+    if (a.result != b.result || a.files.size() != b.files.size() || !same_places(a.absent, b.absent) ||
+        a.present != b.present) {
       return false;
     }
     for (std::size_t i = 0; i < a.files.size(); ++i) {
@@ -191,8 +228,9 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
     }
   }
   Manifest m;
+  m.epoch = detail::identity_epoch();
   std::map<std::pair<std::string, std::string>, std::uint32_t> file_index;
-  std::map<std::string, std::uint32_t> absent_index, present_index;
+  std::map<std::string, std::uint32_t> watch_index, absent_index, present_index;
   auto index_of = [](std::map<std::string, std::uint32_t>& index, auto& table, const std::string& key,
                      const auto& row) {
     const auto [it, added] = index.try_emplace(key, static_cast<std::uint32_t>(table.size()));
@@ -207,7 +245,15 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
       if (added) m.files.push_back(f);
       res.files.push_back(it->second);
     }
-    for (const auto& a : rec.absent) res.absent.push_back(index_of(absent_index, m.absent, a, a));
+    for (const auto& a : rec.absent) {
+      Manifest::Absent row{a.path, Manifest::k_no_watch};
+      if (!a.watch.path.empty()) {
+        row.watch = index_of(watch_index, m.watches, stamp_text(a.watch.stamp) + " " + a.watch.path, a.watch);
+      }
+      const std::string key =
+          (row.watch == Manifest::k_no_watch ? std::string("-") : std::to_string(row.watch)) + " " + a.path;
+      res.absent.push_back(index_of(absent_index, m.absent, key, row));
+    }
     for (const auto& p : rec.present) {
       res.present.push_back(index_of(present_index, m.present, stamp_text(p.stamp) + " " + p.path, p));
     }
@@ -224,7 +270,11 @@ Key result_key(const Key& mkey, const std::vector<std::pair<std::string, std::st
 }
 
 HoldingCheck::HoldingCheck(const Manifest& m)
-    : m_manifest(m), m_absent_holds(m.absent.size()), m_present_holds(m.present.size()) {}
+    : m_manifest(m),
+      m_watch_holds(m.watches.size()),
+      m_absent_holds(m.absent.size()),
+      m_present_holds(m.present.size()),
+      m_watches_usable(m.epoch == detail::identity_epoch()) {}
 
 const std::optional<std::string>& HoldingCheck::digest_now(const ManifestFile& f) {
   // Keyed by path: two rows of one path (two versions) share one stat, and
@@ -256,11 +306,22 @@ std::optional<Mismatch> HoldingCheck::first_mismatch(std::size_t i) {
   }
   for (const std::uint32_t k : r.absent) {
     auto& h = m_absent_holds[k];
+    const Manifest::Absent& a = m_manifest.absent[k];
+    if (!h && m_watches_usable && a.watch != Manifest::k_no_watch) {
+      // Its directory as recorded: no entry was made in it since.
+      auto& w = m_watch_holds[a.watch];
+      if (!w) {
+        const ManifestPlace& dir = m_manifest.watches[a.watch];
+        struct stat st {};
+        w = detail::identity_stat(dir.path, st) == 0 && S_ISDIR(st.st_mode) && detail::stamp_of(st) == dir.stamp;
+      }
+      if (*w) h = true;
+    }
     if (!h) {
       struct stat st {};
-      h = ::stat(m_manifest.absent[k].c_str(), &st) != 0;
+      h = ::stat(a.path.c_str(), &st) != 0;
     }
-    if (!*h) return Mismatch{Mismatch::Kind::created, m_manifest.absent[k]};
+    if (!*h) return Mismatch{Mismatch::Kind::created, a.path};
   }
   for (const std::uint32_t k : r.present) {
     auto& h = m_present_holds[k];

@@ -46,13 +46,23 @@ struct ManifestPlace {
   friend bool operator==(const ManifestPlace&, const ManifestPlace&) = default;
 };
 
+// A place that must stay absent, and the directory that watches it
+// (compile/empty_places.h): while that directory's identity and times are
+// as recorded, the place is still empty and is not looked at. A watch with
+// an empty path: none (the place is looked at on every lookup).
+struct ManifestAbsent {
+  std::string path;
+  ManifestPlace watch;
+  friend bool operator==(const ManifestAbsent&, const ManifestAbsent&) = default;
+};
+
 // What one compile read and where the places are, and the result they
 // lead to: one result. A compile names its result by what it read
 // (result_key); a result found by its preprocessed text (a comment edit)
 // is recorded with the files read now and the result found.
 struct ManifestRecord {
   std::vector<ManifestFile> files;
-  std::vector<std::string> absent;
+  std::vector<ManifestAbsent> absent;
   std::vector<ManifestPlace> present;
   Key result;
 };
@@ -61,8 +71,17 @@ struct ManifestRecord {
 inline constexpr std::size_t k_manifest_results = 16;
 
 struct Manifest {
+  // What the watches' identities hold in (identity_epoch: this boot); in
+  // any other, the watches are not used.
+  std::string epoch;
   std::vector<ManifestFile> files;
-  std::vector<std::string> absent;
+  std::vector<ManifestPlace> watches;  // the directories that watch absent places
+  struct Absent {
+    std::string path;
+    std::uint32_t watch = k_no_watch;  // an index into watches
+  };
+  static constexpr std::uint32_t k_no_watch = 0xffffffff;
+  std::vector<Absent> absent;
   std::vector<ManifestPlace> present;
   struct Result {
     Key result;
@@ -70,7 +89,7 @@ struct Manifest {
   };
   std::vector<Result> results;  // newest first
 
-  // Result `i` as a record.
+  // Result `i` as a record (its watches only where the epoch is this one).
   [[nodiscard]] ManifestRecord record(std::size_t i) const;
   // The record of the result whose key is `result`; nullopt if none has it.
   [[nodiscard]] std::optional<ManifestRecord> find(const Key& result) const;
@@ -118,7 +137,8 @@ class HoldingCheck {
   const std::optional<std::string>& digest_now(const ManifestFile& f);
   const Manifest& m_manifest;
   std::map<std::string, std::optional<std::string>> m_digests;  // by path; nullopt: gone or unreadable
-  std::vector<std::optional<bool>> m_absent_holds, m_present_holds;
+  std::vector<std::optional<bool>> m_watch_holds, m_absent_holds, m_present_holds;
+  bool m_watches_usable = false;  // the manifest's epoch is this one
 };
 
 // Tries the results that hold now, newest first: for each whose files all

@@ -285,7 +285,8 @@ std::optional<nv::ManifestRecord> relocated_record(const Relocation& r, nv::Mani
     if (!move(f.path)) return std::nullopt;
   }
   for (auto& a : m.absent) {
-    if (!move(a)) return std::nullopt;
+    if (!move(a.path)) return std::nullopt;
+    a.watch = {};  // another checkout's directories are other directories
   }
   for (auto& p : m.present) {
     if (!move(p.path)) return std::nullopt;
