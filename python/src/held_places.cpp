@@ -53,11 +53,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <ctime>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -66,6 +63,7 @@
 
 #include "compile/depfile.h"
 #include "compile/deps_manifest.h"
+#include "compile/empty_places.h"
 #include "compile/include_places.h"
 #include "compile/scan_files.h"
 #include "progcache/bytes.h"
@@ -143,44 +141,10 @@ std::optional<DirId> dir_id(const std::string& path) {
   return DirId{st.st_dev, st.st_ino, ns_of(st.st_mtim), ns_of(st.st_ctim)};
 }
 
-// File systems whose directories change their times whenever an entry is
-// added, with times finer than a second.
-const std::set<std::string_view>& local_types() {
-  static const std::set<std::string_view> types{"ext2",  "ext3",    "ext4", "xfs",  "btrfs",
-                                                "tmpfs", "overlay", "zfs",  "f2fs", "bcachefs"};
-  return types;
-}
-
-// The devices of this machine's mounts of those file systems.
-std::set<std::uint64_t> read_local_devices() {
-  std::set<std::uint64_t> found;
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream head(line.substr(0, dash));
-    std::string id, parent, majmin;
-    if (!(head >> id >> parent >> majmin)) continue;
-    std::istringstream tail(line.substr(dash + 3));
-    std::string type;
-    if (!(tail >> type) || local_types().count(type) == 0) continue;
-    const auto colon = majmin.find(':');
-    if (colon == std::string::npos) continue;
-    try {
-      found.insert(makedev(std::stoul(majmin.substr(0, colon)), std::stoul(majmin.substr(colon + 1))));
-    } catch (const std::exception&) {
-      continue;
-    }
-  }
-  return found;
-}
-
 struct Memo {
   std::mutex mu;
   std::unordered_map<std::string, std::pair<FileStamp, std::string>> digests;  // path -> (identity, hex)
   std::unordered_map<std::string, std::pair<std::string, DirId>> absent;       // place -> (directory, identity)
-  std::optional<std::set<std::uint64_t>> local;
   // The digests kept for every process (keep_header_digests), and whether
   // this process may write them.
   progcache::detail::ScanMemo* kept = nullptr;
@@ -192,11 +156,10 @@ Memo& memo() {
   return *m;
 }
 
-const std::set<std::uint64_t>& local_devices() {
-  Memo& m = memo();
-  std::lock_guard lock(m.mu);
-  if (!m.local) m.local = read_local_devices();
-  return *m.local;
+// Whether a device's directories change their times with every entry made
+// in them (the library's one rule: compile/empty_places.h).
+bool local_device(std::uint64_t dev) {
+  return progcache::detail::times_follow_entries(static_cast<dev_t>(dev));
 }
 
 // SHA-256 (hex) of a regular file's bytes, remembered by its identity;
@@ -214,7 +177,7 @@ std::optional<std::string> digest(const std::string& path) {
     kept = m.kept;
   }
   const std::int64_t started = now_ns();
-  const bool settled = std::max(id.mtime, id.ctime) < started - k_dir_slack_ns && local_devices().count(id.dev) != 0;
+  const bool settled = std::max(id.mtime, id.ctime) < started - k_dir_slack_ns && local_device(id.dev);
   const std::optional<FileStamp> kept_id =
       kept != nullptr && settled ? kept_identity(path, id) : std::optional<FileStamp>();
   if (kept_id) {
@@ -327,12 +290,11 @@ class Check {
   void remember(std::int64_t started) {
     if (m_seen.empty()) return;
     const std::int64_t limit = started - k_dir_slack_ns;
-    const auto& local = local_devices();
     std::unordered_map<std::string, std::optional<DirId>> after;
     std::vector<std::pair<std::string, std::pair<std::string, DirId>>> keep;
     for (const auto& [place, parent] : m_seen) {
       const auto& before = m_dirs[parent];
-      if (!before || local.count(before->dev) == 0 || std::max(before->mtime, before->ctime) >= limit) continue;
+      if (!before || !local_device(before->dev) || std::max(before->mtime, before->ctime) >= limit) continue;
       auto it = after.find(parent);
       if (it == after.end()) it = after.emplace(parent, dir_id(parent)).first;
       if (it->second != before) continue;
@@ -687,7 +649,7 @@ void bind_held_places(nb::module_& m) {
         auto path = fs_string(name);
         if (!path) throw nb::type_error("on_local_file_system: the path must be a str");
         struct stat st {};
-        return stat_path(*path, st, true) == 0 && local_devices().count(st.st_dev) != 0;
+        return stat_path(*path, st, true) == 0 && local_device(st.st_dev);
       },
       nb::arg("path"), "Whether a path lies on a file system whose directories' times follow their entries.");
 }
