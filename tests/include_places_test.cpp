@@ -3,8 +3,15 @@
 // (src/compile/depfile.h): the core progcache.torch's g++ builds use.
 #include "compile/include_places.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fscrypt.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
+#include <array>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -114,4 +121,60 @@ TEST(EmptyPlacesTest, ADirectoryChangedWithinTheRecentWindowIsNotSettled) {
   const bool local = dt::times_follow_entries(w->device);
   const bool named = (static_cast<std::uint64_t>(w->st.st_dev) >> 63) == 0;
   EXPECT_EQ(dt::watch_settled(*w, dt::now_ns() + 10 * dt::k_recent_ns), local && named);
+}
+
+// An encrypted directory (fscrypt) shows its entries' names once its key is
+// added, and its times do not change: a place in it found empty while it
+// was locked is not empty after. Such a directory watches nothing. Needs
+// root, mkfs.ext4 and a loop device; skips without them.
+TEST(EmptyPlacesTest, AnEncryptedDirectoryWatchesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting an ext4 image needs root";
+  pt::TempDir t;
+  const std::string img = t.sub("img");
+  const std::string mnt = t.sub("mnt");
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0700), 0);
+  const std::string make = "truncate -s 32M '" + img + "' && mkfs.ext4 -q -O encrypt -I 256 '" + img +
+                           "' >/dev/null 2>&1 && mount -o loop '" + img + "' '" + mnt + "' 2>/dev/null";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "no ext4 image could be made and mounted here";
+  struct Unmount {
+    std::string at;
+    ~Unmount() { (void)std::system(("umount '" + at + "' 2>/dev/null").c_str()); }
+  } unmount{mnt};
+  // A v2 policy's key, added to the file system, set on `enc`, removed.
+  const int root_fd = ::open(mnt.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(root_fd, 0);
+  std::array<unsigned char, sizeof(fscrypt_add_key_arg) + 64> add_buf{};
+  auto* add = reinterpret_cast<fscrypt_add_key_arg*>(add_buf.data());
+  add->key_spec.type = FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER;
+  add->raw_size = 64;
+  for (int i = 0; i < 64; ++i) add_buf[sizeof(fscrypt_add_key_arg) + i] = static_cast<unsigned char>(i);
+  if (::ioctl(root_fd, FS_IOC_ADD_ENCRYPTION_KEY, add) != 0) {
+    ::close(root_fd);
+    GTEST_SKIP() << "the kernel adds no fscrypt key here: " << std::strerror(errno);
+  }
+  const std::string enc = mnt + "/enc";
+  ASSERT_EQ(::mkdir(enc.c_str(), 0700), 0);
+  fscrypt_policy_v2 policy{};
+  policy.version = FSCRYPT_POLICY_V2;
+  policy.contents_encryption_mode = FSCRYPT_MODE_AES_256_XTS;
+  policy.filenames_encryption_mode = FSCRYPT_MODE_AES_256_CTS;
+  policy.flags = FSCRYPT_POLICY_FLAGS_PAD_32;
+  std::memcpy(policy.master_key_identifier, add->key_spec.u.identifier, sizeof policy.master_key_identifier);
+  const int enc_fd = ::open(enc.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(enc_fd, 0);
+  ASSERT_EQ(::ioctl(enc_fd, FS_IOC_SET_ENCRYPTION_POLICY, &policy), 0) << std::strerror(errno);
+  ::close(enc_fd);
+  write(enc + "/h.h", "#define V 2\n");
+  fscrypt_remove_key_arg remove{};
+  remove.key_spec = add->key_spec;
+  ASSERT_EQ(::ioctl(root_fd, FS_IOC_REMOVE_ENCRYPTION_KEY, &remove), 0) << std::strerror(errno);
+  ::close(root_fd);
+  // Locked: the header's name is hidden, and the place reads as empty.
+  struct stat st {};
+  ASSERT_NE(::stat((enc + "/h.h").c_str(), &st), 0);
+  EXPECT_TRUE(dt::entries_hidden(enc));
+  EXPECT_FALSE(dt::watch_of_empty(enc + "/h.h")) << "an encrypted directory watched a place its key would fill";
+  // The file system's root, unencrypted, still watches.
+  EXPECT_FALSE(dt::entries_hidden(mnt));
+  EXPECT_TRUE(dt::watch_of_empty(mnt + "/x.h"));
 }

@@ -195,9 +195,24 @@ TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   std::string no_epoch = text;
   no_epoch.erase(no_epoch.find("E "), no_epoch.find('\n', no_epoch.find("E ")) - no_epoch.find("E ") + 1);
   EXPECT_FALSE(decode_manifest(no_epoch)) << "no epoch line";
+  EXPECT_FALSE(of_another_manifest_version(text));
+  EXPECT_TRUE(of_another_manifest_version(v4)) << "an older launcher's manifest is a miss, not damage";
+  EXPECT_FALSE(of_another_manifest_version("Z junk\n"));
   std::string bad_watch = text;
   bad_watch.replace(bad_watch.find("A - "), 4, "A 3 ");
   EXPECT_FALSE(decode_manifest(bad_watch)) << "a watch index past its table";
+  // A watch stands only for the places below it: a row pointing a place at
+  // a directory off its path (damaged, or planted) is refused.
+  ASSERT_EQ(::mkdir(tmp.sub("d").c_str(), 0700), 0);
+  struct stat st {};
+  ASSERT_EQ(detail::identity_stat(tmp.sub("d"), st), 0);
+  ManifestRecord watched = record_now({tmp.sub("a.h")});
+  watched.absent.push_back({tmp.sub("d/b.h"), {tmp.sub("d"), detail::stamp_of(st)}});
+  const std::string with_watch = encode_manifest(add_result(std::nullopt, watched));
+  ASSERT_TRUE(decode_manifest(with_watch));
+  std::string off_path = with_watch;
+  off_path.replace(off_path.find("A 0 ") + 4, tmp.sub("d/b.h").size(), "/usr/include/b.h");
+  EXPECT_FALSE(decode_manifest(off_path)) << "a watch off its place's path";
   std::string bad_index = text;
   bad_index.replace(bad_index.rfind(" 0 0 -"), 6, " 7 0 -");
   EXPECT_FALSE(decode_manifest(bad_index)) << "an index past its table";

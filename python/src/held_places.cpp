@@ -295,6 +295,8 @@ class Check {
     for (const auto& [place, parent] : m_seen) {
       const auto& before = m_dirs[parent];
       if (!before || !local_device(before->dev) || std::max(before->mtime, before->ctime) >= limit) continue;
+      if (progcache::detail::entries_hidden(parent))
+        continue;  // fscrypt: names shown with a key, the directory untouched
       auto it = after.find(parent);
       if (it == after.end()) it = after.emplace(parent, dir_id(parent)).first;
       if (it->second != before) continue;

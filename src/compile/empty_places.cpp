@@ -2,6 +2,8 @@
 // directory on its path that exists (empty_places.h).
 #include "compile/empty_places.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
 
 #include <algorithm>
@@ -19,7 +21,7 @@ namespace progcache::detail {
 namespace {
 
 // The devices of this machine's mounts of file systems whose directories
-// change their times with every entry, with times finer than a second.
+// change their times with every entry.
 std::set<dev_t> read_local_devices() {
   static constexpr std::string_view k_types[] = {"ext2",  "ext3",    "ext4", "xfs",  "btrfs",
                                                  "tmpfs", "overlay", "zfs",  "f2fs", "bcachefs"};
@@ -57,21 +59,27 @@ std::optional<EmptyWatch> watch_of_empty(const std::string& place) {
   std::string child = place;
   while (child.size() > 1 && child.back() == '/') child.pop_back();
   for (int depth = 0; depth < 256; ++depth) {
-    std::string dir = parent_of(child);
-    if (dir.empty()) dir = ".";
+    const std::string parent = parent_of(child);
+    const std::string dir = parent.empty() ? std::string(".") : parent;
     EmptyWatch w;
     w.dir = dir;
     if (identity_stat(AT_FDCWD, dir.c_str(), 0, w.st, &w.device) == 0 && S_ISDIR(w.st.st_mode)) {
       // Any answer but an entry (none there, or none this user may see: a
       // change of the directory's mode changes its times too) is watched.
       struct stat there {};
-      if (::lstat(child.c_str(), &there) == 0) return std::nullopt;
+      if (::lstat(child.c_str(), &there) == 0 || entries_hidden(dir)) return std::nullopt;
       return w;
     }
     if (dir == "." || dir == "/") break;
     child = dir;
   }
   return std::nullopt;
+}
+
+bool entries_hidden(const std::string& dir) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, dir.c_str(), 0, STATX_BASIC_STATS, &sx) != 0) return true;
+  return (sx.stx_attributes_mask & STATX_ATTR_ENCRYPTED) != 0 && (sx.stx_attributes & STATX_ATTR_ENCRYPTED) != 0;
 }
 
 bool watch_settled(const EmptyWatch& w, std::int64_t before) {

@@ -29,22 +29,32 @@ struct EmptyWatch {
 // the place's parent upwards; nullopt where the entry of that directory
 // the path goes through exists (lstat finds it) (a dangling link, a link to a
 // file, a file where a directory would be: each can come to lead elsewhere
-// without the directory changing), where no directory above it exists, or
-// where the place is not empty.
+// without the directory changing), where that directory's entries can
+// appear without a change to it (entries_hidden), where no directory above
+// it exists, or where the place is not empty.
 std::optional<EmptyWatch> watch_of_empty(const std::string& place);
+
+// Whether entries can appear in `dir` without a change to its times: an
+// encrypted directory (fscrypt), whose names are hidden while its key is
+// absent and shown when the key is added, the directory untouched; also
+// true where `dir` cannot be looked at.
+bool entries_hidden(const std::string& dir);
 
 // Whether a watch can be kept for other processes and later checks: the
 // identity names its mount (not the device form, whose numbers a later
 // mount may be given), the file system changes a directory's times with
-// every entry made in it and at a grain finer than a second (ext4, xfs,
-// btrfs, tmpfs, overlayfs, zfs, f2fs, bcachefs; not network, FUSE, FAT or
-// procfs), and the directory's last change is older than `before` by the
-// recent-change window (a change within one timestamp tick keeps the times).
+// every entry made in it (ext4, xfs, btrfs, tmpfs, overlayfs, zfs, f2fs,
+// bcachefs; not network, FUSE, FAT or procfs), and the directory's last
+// change is older than `before` by the recent-change window (a change
+// within one timestamp tick, a second on a file system that keeps whole
+// seconds, keeps the times). On overlayfs a directory's times are its upper
+// layer's: a layer changed under a mount (which overlayfs leaves undefined)
+// is not seen.
 bool watch_settled(const EmptyWatch& w, std::int64_t before);
 
 // Whether `device` is a mount of a file system whose directories change
-// their times with every entry made in them, finer than a second
-// (/proc/self/mountinfo, read once per process).
+// their times with every entry made in them (/proc/self/mountinfo, read
+// once per process).
 bool times_follow_entries(dev_t device);
 
 }  // namespace progcache::detail

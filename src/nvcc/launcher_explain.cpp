@@ -87,6 +87,9 @@ int Launcher::explain() {
   }
   const pc::Artifact* text = (*got)->find("manifest");
   auto m = text == nullptr ? std::nullopt : nv::decode_manifest(text->data.view());
+  if (!m && text != nullptr && nv::of_another_manifest_version(text->data.view())) {
+    return said(k_exit_miss, "miss (" + key + "): the manifest is of another launcher's format; a build replaces it");
+  }
   if (!m) return said(k_exit_error, "damaged (" + key + "): the manifest cannot be read; a build replaces it");
   nv::HoldingCheck check(*m);
   std::vector<std::string> lines;

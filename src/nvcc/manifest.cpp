@@ -88,7 +88,20 @@ bool read_file_line(std::string_view line, ManifestFile& f) {
   return !f.path.empty();
 }
 
+// Whether directory `dir` lies on the path of `place` (as watch_of_empty
+// finds it: "." for a relative place, else a leading part of it).
+bool watches_place(std::string_view dir, std::string_view place) {
+  if (dir == ".") return !place.starts_with("/");
+  if (dir == "/") return place.starts_with("/") && place.size() > 1;
+  return place.size() > dir.size() + 1 && place.starts_with(dir) && place[dir.size()] == '/';
+}
+
 }  // namespace
+
+bool of_another_manifest_version(std::string_view text) {
+  constexpr std::string_view k_family = "progcache-nvcc-manifest ";
+  return text.starts_with(k_family) && !text.starts_with(k_magic);
+}
 
 std::optional<ManifestRecord> Manifest::find(const Key& result) const {
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -174,6 +187,9 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
       }
       if (line.empty()) return std::nullopt;
       a.path = std::string(line);
+      // A watch stands only for places below it: one that does not lie on
+      // its place's path (a damaged or planted row) is refused.
+      if (a.watch != Manifest::k_no_watch && !watches_place(m.watches[a.watch].path, a.path)) return std::nullopt;
       m.absent.push_back(std::move(a));
     } else if (tag == 'P') {
       ManifestPlace place;

@@ -99,6 +99,9 @@ struct Manifest {
 // anything that is not one whole manifest of this version.
 std::string encode_manifest(const Manifest& m);
 std::optional<Manifest> decode_manifest(std::string_view text);
+// Whether `text` is a manifest of another version (an older launcher's):
+// a miss, which the next compile replaces, not damage.
+bool of_another_manifest_version(std::string_view text);
 
 // `old` (if any) with `r` as its newest result: an older result that read
 // the same files with the same contents and the same places (and so leads
