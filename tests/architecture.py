@@ -27,7 +27,6 @@ MAX_LINES = 800
 # each may shrink, none may grow (cutting them into rooms is owed).
 LONGER = {
     "src/config/config.cpp": 809,
-    "src/nvcc/nvcc_command.cpp": 888,
     "python/src/core.cpp": 1016,
     "python/progcache/torch.py": 1262,
     "python/tests/test_torch.py": 817,
