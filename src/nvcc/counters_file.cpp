@@ -26,7 +26,6 @@ namespace progcache::nvcc {
 namespace {
 
 namespace pc = progcache;
-namespace nv = progcache::nvcc;
 using nlohmann::json;
 
 // `why` with each quoted name replaced by '…', so reasons count together.
@@ -96,8 +95,8 @@ json read_counters(int fd) {
 
 // Adds one to each of `counters`, or to `tally`'s count of `reason`, in
 // <root>/nvcc/launcher-stats.json: one locked read and write.
-void add_counts(const StatsFile& where, std::initializer_list<nv::Counter> counters,
-                std::optional<std::pair<nv::Tally, std::string>> tally = std::nullopt) {
+void add_counts(const StatsFile& where, std::initializer_list<Counter> counters,
+                std::optional<std::pair<Tally, std::string>> tally = std::nullopt) {
   const int fd = open_counters(where);
   if (fd < 0) return;
   struct Closer {
@@ -110,9 +109,9 @@ void add_counts(const StatsFile& where, std::initializer_list<nv::Counter> count
     if (!obj.contains(k) || !obj[k].is_number_unsigned()) obj[k] = 0U;
     obj[k] = obj[k].get<std::uint64_t>() + 1;
   };
-  for (const nv::Counter c : counters) bump(j, std::string(nv::counter_name(c)));
+  for (const Counter c : counters) bump(j, std::string(counter_name(c)));
   if (tally) {
-    const std::string group(nv::tally_name(tally->first));
+    const std::string group(tally_name(tally->first));
     if (!j.contains(group) || !j[group].is_object()) j[group] = json::object();
     bump(j[group], reason_class(tally->second));
   }
@@ -134,11 +133,11 @@ std::optional<StatsFile> stats_file_of(const std::string& root, pc::Sharing shar
 
 }  // namespace
 
-void count(const StatsFile& where, std::initializer_list<nv::Counter> counters) {
+void count(const StatsFile& where, std::initializer_list<Counter> counters) {
   add_counts(where, counters);
 }
 
-void count(const StatsFile& where, nv::Tally tally, const std::string& reason) {
+void count(const StatsFile& where, Tally tally, const std::string& reason) {
   add_counts(where, {}, std::pair{tally, reason});
 }
 

@@ -16,8 +16,6 @@ namespace progcache::nvcc {
 
 namespace {
 
-namespace nv = progcache::nvcc;
-
 // What nvcc and the host compiler read from the environment (nvcc's own
 // names as its program holds them), besides every variable nvcc.profile
 // names, which is read from the profile at run time.
@@ -55,7 +53,7 @@ constexpr std::string_view k_link_variables[] = {"LIBRARIES", "NVLINK_FLAGS"};
 
 }  // namespace
 
-std::vector<std::string> keyed_variables(const nv::ProfileVariables& profile) {
+std::vector<std::string> keyed_variables(const ProfileVariables& profile) {
   std::vector<std::string> out(std::begin(k_keyed_variables), std::end(k_keyed_variables));
   out.insert(out.end(), std::begin(k_print_variables), std::end(k_print_variables));
   for (const auto& n : profile.names) {
@@ -64,8 +62,8 @@ std::vector<std::string> keyed_variables(const nv::ProfileVariables& profile) {
   return out;
 }
 
-std::optional<std::string> unfollowed_variable(const std::vector<std::string>& names,
-                                               const nv::ProfileVariables& profile, bool device_link) {
+std::optional<std::string> unfollowed_variable(const std::vector<std::string>& names, const ProfileVariables& profile,
+                                               bool device_link) {
   for (const auto& n : names) {
     const char* v = std::getenv(n.c_str());
     if (v != nullptr && device_link &&

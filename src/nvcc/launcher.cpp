@@ -68,7 +68,6 @@ namespace progcache::nvcc {
 namespace {
 
 namespace pc = progcache;
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 using cli::fail;
 using cli::k_exit_miss;
@@ -123,9 +122,9 @@ Outcome Launcher::run() {
   // Every variable nvcc.profile names is keyed (its own content is keyed
   // by the file's identity); one it extends that may name files is refused.
   m_bin = dt::parent_of(real_path(m_nvcc));
-  nv::ProfileVariables profile;
+  ProfileVariables profile;
   if (auto text = dt::read_regular(m_bin + "/nvcc.profile"); text.ok()) {
-    profile = nv::profile_variables(*text);
+    profile = profile_variables(*text);
     m_toolkit_nvcc = true;
   } else {
     // nvcc reached through a wrapper (a script that runs the real one):
@@ -135,10 +134,10 @@ Outcome Launcher::run() {
                      "INCLUDES", "SYSTEM_INCLUDES", "LIBRARIES",          "CUDAFE_FLAGS",    "PTXAS_FLAGS"};
   }
   m_variables = keyed_variables(profile);
-  m_cmd = nv::parse_command(
+  m_cmd = parse_command(
       m_args, [this](const std::string& p) { return read_input(p); }, env);
   if (!m_cmd.uncacheable.empty()) return uncacheable(m_cmd.uncacheable);
-  if (auto v = unfollowed_variable(m_variables, profile, m_cmd.mode == nv::Mode::device_link)) {
+  if (auto v = unfollowed_variable(m_variables, profile, m_cmd.mode == Mode::device_link)) {
     return uncacheable("variable '" + *v + "' set: nvcc reads it, and what it names is not keyed");
   }
   // The host compiler's preprocessor writes a dependency file these name.
@@ -163,7 +162,7 @@ Outcome Launcher::run() {
   }
   // An object is host code, linked into programs: served only from a
   // private root or from signed, verified entries (trust.h).
-  if (m_cmd.mode == nv::Mode::object || m_cmd.mode == nv::Mode::device_link) {
+  if (m_cmd.mode == Mode::object || m_cmd.mode == Mode::device_link) {
     if (const pc::CodeTrust trust = pc::host_code_trust(*cfg); !trust.disk) {
       return uncacheable("host code (an object) in a group-shared root needs signed entries (PROGCACHE_HMAC_KEY_FILE)");
     }
@@ -201,7 +200,7 @@ std::optional<int> Launcher::wait_for_another(std::chrono::milliseconds timeout,
     if (lock.ok()) m_lock.emplace(std::move(*lock));
     return std::nullopt;
   }
-  count(m_stats, {nv::Counter::waited});
+  count(m_stats, {Counter::waited});
   return serve();
 }
 
@@ -209,10 +208,10 @@ std::optional<int> Launcher::serve() {
   std::optional<int> served;
   auto got = m_store->get(m_mkey);
   const pc::Artifact* text = got.ok() && got->has_value() ? (*got)->find("manifest") : nullptr;
-  if (text != nullptr) m_manifest = nv::decode_manifest(text->data.view());
+  if (text != nullptr) m_manifest = decode_manifest(text->data.view());
   if (m_manifest) {
     m_had_manifest = true;
-    nv::serve_first_holding(*m_manifest, [&](const pc::Key& rkey) {
+    serve_first_holding(*m_manifest, [&](const pc::Key& rkey) {
       served = serve_result(rkey);
       return served.has_value();
     });
@@ -221,9 +220,9 @@ std::optional<int> Launcher::serve() {
   if (!m_relocated_key) return std::nullopt;
   auto relocated = m_store->get(*m_relocated_key);
   const pc::Artifact* rtext = relocated.ok() && relocated->has_value() ? (*relocated)->find("manifest") : nullptr;
-  const auto m = rtext != nullptr ? nv::decode_manifest(rtext->data.view()) : std::nullopt;
+  const auto m = rtext != nullptr ? decode_manifest(rtext->data.view()) : std::nullopt;
   if (!m) return std::nullopt;
-  nv::serve_first_holding(*m, [&](const pc::Key& k) {
+  serve_first_holding(*m, [&](const pc::Key& k) {
     served = serve_relocated(k);
     return served.has_value();
   });
@@ -247,7 +246,7 @@ std::optional<int> Launcher::serve_relocated(const pc::Key& k) {
   std::optional<std::string> depfile;
   if (tmpl != nullptr) depfile = render_depfile(*m_reloc, tmpl->data.view());
   if (!write_result(output->data.view(), depfile, nullptr)) return std::nullopt;
-  count(m_stats, {nv::Counter::hits, nv::Counter::relocated_hits});
+  count(m_stats, {Counter::hits, Counter::relocated_hits});
   return 0;
 }
 
@@ -281,7 +280,7 @@ std::optional<int> Launcher::serve_result(const pc::Key& rkey, bool count_hit) {
   if (output == nullptr || (m_cmd.depfile.has_value() != (depfile != nullptr))) return std::nullopt;
   const auto dep = depfile != nullptr ? std::optional<std::string_view>(depfile->data.view()) : std::nullopt;
   if (!write_result(output->data.view(), dep, &**entry)) return std::nullopt;
-  if (count_hit) count(m_stats, {nv::Counter::hits});
+  if (count_hit) count(m_stats, {Counter::hits});
   return 0;
 }
 
@@ -311,7 +310,7 @@ Outcome Launcher::miss() {
   // Through a wrapper script, what `--dryrun` prints is the wrapper's to
   // decide, and running it twice may do twice what it does: direct key
   // only. A device link has no preprocessed text.
-  if (!m_toolkit_nvcc || m_cmd.mode == nv::Mode::device_link) return compile(start, std::nullopt);
+  if (!m_toolkit_nvcc || m_cmd.mode == Mode::device_link) return compile(start, std::nullopt);
   // -src-in-ptx copies the source lines, comments and all, into the PTX:
   // a comment edit changes the output, not the text, so the text is
   // computed for its list of files alone (below).
@@ -332,13 +331,13 @@ Outcome Launcher::miss() {
 }
 
 Outcome Launcher::not_stored(const std::string& why) {
-  count(m_stats, nv::Tally::not_stored, why);
+  count(m_stats, Tally::not_stored, why);
   return Outcome::exit(0);
 }
 
 Outcome Launcher::uncacheable(const std::string& why) {
   if (m_explain) return Outcome::exit(said(k_exit_miss, "not cached: " + why));
-  count(m_stats, nv::Tally::uncacheable, why);
+  count(m_stats, Tally::uncacheable, why);
   return Outcome::unchanged();
 }
 

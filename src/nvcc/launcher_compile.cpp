@@ -39,21 +39,20 @@ namespace progcache::nvcc {
 namespace {
 
 namespace pc = progcache;
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 using nlohmann::json;
 
 // Whether `data` can be what nvcc writes in `mode`: ELF for objects and
 // cubins, the fatbin header for fatbins, something for the rest.
-bool output_of_its_kind(nv::Mode mode, std::string_view data) {
+bool output_of_its_kind(Mode mode, std::string_view data) {
   switch (mode) {
-    case nv::Mode::object:
-    case nv::Mode::device_link:
-    case nv::Mode::cubin:
+    case Mode::object:
+    case Mode::device_link:
+    case Mode::cubin:
       return data.size() >= 64 && data.starts_with(
                                       "\x7f"
                                       "ELF");
-    case nv::Mode::fatbin:
+    case Mode::fatbin:
       return data.size() >= 16 && data.starts_with("\x50\xed\x55\xba");
     default:
       return !data.empty();
@@ -83,15 +82,15 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
   // the files it read are those its preprocessing steps read (the text,
   // computed beside it). An object's -MD adds no run.
   const bool deps_from_text =
-      !m_cmd.depfile && m_cmd.mode != nv::Mode::object && m_toolkit_nvcc && (beside != nullptr || pre.has_value());
+      !m_cmd.depfile && m_cmd.mode != Mode::object && m_toolkit_nvcc && (beside != nullptr || pre.has_value());
   if (!m_cmd.depfile && !deps_from_text) {
     own_depfile = make_temp_file(".d");
     if (!own_depfile) {
       if (beside != nullptr) beside->join();
-      count(m_stats, nv::Tally::not_stored, "no temporary file for the dependency list");
+      count(m_stats, Tally::not_stored, "no temporary file for the dependency list");
       return Outcome::unchanged();
     }
-    if (m_cmd.mode == nv::Mode::device_link) {
+    if (m_cmd.mode == Mode::device_link) {
       // The host compiler's, for the registration stub it compiles (the
       // one step of a device link that reads headers); its output is
       // the same with it (tests/nvcc_launcher_test.cpp). nvcc splits the
@@ -100,7 +99,7 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
       if (own_depfile->find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._-+") !=
           std::string::npos) {
         ::unlink(own_depfile->c_str());
-        count(m_stats, nv::Tally::not_stored, "the name of $TMPDIR cannot be handed to the host compiler");
+        count(m_stats, Tally::not_stored, "the name of $TMPDIR cannot be handed to the host compiler");
         return Outcome::unchanged();
       }
       args.push_back("-Xcompiler=-MD,-MF," + *own_depfile);
@@ -108,7 +107,7 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
       args.insert(args.end(), {"-MD", "-MF", *own_depfile});
     }
   }
-  if (m_cmd.mode == nv::Mode::device_link) {
+  if (m_cmd.mode == Mode::device_link) {
     for (const auto& in : m_cmd.inputs) {
       struct stat st {};
       if (::stat(in.c_str(), &st) == 0) m_link_inputs_before.emplace(in, dt::stamp_of(st));
@@ -123,10 +122,10 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
     pre = *beside_result;
   }
   if (ran.status != 0) {
-    count(m_stats, {nv::Counter::compile_failed});
+    count(m_stats, {Counter::compile_failed});
     return Outcome::exit(ran.status);
   }
-  count(m_stats, {nv::Counter::misses});
+  count(m_stats, {Counter::misses});
   if (named_input_changed()) return not_stored("an input changed while nvcc ran");
   if (pre && pre->names_unread_file) {
     if (auto why = line_directive_read()) return not_stored(*why);
@@ -140,7 +139,7 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
     deps = dt::parse_depfile(*deps_text);
   }
   if (!deps.ok() || deps->empty()) return not_stored("no dependency list from nvcc");
-  if (m_cmd.mode == nv::Mode::device_link) {
+  if (m_cmd.mode == Mode::device_link) {
     // The stub's other two inputs are nvcc's own temporary files, made
     // from the inputs and gone by now (one still there is not nvcc's,
     // and is keyed as any other).
@@ -155,7 +154,7 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
   }
   auto record = build_record(*deps, start);
   if (auto* why = std::get_if<std::string>(&record)) return not_stored(*why);
-  auto& m = std::get<nv::ManifestRecord>(record);
+  auto& m = std::get<ManifestRecord>(record);
   auto output = read_back(m_cmd.output);
   if (!output.ok()) return not_stored("the output cannot be read back as a regular file");
   // nvcc (ptxas) can exit 0 having written an empty or cut-short file (a
@@ -175,11 +174,11 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
   if (m_cmd.depfile) artifacts.push_back({"depfile", pc::Bytes::adopt(std::move(*deps_text))});
   if (!ran.out.empty()) artifacts.push_back({"stdout", pc::Bytes::copy_of(ran.out)});
   if (!ran.err.empty()) artifacts.push_back({"stderr", pc::Bytes::copy_of(ran.err)});
-  const json meta = {{"kind", std::string("nvcc-") + nv::mode_name(m_cmd.mode)}, {"name", m_cmd.input}};
+  const json meta = {{"kind", std::string("nvcc-") + mode_name(m_cmd.mode)}, {"name", m_cmd.input}};
   std::vector<std::pair<std::string, std::string>> files;
   files.reserve(m.files.size());
   for (const auto& f : m.files) files.emplace_back(f.path, f.sha256);
-  const pc::Key rkey = nv::result_key(m_mkey, files);
+  const pc::Key rkey = result_key(m_mkey, files);
   m.result = rkey;
   if (auto st = m_store->put(rkey, pc::Entry(meta.dump(), std::move(artifacts))); !st.ok()) {
     return not_stored("the store refused the entry");
@@ -208,7 +207,7 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
     }
     if (why) m_not_relocated = std::move(*why);
   }
-  if (m_base_set && !m_not_relocated.empty()) count(m_stats, nv::Tally::not_relocated, m_not_relocated);
+  if (m_base_set && !m_not_relocated.empty()) count(m_stats, Tally::not_relocated, m_not_relocated);
   // The preprocessed text points at this result only when it is the text
   // nvcc compiled: every file it read unchanged since `start` (checked
   // when it was made) and among those nvcc read.
@@ -219,7 +218,7 @@ Outcome Launcher::compile(std::int64_t start, std::optional<Preprocessed> pre, s
   return Outcome::exit(0);
 }
 
-std::optional<std::string> Launcher::store_relocated(const nv::ManifestRecord& m,
+std::optional<std::string> Launcher::store_relocated(const ManifestRecord& m,
                                                      const std::optional<std::string>& dep_template) {
   for (const auto& op : m_absolute_operands) {
     if (m_reloc->under(dt::normal(op))) return "a header is included by its absolute path under the base";
@@ -244,7 +243,7 @@ std::optional<std::string> Launcher::store_relocated(const nv::ManifestRecord& m
   std::vector<std::pair<std::string, std::string>> files;
   files.reserve(r->files.size());
   for (const auto& f : r->files) files.emplace_back(f.path, f.sha256);
-  const pc::Key k = nv::result_key(*m_relocated_key, files);
+  const pc::Key k = result_key(*m_relocated_key, files);
   std::vector<pc::Artifact> artifacts;
   artifacts.push_back({"result", pc::Bytes::copy_of(m.result.view())});
   if (dep_template) artifacts.push_back({"depfile-relocated", pc::Bytes::copy_of(*dep_template)});
@@ -257,19 +256,19 @@ std::optional<std::string> Launcher::store_relocated(const nv::ManifestRecord& m
   return std::nullopt;
 }
 
-pc::Status Launcher::put_manifest(const pc::Key& mkey, const nv::ManifestRecord& record) {
+pc::Status Launcher::put_manifest(const pc::Key& mkey, const ManifestRecord& record) {
   const json mmeta = {{"kind", "nvcc-manifest"}, {"name", m_cmd.input}};
   return m_store->put(
-      mkey, pc::Entry(mmeta.dump(),
-                      {{"manifest", pc::Bytes::adopt(nv::encode_manifest(nv::add_result(merge_base(mkey), record)))}}));
+      mkey,
+      pc::Entry(mmeta.dump(), {{"manifest", pc::Bytes::adopt(encode_manifest(add_result(merge_base(mkey), record)))}}));
 }
 
-std::optional<nv::Manifest> Launcher::merge_base(const pc::Key& mkey) {
+std::optional<Manifest> Launcher::merge_base(const pc::Key& mkey) {
   auto got = m_store->get(mkey);
   if (!got.ok() || !got->has_value()) return std::nullopt;
   const pc::Artifact* text = (*got)->find("manifest");
   if (text == nullptr) return std::nullopt;
-  return nv::decode_manifest(text->data.view());
+  return decode_manifest(text->data.view());
 }
 
 }  // namespace progcache::nvcc

@@ -22,7 +22,6 @@ namespace progcache::nvcc {
 namespace {
 
 namespace pc = progcache;
-namespace nv = progcache::nvcc;
 using cli::fail;
 using cli::k_exit_error;
 using cli::k_exit_miss;
@@ -61,9 +60,9 @@ int Launcher::explain() {
     if (!m_relocated_key || unwritable()) return std::nullopt;
     auto r = peek(*m_relocated_key);
     const pc::Artifact* rtext = r.ok() && r->has_value() ? (*r)->find("manifest") : nullptr;
-    const auto rm = rtext != nullptr ? nv::decode_manifest(rtext->data.view()) : std::nullopt;
+    const auto rm = rtext != nullptr ? decode_manifest(rtext->data.view()) : std::nullopt;
     if (!rm) return std::nullopt;
-    nv::HoldingCheck holds(*rm);
+    HoldingCheck holds(*rm);
     for (std::size_t i = 0; i < rm->results.size(); ++i) {
       if (holds.first_mismatch(i)) continue;
       auto pointer = peek(rm->results[i].result);
@@ -86,12 +85,12 @@ int Launcher::explain() {
                                  std::string(m_place_keyed ? " and this directory" : "") + " (or evicted since)");
   }
   const pc::Artifact* text = (*got)->find("manifest");
-  auto m = text == nullptr ? std::nullopt : nv::decode_manifest(text->data.view());
-  if (!m && text != nullptr && nv::of_another_manifest_version(text->data.view())) {
+  auto m = text == nullptr ? std::nullopt : decode_manifest(text->data.view());
+  if (!m && text != nullptr && of_another_manifest_version(text->data.view())) {
     return said(k_exit_miss, "miss (" + key + "): the manifest is of another launcher's format; a build replaces it");
   }
   if (!m) return said(k_exit_error, "damaged (" + key + "): the manifest cannot be read; a build replaces it");
-  nv::HoldingCheck check(*m);
+  HoldingCheck check(*m);
   std::vector<std::string> lines;
   const std::string of = " of " + std::to_string(m->results.size());
   for (std::size_t i = 0; i < m->results.size(); ++i) {

@@ -38,7 +38,6 @@ namespace progcache::nvcc {
 namespace {
 
 namespace pc = progcache;
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 
 }  // namespace
@@ -53,7 +52,7 @@ std::optional<Launcher::Preprocessed> Launcher::preprocess(std::int64_t start) {
   dry_args.emplace_back("--dryrun");
   const Ran dry = run_child(m_nvcc, dry_args, false, true, time_left());
   if (dry.status != 0) return std::nullopt;
-  auto plan = nv::parse_dryrun(dry.err);
+  auto plan = parse_dryrun(dry.err);
   if (!plan.ok()) return std::nullopt;
   // With --threads, nvcc prints the steps in the order its threads reach
   // them, which varies from run to run: the key takes them in one order.
@@ -143,7 +142,7 @@ std::optional<Launcher::Preprocessed> Launcher::preprocess(std::int64_t start) {
   return Preprocessed{kb.finish(), std::move(deps), std::move(stamps), printed, unread, names_place};
 }
 
-bool Launcher::replayable(const pc::Entry& entry, const pc::Key& rkey, const nv::ManifestRecord& now) const {
+bool Launcher::replayable(const pc::Entry& entry, const pc::Key& rkey, const ManifestRecord& now) const {
   const auto then = m_manifest ? m_manifest->find(rkey) : std::nullopt;
   if (!then) return false;
   std::map<std::string, std::string> before;
@@ -182,23 +181,23 @@ std::optional<int> Launcher::serve_preprocessed(const Preprocessed& pre, std::in
   // what cannot be recorded (a place or a file the record refuses) is
   // not served by its text either.
   auto record = build_record(pre.deps, start);
-  if (!std::holds_alternative<nv::ManifestRecord>(record)) return std::nullopt;
+  if (!std::holds_alternative<ManifestRecord>(record)) return std::nullopt;
   if ((*entry)->find("stdout") != nullptr || (*entry)->find("stderr") != nullptr) {
-    const auto* now = std::get_if<nv::ManifestRecord>(&record);
+    const auto* now = std::get_if<ManifestRecord>(&record);
     if (now == nullptr || m_line_directive || !replayable(**entry, *rkey, *now)) return std::nullopt;
   }
   if (auto served = serve_result(*rkey, /*count_hit=*/false); !served) return std::nullopt;
-  count(m_stats, {nv::Counter::hits, nv::Counter::preprocessed_hits});
-  if (auto* rec = std::get_if<nv::ManifestRecord>(&record); rec != nullptr && reads_the_same(pre, *rec)) {
+  count(m_stats, {Counter::hits, Counter::preprocessed_hits});
+  if (auto* rec = std::get_if<ManifestRecord>(&record); rec != nullptr && reads_the_same(pre, *rec)) {
     rec->result = *rkey;
     (void)put_manifest(m_mkey, *rec);
   }
   return 0;
 }
 
-bool Launcher::reads_the_same(const Preprocessed& pre, const nv::ManifestRecord& record) {
+bool Launcher::reads_the_same(const Preprocessed& pre, const ManifestRecord& record) {
   if (pre.stamps.size() != record.files.size()) return false;
-  return std::all_of(record.files.begin(), record.files.end(), [&](const nv::ManifestFile& f) {
+  return std::all_of(record.files.begin(), record.files.end(), [&](const ManifestFile& f) {
     const auto it = pre.stamps.find(f.path);
     return it != pre.stamps.end() && it->second == f.stamp;
   });

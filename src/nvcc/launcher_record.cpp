@@ -35,7 +35,6 @@ namespace progcache::nvcc {
 namespace {
 
 namespace pc = progcache;
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 
 // Why a source or header's text makes the output depend on more than the
@@ -55,8 +54,8 @@ std::optional<std::string> unkeyable_content(std::string_view text) {
 
 }  // namespace
 
-std::variant<nv::ManifestRecord, std::string> Launcher::build_record(const std::vector<std::string>& deps,
-                                                                     std::int64_t start) {
+std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vector<std::string>& deps,
+                                                                 std::int64_t start) {
   // The search the preprocessor made: the host compiler's own
   // directories as it prints them, after those of the command and the
   // environment.
@@ -69,7 +68,7 @@ std::variant<nv::ManifestRecord, std::string> Launcher::build_record(const std::
   std::vector<std::string> trusted = trusted_roots(host_own_dirs(hosts.front()));
   // The toolkit beside nvcc; through a wrapper, the one whose
   // cuda_runtime.h the compile read (<toolkit>/targets/<t>/include).
-  const bool device_link = m_cmd.mode == nv::Mode::device_link;
+  const bool device_link = m_cmd.mode == Mode::device_link;
   std::string toolkit_bin = m_bin;
   std::string stub;  // a device link's registration stub, <bin>/crt/link.stub
   if (device_link) {
@@ -90,7 +89,7 @@ std::variant<nv::ManifestRecord, std::string> Launcher::build_record(const std::
       break;
     }
   }
-  nv::Command searched = m_cmd;
+  Command searched = m_cmd;
   if (device_link) searched.include_dirs.insert(searched.include_dirs.begin(), ".");
   const auto chain = search_chain(searched, toolkit_bin, *system, host_added_dirs(hosts.front()));
   const auto tops = tops_of(chain);
@@ -156,7 +155,7 @@ std::variant<nv::ManifestRecord, std::string> Launcher::build_record(const std::
     if (auto why = places.probe_file(path, read.directives, &inner)) return *why;
     for (auto& p : inner) todo.push_back({p, !places.trusted(p)});
   }
-  nv::ManifestRecord m;
+  ManifestRecord m;
   const std::int64_t now = dt::now_ns();
   std::vector<std::string> read = deps;
   read.insert(read.end(), binaries.begin(), binaries.end());
@@ -210,7 +209,7 @@ std::variant<nv::ManifestRecord, std::string> Launcher::build_record(const std::
   // looked at watches none.
   std::map<std::string, std::optional<dt::FileStamp>> watch_after;
   for (const auto& p : places.absent()) {
-    nv::ManifestAbsent a{p, {}};
+    ManifestAbsent a{p, {}};
     if (const auto w = dt::watch_of_empty(p); w && dt::watch_settled(*w, start))
       a.watch = {w->dir, dt::stamp_of(w->st)};
     m.absent.push_back(std::move(a));
@@ -311,7 +310,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> Launcher::search_dir_identi
   dirs.insert(dirs.end(), m_cmd.include_dirs.begin(), m_cmd.include_dirs.end());
   dirs.insert(dirs.end(), m_cmd.system_dirs.begin(), m_cmd.system_dirs.end());
   dirs.insert(dirs.end(), m_cmd.library_dirs.begin(), m_cmd.library_dirs.end());
-  if (m_cmd.mode == nv::Mode::device_link) dirs.emplace_back(".");
+  if (m_cmd.mode == Mode::device_link) dirs.emplace_back(".");
   for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH"}) {
     const auto more = env_dirs(v);
     dirs.insert(dirs.end(), more.begin(), more.end());

@@ -22,7 +22,6 @@ namespace progcache::nvcc {
 
 namespace {
 
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 
 // The toolkit's programs and data nvcc runs or reads besides the headers
@@ -80,7 +79,7 @@ void add_path_programs(KeyBuilder& kb) {
 
 }  // namespace
 
-Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std::vector<std::string>& variables,
+Key manifest_key(const std::string& nvcc_path, const Command& cmd, const std::vector<std::string>& variables,
                  const Relocation* reloc) {
   KeyBuilder kb(reloc != nullptr ? "nvcc-manifest-relocated" : "nvcc-manifest");
   kb.add_int("launcher-schema", 7);
@@ -109,7 +108,7 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // object is never served for another checkout's copy of the source.
   // A device link's inputs are keyed by their contents (the manifest):
   // nvlink names them nowhere in its output.
-  if (cmd.mode != nv::Mode::device_link) {
+  if (cmd.mode != Mode::device_link) {
     const std::string source = real_path(cmd.input);
     const auto rel = reloc != nullptr ? reloc->relative(source) : std::nullopt;
     if (rel) {
@@ -119,7 +118,7 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
     }
   }
   // nvlink looks for -l libraries along LIBRARY_PATH too.
-  if (cmd.mode == nv::Mode::device_link) {
+  if (cmd.mode == Mode::device_link) {
     const char* value = std::getenv("LIBRARY_PATH");
     kb.add_string("library-path", value != nullptr ? value : "").add_bool("set", value != nullptr);
   }
@@ -146,7 +145,7 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   // path) and the host compiler's warnings about the files nvcc generates.
   const char* tmpdir = std::getenv("TMPDIR");
   kb.add_string("tmpdir", tmpdir != nullptr ? tmpdir : "");
-  kb.add_string("mode", nv::mode_name(cmd.mode));
+  kb.add_string("mode", mode_name(cmd.mode));
   // Whether each directory the command and the environment name for
   // includes is one: the host compiler warns of one that is not
   // (-Wmissing-include-dirs), and a manifest's
@@ -157,7 +156,7 @@ Key manifest_key(const std::string& nvcc_path, const nv::Command& cmd, const std
   for (const char* v : {"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"}) {
     for (const auto& d : env_dirs(v)) kb.add_int("env-search-dir", dir_kind(d));
   }
-  for (const auto& w : nv::keyed_words(cmd)) {
+  for (const auto& w : keyed_words(cmd)) {
     if (auto moved = reloc != nullptr ? relocated_word(*reloc, w) : std::nullopt) {
       kb.add_string("arg-relocated", *moved);
     } else {

@@ -26,7 +26,6 @@ namespace progcache::nvcc {
 namespace {
 
 namespace pc = progcache;
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 
 }  // namespace
@@ -43,7 +42,7 @@ std::vector<std::string> toolkit_dirs(const std::string& bin, std::string_view s
   return out;
 }
 
-std::vector<std::string> search_chain(const nv::Command& cmd, const std::string& bin,
+std::vector<std::string> search_chain(const Command& cmd, const std::string& bin,
                                       const std::vector<std::string>& system, const std::vector<std::string>& added) {
   // What a host compiler that is a script adds may come before any of it.
   std::vector<std::string> out = added;

@@ -22,7 +22,6 @@ namespace progcache::nvcc {
 
 namespace {
 
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 
 // This program's file identity: a candidate on PATH that is this program
@@ -99,7 +98,7 @@ void add_file_identity(KeyBuilder& kb, std::string_view label, const std::string
       .add_int("ino", static_cast<std::int64_t>(st.st_ino));
 }
 
-std::vector<std::string> host_compilers(const nv::Command& cmd) {
+std::vector<std::string> host_compilers(const Command& cmd) {
   std::optional<std::string> ccbin = cmd.ccbin;
   if (!ccbin) {
     if (const char* v = std::getenv("NVCC_CCBIN"); v != nullptr && *v != '\0') ccbin = v;

@@ -21,14 +21,13 @@ namespace progcache::nvcc {
 
 namespace {
 
-namespace nv = progcache::nvcc;
 namespace dt = progcache::detail;
 
 // Whether the compile reaches a file through a relative path: the source,
 // a directory of the command's or of the environment's search paths (an
 // empty entry is the working directory), a file read by name. Device line
 // information names such a file by the working directory joined to it.
-bool follows_a_relative_path(const nv::Command& cmd) {
+bool follows_a_relative_path(const Command& cmd) {
   auto relative = [](const std::string& p) { return !p.starts_with("/"); };
   if (relative(cmd.input)) return true;
   for (const auto* list : {&cmd.include_dirs, &cmd.system_dirs, &cmd.pre_includes}) {
@@ -39,7 +38,7 @@ bool follows_a_relative_path(const nv::Command& cmd) {
     if (std::any_of(dirs.begin(), dirs.end(), relative)) return true;
   }
   return std::any_of(cmd.read_files.begin(), cmd.read_files.end(),
-                     [&](const nv::Command::FileRead& f) { return relative(f.path); });
+                     [&](const Command::FileRead& f) { return relative(f.path); });
 }
 
 bool path_free_host_word(std::string_view w) {
@@ -116,23 +115,23 @@ bool has_anonymous_namespace(std::string_view text) {
 
 }  // namespace
 
-bool place_keyed(const nv::Command& cmd) {
+bool place_keyed(const Command& cmd) {
   return cmd.place_in_output || (cmd.line_info && follows_a_relative_path(cmd));
 }
 
-std::variant<Relocation, std::string> relocation_for(const std::string& base_dir, const nv::Command& cmd) {
+std::variant<Relocation, std::string> relocation_for(const std::string& base_dir, const Command& cmd) {
   if (base_dir.empty() || base_dir == "/" || !base_dir.starts_with("/") || dt::normal(base_dir) != base_dir ||
       !Relocation::plain(base_dir)) {
     return std::string("no usable base directory");
   }
   switch (cmd.mode) {
-    case nv::Mode::object:
-    case nv::Mode::cubin:
-    case nv::Mode::ptx:
-    case nv::Mode::fatbin:
+    case Mode::object:
+    case Mode::cubin:
+    case Mode::ptx:
+    case Mode::fatbin:
       break;
     default:
-      return std::string("a --") + nv::mode_name(cmd.mode) + " output";
+      return std::string("a --") + mode_name(cmd.mode) + " output";
   }
   if (place_keyed(cmd) || cmd.line_info || cmd.source_in_ptx) {
     return std::string("debug or line information names the files by their paths");
@@ -166,7 +165,7 @@ std::variant<Relocation, std::string> relocation_for(const std::string& base_dir
   // Every path under the base the command spells must be one relocated:
   // any other (a -MT target, a -D value, a host compiler word) is the same
   // string in every checkout, and names the first one's files.
-  for (const auto& w : nv::keyed_words(cmd)) {
+  for (const auto& w : keyed_words(cmd)) {
     if (w.find(base_dir) != std::string::npos && !relocated_word(r, w)) {
       return "word '" + w + "' names a path under the base that is not relocated";
     }
@@ -272,7 +271,7 @@ std::string render_depfile(const Relocation& r, std::string_view tmpl) {
   return out;
 }
 
-std::optional<nv::ManifestRecord> relocated_record(const Relocation& r, nv::ManifestRecord m) {
+std::optional<ManifestRecord> relocated_record(const Relocation& r, ManifestRecord m) {
   auto move = [&](std::string& p) {
     if (!p.starts_with("/")) return true;
     if (auto moved = r.move(p, /*any_character=*/true)) {
