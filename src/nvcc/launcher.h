@@ -1,10 +1,12 @@
 // nvcc/launcher.h — progcache as nvcc's compiler launcher: `progcache nvcc
 // ARGS...`, `progcache /path/to/nvcc ARGS...`, or a link named nvcc to
-// progcache (CMAKE_CUDA_COMPILER_LAUNCHER=progcache). The key scheme
-// (manifest_key, the search order, the places a header would shadow), the
-// manifests (manifest.h), the preprocessed text, the single flight and the
-// counters (counters.h) live here; the tool's main() hands it the words
-// before any parsing of its own. See docs/nvcc.md. Not public API.
+// progcache (CMAKE_CUDA_COMPILER_LAUNCHER=progcache). The entry points;
+// the key scheme (manifest_key.h), the search order and the places a header
+// would shadow (places.h), the manifests (manifest.h), the preprocessed
+// text, the single flight (launcher_impl.h) and the counters (counters.h)
+// are the other rooms of src/nvcc (docs/architecture.md). The tool's main()
+// hands the words here before any parsing of its own. See docs/nvcc.md.
+// Not public API.
 #pragma once
 
 #include <nlohmann/json.hpp>
