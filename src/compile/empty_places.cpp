@@ -50,9 +50,6 @@ std::set<dev_t> read_local_devices() {
   return found;
 }
 
-// The identity form identity_stat gives where it names no mount.
-constexpr std::uint64_t k_device_form = std::uint64_t{1} << 63;
-
 }  // namespace
 
 std::optional<EmptyWatch> watch_of_empty(const std::string& place) {
@@ -83,7 +80,7 @@ bool entries_hidden(const std::string& dir) {
 }
 
 bool watch_settled(const EmptyWatch& w, std::int64_t before) {
-  return (static_cast<std::uint64_t>(w.st.st_dev) & k_device_form) == 0 && times_follow_entries(w.device) &&
+  return names_mount(w.st) && times_follow_entries(w.device) &&
          std::max(ns_of(w.st.st_mtim), ns_of(w.st.st_ctim)) < before - k_recent_ns;
 }
 

@@ -171,6 +171,10 @@ int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t
   return 0;
 }
 
+bool names_mount(const struct stat& st) {
+  return (static_cast<std::uint64_t>(st.st_dev) & k_device_form) == 0;
+}
+
 std::string mount_namespace_id() {
   // Asked each time (one statx): a process may enter another namespace
   // (unshare, setns) after its first lookup.

@@ -72,6 +72,9 @@ FileStamp stamp_of(const struct stat& st);
 // with errno set, as stat returns; `device`, when given, receives the
 // device number.
 int identity_stat(int dirfd, const char* name, int flags, struct stat& st, dev_t* device = nullptr);
+// Whether an identity identity_stat took names its mount (not the device
+// form, whose numbers a later mount may be given).
+bool names_mount(const struct stat& st);
 inline int identity_stat(const std::string& path, struct stat& st) {
   return identity_stat(AT_FDCWD, path.c_str(), 0, st);
 }
