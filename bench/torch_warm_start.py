@@ -17,7 +17,10 @@ each round runs fresh processes and times the first call of the compiled model
   root keeps of the machine itself (the memos of torch_key() and
   triton_key(), the headers' digests), as the first process on a machine
   whose local root is empty and whose entries come from a shared tier (read
-  here from the local disk: a network tier's transfer is not timed).
+  here from the local disk: a network tier's transfer is not timed);
+- (with --fill-once --uncompressed) new machine, uncompressed store: served
+  from a root written with PROGCACHE_COMPRESSION=off, against the default
+  (zstd) one: what decompressing costs the start.
 
 Prints medians and the ratio of the last to Inductor's own warm start, and
 with --json the raw times. With --fill-once the two warm starts of each round run back to back,
@@ -106,6 +109,10 @@ print(json.dumps({"first_call": t2 - t1, "import": t1 - t0, "correct": bool(corr
 """
 
 
+# Roots written and read with PROGCACHE_COMPRESSION=off (--uncompressed).
+_UNCOMPRESSED_ROOTS = set()
+
+
 def child_env(dirs, root, progcache):
     """A child's environment: Inductor's, Triton's and the temporary
     directories under ``dirs``, the progcache root, progcache.torch on or off."""
@@ -114,6 +121,8 @@ def child_env(dirs, root, progcache):
     env.update({"TORCHINDUCTOR_CACHE_DIR": os.path.join(dirs, "inductor"),
                 "TRITON_CACHE_DIR": os.path.join(dirs, "triton"), "TMPDIR": os.path.join(dirs, "tmp"),
                 "PROGCACHE_DIR": root})
+    if root in _UNCOMPRESSED_ROOTS:
+        env["PROGCACHE_COMPRESSION"] = "off"
     if progcache:
         env["PROGCACHE_TORCH"] = "1"
     return env
@@ -154,6 +163,15 @@ def warm(*args):
     return r["first_call"]
 
 
+def store_bytes(root):
+    """Bytes of the entries of the torch store under a progcache root."""
+    total = 0
+    for d, dirnames, files in os.walk(os.path.join(root, "torch")):
+        dirnames[:] = [n for n in dirnames if n != "locks"]
+        total += sum(os.path.getsize(os.path.join(d, f)) for f in files if len(f) == 62)
+    return total
+
+
 def wipe(dirs):
     shutil.rmtree(dirs, ignore_errors=True)
 
@@ -168,6 +186,9 @@ def main():
                          "each round (shorter; for a machine lent for minutes)")
     ap.add_argument("--no-first-process", action="store_true",
                     help="with --fill-once, leave out the new machine's first process (shorter)")
+    ap.add_argument("--uncompressed", action="store_true",
+                    help="with --fill-once, also serve a new machine from a root written with "
+                         "PROGCACHE_COMPRESSION=off, and print each root's bytes on disk")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     import torch  # noqa: F401 - the version is part of the report
@@ -179,21 +200,34 @@ def main():
         t = {"cold": [], "cold + progcache": [], "Inductor warm (local)": [], "new machine, progcache": []}
         if args.fill_once and not args.no_first_process:
             t["new machine, first process"] = []
+        if args.fill_once and args.uncompressed:
+            t["new machine, uncompressed store"] = []
         if args.fill_once:
             with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
                 own, dirs, root = (os.path.join(base, n) for n in ("own", "dirs", "root"))
                 t["cold"].append(cold(model, own, root, False, args.device))
                 t["cold + progcache"].append(cold(model, dirs, root, True, args.device))
-                starts = [("Inductor warm (local)", own, False, False), ("new machine, progcache", dirs, True, False),
-                          ("new machine, first process", dirs, True, True)]
+                plain = os.path.join(base, "root-plain")
+                if "new machine, uncompressed store" in t:
+                    _UNCOMPRESSED_ROOTS.add(plain)
+                    wipe(dirs)
+                    cold(model, dirs, plain, True, args.device)
+                    wipe(dirs)
+                starts = [("Inductor warm (local)", own, False, False, root),
+                          ("new machine, progcache", dirs, True, False, root),
+                          ("new machine, first process", dirs, True, True, root),
+                          ("new machine, uncompressed store", dirs, True, False, plain)]
                 starts = [s for s in starts if s[0] in t]
                 for i in range(args.rounds):
                     # The warm starts of a round run back to back, each in
                     # turn first: none is always the one after another.
-                    for kind, d, progcache, first in starts[i % len(starts):] + starts[:i % len(starts)]:
+                    for kind, d, progcache, first, r in starts[i % len(starts):] + starts[:i % len(starts)]:
                         if progcache:
                             wipe(dirs)
-                        t[kind].append(warm(model, d, root, progcache, args.device, first))
+                        t[kind].append(warm(model, d, r, progcache, args.device, first))
+                if "new machine, uncompressed store" in t:
+                    print(f"{model:12s} torch store on disk: zstd (default) {store_bytes(root) / 1e6:.1f} MB, "
+                          f"PROGCACHE_COMPRESSION=off {store_bytes(plain) / 1e6:.1f} MB", flush=True)
         for _ in range(0 if args.fill_once else args.rounds):
             with tempfile.TemporaryDirectory(prefix="pc-torch-bench-") as base:
                 dirs, root = os.path.join(base, "dirs"), os.path.join(base, "root")
@@ -212,6 +246,11 @@ def main():
         paired = statistics.median(n / o for n, o in zip(t["new machine, progcache"], t["Inductor warm (local)"]))
         print(f"{model:12s} " + "  ".join(f"{k} {v:6.2f}" for k, v in med.items()) +
               f"  new machine / Inductor warm {ratio:4.2f} (median of the rounds' ratios {paired:4.2f})")
+        if "new machine, uncompressed store" in t:
+            plain_ratio = statistics.median(c / u for c, u in zip(t["new machine, progcache"],
+                                                                  t["new machine, uncompressed store"]))
+            print(f"{'':12s} new machine, zstd store / uncompressed store: median of the rounds' ratios "
+                  f"{plain_ratio:4.2f}")
         if "new machine, first process" in t:
             first = statistics.median(n / o for n, o in zip(t["new machine, first process"], t["Inductor warm (local)"]))
             print(f"{'':12s} new machine's first process / Inductor warm: median of the rounds' ratios {first:4.2f}")

@@ -9,7 +9,10 @@ Each round starts fresh processes, alternating the two sides:
   materialised copy under TRITON_CACHE_DIR warm;
 - progcache-no-memo: the same with PROGCACHE_TRITON_WARM_START=0;
 - progcache-store: the same with an empty TRITON_CACHE_DIR each time (a new
-  machine or container with the store mounted): every group is materialised;
+  machine or container with the store mounted): every group is materialised
+  from the store (its entries zstd-compressed, as by default);
+- progcache-store-off: the same from a store written with
+  PROGCACHE_COMPRESSION=off (what decompressing costs a new machine);
 - floor: a cache manager that answers each lookup from a dict filled before
   the clock starts (the paths of Triton's own warm cache files): no I/O and
   no work of its own per lookup, so what remains is Triton's (hashing the
@@ -117,10 +120,14 @@ def main() -> None:
     }
     sides["progcache-no-memo"] = dict(sides["progcache"], TRITON_CACHE_DIR=f"{work}/triton-pc-off",
                                       PROGCACHE_TRITON_WARM_START="0")
+    sides["progcache-off"] = dict(sides["progcache"], TRITON_CACHE_DIR=f"{work}/triton-pc-plain",
+                                  PROGCACHE_DIR=f"{work}/pc-plain", PROGCACHE_COMPRESSION="off")
     store_only = dict(sides["progcache"], TRITON_CACHE_DIR=f"{work}/triton-fresh")
+    store_plain = dict(sides["progcache-off"], TRITON_CACHE_DIR=f"{work}/triton-fresh-plain")
     try:
         cold = {side: run(env) for side, env in sides.items()}
-        rows = {side: [] for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo")}
+        rows = {side: [] for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo",
+                                      "progcache-store-off")}
         floor = dict(sides["triton"], BENCH_FLOOR=sides["triton"]["TRITON_CACHE_DIR"])
         for _ in range(args.rounds):
             rows["triton"].append(run(sides["triton"]))
@@ -129,44 +136,55 @@ def main() -> None:
             rows["progcache-no-memo"].append(run(sides["progcache-no-memo"]))
             shutil.rmtree(store_only["TRITON_CACHE_DIR"], ignore_errors=True)
             rows["progcache-store"].append(run(store_only))
+            shutil.rmtree(store_plain["TRITON_CACHE_DIR"], ignore_errors=True)
+            rows["progcache-store-off"].append(run(store_plain))
 
         def med(side, f):
             return statistics.median(f(r) for r in rows[side])
 
         print(f"Triton {__import__('triton').__version__}, {args.rounds} rounds of fresh processes, medians (ms)\n")
         print(f"{'kernel':<12}{'cold':>10}{'triton warm':>13}{'progcache':>11}{'ratio':>7}"
-              f"{'pc, fresh dir':>15}{'ratio':>7}{'floor':>9}{'ratio':>7}{'pc, no memo':>13}{'ratio':>7}")
+              f"{'pc, fresh dir':>15}{'ratio':>7}{'floor':>9}{'ratio':>7}{'pc, no memo':>13}{'ratio':>7}"
+              f"{'fresh, plain':>15}{'ratio':>7}")
         for n in NAMES:
-            t, p, s, fl, o = (med(side, lambda r: r["kernels"][n]) * 1e3
-                              for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo"))
+            t, p, s, fl, o, u = (med(side, lambda r: r["kernels"][n]) * 1e3
+                                 for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo",
+                                              "progcache-store-off"))
             print(f"{n:<12}{cold['triton']['kernels'][n] * 1e3:>10.1f}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}"
-                  f"{s:>15.2f}{s / t:>7.2f}{fl:>9.2f}{fl / t:>7.2f}{o:>13.2f}{o / t:>7.2f}")
+                  f"{s:>15.2f}{s / t:>7.2f}{fl:>9.2f}{fl / t:>7.2f}{o:>13.2f}{o / t:>7.2f}{u:>15.2f}{u / t:>7.2f}")
         for label, f in (("mean/kernel", lambda r: r["compiles"] / len(NAMES)),
                          ("mean 2nd-5th", lambda r: r["after_first"]), ("import", lambda r: r["import"]),
                          ("triton_key", lambda r: r["triton_key"]), ("process", lambda r: r["total"])):
-            t, p, s, fl, o = (med(side, f) * 1e3
-                              for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo"))
+            t, p, s, fl, o, u = (med(side, f) * 1e3
+                                 for side in ("triton", "progcache", "progcache-store", "floor", "progcache-no-memo",
+                                              "progcache-store-off"))
             print(f"{label:<12}{'':>10}{t:>13.2f}{p:>11.2f}{p / t:>7.2f}{s:>15.2f}{s / t:>7.2f}"
-                  f"{fl:>9.2f}{fl / t:>7.2f}{o:>13.2f}{o / t:>7.2f}")
+                  f"{fl:>9.2f}{fl / t:>7.2f}{o:>13.2f}{o / t:>7.2f}{u:>15.2f}{u / t:>7.2f}")
         tf, tb = tree_size(sides["triton"]["TRITON_CACHE_DIR"])
-        kernels = memos = kb = 0
-        for d, _, fs in os.walk(f"{work}/pc/triton"):
-            for f in fs:
-                if len(f) != 62:
-                    continue  # the store's bookkeeping (counters, recency table, locks)
-                path = os.path.join(d, f)
-                with open(path, "rb") as fh:
-                    data = fh.read()
-                if b'"kind": "key-memo"' in data or b'"kind": "triton-tool-memo"' in data:
-                    memos += 1
-                    continue
-                kernels += 1
-                kb += os.path.getsize(path)
-        print(f"\nkept per kernel: Triton's cache {tf / len(NAMES):.1f} files, {tb / len(NAMES) / 1e3:.1f} KB; "
-              f"progcache {kernels} entries for {len(NAMES)} kernels, {kb / max(kernels, 1) / 1e3:.1f} KB each "
-              f"(and {memos} memo entries, the triton_key and ptxas memos, shared by all)")
+        print(f"\nkept per kernel: Triton's cache {tf / len(NAMES):.1f} files, {tb / len(NAMES) / 1e3:.1f} KB")
+        for root in ("pc", "pc-plain"):
+            kept(f"{work}/{root}/triton", "zstd level 1 (the default)" if root == "pc" else "PROGCACHE_COMPRESSION=off")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def kept(store: str, label: str) -> None:
+    """The entries a Triton store under progcache holds, per kernel."""
+    kernels = memos = kb = 0
+    for d, _, fs in os.walk(store):
+        for f in fs:
+            if len(f) != 62:
+                continue  # the store's bookkeeping (counters, recency table, locks)
+            path = os.path.join(d, f)
+            with open(path, "rb") as fh:
+                data = fh.read()
+            if b'"kind": "key-memo"' in data or b'"kind": "triton-tool-memo"' in data:
+                memos += 1
+                continue
+            kernels += 1
+            kb += os.path.getsize(path)
+    print(f"progcache, {label}: {kernels} entries for {len(NAMES)} kernels, {kb / max(kernels, 1) / 1e3:.1f} KB each "
+          f"(and {memos} memo entries, the triton_key and ptxas memos, shared by all)")
 
 
 if __name__ == "__main__":
