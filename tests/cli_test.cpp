@@ -917,8 +917,9 @@ TEST_F(CliTest, ConfigListsEveryVariableTheLibraryReadsWithItsSource) {
   EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER=progcache.triton:CacheManager", "PROGCACHE_TRITON_WARM_START=0"}), "no");
   EXPECT_EQ(triton_rows({"TRITON_CACHE_MANAGER=triton.runtime.cache:RemoteCacheManager"}), "no");
   // Compression: off on disk, zstd level 1 on the wire, unless set.
-  EXPECT_EQ(rows["PROGCACHE_COMPRESSION"],
-            std::make_pair(std::string("off (the nvcc launcher's store: zstd level 1)"), std::string("default")));
+  EXPECT_EQ(
+      rows["PROGCACHE_COMPRESSION"],
+      std::make_pair(std::string("off (the nvcc, Triton and torch stores: zstd level 1)"), std::string("default")));
   EXPECT_EQ(rows["PROGCACHE_REMOTE_COMPRESSION"], std::make_pair(std::string("zstd level 1"), std::string("default")));
   auto set = run({"config"}, {"PROGCACHE_COMPRESSION=3", "PROGCACHE_REMOTE_COMPRESSION=off"});
   EXPECT_NE(set.out.find("PROGCACHE_COMPRESSION = zstd level 3  (environment)"), std::string::npos) << set.out;

@@ -84,9 +84,12 @@ struct Config {
   // default (a local hit would pay decompression), and the remote tier's,
   // on by default (docs/benchmarks.md, "Compression").
   int compression_level = 0;
-  // Whether PROGCACHE_COMPRESSION (or a settings file) gave the level: where
-  // none did, the nvcc launcher's store uses k_launcher_compression_level.
+  // Whether PROGCACHE_COMPRESSION (or a settings file) gave the level.
   bool compression_given = false;
+  // The level of the stores whose entries compress well (the nvcc
+  // launcher's, Triton's, torch's): the level given, else
+  // k_compressed_store_level.
+  int compressing_store_level() const { return compression_given ? compression_level : k_compressed_store_level; }
   int remote_compression_level = 1;
   std::vector<std::string> remote_urls;
   std::string remote_password;  // for URLs that carry none

@@ -106,10 +106,13 @@ struct EntryCodecOptions {
 // The highest level compression_level takes (zstd's ultra levels need more
 // memory to decode than a cache should ask of its readers).
 inline constexpr int k_max_compression_level = 19;
-// The nvcc launcher's store, where no level is configured: its entries (host
-// objects, and manifests naming every header a compile read) shrink about 6 x
-// at level 1, as ccache stores its own by default (docs/nvcc.md).
-inline constexpr int k_launcher_compression_level = 1;
+// The level of the stores whose entries compress well, where no level is
+// configured: the nvcc launcher's (host objects, and manifests naming every
+// header a compile read: about 6 x at level 1, as ccache stores its own by
+// default; docs/nvcc.md), Triton's (cubins and the compiler's texts) and
+// torch's (Inductor's shared libraries and graphs). docs/benchmarks.md,
+// "Compressed by default".
+inline constexpr int k_compressed_store_level = 1;
 inline constexpr std::uint32_t k_encoding_raw = 0;
 inline constexpr std::uint32_t k_encoding_zstd = 1;
 

@@ -85,10 +85,15 @@ class StoreState:
     the private disk store, or stores whose entries are signed and
     verified; never a group-shared root or a remote tier without signing."""
 
-    def __init__(self, companion: str, memory_bytes: int = 0, *, remote: bool = True) -> None:
+    def __init__(self, companion: str, memory_bytes: int = 0, *, remote: bool = True,
+                 compressed: bool = False) -> None:
         self._companion = companion
         self._memory_bytes = memory_bytes
         self._remote = remote
+        # Whether the disk store compresses where PROGCACHE_COMPRESSION is
+        # not set (the configuration's compressing_store_level): for stores
+        # whose entries shrink several times over, as the nvcc launcher's.
+        self._compressed = compressed
         self._lock = threading.Lock()
         self._lookups = threading.local()  # .missed: this thread's last get() was a counted miss
         self._opened: Optional[State] = None
@@ -99,9 +104,10 @@ class StoreState:
         return self._companion
 
     def _open_store(self, cfg: dict, root: str, memory_bytes: int, urls: list):
+        level = cfg["compressing_store_level" if self._compressed else "compression_level"]
         return _core.open_tiered_store(memory_bytes, root, cfg["max_size_bytes"], urls, cfg["read_only"],
                                        cfg["hmac_key"], cfg["sharing"], cfg["max_entries"], cfg["fsync"],
-                                       cfg["remote_password"], compression=cfg["compression_level"],
+                                       cfg["remote_password"], compression=level,
                                        remote_compression=cfg["remote_compression_level"],
                                        signing_keys=cfg["signing_keys"], cap_root=cfg["dir"])
 

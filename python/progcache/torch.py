@@ -69,7 +69,7 @@ from . import _core, _integration, _kernel_dirs
 TESTED_TORCH = ((2, 11), (2, 15))
 
 _SCHEMA = "3"
-_STORE = _integration.StoreState("torch")
+_STORE = _integration.StoreState("torch", compressed=True)
 _lock = threading.RLock()  # re-entered where the install's own import of Inductor reaches enable()
 _enabled = False
 _installing = False

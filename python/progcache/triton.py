@@ -85,7 +85,7 @@ LOCK_TIMEOUT_S = 600.0
 
 # ------------------------------------------------------------------ the store
 
-_STORE = _integration.StoreState("triton")
+_STORE = _integration.StoreState("triton", compressed=True)
 # No memory tier: Triton keeps the kernels it loaded, and a second lookup of a
 # group in one process is answered by the materialised copy. Disk, then the
 # remote tier when PROGCACHE_REMOTE names one.

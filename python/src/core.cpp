@@ -735,6 +735,7 @@ NB_MODULE(_core, m) {
         d["hmac_key"] = nb::bytes(c.hmac_key.data(), c.hmac_key.size());
         d["signing_keys"] = c.signing_keys ? nb::cast(KeysHandle{c.signing_keys}) : nb::none();
         d["compression_level"] = c.compression_level;
+        d["compressing_store_level"] = c.compressing_store_level();
         d["remote_compression_level"] = c.remote_compression_level;
         d["remote_urls"] = c.remote_urls;
         d["remote_password"] = c.remote_password;
@@ -786,8 +787,7 @@ NB_MODULE(_core, m) {
 
   const auto schemes = pc::remote_schemes();
   m.attr("REMOTE_SCHEMES") = schemes;
-  // Where the kernel caches keep their stores inside a cache root (the CLI's
-  // admin commands visit them there).
+  // Where the kernel caches keep their stores in a root (the CLI visits them).
   nb::dict companions;
   for (const auto& c : pc::companion_stores())
     companions[nb::str(c.name.data(), c.name.size())] = std::string(c.subdir);

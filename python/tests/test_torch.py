@@ -29,6 +29,11 @@ def test_a_new_machine_gets_the_whole_warm_start_and_the_same_libraries(tmp_path
     m = Machine(tmp_path)
     first = cold(m)
     assert first["matches_eager"]
+    # Compressed by default (zstd): the store holds the libraries and the
+    # precompiled header the cold start wrote, and its graphs, in under a
+    # third of the libraries' own bytes.
+    stored = sum(os.path.getsize(p) for p in entry_files(m.root))
+    assert 0 < stored * 3 < sum(len(d) for d in m.libraries().values()), stored
     m.wipe()
     warm = m.run()
     assert served(warm), warm

@@ -155,6 +155,23 @@ def test_every_file_of_a_served_group_equals_a_cacheless_compile(tmp_path):
                                    for ext in ("source", "ttir", "ttgir", "llir", "ptx", "cubin", "json")}
 
 
+def test_the_store_is_compressed_unless_said_otherwise_and_serves_the_same_files(tmp_path):
+    """Where PROGCACHE_COMPRESSION is not set, Triton's entries are written
+    with zstd (as the nvcc launcher's are): the groups take a fraction of
+    their bytes on disk, and a served group is the same files."""
+    kernels = [k(n) for n in ("vector_add", "softmax", "matmul", "layer_norm", "attention")]
+    packed, plain = str(tmp_path / "packed"), str(tmp_path / "plain")
+    first = Env(tmp_path, "a", root=packed).run(kernels)
+    assert first["compiles"] == 5
+    assert Env(tmp_path, "b", root=plain, PROGCACHE_COMPRESSION="off").run(kernels)["compiles"] == 5
+    on_disk = {r: sum(os.path.getsize(p) for p in store_entries(r)) for r in (packed, plain)}
+    assert 0 < on_disk[packed] * 3 < on_disk[plain], on_disk
+    for root in (packed, plain):
+        served = Env(tmp_path, f"served-{os.path.basename(root)}", root=root).run(kernels)
+        assert served["compiles"] == 0 and served["hits"] == 5
+        assert files_of(served) == files_of(first)
+
+
 # ---------------------------------------------------------------- damage
 
 def _damage(path, how, other=None):
@@ -250,7 +267,8 @@ def test_the_byte_cap_holds_on_disk(tmp_path):
     cap = 500_000  # above the largest group (the attention kernel, about 0.4 MB)
     root = str(tmp_path / "root")
     kernels = [k(n) for n in ("vector_add", "softmax", "matmul", "layer_norm", "attention")]
-    r = Env(tmp_path, "a", root=root, PROGCACHE_MAX_SIZE=f"{cap}B").run(kernels)
+    # Uncompressed, so that the five do not fit (compressed, they would).
+    r = Env(tmp_path, "a", root=root, PROGCACHE_MAX_SIZE=f"{cap}B", PROGCACHE_COMPRESSION="off").run(kernels)
     assert r["compiles"] == 5
     on_disk = sum(os.path.getsize(p) for p in store_entries(root))
     assert 0 < on_disk <= cap, on_disk

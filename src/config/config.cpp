@@ -198,7 +198,7 @@ Status apply_compression(Config& c, const std::optional<std::string>& text, Sett
   c.compression_given = text.has_value();
   PROGCACHE_TRY(parse_level("PROGCACHE_COMPRESSION", text, c.compression_level, shown));
   if (!text)
-    shown.value += " (the nvcc launcher's store: zstd level " + std::to_string(k_launcher_compression_level) + ")";
+    shown.value += " (the nvcc, Triton and torch stores: zstd level " + std::to_string(k_compressed_store_level) + ")";
   return {};
 }
 

@@ -96,7 +96,7 @@ Outcome Launcher::run() {
   m_root = cfg->dir;
   pc::FileStoreOptions o = cfg->file_store_options();
   o.root = pc::join_path(m_root, std::string(k_store));
-  if (!cfg->compression_given) o.codec.compression_level = pc::k_launcher_compression_level;
+  o.codec.compression_level = cfg->compressing_store_level();
   if (m_explain) {
     // Asking changes nothing: the store is not opened (an open tidies a
     // shard, a lookup counts, stamps and drops a damaged entry); its
