@@ -84,3 +84,26 @@ def test_two_roots_share_through_a_bucket_and_a_refusal_is_counted_apart(tmp_pat
     st = wrong.stats()
     assert st["remote_refused"] == 1 and st["remote_failures"] == 0, st
     assert "credentials refused" in st["remote_last_error"] and "not-the-secret" not in st["remote_last_error"]
+
+
+def test_the_cli_says_a_refusal_once_and_calls_it_refused(tmp_path, s3_endpoint):
+    """Refused credentials through the CLI: `get` is a miss that says the
+    refusal once (the tier says it; the command does not repeat it), and
+    `stats` shows the server as refused, not unreachable."""
+    cli = os.path.abspath(os.environ.get("PROGCACHE_CLI")
+                          or os.path.join(os.path.dirname(__file__), "..", "..", "build", "progcache"))
+    if not os.access(cli, os.X_OK):
+        pytest.skip("the progcache CLI is not built (set PROGCACHE_CLI)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "AWS_"))}
+    env.update({"PROGCACHE_DIR": str(tmp_path / "root"), "AWS_ACCESS_KEY_ID": KEY,
+                "AWS_SECRET_ACCESS_KEY": "not-the-secret",
+                "PROGCACHE_REMOTE": f"s3://progcache/cli?endpoint={s3_endpoint}&timeout=10000"})
+    got = subprocess.run([cli, "get", "00" * 32, "-o", str(tmp_path / "out")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert got.returncode == 1 and "miss" in got.stderr, got.stderr
+    assert got.stderr.count("credentials refused") == 1, got.stderr
+    shown = subprocess.run([cli, "stats"], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    line = [x for x in shown.stdout.splitlines() if x.startswith("remote s3://progcache/cli")]
+    assert len(line) == 1 and ": refused (" in line[0] and "credentials refused" in line[0], shown.stdout
+    assert line[0].count("s3://progcache/cli") == 1, line[0]  # the URL said once

@@ -147,7 +147,9 @@ int run_ls(const AdminArgs& a, Stores& stores) {
   return k_exit_ok;
 }
 
-// Per remote URL: reachable, and how many entries and bytes it holds.
+// Per remote URL: reachable, and how many entries and bytes it holds; a
+// server that answers but refuses (credentials, a missing bucket, a skewed
+// clock) is told apart from one that does not answer.
 pc::Result<json> remote_summary(const pc::Config& cfg) {
   json remote = json::array();
   for (const auto& url : cfg.remote_urls) {
@@ -162,6 +164,7 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
       // what one lookup of a key nobody stores says.
       auto probe = r->get(*pc::Key::from_hex(std::string(64, '0')));
       j["reachable"] = probe.ok();
+      j["refused"] = probe.status().code() == pc::Code::permission_denied;
       j["entries"] = nullptr;
       j["bytes_stored"] = nullptr;
       j[probe.ok() ? "note" : "error"] = probe.ok() ? "the server does not list its entries" : plain(probe.status());
@@ -170,8 +173,10 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
       j["entries"] = *n;
       j["bytes_stored"] = *b;
     } else {
+      const pc::Status& st = n.ok() ? b.status() : n.status();
       j["reachable"] = false;
-      j["error"] = plain(n.ok() ? b.status() : n.status());
+      j["refused"] = st.code() == pc::Code::permission_denied;
+      j["error"] = plain(st);
     }
     remote.push_back(j);
   }
@@ -514,8 +519,12 @@ int run_stats(const AdminArgs& a, Stores& stores, const pc::Config& cfg) {
                   static_cast<unsigned long long>(r["entries"].get<std::uint64_t>()),
                   pc::format_size(r["bytes_stored"].get<std::uint64_t>()).c_str());
     } else {
-      std::printf("remote %s: unreachable (%s)\n", r["url"].get<std::string>().c_str(),
-                  r["error"].get<std::string>().c_str());
+      // The error names the URL too: said once, at the start of the line.
+      const auto url = r["url"].get<std::string>();
+      auto error = r["error"].get<std::string>();
+      if (error.starts_with("remote " + url + ": ")) error.erase(0, url.size() + 9);
+      std::printf("remote %s: %s (%s)\n", url.c_str(), r.value("refused", false) ? "refused" : "unreachable",
+                  error.c_str());
     }
   }
   return k_exit_ok;

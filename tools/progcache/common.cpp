@@ -74,11 +74,14 @@ pc::Result<std::unique_ptr<pc::Store>> open_data_store(const pc::Config& c, bool
 
 // The tiered store treats a failing remote as a miss, so that an outage
 // never fails a command; the user still hears why the remote did not serve.
+// A refusal (credentials, a missing bucket, a skewed clock) the tier has
+// already said itself, once: only timeouts and other failures are said here.
 void warn_remote(pc::Store* store) {
   auto* tiered = dynamic_cast<pc::TieredStore*>(store);
   if (tiered == nullptr) return;
   auto rs = tiered->remote_stats();
-  if (rs && !rs->last_error.empty()) std::cerr << "progcache: warning: remote tier: " << rs->last_error << "\n";
+  if (!rs || rs->last_error.empty() || (rs->timeouts == 0 && rs->failures == 0)) return;
+  std::cerr << "progcache: warning: remote tier: " << rs->last_error << "\n";
 }
 
 std::string format_time(std::int64_t ns) {
