@@ -6,8 +6,12 @@ into an empty root with PROGCACHE_COMPRESSION=off and into another with the
 launcher's default (zstd level 1); the bytes of each store's entries (the
 files named by 62 hex digits: not the recency table or the counters); then
 warm hits of one kernel from each root, alternating, medians of --rounds.
+With --ccache, the same four compiles through `ccache nvcc` into an empty
+CCACHE_DIR (ccache's default: zstd level 1), and the bytes of its result
+and manifest files (not its statistics or locks), the peer's figure for the
+same compiles.
 
-    python3 bench/launcher_compression.py --progcache build/progcache [--rounds 31]
+    python3 bench/launcher_compression.py --progcache build/progcache [--rounds 31] [--ccache ccache]
 """
 
 from __future__ import annotations
@@ -32,10 +36,20 @@ def entry_bytes(store: str) -> int:
     return total
 
 
+def ccache_bytes(cache_dir: str) -> int:
+    """ccache's results and manifests (files named <digest>R and <digest>M)."""
+    total = 0
+    for dirpath, _, files in os.walk(cache_dir):
+        total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files
+                     if len(f) > 20 and f[-1] in "RM" and f[:-1].isalnum())
+    return total
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--progcache", required=True)
     ap.add_argument("--rounds", type=int, default=31)
+    ap.add_argument("--ccache", help="ccache to compare the bytes kept with")
     a = ap.parse_args()
     tool = os.path.abspath(a.progcache)
     tmp = tempfile.mkdtemp(prefix="launcher-compression-")
@@ -51,6 +65,17 @@ def main() -> int:
             for k in KERNELS:
                 compile_(k, env)
         size = {s: entry_bytes(os.path.join(env["PROGCACHE_DIR"], "nvcc")) for s, env in sides.items()}
+        if a.ccache:
+            ccache_dir = os.path.join(tmp, "ccache")
+            env = dict(base, CCACHE_DIR=ccache_dir)
+            env = {k: v for k, v in env.items() if not k.startswith("CCACHE_") or k == "CCACHE_DIR"}
+            for k in KERNELS:
+                subprocess.run([a.ccache, "nvcc", "-rdc=true", "-c",
+                                os.path.join(HERE, "..", "examples", "kernels", f"{k}.cu"),
+                                "-o", os.path.join(tmp, f"{k}.ccache.o")], env=env, check=True, capture_output=True)
+            kept = ccache_bytes(ccache_dir)
+            print(f"ccache        entries {kept:9d} bytes   progcache (default) / ccache: "
+                  f"{size['default'] / kept:.2f}")
         times: dict[str, list[float]] = {s: [] for s in sides}
         for r in range(a.rounds):
             for s in (list(sides) if r % 2 else list(sides)[::-1]):

@@ -180,6 +180,29 @@ TEST(NvccManifest, AWatchedPlaceIsNotLookedAtWhileItsDirectoryIsAsRecordedAndOnl
   EXPECT_TRUE(old.record(0).absent[0].watch.path.empty());
 }
 
+TEST(NvccManifest, RunsOfIndexesAreWrittenAsRangesAndReadBackExactly) {
+  testing::TempDir tmp;
+  std::vector<std::string> headers;
+  for (int i = 0; i < 5; ++i) {
+    headers.push_back(tmp.sub("h" + std::to_string(i) + ".h"));
+    testing::write_all(headers.back(), std::to_string(i) + "\n");
+  }
+  const ManifestRecord r = record_now(headers, {tmp.sub("x.h"), tmp.sub("y.h")});
+  const std::string text = encode_manifest(add_result(std::nullopt, r));
+  EXPECT_NE(text.find(" 0~4 0,1 -\n"), std::string::npos) << text;
+  auto decoded = decode_manifest(text);
+  ASSERT_TRUE(decoded);
+  ASSERT_EQ(decoded->record(0).files.size(), r.files.size());
+  for (std::size_t i = 0; i < r.files.size(); ++i) EXPECT_EQ(decoded->record(0).files[i].path, r.files[i].path);
+  EXPECT_EQ(decoded->record(0).absent, r.absent);
+  // A range past its table, backwards, or of two (written "0,1") is refused.
+  for (const char* bad : {" 0~5 0,1 -\n", " 4~0 0,1 -\n", " 0~4 0~1 -\n", " 0~ 0,1 -\n", " 0~4~4 0,1 -\n"}) {
+    std::string damaged = text;
+    damaged.replace(damaged.find(" 0~4 0,1 -\n"), std::string(" 0~4 0,1 -\n").size(), bad);
+    EXPECT_FALSE(decode_manifest(damaged)) << bad;
+  }
+}
+
 TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   testing::TempDir tmp;
   testing::write_all(tmp.sub("a.h"), "a\n");
@@ -188,10 +211,15 @@ TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   EXPECT_FALSE(decode_manifest(text.substr(0, text.size() - 1))) << "cut short";
   EXPECT_FALSE(decode_manifest(""));
   EXPECT_FALSE(decode_manifest("progcache-nvcc-manifest 2\n"));
-  // The version before watches: a miss, which the next compile replaces.
+  // The versions before (4: no watches; 5: watched places written whole): a
+  // miss, which the next compile replaces.
   std::string v4 = text;
-  v4.replace(0, std::string("progcache-nvcc-manifest 5\n").size(), "progcache-nvcc-manifest 4\n");
+  v4.replace(0, std::string("progcache-nvcc-manifest 6\n").size(), "progcache-nvcc-manifest 4\n");
   EXPECT_FALSE(decode_manifest(v4));
+  std::string v5 = text;
+  v5.replace(0, std::string("progcache-nvcc-manifest 6\n").size(), "progcache-nvcc-manifest 5\n");
+  EXPECT_FALSE(decode_manifest(v5));
+  EXPECT_TRUE(of_another_manifest_version(v5));
   std::string no_epoch = text;
   no_epoch.erase(no_epoch.find("E "), no_epoch.find('\n', no_epoch.find("E ")) - no_epoch.find("E ") + 1);
   EXPECT_FALSE(decode_manifest(no_epoch)) << "no epoch line";
@@ -201,18 +229,21 @@ TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   std::string bad_watch = text;
   bad_watch.replace(bad_watch.find("A - "), 4, "A 3 ");
   EXPECT_FALSE(decode_manifest(bad_watch)) << "a watch index past its table";
-  // A watch stands only for the places below it: a row pointing a place at
-  // a directory off its path (damaged, or planted) is refused.
+  // A watched place is written below its watch, and read back whole; a row
+  // that names nothing below it (damaged, or planted) is refused.
   ASSERT_EQ(::mkdir(tmp.sub("d").c_str(), 0700), 0);
   struct stat st {};
   ASSERT_EQ(detail::identity_stat(tmp.sub("d"), st), 0);
   ManifestRecord watched = record_now({tmp.sub("a.h")});
   watched.absent.push_back({tmp.sub("d/b.h"), {tmp.sub("d"), detail::stamp_of(st)}});
   const std::string with_watch = encode_manifest(add_result(std::nullopt, watched));
-  ASSERT_TRUE(decode_manifest(with_watch));
-  std::string off_path = with_watch;
-  off_path.replace(off_path.find("A 0 ") + 4, tmp.sub("d/b.h").size(), "/usr/include/b.h");
-  EXPECT_FALSE(decode_manifest(off_path)) << "a watch off its place's path";
+  EXPECT_NE(with_watch.find("\nA 0 b.h\n"), std::string::npos) << with_watch;
+  auto round = decode_manifest(with_watch);
+  ASSERT_TRUE(round);
+  EXPECT_EQ(round->record(0).absent, watched.absent);
+  std::string nothing_below = with_watch;
+  nothing_below.replace(nothing_below.find("\nA 0 b.h\n"), 9, "\nA 0 \n");
+  EXPECT_FALSE(decode_manifest(nothing_below)) << "a watched row that names no place";
   std::string bad_index = text;
   bad_index.replace(bad_index.rfind(" 0 0 -"), 6, " 7 0 -");
   EXPECT_FALSE(decode_manifest(bad_index)) << "an index past its table";
