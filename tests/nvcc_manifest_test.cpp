@@ -195,12 +195,21 @@ TEST(NvccManifest, RunsOfIndexesAreWrittenAsRangesAndReadBackExactly) {
   ASSERT_EQ(decoded->record(0).files.size(), r.files.size());
   for (std::size_t i = 0; i < r.files.size(); ++i) EXPECT_EQ(decoded->record(0).files[i].path, r.files[i].path);
   EXPECT_EQ(decoded->record(0).absent, r.absent);
-  // A range past its table, backwards, or of two (written "0,1") is refused.
-  for (const char* bad : {" 0~5 0,1 -\n", " 4~0 0,1 -\n", " 0~4 0~1 -\n", " 0~ 0,1 -\n", " 0~4~4 0,1 -\n"}) {
+  // A range past its table, backwards, or of two (written "0,1") is refused,
+  // and so is a list of more indexes than its table has rows (ranges
+  // repeated would let a few bytes stand for any number of them).
+  for (const char* bad : {" 0~5 0,1 -\n", " 4~0 0,1 -\n", " 0~4 0~1 -\n", " 0~ 0,1 -\n", " 0~4~4 0,1 -\n",
+                          " 0~4,0~4 0,1 -\n", " 0,0,0,0,0,0 0,1 -\n", " 0~4 0,1,0 -\n"}) {
     std::string damaged = text;
     damaged.replace(damaged.find(" 0~4 0,1 -\n"), std::string(" 0~4 0,1 -\n").size(), bad);
     EXPECT_FALSE(decode_manifest(damaged)) << bad;
   }
+  // No more results than a manifest keeps (k_manifest_results).
+  const std::string row = text.substr(text.rfind("R "));
+  std::string many = text;
+  for (std::size_t i = 1; i < k_manifest_results; ++i) many += row;
+  EXPECT_TRUE(decode_manifest(many));
+  EXPECT_FALSE(decode_manifest(many + row)) << "one result more than a manifest keeps";
 }
 
 TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {

@@ -53,7 +53,9 @@ void append_indexes(std::string& out, const std::vector<std::uint32_t>& v) {
 }
 
 // Reads "1,2,3", "0~9,12" or "-" up to the next space (or the end), each
-// below `bound` (so a range holds no more indexes than the table).
+// below `bound`, and no more of them than the table has rows (a list the
+// encoder writes names each row once at most): a damaged or planted list of
+// ranges cannot grow past its table.
 bool read_indexes(std::string_view& line, std::uint32_t bound, std::vector<std::uint32_t>& out) {
   const auto end = line.find(' ');
   std::string_view field = line.substr(0, end);
@@ -62,13 +64,13 @@ bool read_indexes(std::string_view& line, std::uint32_t bound, std::vector<std::
   while (!field.empty()) {
     std::uint32_t v = 0;
     const auto r = std::from_chars(field.data(), field.data() + field.size(), v);
-    if (r.ec != std::errc() || v >= bound) return false;
+    if (r.ec != std::errc() || v >= bound || out.size() >= bound) return false;
     out.push_back(v);
     field.remove_prefix(static_cast<std::size_t>(r.ptr - field.data()));
     if (!field.empty() && field.front() == '~') {
       std::uint32_t last = 0;
       const auto e = std::from_chars(field.data() + 1, field.data() + field.size(), last);
-      if (e.ec != std::errc() || last >= bound || last <= v + 1) return false;
+      if (e.ec != std::errc() || last >= bound || last <= v + 1 || out.size() + (last - v) > bound) return false;
       for (std::uint32_t k = v + 1; k <= last; ++k) out.push_back(k);
       field.remove_prefix(static_cast<std::size_t>(e.ptr - field.data()));
     }
@@ -226,8 +228,9 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
       }
       if (line.empty()) return std::nullopt;
       a.path = a.watch == Manifest::k_no_watch ? std::string(line) : under(m.watches[a.watch].path, line);
-      // A watch stands only for places below it (a row that names none, or
-      // an absolute path below ".", is damaged or planted: refused).
+      // A watch stands only for places below it, as text (a row that names
+      // none, or an absolute path below ".", is damaged or planted: refused;
+      // one with ".." is the path a search spelled so, as in version 5).
       if (a.watch != Manifest::k_no_watch && !watches_place(m.watches[a.watch].path, a.path)) return std::nullopt;
       m.absent.push_back(std::move(a));
     } else if (tag == 'P') {
@@ -248,6 +251,8 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
           r.files.empty()) {
         return std::nullopt;
       }
+      // No more results than add_result keeps.
+      if (m.results.size() == k_manifest_results) return std::nullopt;
       m.results.push_back(std::move(r));
     } else {
       return std::nullopt;
