@@ -170,6 +170,7 @@ pc::Result<json> remote_summary(const pc::Config& cfg) {
       j[probe.ok() ? "note" : "error"] = probe.ok() ? "the server does not list its entries" : plain(probe.status());
     } else if (n.ok() && b.ok()) {
       j["reachable"] = true;
+      j["refused"] = false;
       j["entries"] = *n;
       j["bytes_stored"] = *b;
     } else {
