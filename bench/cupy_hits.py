@@ -39,18 +39,28 @@ KERNELS = {
 
 CHILD = r'''
 import json, os, sys, time
-which, src, cupy_inc, side = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
+which, src, inc, side = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 from cupy.cuda import compiler as cc
 cc._get_arch_for_options_for_nvrtc = lambda arch=None: (f"-arch=sm_{arch}", "cubin")
 if side == "progcache":
     import progcache.cupy
     progcache.cupy.enable()
 import cupy
-opts = ("-I" + os.path.join(cupy.cuda.get_cuda_path(), "include"),) if cupy_inc else ()
+opts = ("-I" + inc,) if inc else ()
 t = time.perf_counter()
 cc._compile_module_with_cache(src, opts, arch="90", to_ltoir=True)
 print(json.dumps({"first": time.perf_counter() - t}))
 '''
+
+
+def toolkit_include(cupy_path: str) -> str:
+    """The toolkit's include directory: CuPy's CUDA path where it holds the
+    headers; a CUDA path of PyPI's NVRTC wheels holds none (cuda_fp16.h is
+    in the toolkit), so CUDA_PATH's or /usr/local/cuda's then."""
+    for base in (cupy_path, os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"):
+        if base and os.path.isfile(os.path.join(base, "include", "cuda_fp16.h")):
+            return os.path.join(base, "include")
+    raise SystemExit("no CUDA include directory with cuda_fp16.h: set CUDA_PATH")
 
 
 def main() -> int:
@@ -72,7 +82,7 @@ def main() -> int:
     pcupy._STORE._memory_bytes = 0  # every lookup reads the disk tier
     pcupy.enable()
     ours = cc._kernel_cache_backend
-    inc = os.path.join(cupy.cuda.get_cuda_path(), "include")
+    inc = toolkit_include(cupy.cuda.get_cuda_path())
     child = os.path.join(tmp, "child.py")
     with open(child, "w") as f:
         f.write(CHILD)
@@ -95,7 +105,7 @@ def main() -> int:
             env = {k: v for k, v in os.environ.items() if not k.startswith("PROGCACHE_CUPY")}
             for _ in range(a.processes):
                 for side, into in (("cupy", first_own), ("progcache", first_ours)):
-                    p = subprocess.run([sys.executable, child, name, src, "1" if cupy_inc else "0", side], env=env,
+                    p = subprocess.run([sys.executable, child, name, src, inc if cupy_inc else "", side], env=env,
                                        capture_output=True, text=True, check=True)
                     into.append(json.loads(p.stdout.strip().splitlines()[-1])["first"])
             mo, mp = statistics.median(t_own), statistics.median(t_ours)
