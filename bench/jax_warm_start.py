@@ -15,11 +15,12 @@ The new machine's copy is made and synced before a round's runs, and the
 order of the three sides turns from one round to the next.
 
 Reported: medians of the whole process (spawn to exit) and of the first
-call of the jitted step (trace, lower, cache lookup or compile, run), and
-the ratio progcache-new / jax-warm. JAX's thresholds are set to cache every
+call of the jitted step (trace, lower, cache lookup or compile, run), the
+ratio progcache-new / jax-warm of those medians, and the median of each
+round's own ratio. JAX's thresholds are set to cache every
 program (minimum compile time 0) on both sides.
 
-    .venv/bin/python bench/jax_warm_start.py [--rounds 7]
+    .venv/bin/python bench/jax_warm_start.py [--rounds 7] [--workloads mlp,transformer]
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def run(env: dict, work: str, child: str) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--workloads", default="mlp,transformer", help="comma-separated: mlp, transformer")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="jax-bench-")
     child = os.path.join(tmp, "child.py")
@@ -110,7 +112,7 @@ def main() -> int:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "JAX_"))}
     base["JAX_PLATFORMS"] = "cpu"
     try:
-        for work in ("mlp", "transformer"):
+        for work in a.workloads.split(","):
             jax_dir = os.path.join(tmp, f"{work}-jax-warm")
             root = os.path.join(tmp, f"{work}-root")
             run(dict(base, JAX_COMPILATION_CACHE_DIR=jax_dir), work, child)
@@ -143,6 +145,12 @@ def main() -> int:
             pw, ps = med["progcache-new"]
             jw, js = med["jax-warm"]
             print(f"  progcache-new / jax-warm: process {pw / jw:.2f} x, step {ps / js:.2f} x")
+            # The same ratio round by round (each round's two sides ran
+            # minutes apart at most), which a slow spell on the machine
+            # moves less than the medians of each side.
+            rw = statistics.median(p[0] / j[0] for p, j in zip(times["progcache-new"], times["jax-warm"]))
+            rs = statistics.median(p[1] / j[1] for p, j in zip(times["progcache-new"], times["jax-warm"]))
+            print(f"  median of the rounds' ratios: process {rw:.3f} x, step {rs:.3f} x")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
