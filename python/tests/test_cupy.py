@@ -389,3 +389,55 @@ def test_two_roots_share_kernels_through_the_remote_tier(tmp_path, redis_url):
     served = run(tmp_path, tmp_path / "machine-b", [k], env=env)
     assert served["nvrtc_compiles"] == 0, served
     assert loaded(served) == saved(first)
+
+
+GPU_CHILD = r'''
+import json, sys
+import cupy
+if sys.argv[1] == "1":
+    import progcache.cupy as pc
+    pc.enable()
+k = cupy.RawKernel(r"""
+extern "C" __global__ void axpb(float* y, const float* x, float a, float b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + b;
+}""", "axpb")
+x = cupy.arange(4096, dtype=cupy.float32)
+y = cupy.zeros_like(x)
+k((16,), (256,), (y, x, cupy.float32(3.0), cupy.float32(1.0), cupy.int32(4096)))
+ok = bool(cupy.array_equal(y, 3.0 * x + 1.0))
+stats = {k: v for k, v in pc.stats().items() if isinstance(v, int)} if sys.argv[1] == "1" else {}
+print(json.dumps({"ok": ok, "stats": stats}))
+'''
+
+
+def gpu_for_cupy() -> str:
+    """Why CuPy cannot launch a kernel here (empty where it can)."""
+    if not os.path.exists("/dev/nvidiactl"):
+        return "no NVIDIA GPU on this machine (/dev/nvidiactl is absent)"
+    p = subprocess.run([sys.executable, "-c", "import cupy; print(cupy.cuda.runtime.getDeviceCount())"],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 or p.stdout.strip() in ("", "0"):
+        return "CuPy sees no GPU: " + p.stderr.strip()[-300:]
+    return ""
+
+
+def test_on_a_gpu_a_raw_kernel_launched_from_a_served_cubin_is_correct(tmp_path):
+    """On a GPU: a RawKernel compiled in one process is served to the next
+    from progcache's store, launched, and computes what it must."""
+    why = gpu_for_cupy()
+    if why:
+        pytest.skip(why)
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PROGCACHE_", "CUPY_"))}
+    e.update({"PROGCACHE_DIR": str(tmp_path / "root"), "CUPY_CACHE_DIR": str(tmp_path / "cupy-own"),
+              "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    outs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", GPU_CHILD, "1"], env=e, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr[-4000:]
+        outs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    first, second = outs
+    assert first["ok"] and first["stats"]["misses"] >= 1 and len(entries(tmp_path / "root")) >= 1
+    assert second["ok"], "the served cubin computed something else"
+    assert second["stats"]["hits"] >= 1 and second["stats"]["misses"] == 0, second

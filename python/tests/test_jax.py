@@ -314,3 +314,34 @@ def test_disable_gives_back_only_the_directory_it_set(tmp_path, monkeypatch):
         pj.disable()
         pj.reset()
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def gpu_devices_for_jax() -> str:
+    """Why JAX cannot jit on a GPU here (empty where it can): no NVIDIA
+    device node, or a jax without its CUDA plugin (jax[cuda13])."""
+    if not os.path.exists("/dev/nvidiactl"):
+        return "no NVIDIA GPU on this machine (/dev/nvidiactl is absent)"
+    e = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    p = subprocess.run([sys.executable, "-c", "import jax; print(len(jax.devices('gpu')))"], env=e,
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 or not p.stdout.strip().isdigit() or int(p.stdout.strip()) == 0:
+        return "jax sees no GPU (install jax[cuda13]): " + p.stderr.strip()[-300:]
+    return ""
+
+
+def test_on_a_gpu_a_jit_is_served_to_a_second_process(tmp_path):
+    """On a GPU (jax[cuda13]): a second process is served the GPU
+    executables without one XLA compile, and computes what a process with
+    no cache computes."""
+    why = gpu_devices_for_jax()
+    if why:
+        pytest.skip(why)
+    gpu = {"JAX_PLATFORMS": "cuda"}
+    root = tmp_path / "root"
+    first = run(tmp_path, root, env=gpu)
+    assert first["backend_compiles"] > 0 and first["stats"]["compiled"] > 0
+    second = run(tmp_path, root, env=gpu)
+    assert second["backend_compiles"] == 0, second
+    assert second["stats"]["hits"] >= len(PROGRAMS)
+    fresh = run(tmp_path, tmp_path / "oracle-root", env=dict(gpu, PROGCACHE_DISABLE="1"))
+    assert second["results"] == first["results"] == fresh["results"]
