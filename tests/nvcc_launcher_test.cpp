@@ -2287,6 +2287,46 @@ TEST_F(NvccLauncherBaseDirTest, ASymbolicLinkOnTheSearchLeadsEachCheckoutToItsOw
   EXPECT_EQ(counter("relocated_hits"), 0U);
 }
 
+TEST_F(NvccLauncherBaseDirTest, AHeaderInABranchNotTakenIsSharedAcrossCheckoutsAndOnlyItsBeingThereCounts) {
+  // A project header under a false #if, and one named by __has_include:
+  // found by the search, read by no compile step. Each checkout has its own
+  // copies (other inodes and times, and here other contents): the second
+  // checkout is served, and what it is served is what nvcc writes there.
+  // Only the header's being there decides anything: gone, the
+  // __has_include branch flips, and the output with it.
+  const std::string source =
+      "#include \"params.h\"\n"
+      "#if __has_include(\"opt.h\")\n#define EXTRA 1.0f\n#else\n#define EXTRA 0.5f\n#endif\n"
+      "#ifdef PROGCACHE_TEST_NEVER\n#include \"unused.h\"\n#endif\n"
+      "__global__ void k(float* x) { x[0] = SCALE + EXTRA; }\n";
+  for (const std::string ck : {"ck1", "ck2"}) {
+    checkout(ck, "2.0f", {"build"});
+    testing::write_all(m_tmp.sub(ck + "/src/k.cu"), source);
+    testing::write_all(m_tmp.sub(ck + "/src/inc/opt.h"), "#error never read (" + ck + ")\n");
+    testing::write_all(m_tmp.sub(ck + "/src/inc/unused.h"), "#error never read either (" + ck + ")\n");
+  }
+  const auto cubin = [&](const std::string& ck, const std::string& out) { return device(ck, "-cubin") + " -o " + out; };
+  ASSERT_TRUE(stored_at("ck1/build", cubin("ck1", "k.cubin")));
+  std::uint64_t misses = counter("misses");
+  ASSERT_EQ(at("ck2/build", cubin("ck2", "k.cubin")).code, 0);
+  EXPECT_EQ(counter("misses"), misses) << "a header no step read kept the other checkout from being served";
+  ASSERT_EQ(in("ck2/build", cubin("ck2", "plain.cubin"), true).code, 0);
+  EXPECT_TRUE(same(file("ck2/build/k.cubin"), file("ck2/build/plain.cubin")));
+  // An unread header edited: still served, and still what nvcc writes.
+  testing::write_all(m_tmp.sub("ck2/src/inc/unused.h"), "#error edited, and never read\n");
+  misses = counter("misses");
+  ASSERT_EQ(at("ck2/build", cubin("ck2", "k.cubin")).code, 0);
+  EXPECT_EQ(counter("misses"), misses) << "an edit of a header no step reads was a miss";
+  // The __has_include header gone: compiled, as nvcc makes it now.
+  fs::remove(m_tmp.sub("ck2/src/inc/opt.h"));
+  misses = counter("misses");
+  ASSERT_EQ(at("ck2/build", cubin("ck2", "k.cubin")).code, 0);
+  EXPECT_EQ(counter("misses"), misses + 1) << "served with the header __has_include asks for gone";
+  ASSERT_EQ(in("ck2/build", cubin("ck2", "plain.cubin"), true).code, 0);
+  EXPECT_TRUE(same(file("ck2/build/k.cubin"), file("ck2/build/plain.cubin")));
+  EXPECT_FALSE(same(file("ck2/build/k.cubin"), file("ck1/build/k.cubin"))) << "the branch did not flip";
+}
+
 TEST_F(NvccLauncherPlaceTest, ALinkIntoTheSystemsHeadersOrOneClimbedOutOfIsTheUsersAndIsWatched) {
   // A user's link into the system's headers is the user's: retargeted, it
   // leads elsewhere, though the header it led to is the system's.

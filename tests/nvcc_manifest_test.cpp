@@ -212,6 +212,51 @@ TEST(NvccManifest, RunsOfIndexesAreWrittenAsRangesAndReadBackExactly) {
   EXPECT_FALSE(decode_manifest(many + row)) << "one result more than a manifest keeps";
 }
 
+// A place found in a branch not taken (or by __has_include) and read by
+// no compile step only has to hold a file: another file there (another
+// checkout's copy, an edit) holds; none, or a directory, does not. A place
+// kept as it is (a zero stamp: a directory) still needs its own identity.
+TEST(NvccManifest, APlaceThatOnlyHasToHoldAFileHoldsForAnyFileAndNothingElse) {
+  testing::TempDir tmp;
+  testing::write_all(tmp.sub("k.cu"), "#ifdef NEVER\n#include \"unused.h\"\n#endif\n");
+  testing::write_all(tmp.sub("unused.h"), "#define U 1\n");
+  testing::write_all(tmp.sub("kept.h"), "#define K 1\n");
+  ManifestRecord r = record_now({tmp.sub("k.cu")});
+  struct stat st {};
+  ASSERT_EQ(::stat(tmp.sub("kept.h").c_str(), &st), 0);
+  r.present.push_back({tmp.sub("unused.h"), {}, /*any_file=*/true});
+  r.present.push_back({tmp.sub("kept.h"), detail::stamp_of(st)});
+  const std::string text = encode_manifest(add_result(std::nullopt, r));
+  EXPECT_NE(text.find("P - " + tmp.sub("unused.h") + "\n"), std::string::npos) << text;
+  auto m = decode_manifest(text);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->present.size(), 2U);
+  EXPECT_TRUE(m->present[0].any_file);
+  EXPECT_FALSE(m->present[1].any_file);
+  EXPECT_EQ(m->record(0).present, r.present) << "read back otherwise than written";
+  EXPECT_EQ(first_holding(*m), key_of(r));
+  // Another file of that name, of another size and content: holds.
+  ::unlink(tmp.sub("unused.h").c_str());
+  testing::write_all(tmp.sub("unused.h"), "#define U 22222\n");
+  EXPECT_EQ(first_holding(*m), key_of(r)) << "what an unread file holds decided the hit";
+  // None there, or a directory: a __has_include would say otherwise.
+  ::unlink(tmp.sub("unused.h").c_str());
+  EXPECT_FALSE(first_holding(*decode_manifest(text))) << "served with the file gone";
+  ASSERT_EQ(::mkdir(tmp.sub("unused.h").c_str(), 0755), 0);
+  EXPECT_FALSE(first_holding(*decode_manifest(text))) << "served with a directory in its place";
+  ::rmdir(tmp.sub("unused.h").c_str());
+  testing::write_all(tmp.sub("unused.h"), "#define U 1\n");
+  ASSERT_EQ(first_holding(*decode_manifest(text)), key_of(r));
+  // The place kept as it is: an edit is a miss.
+  ::unlink(tmp.sub("kept.h").c_str());
+  testing::write_all(tmp.sub("kept.h"), "#define K 2\n");
+  EXPECT_FALSE(first_holding(*decode_manifest(text))) << "a place kept as it is was not";
+  // A damaged row: refused.
+  std::string bad = text;
+  bad.replace(bad.find("P - "), 4, "P -");
+  EXPECT_FALSE(decode_manifest(bad));
+}
+
 TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   testing::TempDir tmp;
   testing::write_all(tmp.sub("a.h"), "a\n");
@@ -220,15 +265,20 @@ TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {
   EXPECT_FALSE(decode_manifest(text.substr(0, text.size() - 1))) << "cut short";
   EXPECT_FALSE(decode_manifest(""));
   EXPECT_FALSE(decode_manifest("progcache-nvcc-manifest 2\n"));
-  // The versions before (4: no watches; 5: watched places written whole): a
-  // miss, which the next compile replaces.
+  // The versions before (4: no watches; 5: watched places written whole;
+  // 6: no place that only has to hold a file): a miss, which the next
+  // compile replaces.
+  const std::size_t magic = std::string("progcache-nvcc-manifest 7\n").size();
+  ASSERT_EQ(text.substr(0, magic), "progcache-nvcc-manifest 7\n");
   std::string v4 = text;
-  v4.replace(0, std::string("progcache-nvcc-manifest 6\n").size(), "progcache-nvcc-manifest 4\n");
+  v4.replace(0, magic, "progcache-nvcc-manifest 4\n");
   EXPECT_FALSE(decode_manifest(v4));
-  std::string v5 = text;
-  v5.replace(0, std::string("progcache-nvcc-manifest 6\n").size(), "progcache-nvcc-manifest 5\n");
-  EXPECT_FALSE(decode_manifest(v5));
-  EXPECT_TRUE(of_another_manifest_version(v5));
+  for (const char* older : {"progcache-nvcc-manifest 5\n", "progcache-nvcc-manifest 6\n"}) {
+    std::string v = text;
+    v.replace(0, magic, older);
+    EXPECT_FALSE(decode_manifest(v)) << older;
+    EXPECT_TRUE(of_another_manifest_version(v)) << older;
+  }
   std::string no_epoch = text;
   no_epoch.erase(no_epoch.find("E "), no_epoch.find('\n', no_epoch.find("E ")) - no_epoch.find("E ") + 1);
   EXPECT_FALSE(decode_manifest(no_epoch)) << "no epoch line";

@@ -100,6 +100,9 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
   std::string source_dir = dt::parent_of(m_cmd.input).empty() ? "." : dt::parent_of(m_cmd.input);
   std::vector<Generated> todo;
   std::vector<std::string> binaries;  // read whole by nvlink, not preprocessed
+  // Places the generated files' closure found: read, or perhaps read, by
+  // a compile no dependency list speaks for (kept as they are below).
+  std::set<std::string> unlisted_reads;
   // A host compiler -include file (read by name, keyed by contents) is
   // included first: gcc looks for its .gch beside it first.
   for (const auto& f : m_cmd.read_files) places.no_precompiled(f.path);
@@ -110,9 +113,12 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
     // looked for beside it first (the stub's dependency list names the
     // one found, not the places before it).
     std::error_code ec;
-    if (!places.probe_generated("fatbinary_section.h", std::filesystem::temp_directory_path(ec).string())) {
+    const auto found_section =
+        places.probe_generated("fatbinary_section.h", std::filesystem::temp_directory_path(ec).string());
+    if (!found_section) {
       return std::string("a header nvcc's generated files include cannot be found: fatbinary_section.h");
     }
+    unlisted_reads.insert(*found_section);
     auto found = link_files(places, toolkit_bin);
     if (auto* why = std::get_if<std::string>(&found)) return *why;
     binaries = std::move(std::get<std::vector<std::string>>(found));
@@ -127,6 +133,7 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
     for (const char* name : {"crt/host_runtime.h", "fatbinary_section.h"}) {
       const auto found = places.probe_generated(name, tmpdir);
       if (!found) return std::string("a header nvcc's generated files include cannot be found: ") + name;
+      unlisted_reads.insert(*found);
       todo.push_back({*found, true});
     }
   }
@@ -153,7 +160,10 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
     }
     std::vector<std::string> inner;
     if (auto why = places.probe_file(path, read.directives, &inner)) return *why;
-    for (auto& p : inner) todo.push_back({p, !places.trusted(p)});
+    for (auto& p : inner) {
+      unlisted_reads.insert(p);
+      todo.push_back({p, !places.trusted(p)});
+    }
   }
   ManifestRecord m;
   const std::int64_t now = dt::now_ns();
@@ -224,12 +234,34 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
     }
     if (it->second != a.watch.stamp) a.watch = {};
   }
+  // What a place found but not listed must keep (ManifestPlace): one the
+  // generated files' closure found (read by a compile that lists
+  // nothing), a file that leads to one read (another spelling of it,
+  // through a link), or one that #pragma once could have taken for a copy
+  // of one read (gcc skips a file of the same size, mtime and text; here
+  // any of the same size), is kept as it is; any other was left unread by
+  // the branch it is in, and only its being there counts (__has_include):
+  // what it holds decides nothing, so a checkout where it is another file
+  // of that name is served.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> read_ids;
+  std::set<std::int64_t> read_sizes;
+  for (const auto& f : m.files) {
+    read_ids.emplace(f.stamp.dev, f.stamp.ino);
+    read_sizes.insert(f.stamp.size);
+  }
   for (const auto& p : places.present()) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) return std::string("an input vanished");
     // A directory (a macro naming "/tmp" looks like a header name to the
     // lexer) cannot be read as a header: only that it is there counts.
-    m.present.push_back({p, S_ISDIR(st.st_mode) ? dt::FileStamp{} : dt::stamp_of(st)});
+    if (S_ISDIR(st.st_mode)) {
+      m.present.push_back({p, dt::FileStamp{}});
+      continue;
+    }
+    const dt::FileStamp stamp = dt::stamp_of(st);
+    const bool as_it_is = unlisted_reads.count(p) != 0 || read_ids.count({stamp.dev, stamp.ino}) != 0 ||
+                          read_sizes.count(stamp.size) != 0;
+    m.present.push_back(as_it_is ? ManifestPlace{p, stamp} : ManifestPlace{p, {}, /*any_file=*/true});
   }
   return m;
 }

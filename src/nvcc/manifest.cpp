@@ -14,13 +14,14 @@ namespace {
 
 // The text, one record a line (paths last, so they may hold spaces; the
 // dependency file format cannot name a path with a newline):
-//   progcache-nvcc-manifest 6
+//   progcache-nvcc-manifest 7
 //   E <epoch the identities hold in>
 //   F <dev> <ino> <size> <mtime ns> <ctime ns> <recent 0|1> <sha256 hex> <path>
 //   W <dev> <ino> <size> <mtime ns> <ctime ns> <directory that watches absent places>
 //   A <watch index> <path that must stay absent, below its watch's directory>
 //   A - <path that must stay absent>
 //   P <dev> <ino> <size> <mtime ns> <ctime ns> <path that must stay present, as it is>
+//   P - <path where a file, any file but a directory, must stay>
 //   R <result key hex> <file indexes> <absent indexes> <present indexes>
 // (indexes comma-separated, a run of three or more as "first~last", '-' for
 // none).
@@ -28,9 +29,10 @@ namespace {
 // A watched place is written below its watch (most are a header's name in
 // an include directory), and runs of indexes as ranges: for the example
 // saxpy.cu, 0.53 x the bytes of version 5, which wrote both whole (0.61 x
-// compressed). Another version (4: no watches; 5) is no manifest: a
-// miss, which replaces it.
-constexpr std::string_view k_magic = "progcache-nvcc-manifest 6\n";
+// compressed). Version 7 adds "P -", a file that only has to be there.
+// Another version (4: no watches; 5; 6) is no manifest: a miss, which
+// replaces it.
+constexpr std::string_view k_magic = "progcache-nvcc-manifest 7\n";
 
 void append_indexes(std::string& out, const std::vector<std::uint32_t>& v) {
   if (v.empty()) {
@@ -98,6 +100,11 @@ bool read_stamp(std::string_view& line, detail::FileStamp& s) {
 std::string stamp_text(const detail::FileStamp& s) {
   return std::to_string(s.dev) + " " + std::to_string(s.ino) + " " + std::to_string(s.size) + " " +
          std::to_string(s.mtime) + " " + std::to_string(s.ctime);
+}
+
+// A present place's row, less its tag.
+std::string present_text(const ManifestPlace& p) {
+  return (p.any_file ? std::string("-") : stamp_text(p.stamp)) + " " + p.path;
 }
 
 bool read_file_line(std::string_view line, ManifestFile& f) {
@@ -176,7 +183,7 @@ std::string encode_manifest(const Manifest& m) {
       out += '\n';
     }
   }
-  for (const auto& p : m.present) out += "P " + stamp_text(p.stamp) + " " + p.path + "\n";
+  for (const auto& p : m.present) out += "P " + present_text(p) + "\n";
   for (const auto& r : m.results) {
     out += "R " + r.result.hex() + " ";
     append_indexes(out, r.files);
@@ -235,7 +242,13 @@ std::optional<Manifest> decode_manifest(std::string_view text) {
       m.absent.push_back(std::move(a));
     } else if (tag == 'P') {
       ManifestPlace place;
-      if (!read_stamp(line, place.stamp) || line.empty()) return std::nullopt;
+      if (line.starts_with("- ")) {
+        place.any_file = true;
+        line.remove_prefix(2);
+      } else if (!read_stamp(line, place.stamp)) {
+        return std::nullopt;
+      }
+      if (line.empty()) return std::nullopt;
       place.path = std::string(line);
       m.present.push_back(std::move(place));
     } else if (tag == 'R') {
@@ -315,7 +328,7 @@ Manifest add_result(const std::optional<Manifest>& old, const ManifestRecord& r,
       res.absent.push_back(index_of(absent_index, m.absent, key, row));
     }
     for (const auto& p : rec.present) {
-      res.present.push_back(index_of(present_index, m.present, stamp_text(p.stamp) + " " + p.path, p));
+      res.present.push_back(index_of(present_index, m.present, present_text(p), p));
     }
     m.results.push_back(std::move(res));
   }
@@ -388,8 +401,9 @@ std::optional<Mismatch> HoldingCheck::first_mismatch(std::size_t i) {
     const ManifestPlace& p = m_manifest.present[k];
     if (!h) {
       struct stat st {};
-      h = ::stat(p.path.c_str(), &st) == 0 &&
-          (p.stamp == detail::FileStamp{} ? S_ISDIR(st.st_mode) : detail::stamp_of(st) == p.stamp);
+      h = ::stat(p.path.c_str(), &st) == 0 && (p.any_file                       ? !S_ISDIR(st.st_mode)
+                                               : p.stamp == detail::FileStamp{} ? S_ISDIR(st.st_mode)
+                                                                                : detail::stamp_of(st) == p.stamp);
     }
     if (!*h) return Mismatch{Mismatch::Kind::changed, p.path};
   }

@@ -39,10 +39,14 @@ struct ManifestFile {
 // taken, an include skipped by #pragma once as a copy of one read): it
 // must stay there, as it was (gcc skips a #pragma once file whose size,
 // time and text match one already read). A zero stamp: a directory, which
-// only has to be there.
+// only has to be there. `any_file`: a file no compile step read, in a
+// branch not taken or named by __has_include, which only has to be there,
+// as a file that is not a directory, whatever it holds
+// (Launcher::build_record says which places are such).
 struct ManifestPlace {
   std::string path;
   detail::FileStamp stamp;
+  bool any_file = false;
   friend bool operator==(const ManifestPlace&, const ManifestPlace&) = default;
 };
 
