@@ -4,7 +4,9 @@
 // is refused.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -255,6 +257,56 @@ TEST(NvccManifest, APlaceThatOnlyHasToHoldAFileHoldsForAnyFileAndNothingElse) {
   std::string bad = text;
   bad.replace(bad.find("P - "), 4, "P -");
   EXPECT_FALSE(decode_manifest(bad));
+}
+
+// Places that must stay absent with no watch that holds (a directory that
+// changed, as the source's does when the output is written there) are
+// asked one by one, but a directory above them that is not there (or is a
+// file) answers for every place below it. Each place created where the
+// search looks, at any depth, under a missing directory or beside a place
+// already answered, is still a mismatch; so is one below a file that
+// becomes a directory.
+TEST(NvccManifest, APlaceMadeUnderADirectoryThatWasMissingIsSeenAtAnyDepth) {
+  testing::TempDir tmp;
+  testing::write_all(tmp.sub("k.cu"), "int k;\n");
+  testing::write_all(tmp.sub("file.h"), "not a directory\n");
+  const std::vector<std::string> places = {
+      "gone/a/x.h", "gone/a/y.h", "gone/b/deep/z.h", "gone/w.h", "file.h/v.h", "u.h",
+  };
+  std::vector<std::string> absent;
+  for (const auto& p : places) absent.push_back(tmp.sub(p));
+  // The same places spelled relative to the working directory, as the
+  // source's own directory's are.
+  for (const auto& p : places) absent.push_back("rel/" + p);
+  const ManifestRecord r = record_now({tmp.sub("k.cu")}, absent);
+  const std::string text = encode_manifest(add_result(std::nullopt, r));
+  const auto holds = [&] { return first_holding(*decode_manifest(text)).has_value(); };
+  ASSERT_EQ(::mkdir(tmp.sub("rel").c_str(), 0755), 0);
+  testing::write_all(tmp.sub("rel/file.h"), "not a directory\n");
+  char cwd[4096];
+  ASSERT_NE(::getcwd(cwd, sizeof cwd), nullptr);
+  ASSERT_EQ(::chdir(tmp.path().c_str()), 0);
+  EXPECT_TRUE(holds()) << "every place is absent";
+  for (const std::string& base : {tmp.sub(""), std::string("rel/")}) {
+    for (const auto& p : places) {
+      const std::string made = base + p;
+      if (p.starts_with("file.h/")) {
+        ::unlink((base + "file.h").c_str());
+        ASSERT_EQ(::mkdir((base + "file.h").c_str(), 0755), 0);
+      }
+      std::filesystem::create_directories(std::filesystem::path(made).parent_path());
+      testing::write_all(made, "#define MADE 1\n");
+      EXPECT_FALSE(holds()) << "served with '" << made << "' made where the search looks";
+      std::filesystem::remove_all(base + "gone");
+      if (p.starts_with("file.h/")) {
+        std::filesystem::remove_all(base + "file.h");
+        testing::write_all(base + "file.h", "not a directory\n");
+      }
+      ::unlink(made.c_str());
+      EXPECT_TRUE(holds()) << "'" << made << "' taken away again";
+    }
+  }
+  ASSERT_EQ(::chdir(cwd), 0);
 }
 
 TEST(NvccManifest, AnythingButAWholeManifestIsRefused) {

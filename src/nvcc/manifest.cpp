@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <map>
 
@@ -369,6 +370,43 @@ const std::optional<std::string>& HoldingCheck::digest_now(const ManifestFile& f
   return m_digests.emplace(f.path, std::move(d)).first->second;
 }
 
+// Without a watch that holds (a directory that changed, as the working
+// directory does when the output is written there), each place is asked on
+// its own; but where a directory above it is not there, or is a file, no
+// place below it can be (every lookup of one resolves that directory
+// first, and fails there): the places a search made below a directory
+// that is not there (a quoted include's "bits/...", "x86_64-linux-gnu/..."
+// from the source's directory) cost one stat between them. What a stat
+// finds is kept for the check, as a place's own answer is.
+bool HoldingCheck::absent_now(const std::string& path) {
+  const auto up = [](const std::string& p) {
+    const std::string d = detail::parent_of(p);
+    return d == p ? std::string() : d;  // "/" has none above it
+  };
+  for (std::string d = up(path); !d.empty(); d = up(d)) {
+    const auto known = m_above.find(d);
+    if (known == m_above.end()) continue;
+    if (!known->second) return true;
+    break;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return false;
+  if (errno != ENOENT && errno != ENOTDIR) return true;
+  // Learnt for the places after it: each directory above, up to the first
+  // that is one.
+  for (std::string d = up(path); !d.empty() && d != "/" && m_above.count(d) == 0; d = up(d)) {
+    struct stat dst {};
+    const int rc = ::stat(d.c_str(), &dst);
+    if (rc == 0 && S_ISDIR(dst.st_mode)) {
+      m_above.emplace(d, true);
+      break;
+    }
+    if (rc != 0 && errno != ENOENT && errno != ENOTDIR) break;  // unknown: nothing learnt
+    m_above.emplace(d, false);
+  }
+  return true;
+}
+
 std::optional<Mismatch> HoldingCheck::first_mismatch(std::size_t i) {
   const Manifest::Result& r = m_manifest.results.at(i);
   for (const std::uint32_t k : r.files) {
@@ -390,10 +428,7 @@ std::optional<Mismatch> HoldingCheck::first_mismatch(std::size_t i) {
       }
       if (*w) h = true;
     }
-    if (!h) {
-      struct stat st {};
-      h = ::stat(a.path.c_str(), &st) != 0;
-    }
+    if (!h) h = absent_now(a.path);
     if (!*h) return Mismatch{Mismatch::Kind::created, a.path};
   }
   for (const std::uint32_t k : r.present) {

@@ -142,7 +142,12 @@ class HoldingCheck {
 
  private:
   const std::optional<std::string>& digest_now(const ManifestFile& f);
+  bool absent_now(const std::string& path);
   const Manifest& m_manifest;
+  // Directories above absent places, as found in this check: true, one
+  // (the search stops there); false, none, nor anything below it (gone, or
+  // a file).
+  std::map<std::string, bool> m_above;
   std::map<std::string, std::optional<std::string>> m_digests;  // by path; nullopt: gone or unreadable
   std::vector<std::optional<bool>> m_watch_holds, m_absent_holds, m_present_holds;
   bool m_watches_usable = false;  // the manifest's epoch is this one
