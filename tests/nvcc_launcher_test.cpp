@@ -1368,6 +1368,36 @@ TEST_F(NvccLauncherTextTest, WhatNvccPrintsIsPrintedOnceAsPlainNvccPrintsIt) {
   }
 }
 
+TEST_F(NvccLauncherTextTest, AnImportSkippedForAFileOnlyHasIncludeFoundIsCompiledWhenThatFileChanges) {
+  // gcc skips an #import'ed file where a file found before it, read or not
+  // (here one __has_include found), has its size, time and text: neither is
+  // read, neither is listed. A touch of either (or an edit of the same
+  // size) makes gcc read the import: compiled, never the old output served.
+  write("k.cu",
+        "#if __has_include(\"a.h\")\n#endif\n#import \"b.h\"\n#ifndef V\n#define V 7.0f\n#endif\n"
+        "__global__ void k(float* x) { x[0] = V; }\n");
+  const std::string header = "#define V 2.0f /* of a size no other file has */\n";
+  const std::string args = "-arch=sm_90 -Xcompiler -Wno-deprecated -cubin k.cu -o k.cubin";
+  for (const std::string& edit : {std::string("touch"), std::string("edit")}) {
+    write("a.h", header);
+    write("b.h", header);
+    ASSERT_EQ(std::system(("touch -d '2020-01-01 00:00:00' " + quote(m_tmp.sub("work/a.h")) + " " +
+                           quote(m_tmp.sub("work/b.h")))
+                              .c_str()),
+              0);
+    ASSERT_TRUE(stored(args)) << edit;
+    if (edit == "touch") {
+      ASSERT_EQ(std::system(("touch " + quote(m_tmp.sub("work/a.h"))).c_str()), 0);
+    } else {
+      write("a.h", "#define V 3.0f /* of a size no other file has */\n");
+      ASSERT_EQ(std::system(("touch -d '2020-01-01 00:00:00' " + quote(m_tmp.sub("work/a.h"))).c_str()), 0);
+    }
+    ASSERT_EQ(real(args).code, 0);
+    ASSERT_EQ(plain("-arch=sm_90 -Xcompiler -Wno-deprecated -cubin k.cu -o plain.cubin").code, 0);
+    EXPECT_TRUE(same(read("k.cubin"), read("plain.cubin"))) << edit << ": the import skipped at the store was served";
+  }
+}
+
 TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {
   // A directive that prints and leaves nothing in the text (#warning): the
   // text is not used, and the warning is nvcc's to print.

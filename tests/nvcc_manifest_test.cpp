@@ -216,7 +216,7 @@ TEST(NvccManifest, RunsOfIndexesAreWrittenAsRangesAndReadBackExactly) {
 
 // A place found in a branch not taken (or by __has_include) and read by
 // no compile step only has to hold a file: another file there (another
-// checkout's copy, an edit) holds; none, or a directory, does not. A place
+// checkout's copy, an edit) holds; none, a directory or a FIFO does not. A place
 // kept as it is (a zero stamp: a directory) still needs its own identity.
 TEST(NvccManifest, APlaceThatOnlyHasToHoldAFileHoldsForAnyFileAndNothingElse) {
   testing::TempDir tmp;
@@ -247,6 +247,10 @@ TEST(NvccManifest, APlaceThatOnlyHasToHoldAFileHoldsForAnyFileAndNothingElse) {
   ASSERT_EQ(::mkdir(tmp.sub("unused.h").c_str(), 0755), 0);
   EXPECT_FALSE(first_holding(*decode_manifest(text))) << "served with a directory in its place";
   ::rmdir(tmp.sub("unused.h").c_str());
+  // A FIFO, which gcc's __has_include would block on opening: not a file.
+  ASSERT_EQ(::mkfifo(tmp.sub("unused.h").c_str(), 0644), 0);
+  EXPECT_FALSE(first_holding(*decode_manifest(text))) << "served with a FIFO in its place";
+  ::unlink(tmp.sub("unused.h").c_str());
   testing::write_all(tmp.sub("unused.h"), "#define U 1\n");
   ASSERT_EQ(first_holding(*decode_manifest(text)), key_of(r));
   // The place kept as it is: an edit is a miss.

@@ -372,6 +372,7 @@ void directives_on(std::string_view l, int first_line, std::vector<Directive>& o
   if (word == "include" || word == "include_next" || word == "import") {
     Directive d = read_operand(l, j, first_line);
     d.next = word == "include_next";
+    d.import = word == "import";
     if (d.kind != Operand::computed || !d.name.empty()) out.push_back(std::move(d));
   } else if (word == "define") {
     // A macro whose whole body is a header name ("x.h" or <x.h>) is what a

@@ -18,9 +18,10 @@ namespace progcache::detail {
 enum class Operand { quoted, angled, computed };
 struct Directive {
   Operand kind;
-  std::string name;   // the operand ("a.h" for "a.h" and <a.h>), or the macro text for a computed one
-  int line;           // physical line the directive starts on
-  bool next = false;  // #include_next or __has_include_next: the search goes on past the includer's directory
+  std::string name;     // the operand ("a.h" for "a.h" and <a.h>), or the macro text for a computed one
+  int line;             // physical line the directive starts on
+  bool next = false;    // #include_next or __has_include_next: the search goes on past the includer's directory
+  bool import = false;  // #import: skipped where a file already found has its size, time and text
 };
 
 // Whether `text` may hold a directive: a '#', or what can become one (the

@@ -52,6 +52,10 @@ std::optional<std::string> unkeyable_content(std::string_view text) {
   return std::nullopt;
 }
 
+bool uses_import(const std::vector<dt::Directive>& directives) {
+  return std::any_of(directives.begin(), directives.end(), [](const dt::Directive& d) { return d.import; });
+}
+
 }  // namespace
 
 std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vector<std::string>& deps,
@@ -103,6 +107,10 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
   // Places the generated files' closure found: read, or perhaps read, by
   // a compile no dependency list speaks for (kept as they are below).
   std::set<std::string> unlisted_reads;
+  // Whether a file read has an #import, for which gcc compares the file
+  // imported with every file found before it, read or not (one found by
+  // __has_include too): skipped, where one has its size, time and text.
+  bool imports = false;
   // A host compiler -include file (read by name, keyed by contents) is
   // included first: gcc looks for its .gch beside it first.
   for (const auto& f : m_cmd.read_files) places.no_precompiled(f.path);
@@ -155,6 +163,7 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
     // are (this is a superset of what the compile reads: every branch's
     // includes); one of the command's directories is judged.
     const dt::Scan read = dt::scan(*text);
+    imports = imports || uses_import(read.directives);
     if (!places.trusted(path)) {
       if (auto why = judge_text(*text, read.facts)) return *why;
     }
@@ -197,6 +206,7 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
     if (!binary) {
       places.found(path, source_dir);
       const dt::Scan scanned = dt::scan(*text);
+      imports = imports || uses_import(scanned.directives);
       if (auto why = places.probe_file(path, scanned.directives)) return *why;
       if (auto why = judge_text(*text, scanned.facts)) return *why;
     }
@@ -237,12 +247,13 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
   // What a place found but not listed must keep (ManifestPlace): one the
   // generated files' closure found (read by a compile that lists
   // nothing), a file that leads to one read (another spelling of it,
-  // through a link), or one that #pragma once could have taken for a copy
-  // of one read (gcc skips a file of the same size, mtime and text; here
-  // any of the same size), is kept as it is; any other was left unread by
-  // the branch it is in, and only its being there counts (__has_include):
-  // what it holds decides nothing, so a checkout where it is another file
-  // of that name is served.
+  // through a link), one that #pragma once could have taken for a copy of
+  // one read (gcc skips a file of the same size, mtime and text; here any
+  // of the same size), any where a file read has an #import, and anything
+  // but a regular file (a FIFO gcc would block on), is kept as it is; any
+  // other was left unread by the branch it is in, and only its being there
+  // counts (__has_include): what it holds decides nothing, so a checkout
+  // where it is another file of that name is served.
   std::set<std::pair<std::uint64_t, std::uint64_t>> read_ids;
   std::set<std::int64_t> read_sizes;
   for (const auto& f : m.files) {
@@ -259,8 +270,8 @@ std::variant<ManifestRecord, std::string> Launcher::build_record(const std::vect
       continue;
     }
     const dt::FileStamp stamp = dt::stamp_of(st);
-    const bool as_it_is = unlisted_reads.count(p) != 0 || read_ids.count({stamp.dev, stamp.ino}) != 0 ||
-                          read_sizes.count(stamp.size) != 0;
+    const bool as_it_is = imports || !S_ISREG(st.st_mode) || unlisted_reads.count(p) != 0 ||
+                          read_ids.count({stamp.dev, stamp.ino}) != 0 || read_sizes.count(stamp.size) != 0;
     m.present.push_back(as_it_is ? ManifestPlace{p, stamp} : ManifestPlace{p, {}, /*any_file=*/true});
   }
   return m;

@@ -22,7 +22,7 @@ namespace {
 //   A <watch index> <path that must stay absent, below its watch's directory>
 //   A - <path that must stay absent>
 //   P <dev> <ino> <size> <mtime ns> <ctime ns> <path that must stay present, as it is>
-//   P - <path where a file, any file but a directory, must stay>
+//   P - <path where a regular file, whatever it holds, must stay>
 //   R <result key hex> <file indexes> <absent indexes> <present indexes>
 // (indexes comma-separated, a run of three or more as "first~last", '-' for
 // none).
@@ -436,7 +436,7 @@ std::optional<Mismatch> HoldingCheck::first_mismatch(std::size_t i) {
     const ManifestPlace& p = m_manifest.present[k];
     if (!h) {
       struct stat st {};
-      h = ::stat(p.path.c_str(), &st) == 0 && (p.any_file                       ? !S_ISDIR(st.st_mode)
+      h = ::stat(p.path.c_str(), &st) == 0 && (p.any_file                       ? S_ISREG(st.st_mode)
                                                : p.stamp == detail::FileStamp{} ? S_ISDIR(st.st_mode)
                                                                                 : detail::stamp_of(st) == p.stamp);
     }
