@@ -9,9 +9,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "compile/scan_files.h"
@@ -37,18 +40,10 @@ std::optional<FileId> file_id(const std::string& path) {
   return FileId{st.st_dev, st.st_ino};
 }
 
-}  // namespace
-
-bool executable_file(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
-}
-
-std::optional<std::string> find_program(const std::string& name) {
-  if (name.find('/') != std::string::npos) return executable_file(name) ? std::optional(name) : std::nullopt;
-  const char* path = std::getenv("PATH");
-  static const std::optional<FileId> self = file_id("/proc/self/exe");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+// The first executable file named `name` in a directory of `dirs` that is
+// not this program.
+std::optional<std::string> search_path(const std::string& name, const std::string& dirs,
+                                       const std::optional<FileId>& self) {
   std::size_t start = 0;
   while (start <= dirs.size()) {
     const auto colon = dirs.find(':', start);
@@ -63,6 +58,29 @@ std::optional<std::string> find_program(const std::string& name) {
     start = colon + 1;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+bool executable_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+std::optional<std::string> find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return executable_file(name) ? std::optional(name) : std::nullopt;
+  const char* path = std::getenv("PATH");
+  static const std::optional<FileId> self = file_id("/proc/self/exe");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  // Asked again for a name (the host compilers, then PATH's programs in the
+  // key, and again in a base directory's key): the first answer, for the
+  // same PATH. A launcher lives for one command, and makes its key once.
+  static std::mutex lock;
+  static std::map<std::pair<std::string, std::string>, std::optional<std::string>> found;
+  const std::scoped_lock hold(lock);
+  const auto [it, first] = found.try_emplace({dirs, name});
+  if (first) it->second = search_path(name, dirs, self);
+  return it->second;
 }
 
 std::optional<std::string> find_on(const std::string& name, const std::string& path) {
