@@ -1398,6 +1398,38 @@ TEST_F(NvccLauncherTextTest, AnImportSkippedForAFileOnlyHasIncludeFoundIsCompile
   }
 }
 
+TEST_F(NvccLauncherTextTest, ADirectoryWhereTheSearchLooksIsPassedOverAsGccPassesItOver) {
+  // A directory named as the header, first on the search: gcc passes over
+  // it and searches on. A header made later further along is found and
+  // compiled in, never the old output served; the directory made a file
+  // is found first.
+  write("k.cu",
+        "#if __has_include(\"opt.h\")\n#define V 8.0f\n#else\n#define V 1.0f\n#endif\n"
+        "__global__ void k(float* x) { x[0] = V; }\n");
+  fs::create_directories(m_tmp.sub("work/opt.h"));
+  fs::create_directories(m_tmp.sub("work/inc"));
+  fs::create_directories(m_tmp.sub("work/out"));
+  const std::string args = "-arch=sm_90 -I inc -ptx k.cu -o ";
+  // Served by the manifest (the text, run again, decides for itself).
+  const auto direct_hits = [&] { return counter("hits") - counter("preprocessed_hits"); };
+  ASSERT_TRUE(stored(args + "out/k.ptx"));
+  write("inc/opt.h", "/* any */\n");
+  std::uint64_t direct = direct_hits();
+  ASSERT_EQ(real(args + "out/k.ptx").code, 0);
+  EXPECT_EQ(direct_hits(), direct) << "a header made after a directory the search passed over";
+  ASSERT_EQ(plain(args + "out/plain.ptx").code, 0);
+  EXPECT_TRUE(same(read("out/k.ptx"), read("out/plain.ptx")));
+  fs::remove(m_tmp.sub("work/inc/opt.h"));
+  ASSERT_TRUE(stored(args + "out/k.ptx"));
+  fs::remove(m_tmp.sub("work/opt.h"));
+  write("opt.h", "/* now a file */\n");
+  direct = direct_hits();
+  ASSERT_EQ(real(args + "out/k.ptx").code, 0);
+  EXPECT_EQ(direct_hits(), direct) << "served with the directory made a file";
+  ASSERT_EQ(plain(args + "out/plain.ptx").code, 0);
+  EXPECT_TRUE(same(read("out/k.ptx"), read("out/plain.ptx")));
+}
+
 TEST_F(NvccLauncherTextTest, WhatOnlyTheCompileSeesIsKeyedOrRefused) {
   // A directive that prints and leaves nothing in the text (#warning): the
   // text is not used, and the warning is nvcc's to print.

@@ -4,6 +4,7 @@
 // is refused.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -253,6 +254,24 @@ TEST(NvccManifest, APlaceThatOnlyHasToHoldAFileHoldsForAnyFileAndNothingElse) {
   ::unlink(tmp.sub("unused.h").c_str());
   testing::write_all(tmp.sub("unused.h"), "#define U 1\n");
   ASSERT_EQ(first_holding(*decode_manifest(text)), key_of(r));
+  // Unreadable to whoever asks: gcc's __has_include stops with an error.
+  // Asked as an ordinary user (root reads every file).
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(tmp.sub("unused.h").c_str(), 0644), 0);
+  const auto holds_as_user = [&]() -> int {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+      ::_exit(first_holding(*decode_manifest(text)) ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(holds_as_user(), 0) << "a readable file did not hold";
+  ASSERT_EQ(::chmod(tmp.sub("unused.h").c_str(), 0), 0);
+  EXPECT_EQ(holds_as_user(), 1) << "served with the file unreadable to the user asking";
+  ASSERT_EQ(::chmod(tmp.sub("unused.h").c_str(), 0644), 0);
   // The place kept as it is: an edit is a miss.
   ::unlink(tmp.sub("kept.h").c_str());
   testing::write_all(tmp.sub("kept.h"), "#define K 2\n");
@@ -310,6 +329,12 @@ TEST(NvccManifest, APlaceMadeUnderADirectoryThatWasMissingIsSeenAtAnyDepth) {
       EXPECT_TRUE(holds()) << "'" << made << "' taken away again";
     }
   }
+  // A loop of links where a place must stay absent: gcc stops there with
+  // an error, so it is no absent place.
+  ASSERT_EQ(::symlink("u.h", tmp.sub("u.h").c_str()), 0);
+  EXPECT_FALSE(holds()) << "served with a loop of links where the search looks";
+  ::unlink(tmp.sub("u.h").c_str());
+  EXPECT_TRUE(holds());
   ASSERT_EQ(::chdir(cwd), 0);
 }
 

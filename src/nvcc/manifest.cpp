@@ -389,9 +389,13 @@ bool HoldingCheck::absent_now(const std::string& path) {
     if (!known->second) return true;
     break;
   }
+  // Absent as the preprocessor's search takes it: gone, or below a file.
+  // Any other failure (a loop of links, a directory it may not search)
+  // stops gcc with an error where it looks: not absent, so nvcc runs and
+  // says so.
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) return false;
-  if (errno != ENOENT && errno != ENOTDIR) return true;
+  if (errno != ENOENT && errno != ENOTDIR) return false;
   // Learnt for the places after it: each directory above, up to the first
   // that is one.
   for (std::string d = up(path); !d.empty() && d != "/" && m_above.count(d) == 0; d = up(d)) {
@@ -436,7 +440,7 @@ std::optional<Mismatch> HoldingCheck::first_mismatch(std::size_t i) {
     const ManifestPlace& p = m_manifest.present[k];
     if (!h) {
       struct stat st {};
-      h = ::stat(p.path.c_str(), &st) == 0 && (p.any_file                       ? S_ISREG(st.st_mode)
+      h = ::stat(p.path.c_str(), &st) == 0 && (p.any_file ? S_ISREG(st.st_mode) && detail::may_read(p.path)
                                                : p.stamp == detail::FileStamp{} ? S_ISDIR(st.st_mode)
                                                                                 : detail::stamp_of(st) == p.stamp);
     }

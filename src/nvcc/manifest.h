@@ -41,8 +41,8 @@ struct ManifestFile {
 // time and text match one already read). A zero stamp: a directory, which
 // only has to be there. `any_file`: a file no compile step read, in a
 // branch not taken or named by __has_include, which only has to be there,
-// as a regular file, whatever it holds (Launcher::build_record says which
-// places are such).
+// as a regular file this process may read, whatever it holds
+// (Launcher::build_record says which places are such).
 struct ManifestPlace {
   std::string path;
   detail::FileStamp stamp;

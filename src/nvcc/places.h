@@ -211,6 +211,14 @@ class Places {
         absent_if_so(place);
         continue;
       }
+      // gcc passes over a directory where it looks for a header, as if
+      // nothing were there, and searches on: it must stay a directory
+      // (a file made in its place would be found first), and the places
+      // after it are recorded as any other.
+      if (S_ISDIR(st.st_mode)) {
+        if (m_present_seen.insert(place).second) m_present.push_back(place);
+        continue;
+      }
       const std::string real = real_file(place);
       // #include_next of a header by its own name finds the header itself
       // first here: the search goes on past it.
