@@ -3,11 +3,13 @@
 // in env_posix.cpp.
 #include "progcache/env.h"
 
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <random>
 
 namespace progcache {
@@ -29,9 +31,24 @@ std::string join_path(std::string_view dir, std::string_view name) {
   return out;
 }
 
+namespace {
+
+// A seed from the kernel (getrandom), else the clock: std::random_device
+// asks CPUID whether the processor has RDRAND first, which traps to the
+// hypervisor on a virtual machine (22 us a construction, measured on one),
+// and every launcher call that writes a file is a process of its own.
+std::uint64_t seed() {
+  std::uint64_t s = 0;
+  if (::getrandom(&s, sizeof s, GRND_NONBLOCK) == static_cast<ssize_t>(sizeof s)) return s;
+  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+         (static_cast<std::uint64_t>(::getpid()) << 32);
+}
+
+}  // namespace
+
 std::string unique_temp_path(std::string_view dir, std::string_view prefix) {
   static std::atomic<std::uint64_t> counter{0};
-  thread_local std::mt19937_64 rng{std::random_device{}()};
+  thread_local std::mt19937_64 rng{seed()};
   const std::uint64_t n = counter.fetch_add(1, std::memory_order_relaxed);
   return join_path(dir, std::string(prefix) + std::to_string(::getpid()) + "." + std::to_string(n) + "." +
                             std::to_string(rng() & 0xffffffffu));
