@@ -117,6 +117,12 @@ TEST(Xxh3, TheActiveVariantIsTheWidestThisCpuRuns) {
     if (v.supported && widest == nullptr) widest = &v;
   }
   EXPECT_EQ(detail::xxh3_active().name, widest->name);
+#if defined(__x86_64__)
+  // The library's own check against the compiler's, which asks the same
+  // of CPUID and XGETBV through libgcc.
+  EXPECT_EQ(all.front().name, "avx2");
+  EXPECT_EQ(all.front().supported, __builtin_cpu_supports("avx2") != 0);
+#endif
   std::cout << "checksum runs " << detail::xxh3_active().name << " code\n";
 }
 
